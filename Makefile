@@ -1,0 +1,76 @@
+# ggml-ext: the two commands are `make demo` and `make test`; both start from nothing.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+PIP         := $(PY) -m pip --disable-pip-version-check
+CLI         := $(VENV)/bin/ggml-ext
+LLAMA_CPP_PYTHON_VERSION := 0.3.36
+TORCH_VERSION := 2.13.0
+# ccache keys on paths relative to the checkout, so every clone shares one cache.
+export CCACHE_BASEDIR := $(CURDIR)
+export CCACHE_DIR ?= $(HOME)/.cache/ccache
+export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
+STAMPS      := $(VENV)/.stamps
+PYTEST_ARGS ?=
+
+.PHONY: help system-deps venv install assets demo test upstream bench-baseline clean distclean
+
+help:
+	@echo "make demo   - install everything, fetch the default model, chat once, measure perplexity"
+	@echo "make test   - install everything and run the test suite"
+	@echo "make upstream - build the pristine pinned llama.cpp beside ours (benchmark baseline)"
+
+# Debian packages: ccache (fast rebuilds). Installed only when missing; needs root or sudo.
+system-deps: $(STAMPS)/system-deps
+$(STAMPS)/system-deps:
+	@mkdir -p $(STAMPS)
+	@missing=""; for c in ccache:ccache patch:patch; do \
+	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
+	fi
+	@touch $@
+
+venv: $(STAMPS)/venv
+$(STAMPS)/venv:
+	$(PYTHON) -m venv $(VENV)
+	@mkdir -p $(STAMPS)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned, so no later requirement pulls a CUDA build
+	$(PIP) install -q torch==$(TORCH_VERSION)
+	$(PIP) install -q "scikit-build-core>=0.10" cmake ninja
+	@touch $@
+
+# Our patched llama.cpp + ggml_ext + the Python package (incremental: persistent build dir + ccache).
+install: system-deps venv
+	$(PIP) install --no-build-isolation ".[convert,test]"
+	$(MAKE) --no-print-directory $(STAMPS)/llama-cpp-python
+
+# llama-cpp-python compiles nothing (-DLLAMA_BUILD=OFF); it loads our libllama at run time.
+$(STAMPS)/llama-cpp-python: $(STAMPS)/venv
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PIP) install -q "$$($(PY) scripts/fetch_llama_cpp.py sdist)"
+	@touch $@
+
+assets: install
+	$(CLI) assets fetch
+
+demo: assets
+	$(PY) scripts/demo.py
+
+test: assets
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+upstream: venv
+	PYTHON=$(PY) bash scripts/build_upstream.sh
+
+clean:
+	rm -rf build dist *.egg-info
+
+distclean: clean
+	rm -rf $(VENV)

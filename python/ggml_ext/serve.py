@@ -1,0 +1,79 @@
+"""`ggml-ext serve`: our llama-server on loopback, with its OpenAI-style API."""
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from . import tools
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="GGUF file")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
+    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="further llama-server arguments, after --")
+
+
+def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: int = 4096,
+          extra: list[str] | None = None, timeout: float = 120.0, log=None) -> tuple[subprocess.Popen, str]:
+    """Start llama-server and wait until /health answers; returns (process, base URL)."""
+    if not Path(model).is_file():
+        raise FileNotFoundError(f"model file not found: {model}")
+    port = port or free_port(host)
+    cmd = tools.command("llama-server", "-m", model, "--host", host, "--port", str(port), "-c", str(ctx_size),
+                        *(extra or []))
+    proc = subprocess.Popen(cmd, env=tools.tool_env(), stdout=log or subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    url = f"http://{host}:{port}"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with code {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc, url
+        except OSError:
+            pass
+        time.sleep(0.25)
+    stop(proc)
+    raise TimeoutError(f"llama-server did not become ready within {timeout:.0f} s")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
+    """Stop llama-server cleanly (SIGTERM), killing it only if it hangs."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def main(args: argparse.Namespace) -> int:
+    extra = [a for a in args.extra if a != "--"]
+    try:
+        proc, url = start(args.model, args.host, args.port, args.ctx_size, extra, log=sys.stderr)
+    except (FileNotFoundError, RuntimeError, TimeoutError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"llama-server ready at {url}  (web UI: {url}/, OpenAI API: {url}/v1)  Ctrl-C to stop", flush=True)
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        stop(proc)
+        return 0

@@ -1,0 +1,76 @@
+"""Running our build's llama.cpp tools (llama-server, llama-bench, llama-perplexity, ...)."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _locate
+
+
+def tool_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [str(_locate.lib_dir()), env.get("LD_LIBRARY_PATH")]))
+    return env
+
+
+def command(name: str, *args: str | os.PathLike) -> list[str]:
+    return [str(_locate.tool(name)), *(str(a) for a in args)]
+
+
+def exec_tool(name: str, args: list[str]) -> int:
+    """Run a tool in the foreground, passing its output through; returns its exit code."""
+    try:
+        return subprocess.call(command(name, *args), env=tool_env())
+    except KeyboardInterrupt:
+        return 130
+
+
+@dataclass
+class Perplexity:
+    ppl: float
+    stderr: float
+    n_ctx: int
+    n_chunks: int
+    n_tokens_scored: int  # tokens first..n_ctx-2 of each window, first = n_ctx//2 (llama-perplexity)
+
+    def __str__(self) -> str:
+        return (f"PPL = {self.ppl:.4f} +/- {self.stderr:.4f} (ctx {self.n_ctx}, {self.n_chunks} chunks, "
+                f"{self.n_tokens_scored} tokens scored)")
+
+
+_FINAL = re.compile(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)")
+_CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)")
+
+
+def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 512, chunks: int | None = None,
+               threads: int | None = None, extra: list[str] | None = None, echo: bool = False) -> Perplexity:
+    """Perplexity of `model` on the text file, by our llama-perplexity (fixed windows, second half scored)."""
+    for p in (model, text):
+        if not Path(p).is_file():
+            raise FileNotFoundError(f"not found: {p}")
+    args = ["-m", model, "-f", text, "-c", str(n_ctx), "--no-warmup"]
+    if chunks:
+        args += ["--chunks", str(chunks)]
+    if threads:
+        args += ["-t", str(threads)]
+    args += list(extra or [])
+    proc = subprocess.Popen(command("llama-perplexity", *args), env=tool_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    out = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line)
+        if echo:
+            sys.stderr.write(line)
+    rc = proc.wait()
+    log = "".join(out)
+    m, c = _FINAL.search(log), _CHUNKS.search(log)
+    if rc != 0 or not m or not c:
+        tail = "\n".join(log.strip().splitlines()[-15:])
+        raise RuntimeError(f"llama-perplexity failed (exit {rc}):\n{tail}")
+    n_chunks, ctx = int(c.group(1)), int(c.group(2))
+    return Perplexity(float(m.group(1)), float(m.group(2)), ctx, n_chunks, n_chunks * (ctx - 1 - ctx // 2))
