@@ -36,13 +36,15 @@ def stamp_for(pristine: Path, patches: list[Path]) -> str:
 
 
 def apply_one(tree: Path, patch: Path) -> None:
-    args = ["patch", "-p1", "--forward", "--batch", "--silent", "--no-backup-if-mismatch",
+    # --fuzz=0: a hunk applies only where all its context matches; never guess a place.
+    args = ["patch", "-p1", "--forward", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
             "-d", str(tree), "-i", str(patch.resolve())]
+    # the dry run's messages name the file and the hunk that failed
     dry = subprocess.run(args + ["--dry-run"], capture_output=True, text=True)
     if dry.returncode != 0:
         detail = (dry.stdout + dry.stderr).strip()
         raise SystemExit(f"error: patch {patch.name} does not apply to the pinned llama.cpp tree:\n{detail}")
-    subprocess.run(args, check=True)
+    subprocess.run(args + ["--silent"], check=True)
 
 
 def patched_tree(pristine: Path, dest: Path, patch_dir: Path, force: bool = False) -> Path:

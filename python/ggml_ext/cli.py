@@ -8,6 +8,8 @@ import sys
 from . import __version__
 
 # verb -> (module, help); each module has add_arguments(parser) and main(args) -> int.
+# Verbs in PASSTHROUGH hand every later argument to the llama.cpp tool they wrap.
+PASSTHROUGH = {"bench"}
 VERBS = {
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
     "chat": ("ggml_ext.chat", "chat with a GGUF model (interactive, or --prompt for one answer)"),
@@ -31,7 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in PASSTHROUGH:
+        args = parser.parse_args(argv[:1])
+        args.args = argv[1:]
+    else:
+        args = parser.parse_args(argv)
     if not args.verb:
         parser.print_help()
         return 2
