@@ -10,6 +10,7 @@ Environment:
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import shutil
@@ -22,10 +23,17 @@ from pathlib import Path
 
 PACKAGE = "llama-cpp-python"
 VERSION = "0.3.36"
-SDIST = f"llama_cpp_python-{VERSION}.tar.gz"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 COMMIT = "0c1e57098"
-SDIST_URL = f"https://files.pythonhosted.org/packages/source/l/llama_cpp_python/{SDIST}"
+# The pinned sdist has no prebuilt web UI (upstream now downloads it from a model hub at
+# build time). The last sdist that vendored llama.cpp's single-file UI is 0.3.16.
+WEBUI_VERSION = "0.3.16"
+WEBUI_SHA256 = "34ed0f9bd9431af045bb63d9324ae620ad0536653740e9bb163a2e1fcb973be6"
+WEBUI_MEMBER = f"llama_cpp_python-{WEBUI_VERSION}/vendor/llama.cpp/tools/server/public/index.html.gz"
+
+
+def sdist_name(version: str) -> str:
+    return f"llama_cpp_python-{version}.tar.gz"
 
 
 def cache_root() -> Path:
@@ -47,25 +55,27 @@ def log(msg: str) -> None:
     print(f"[fetch-llama.cpp] {msg}", file=sys.stderr, flush=True)
 
 
-def download_sdist(dest_dir: Path) -> Path:
-    """Download the sdist with pip (falling back to the PyPI file URL)."""
+def download_sdist(dest_dir: Path, version: str = VERSION, sha256: str = SHA256) -> Path:
+    """Download a llama-cpp-python sdist with pip (falling back to the PyPI file URL); check its digest."""
     dest_dir.mkdir(parents=True, exist_ok=True)
-    target = dest_dir / SDIST
-    if target.exists() and sha256_of(target) == SHA256:
+    name = sdist_name(version)
+    target = dest_dir / name
+    if target.exists() and sha256_of(target) == sha256:
         return target
     with tempfile.TemporaryDirectory(dir=dest_dir) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps",
                "--no-binary", PACKAGE, "--no-build-isolation", "-q",
-               "-d", tmp, f"{PACKAGE}=={VERSION}"]
-        log("downloading " + SDIST + " from PyPI")
-        got = Path(tmp) / SDIST
+               "-d", tmp, f"{PACKAGE}=={version}"]
+        log(f"downloading {name} from PyPI")
+        got = Path(tmp) / name
         if subprocess.run(cmd).returncode != 0 or not got.exists():
-            log("pip download failed; trying " + SDIST_URL)
-            with urllib.request.urlopen(SDIST_URL, timeout=300) as r, open(got, "wb") as f:
+            url = f"https://files.pythonhosted.org/packages/source/l/llama_cpp_python/{name}"
+            log("pip download failed; trying " + url)
+            with urllib.request.urlopen(url, timeout=300) as r, open(got, "wb") as f:
                 shutil.copyfileobj(r, f)
         digest = sha256_of(got)
-        if digest != SHA256:
-            raise SystemExit(f"error: {SDIST} has sha256 {digest}, expected {SHA256}; refusing to use it")
+        if digest != sha256:
+            raise SystemExit(f"error: {name} has sha256 {digest}, expected {sha256}; refusing to use it")
         os.replace(got, target)
     return target
 
@@ -89,6 +99,21 @@ def unpack(sdist: Path, dest: Path) -> None:
         os.replace(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def webui() -> Path:
+    """llama.cpp's single-file web UI (index.html), unpacked into the cache."""
+    dest = cache_root() / f"webui-{WEBUI_VERSION}"
+    if (dest / "index.html").is_file():
+        return dest
+    sdist = download_sdist(cache_root() / "sdist", WEBUI_VERSION, WEBUI_SHA256)
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(sdist) as tar:
+        data = gzip.decompress(tar.extractfile(WEBUI_MEMBER).read())
+    tmp = dest / "index.html.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, dest / "index.html")
+    return dest
 
 
 def pristine_tree() -> Path:
@@ -117,8 +142,10 @@ def main() -> int:
         print(pristine_tree())
     elif what == "sdist":
         print(download_sdist(cache_root() / "sdist"))
+    elif what == "webui":
+        print(webui())
     else:
-        raise SystemExit("usage: fetch_llama_cpp.py [tree|sdist]")
+        raise SystemExit("usage: fetch_llama_cpp.py [tree|sdist|webui]")
     return 0
 
 

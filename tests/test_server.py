@@ -44,6 +44,26 @@ def test_chat_completions(server):
     assert r["usage"]["completion_tokens"] > 0
 
 
+def test_web_ui_and_the_endpoints_it_uses(server):
+    _, url, _ = server
+    with urllib.request.urlopen(url + "/", timeout=10) as r:
+        page = r.read()
+        assert r.status == 200 and r.headers["Content-Type"].startswith("text/html")
+    assert b"<html" in page and b"/v1/chat/completions" in page
+    with urllib.request.urlopen(url + "/props", timeout=10) as r:
+        props = json.loads(r.read())
+    assert "default_generation_settings" in props and props["chat_template"]
+    with urllib.request.urlopen(url + "/v1/models", timeout=10) as r:
+        assert json.loads(r.read())["data"]
+    # the UI streams its answers as server-sent events
+    req = urllib.request.Request(url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"messages": [{"role": "user", "content": "Hello"}], "stream": True,
+                                                  "max_tokens": 8}).encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        events = [line for line in r.read().decode().splitlines() if line.startswith("data: ")]
+    assert events[-1] == "data: [DONE]" and len(events) > 2
+
+
 def test_bad_request_is_an_error_not_a_crash(server):
     proc, url, _ = server
     req = urllib.request.Request(url + "/v1/chat/completions", data=b"{not json",

@@ -45,6 +45,12 @@ def bin_dir() -> Path:
     return prefix() / "bin"
 
 
+def webui_dir() -> Path | None:
+    """llama.cpp's web UI (index.html) installed for llama-server's --path, if present."""
+    d = prefix() / "share" / "webui"
+    return d if (d / "index.html").is_file() else None
+
+
 def library(name: str) -> Path:
     """Path of lib<name>.so (or .dylib/.dll) in our build."""
     for pattern in (f"lib{name}.so", f"lib{name}.dylib", f"{name}.dll"):

@@ -9,7 +9,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from . import tools
+from . import _locate, tools
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,8 +32,12 @@ def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: i
     if not Path(model).is_file():
         raise FileNotFoundError(f"model file not found: {model}")
     port = port or free_port(host)
+    extra = list(extra or [])
+    webui = _locate.webui_dir()
+    if webui and "--path" not in extra and "--no-webui" not in extra:
+        extra += ["--path", str(webui)]
     cmd = tools.command("llama-server", "-m", model, "--host", host, "--port", str(port), "-c", str(ctx_size),
-                        *(extra or []))
+                        *extra)
     proc = subprocess.Popen(cmd, env=tools.tool_env(), stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
     url = f"http://{host}:{port}"
