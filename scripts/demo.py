@@ -18,13 +18,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-import fetch_llama_cpp  # noqa: E402
+from default_models import default_model  # noqa: E402
 
-from ggml_ext import assets, cache, tools  # noqa: E402
+from ggml_ext import assets, tools  # noqa: E402
 from ggml_ext.chat import stream_reply  # noqa: E402
 from ggml_ext.llama_cpp_glue import Llama  # noqa: E402
 
-OUT = Path(os.environ.get("GGML_EXT_DEMO_DIR", cache.cache_root() / "demo"))
 THREADS = min(4, os.cpu_count() or 1)
 
 
@@ -38,25 +37,10 @@ def run(cmd: list, **kw) -> None:
 
 
 def main() -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
-    hf = assets.path("smollm2-hf")
     wiki = assets.path("wiki-test")
-    f16, q4 = OUT / "SmolLM2-135M-Instruct-f16.gguf", OUT / "SmolLM2-135M-Instruct-Q4_0.gguf"
-
-    step("GGUF of the default model (f16, pinned llama.cpp's convert_hf_to_gguf.py)")
-    if not f16.exists():
-        tree = fetch_llama_cpp.pristine_tree()
-        env = dict(os.environ, PYTHONPATH=str(tree / "gguf-py"), HF_HUB_OFFLINE="1")
-        tmp = f16.with_suffix(".tmp")
-        run([sys.executable, tree / "convert_hf_to_gguf.py", hf, "--outtype", "f16", "--outfile", tmp], env=env,
-            stdout=subprocess.DEVNULL)
-        tmp.replace(f16)
-    step("Q4_0 by our llama-quantize")
-    if not q4.exists():
-        tmp = q4.with_suffix(".tmp")
-        run(tools.command("llama-quantize", f16, tmp, "Q4_0"), env=tools.tool_env(), stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        tmp.replace(q4)
+    step("GGUF of the default model: f16 (pinned llama.cpp's convert_hf_to_gguf.py), Q4_0 (our llama-quantize)")
+    f16, q4 = default_model("f16"), default_model("Q4_0")
+    print(f"{f16}\n{q4}")
 
     step("ggml-ext info")
     run([sys.executable, "-m", "ggml_ext.cli", "info", q4])
@@ -75,7 +59,6 @@ def main() -> int:
         t0 = time.perf_counter()
         p = tools.perplexity(model, wiki, n_ctx=512, chunks=40, threads=THREADS)
         print(f"{name:5s} {p}  [{time.perf_counter() - t0:.0f} s]", flush=True)
-    print(f"\nfiles in {OUT}")
     return 0
 
 

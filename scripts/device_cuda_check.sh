@@ -20,5 +20,5 @@ for ngl in 0 99; do
   "$prefix/bin/llama-perplexity" -m "$model" -f "$text" -c 256 --chunks 16 -ngl "$ngl" >"$out/ppl-ngl$ngl.log" 2>&1
   echo "perplexity ngl=$ngl: $(grep -o 'Final estimate.*' "$out/ppl-ngl$ngl.log")" | tee -a "$out/summary.txt"
 done
-grep -m1 "CUDA0 model buffer size" "$out/ppl-ngl99.log" | tee -a "$out/summary.txt"
+grep -m1 -E "CUDA0 model buffer size|assigned to device CUDA0" "$out/ppl-ngl99.log" | tee -a "$out/summary.txt" || true
 "$prefix/bin/llama-bench" -m "$model" -p 512 -n 128 -ngl 0,99 -o md 2>/dev/null | tee -a "$out/summary.txt"
