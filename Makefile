@@ -24,11 +24,15 @@ help:
 	@echo "make test   - install everything and run the test suite"
 	@echo "make upstream - build the pristine pinned llama.cpp beside ours (benchmark baseline)"
 
-# Debian packages: ccache (fast rebuilds). Installed only when missing; needs root or sudo.
+# Debian packages: ccache (fast rebuilds), patch, and the aarch64 cross toolchain plus
+# qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max).
+# Installed only when missing; needs root or sudo.
+SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
+               qemu-aarch64-static:qemu-user-static
 system-deps: $(STAMPS)/system-deps
-$(STAMPS)/system-deps:
+$(STAMPS)/system-deps: Makefile
 	@mkdir -p $(STAMPS)
-	@missing=""; for c in ccache:ccache patch:patch; do \
+	@missing=""; for c in $(SYSTEM_DEPS); do \
 	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
