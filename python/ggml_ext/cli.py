@@ -11,6 +11,7 @@ from . import __version__
 # Verbs in PASSTHROUGH hand every later argument to the llama.cpp tool they wrap.
 PASSTHROUGH = {"bench"}
 VERBS = {
+    "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF (f32/f16/bf16/q8_0/q4_0/q4_1/q5_0/q5_1)"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
     "chat": ("ggml_ext.chat", "chat with a GGUF model (interactive, or --prompt for one answer)"),
     "serve": ("ggml_ext.serve", "run our llama-server on loopback (OpenAI API and web UI)"),

@@ -1,0 +1,302 @@
+"""Hugging Face folder -> GGUF: plan every tensor from the headers, then stream them out.
+
+1. **Plan** (nothing read but headers): the architecture table maps and checks
+   every source tensor (name, shape, required and optional ones, tied output),
+   computed tensors are added (``rope_freqs``...), each tensor gets its ggml type
+   (:mod:`.policy`), the tokenizer and metadata are collected. Any problem is
+   reported here, before a byte is written.
+2. **Write**: the header goes to a temp file next to the output; each tensor is
+   read (float32), transformed, checked for NaN/inf, converted by ggml's own
+   ``ggml_quantize_chunk`` (:mod:`ggml_ext.quants`) and appended. The sha256 of
+   the source files is computed on a second thread meanwhile and set in the header
+   at the end; then the temp file is moved into place. On any error or interrupt
+   the temp file is removed and no output exists.
+
+Peak memory is about twice the largest tensor as float32 plus its converted
+bytes: nothing else of the model is held.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import threading
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .archs import Arch, HParams, Plan, find_arch, permute_qk
+from .errors import ConversionError
+from .gguf_writer import GGUFWriter
+from .policy import FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
+from .source import Checkpoint
+from .vocab import Vocab, load_vocab
+
+__all__ = ["convert", "plan", "ConversionResult", "ConversionPlan"]
+
+log = logging.getLogger("ggml_ext.convert")
+
+GGML_QNT_VERSION = 2
+_F16_MAX = 65504.0
+
+
+@dataclass
+class ConversionPlan:
+    checkpoint: Checkpoint
+    arch: Arch
+    hparams: HParams
+    out_type: str
+    tensors: list[Plan]
+    vocab: Vocab
+    metadata: list[tuple[str, str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def total_elements(self) -> int:
+        return sum(int(np.prod(p.shape)) for p in self.tensors)
+
+    def type_counts(self) -> dict[str, int]:
+        return dict(Counter(p.type_name for p in self.tensors))
+
+
+@dataclass
+class ConversionResult:
+    """What :func:`convert` wrote."""
+
+    path: Path
+    architecture: str  # the Hugging Face class
+    gguf_architecture: str
+    out_type: str
+    n_tensors: int
+    type_counts: dict[str, int]
+    size: int
+    source_hash: str
+    tokenizer_pre: str
+    warnings: list[str]
+
+    def __str__(self) -> str:
+        types = ", ".join(f"{n} {t}" for t, n in sorted(self.type_counts.items(), key=lambda x: -x[1]))
+        return (f"{self.path}: {self.gguf_architecture} ({self.architecture}), {self.out_type}, {self.n_tensors} tensors "
+                f"({types}), {self.size / 2**20:.1f} MiB, tokenizer pre {self.tokenizer_pre!r}")
+
+
+def _layer_key(arch: Arch, hf_name: str) -> tuple[str, int | None]:
+    m = re.match(r"^model\.layers\.(\d+)\.(.+)$", hf_name)
+    if m and hf_name not in arch.global_map:
+        return m.group(2), int(m.group(1))
+    return hf_name, None
+
+
+def _order(name: str) -> tuple:
+    if name.startswith("token_embd"):
+        return (0, 0, name)
+    m = re.match(r"^blk\.(\d+)\.", name)
+    if m:
+        return (1, int(m.group(1)), name)
+    if name.startswith(("output_norm", "output.")):
+        return (2, 0, name)
+    return (3, 0, name)
+
+
+def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str | KeepRule, ...] | list = (),
+         name: str | None = None, vocab_only: bool = False,
+         warn: Callable[[str], None] | None = None) -> ConversionPlan:
+    """Check the model folder and decide everything :func:`convert` will write."""
+    warnings: list[str] = []
+
+    def _warn(msg: str) -> None:
+        warnings.append(msg)
+        (warn or log.warning)(msg)
+
+    out_type = out_type.lower()
+    if out_type not in OUTPUT_TYPES:
+        raise ConversionError(f"unknown output type {out_type!r}; choose from {', '.join(OUTPUT_TYPES)}")
+    keep_rules = tuple(k if isinstance(k, KeepRule) else parse_keep(k) for k in keep)
+    ckpt = Checkpoint(model_dir, weights=not vocab_only)
+    arch = find_arch(ckpt.config)
+    hp = HParams(ckpt.config, _warn)
+    kind = (hp.rope().get("rope_type") or "default").lower()
+    if kind not in arch.rope_types:
+        raise ConversionError(f"RoPE scaling {kind!r} is not supported for {arch.hf_class} "
+                              f"(supported: {', '.join(sorted(arch.rope_types))})")
+    metadata_arch = arch.metadata(hp)
+
+    tensors: list[Plan] = []
+    if not vocab_only:
+        tensors = _plan_tensors(ckpt, arch, hp)
+    has_output = any(p.gguf_name == "output.weight" for p in tensors)
+    used: set[int] = set()
+    for p in tensors:
+        p.type_name = choose_type(p.gguf_name, tuple(reversed(p.shape)), out_type, has_output=has_output,
+                                  keep=keep_rules, used=used)
+    if not vocab_only:
+        for i, rule in enumerate(keep_rules):
+            if i not in used:
+                raise ConversionError(f"--keep {rule}: the pattern matches no weight matrix "
+                                      "(GGUF names look like 'blk.0.attn_v.weight', 'token_embd.weight')")
+
+    n_vocab = hp.vocab_size
+    embd = ckpt.tensors.get("model.embed_tokens.weight")
+    if embd is not None:
+        n_vocab = embd.shape[0]
+    vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn)
+
+    from .. import quants  # needs our compiled libggml-base
+
+    model_name = name or _model_name(ckpt)
+    meta: list[tuple[str, str, Any]] = [
+        ("general.architecture", "str", arch.gguf_arch),
+        ("general.type", "str", "model"),
+        ("general.name", "str", model_name),
+        ("general.file_type", "u32", FILE_TYPES[out_type]),
+        ("general.quantization_version", "u32", GGML_QNT_VERSION),
+        *metadata_arch,
+        *vocab.metadata(),
+        ("ggml_ext.format_version", "u32", quants.format_version()),
+        ("ggml_ext.source_hash", "str", "0" * 64),  # set once the source files are hashed
+    ]
+    return ConversionPlan(ckpt, arch, hp, out_type, tensors, vocab, meta, warnings)
+
+
+def _model_name(ckpt: Checkpoint) -> str:
+    n = ckpt.config.get("_name_or_path") or ckpt.config.get("_model_name_or_path")
+    if isinstance(n, str) and n.strip():
+        return n.strip().rstrip("/").split("/")[-1]
+    return ckpt.folder.resolve().name
+
+
+def _plan_tensors(ckpt: Checkpoint, arch: Arch, hp: HParams) -> list[Plan]:
+    shapes = arch.shapes(hp)
+    tied_cfg = ckpt.config.get("tie_word_embeddings")
+    tied = arch.tie_default if tied_cfg is None else bool(tied_cfg)
+    if arch.always_tied and not tied:
+        raise ConversionError(f"{arch.hf_class} with tie_word_embeddings=false: llama.cpp's {arch.gguf_arch} always "
+                              "uses the token embedding as output layer")
+    ignore = [re.compile(r) for r in arch.ignore]
+    plans: list[Plan] = []
+    seen: set[tuple[str, int | None]] = set()
+    unknown: list[str] = []
+    for ref in ckpt:
+        if any(r.match(ref.name) for r in ignore):
+            continue
+        if ref.name == "lm_head.weight" and tied:
+            continue  # tied: transformers uses the embedding for the output, whatever lm_head holds
+        gguf = arch.gguf_name(ref.name)
+        if gguf is None:
+            unknown.append(ref.name)
+            continue
+        key, layer = _layer_key(arch, ref.name)
+        if layer is not None and layer >= hp.n_layer:
+            raise ConversionError(f"tensor {ref.name} belongs to layer {layer}, but config.json says "
+                                  f"num_hidden_layers={hp.n_layer}")
+        want = shapes.get(key)
+        if want is not None and tuple(ref.shape) != tuple(want):
+            raise ConversionError(f"tensor {ref.name} has shape {list(ref.shape)}, but config.json implies "
+                                  f"{list(want)} for {arch.hf_class}")
+        seen.add((key, layer))
+        plans.append(Plan(gguf, ref.name, tuple(ref.shape)))
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ConversionError(f"{arch.hf_class}: tensors the converter does not know where to put: "
+                              f"{', '.join(unknown[:5])}{more}")
+    missing = [k for k in arch.global_map if (k, None) not in seen and k not in arch.optional]
+    missing += [f"model.layers.{i}.{k}" for i in range(hp.n_layer) for k in arch.layer_map
+                if (k, i) not in seen and k not in arch.optional]
+    if not tied and "lm_head.weight" in arch.global_map and ("lm_head.weight", None) not in seen:
+        missing.append("lm_head.weight (tie_word_embeddings is false)")
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise ConversionError(f"{arch.hf_class}: missing tensors {', '.join(missing[:5])}{more}")
+    for gguf, data in arch.extra_tensors(hp):
+        plans.append(Plan(gguf, None, tuple(data.shape), data=data))
+    plans.sort(key=lambda p: _order(p.gguf_name))
+    return plans
+
+
+def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
+    if arch.permute_qk and p.hf_name is not None:
+        if p.hf_name.endswith(("self_attn.q_proj.weight", "self_attn.q_proj.bias")):
+            x = permute_qk(x, hp.n_head)
+        elif p.hf_name.endswith(("self_attn.k_proj.weight", "self_attn.k_proj.bias")):
+            x = permute_qk(x, hp.n_head_kv)
+    if arch.norm_offset and p.hf_name is not None and p.hf_name.endswith("norm.weight"):
+        x = x + np.float32(arch.norm_offset)
+    return x
+
+
+def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", *,  # noqa: A002
+            keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
+            threads: int | None = None, vocab_only: bool = False,
+            progress: Callable[[int, int, str], None] | None = None,
+            warn: Callable[[str], None] | None = None) -> ConversionResult:
+    """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
+
+    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 (see :mod:`.policy` for
+    which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
+    replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
+    only. ``progress(done, total, tensor_name)`` is called as weights are written
+    (counted in elements); ``warn(message)`` receives warnings (default: logging).
+    Raises :class:`ConversionError`; on any error no output file exists.
+    """
+    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, warn=warn)
+    from .. import quants
+
+    out = Path(output)
+    writer = GGUFWriter(out, force=force)
+    for key, vtype, value in pl.metadata:
+        writer.add(key, vtype, value)
+    for p in pl.tensors:
+        ggml_shape = tuple(reversed(p.shape))
+        nrows = int(np.prod(ggml_shape[1:])) if len(ggml_shape) > 1 else 1
+        writer.add_tensor_info(p.gguf_name, ggml_shape, quants.type_id(p.type_name),
+                               nrows * quants.row_size(p.type_name, ggml_shape[0]))
+
+    stop = threading.Event()
+    total = pl.total_elements
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-hash") as hasher:
+        fut = hasher.submit(pl.checkpoint.source_hash, None, stop.is_set)
+        try:
+            with writer:
+                done = 0
+                for p in pl.tensors:
+                    x = p.data if p.data is not None else pl.checkpoint.load(p.hf_name)
+                    x = _transform(pl.arch, pl.hparams, p, np.asarray(x, dtype=np.float32))
+                    what = f"tensor {p.hf_name} ({p.gguf_name})" if p.hf_name else f"tensor {p.gguf_name}"
+                    if not np.isfinite(x).all():
+                        bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
+                        raise ConversionError(f"{what} holds {bad} NaN or infinite values; refusing to convert")
+                    if p.type_name == "F16":
+                        peak = float(np.abs(x).max()) if x.size else 0.0
+                        if peak > _F16_MAX:
+                            raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
+                                                  f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
+                    rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1)
+                    buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
+                    quants.quantize_rows_into(p.type_name, rows, buf, threads=threads)
+                    del x, rows
+                    writer.write_tensor(buf)
+                    del buf
+                    done += int(np.prod(p.shape))
+                    if progress:
+                        progress(done, total, p.gguf_name)
+                digest = fut.result()
+                if digest is None:
+                    raise ConversionError("hashing the source files was interrupted")
+                writer.set("ggml_ext.source_hash", digest)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            pl.checkpoint.close()
+    size = out.stat().st_size
+    return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
+                            size, digest, pl.vocab.pre, pl.warnings)
+
+
+if __name__ == "__main__":  # pragma: no cover - not a command line
+    sys.exit("use `ggml-ext convert` (python -m ggml_ext.cli convert)")

@@ -1,0 +1,106 @@
+"""Which ggml type each tensor gets: llama.cpp's ``llama-quantize`` policy for our output types.
+
+For output type T (``--type``):
+
+* tensors that are not matrices (fewer than 2 dimensions: norms, biases,
+  ``rope_freqs``, ``rope_factors_*``) and every ``*_norm.weight`` stay **F32**;
+* **f32 / f16 / bf16**: every other weight matrix is T;
+* **q8_0, q4_0, q4_1, q5_0, q5_1** (what ``llama_tensor_get_type`` in the pinned
+  ``src/llama-quant.cpp`` does for these file types without an importance matrix):
+
+  - ``output.weight``, or ``token_embd.weight`` when there is no ``output.weight``
+    (tied embeddings: the same matrix is the output layer), becomes **Q6_K**,
+    except that a q8_0 file keeps Q8_0;
+  - every other matrix, ``token_embd.weight`` of an untied model included, is T;
+  - a matrix whose row length does not divide into T's blocks falls back as
+    llama.cpp does: Q6_K -> Q8_0 (row length not a multiple of 256, e.g. SmolLM2's
+    576), a 32-block type -> F16.
+
+``--keep PATTERN=TYPE`` (repeatable) overrides the choice for weight matrices whose
+GGUF name matches the shell glob PATTERN (``fnmatch``; the first matching rule
+wins). TYPE may be any of :data:`KEEP_TYPES`. Non-matrix tensors stay F32 whatever
+a pattern says; a pattern that matches no matrix at all is an error, so a typo is
+not silently ignored. A kept type that does not fit the tensor's row length is an
+error too (we do not second-guess an explicit request).
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from .errors import ConversionError
+
+__all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep", "choose_type", "BLOCK"]
+
+#: --type values -> ggml type names.
+OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
+                "q5_0": "Q5_0", "q5_1": "Q5_1"}
+#: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
+KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
+#: llama_ftype of each output type (general.file_type).
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32}
+#: weights per block
+BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
+         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32}
+_FLOAT = {"F32", "F16", "BF16"}
+
+
+@dataclass(frozen=True)
+class KeepRule:
+    pattern: str
+    type_name: str  # ggml type name
+
+    def __str__(self) -> str:
+        return f"{self.pattern}={self.type_name.lower()}"
+
+
+def parse_keep(spec: str) -> KeepRule:
+    """'blk.*.ffn_down.weight=q8_0' -> KeepRule."""
+    pattern, sep, t = spec.rpartition("=")
+    if not sep or not pattern or not t:
+        raise ConversionError(f"--keep {spec!r}: expected PATTERN=TYPE, e.g. 'blk.*.attn_v.weight=q8_0'")
+    name = KEEP_TYPES.get(t.strip().lower())
+    if name is None:
+        raise ConversionError(f"--keep {spec!r}: unknown type {t!r}; choose from {', '.join(KEEP_TYPES)}")
+    return KeepRule(pattern.strip(), name)
+
+
+def is_matrix_weight(name: str, shape: tuple[int, ...]) -> bool:
+    """Would llama-quantize consider this tensor for quantization (ggml order shape)?"""
+    return len(shape) >= 2 and name.endswith("weight") and "_norm.weight" not in name
+
+
+def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output: bool,
+                keep: tuple[KeepRule, ...] = (), used: set[int] | None = None) -> str:
+    """The ggml type name for tensor ``name`` (ggml-order ``shape``) in a file of ``out_type``.
+
+    ``used`` collects the indices of the keep rules that matched a matrix.
+    """
+    if out_type not in OUTPUT_TYPES:
+        raise ConversionError(f"unknown output type {out_type!r}; choose from {', '.join(OUTPUT_TYPES)}")
+    if not is_matrix_weight(name, shape):
+        return "F32"
+    ncols = shape[0]
+    for i, rule in enumerate(keep):
+        if fnmatch.fnmatchcase(name, rule.pattern):
+            if used is not None:
+                used.add(i)
+            if ncols % BLOCK[rule.type_name]:
+                raise ConversionError(f"--keep {rule}: {name} has rows of {ncols} weights, not a multiple of "
+                                      f"{rule.type_name}'s block of {BLOCK[rule.type_name]}")
+            return rule.type_name
+    default = OUTPUT_TYPES[out_type]
+    if default in _FLOAT:
+        return default
+    t = default
+    if name == "output.weight" or (not has_output and name == "token_embd.weight"):
+        t = "Q8_0" if (default == "Q8_0" or ncols % BLOCK[default]) else "Q6_K"
+    return _fallback(t, ncols)
+
+
+def _fallback(t: str, ncols: int) -> str:
+    if ncols % BLOCK[t] == 0:
+        return t
+    if t == "Q6_K" and ncols % BLOCK["Q8_0"] == 0:
+        return "Q8_0"
+    return "F16"

@@ -1,0 +1,101 @@
+"""`ggml-ext convert`: a Hugging Face model folder -> a GGUF file our llama.cpp and stock llama.cpp run.
+
+    ggml-ext convert HF_DIR -o OUT.gguf --type q8_0
+    ggml-ext convert HF_DIR -o OUT.gguf --type q4_0 --keep 'blk.*.ffn_down.weight=q8_0'
+
+From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
+
+    import ggml_ext
+    ggml_ext.convert("hf-folder", "model.gguf", "f16")
+
+Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (per-tensor policy in
+``docs/CONVERT.md``). Errors print ``error: ...`` and exit 1, leaving no output file.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import types
+from pathlib import Path
+
+__all__ = ["convert", "add_arguments", "main"]
+
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+
+
+def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002
+    """Convert a Hugging Face folder to GGUF; see :func:`ggml_ext.converters.convert` for the options."""
+    from ggml_ext.converters import convert as _convert
+    return _convert(model_dir, output, type, **kwargs)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model_dir", metavar="HF_DIR", help="Hugging Face model folder (config.json, weights, tokenizer)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="file to write")
+    p.add_argument("--type", default="f16", choices=TYPES, type=str.lower,
+                   help="output type (default f16); norms and other 1-D tensors stay f32")
+    p.add_argument("--keep", action="append", default=[], metavar="PATTERN=TYPE",
+                   help="type for the weight matrices whose GGUF name matches the glob PATTERN "
+                        "(e.g. 'blk.*.attn_v.weight=q8_0'); repeatable, first match wins")
+    p.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
+    p.add_argument("--name", default=None, help="general.name (default: from config.json or the folder name)")
+    p.add_argument("-t", "--threads", type=int, default=None, help="quantization threads (default: all cores)")
+    p.add_argument("--vocab-only", action="store_true", help="write the tokenizer and metadata only")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    from ggml_ext.converters import ConversionError
+
+    def warn(msg: str) -> None:
+        print(f"warning: {msg}", file=sys.stderr)
+
+    bar = None
+    if not args.quiet:
+        from tqdm import tqdm
+        bar = tqdm(total=0, unit="w", unit_scale=True, desc="converting", file=sys.stderr, leave=False,
+                   disable=None, dynamic_ncols=True)
+
+    def progress(done: int, total: int, name: str) -> None:
+        if bar is None:
+            return
+        if bar.total != total:
+            bar.total = total
+        bar.set_postfix_str(name, refresh=False)
+        bar.update(done - bar.n)
+
+    try:
+        result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
+                         threads=args.threads, vocab_only=args.vocab_only, progress=progress, warn=warn)
+    except ConversionError as e:
+        if bar is not None:
+            bar.close()
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print("interrupted; nothing was written", file=sys.stderr)
+        return 130
+    if bar is not None:
+        bar.close()
+    print(result)
+    return 0
+
+
+class _CallableModule(types.ModuleType):
+    """Lets ``ggml_ext.convert(...)`` call :func:`convert` although ``ggml_ext.convert`` is this module."""
+
+    def __call__(self, *args, **kwargs):
+        return convert(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    _p = argparse.ArgumentParser(prog="ggml-ext convert", description=__doc__.split("\n")[0])
+    add_arguments(_p)
+    sys.exit(main(_p.parse_args()))

@@ -1,0 +1,204 @@
+"""ggml's own quantizers, called through ctypes on our ``libggml-base``.
+
+The converter and every other writer produce tensor bytes with these functions,
+so what we write is bit for bit what our llama.cpp (``llama-quantize``, the
+runtime) would produce from the same float32 rows.
+
+    >>> import numpy as np
+    >>> from ggml_ext import quants
+    >>> w = np.random.default_rng(0).standard_normal((4, 64), dtype=np.float32)
+    >>> q = quants.quantize(w, "Q8_0")            # bytes, shape (4, row_size)
+    >>> q.shape == (4, quants.row_size("Q8_0", 64))
+    True
+
+Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
+``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
+``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
+``ggml_validate_row_data``; plus ``ggml_ext_format_version`` of our own header.
+``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
+rows are copied as they are.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+
+import numpy as np
+
+from . import _locate, ggml_types
+
+__all__ = [
+    "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
+    "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
+]
+
+
+class QuantError(ValueError):
+    """A type cannot be produced, or the rows do not fit it."""
+
+
+_init_lock = threading.Lock()
+_initialised: set[int] = set()
+
+
+@lru_cache(maxsize=None)
+def library() -> ctypes.CDLL:
+    """Our libggml-base, with the argument and result types of the functions used here declared."""
+    lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
+    c_type = ctypes.c_int  # enum ggml_type
+    lib.ggml_quantize_chunk.argtypes = [c_type, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_void_p]
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_init.argtypes = [c_type]
+    lib.ggml_quantize_init.restype = None
+    lib.ggml_quantize_requires_imatrix.argtypes = [c_type]
+    lib.ggml_quantize_requires_imatrix.restype = ctypes.c_bool
+    lib.ggml_row_size.argtypes = [c_type, ctypes.c_int64]
+    lib.ggml_row_size.restype = ctypes.c_size_t
+    lib.ggml_blck_size.argtypes = [c_type]
+    lib.ggml_blck_size.restype = ctypes.c_int64
+    lib.ggml_type_size.argtypes = [c_type]
+    lib.ggml_type_size.restype = ctypes.c_size_t
+    lib.ggml_type_name.argtypes = [c_type]
+    lib.ggml_type_name.restype = ctypes.c_char_p
+    lib.ggml_validate_row_data.argtypes = [c_type, ctypes.c_void_p, ctypes.c_size_t]
+    lib.ggml_validate_row_data.restype = ctypes.c_bool
+    lib.ggml_ext_format_version.argtypes = []
+    lib.ggml_ext_format_version.restype = ctypes.c_int
+    return lib
+
+
+def format_version() -> int:
+    """``ggml_ext_format_version()``: the value writers put in ``ggml_ext.format_version``."""
+    return int(library().ggml_ext_format_version())
+
+
+def type_id(t: int | str | ggml_types.TypeInfo) -> int:
+    """The ggml type id of a name ("Q8_0", "q8_0"), an id, or a TypeInfo."""
+    if isinstance(t, ggml_types.TypeInfo):
+        return t.id
+    if isinstance(t, str):
+        info = ggml_types.type_by_name(t)
+        return info.id
+    return int(t)
+
+
+def _producible(tid: int) -> None:
+    info = ggml_types.find_type(tid)
+    if info is None:
+        raise QuantError(ggml_types.describe_id(tid))
+    if info.kind != "stock":
+        raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
+    if info.name in ("I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"):
+        raise QuantError(f"{info.name} is not a storage type ggml_quantize_chunk produces")
+
+
+def blck_size(t) -> int:
+    return int(library().ggml_blck_size(type_id(t)))
+
+
+def type_size(t) -> int:
+    return int(library().ggml_type_size(type_id(t)))
+
+
+def row_size(t, n_per_row: int) -> int:
+    """Bytes of one row of ``n_per_row`` weights (``ggml_row_size``)."""
+    tid = type_id(t)
+    bs = blck_size(tid)
+    if bs <= 0 or n_per_row % bs:
+        raise QuantError(f"a row of {n_per_row} weights is not a whole number of "
+                         f"{type_name(tid)} blocks ({bs} weights each)")
+    return int(library().ggml_row_size(tid, n_per_row))
+
+
+def type_name(t) -> str:
+    return library().ggml_type_name(type_id(t)).decode()
+
+
+def requires_imatrix(t) -> bool:
+    return bool(library().ggml_quantize_requires_imatrix(type_id(t)))
+
+
+def _init(tid: int) -> None:
+    # ggml_quantize_init builds lookup tables for some types; do it once, not from several threads at once.
+    if tid in _initialised:
+        return
+    with _init_lock:
+        if tid not in _initialised:
+            library().ggml_quantize_init(tid)
+            _initialised.add(tid)
+
+
+def _as_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype != np.float32:
+        x = x.astype(np.float32)
+    if x.ndim == 1:
+        x = x.reshape(1, -1)
+    elif x.ndim > 2:
+        x = x.reshape(-1, x.shape[-1])
+    return np.ascontiguousarray(x)
+
+
+def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray | None = None,
+                       threads: int | None = None) -> int:
+    """Quantize float32 ``rows`` (n_rows x n_per_row) into the uint8 buffer ``out``.
+
+    ``out`` must be C-contiguous and hold at least ``n_rows * row_size(t, n_per_row)``
+    bytes. Rows are independent, so they are split over ``threads`` (default: all
+    cores) and the result does not depend on the split. Returns the bytes written.
+    """
+    tid = type_id(t)
+    _producible(tid)
+    rows = _as_rows(rows)
+    n_rows, n_per_row = rows.shape
+    rs = row_size(tid, n_per_row)
+    need = n_rows * rs
+    if not out.flags.c_contiguous or out.nbytes < need:
+        raise QuantError(f"output buffer of {out.nbytes} bytes is too small or not contiguous (need {need})")
+    if imatrix is not None:
+        imatrix = np.ascontiguousarray(imatrix, dtype=np.float32)
+        if imatrix.shape != (n_per_row,):
+            raise QuantError(f"imatrix must have {n_per_row} values, got shape {imatrix.shape}")
+    elif requires_imatrix(tid):
+        raise QuantError(f"{type_name(tid)} needs an importance matrix")
+    _init(tid)
+    lib = library()
+    src = rows.ctypes.data
+    dst = out.ctypes.data
+    im = imatrix.ctypes.data if imatrix is not None else None
+
+    def run(r0: int, r1: int) -> int:
+        # start = r0 * n_per_row: ggml writes row r at dst + r * row_size.
+        return int(lib.ggml_quantize_chunk(tid, src, dst, r0 * n_per_row, r1 - r0, n_per_row, im))
+
+    threads = threads or os.cpu_count() or 1
+    # Small tensors: one call. Large ones: about 4 pieces per thread of at least 64k weights.
+    per_piece = max(1, min(n_rows, max(65536 // max(n_per_row, 1), -(-n_rows // (4 * threads)))))
+    pieces = [(r, min(n_rows, r + per_piece)) for r in range(0, n_rows, per_piece)]
+    if threads == 1 or len(pieces) == 1:
+        written = sum(run(a, b) for a, b in pieces)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:  # ctypes releases the GIL during each call
+            written = sum(pool.map(lambda ab: run(*ab), pieces))
+    if written != need:
+        raise QuantError(f"ggml_quantize_chunk wrote {written} bytes, expected {need}")
+    return written
+
+
+def quantize(rows: np.ndarray, t, imatrix: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+    """Quantize float32 rows to type ``t``; returns uint8 of shape (n_rows, row_size)."""
+    rows = _as_rows(rows)
+    n_rows, n_per_row = rows.shape
+    out = np.empty((n_rows, row_size(t, n_per_row)), dtype=np.uint8)
+    quantize_rows_into(t, rows, out, imatrix=imatrix, threads=threads)
+    return out
+
+
+def validate(t, data: np.ndarray | bytes) -> bool:
+    """``ggml_validate_row_data``: no NaN/inf scales or values in the encoded bytes."""
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data)
+    return bool(library().ggml_validate_row_data(type_id(t), buf.ctypes.data, buf.nbytes))
