@@ -1,0 +1,409 @@
+// Arm kernels of the interleaved Q4_0 family. Scalar twins: ../generic/.
+//
+// NEON + dotprod: Q8_0 activation quantizers; GEMV and GEMM for all three layouts with
+// SDOT (vdotq_laneq_s32 for Q4_0_4_4, whose 4-byte chunks meet one activation lane each;
+// vdotq_s32 against 8-byte broadcasts for the B = 8 layouts).
+// i8mm: GEMM for Q4_0_4_8 and Q4_0_8_8 with SMMLA (vmmlaq_s32): one instruction
+// multiplies 2 activation rows by 2 weight columns over 8 bytes, exactly the 8-byte
+// chunk pairs the B = 8 layouts store. GEMV stays on SDOT: with one activation row half
+// of every SMMLA would be wasted, leaving the same useful work per instruction.
+//
+// Weights: the stored byte is the Q4_0 byte XOR 0x88, so each nibble is the signed weight
+// w = q - 8; (byte << 4) and (byte & 0xf0) are the two weights times 16 as int8, and the
+// int32 dot product is divided by 16 once, inside the int -> float conversion
+// (vcvtq_n_f32_s32 with 4 fractional bits, exact).
+#include "../q4_0_interleaved_impl.h"
+
+#if defined(GGML_EXT_Q4_0_NEON_DOTPROD)
+
+#    include <arm_neon.h>
+
+#    define INLINE static inline __attribute__((always_inline))
+
+INLINE int8x16_t lo16(int8x16_t b) {  // low nibble weights times 16
+    return vshlq_n_s8(b, 4);
+}
+
+INLINE int8x16_t hi16(int8x16_t b) {  // high nibble weights times 16
+    return vandq_s8(b, vdupq_n_s8((int8_t) 0xf0));
+}
+
+INLINE float32x4_t load_d4(const ggml_ext_fp16_t * d) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
+}
+
+INLINE float32x4_t dup_d(const ggml_ext_fp16_t * d) {
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_dup_u16(d)));
+}
+
+INLINE int8x16_t dup64(const int8_t * p) {  // 8 bytes in both halves
+    return vreinterpretq_s8_u64(vld1q_dup_u64((const uint64_t *) (const void *) p));
+}
+
+// ---------------------------------------------------------------- activations
+
+// One Q8_0 block as the reference: d = amax / 127, q = roundf(x / d) (vcvtaq: ties away).
+INLINE void quantize_block(const float * x, ggml_ext_fp16_t * d_out, int8x16_t * q0, int8x16_t * q1) {
+    float32x4_t v[8];
+    float32x4_t amax = vdupq_n_f32(0.0f);
+    for (int j = 0; j < 8; j++) {
+        v[j] = vld1q_f32(x + 4 * j);
+        amax = vmaxq_f32(amax, vabsq_f32(v[j]));
+    }
+    const float d  = vmaxvq_f32(amax) / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    *d_out         = vget_lane_u16(vreinterpret_u16_f16(vcvt_f16_f32(vdupq_n_f32(d))), 0);
+    int16x8_t h[4];
+    for (int j = 0; j < 4; j++) {
+        const int32x4_t i0 = vcvtaq_s32_f32(vmulq_n_f32(v[2 * j], id));
+        const int32x4_t i1 = vcvtaq_s32_f32(vmulq_n_f32(v[2 * j + 1], id));
+        h[j]               = vcombine_s16(vmovn_s32(i0), vmovn_s32(i1));
+    }
+    *q0 = vcombine_s8(vmovn_s16(h[0]), vmovn_s16(h[1]));
+    *q1 = vcombine_s8(vmovn_s16(h[2]), vmovn_s16(h[3]));
+}
+
+static void quantize_row_q8_0_neon(const float * x, void * vy, int64_t k) {
+    ggml_ext_block_q8_0 * y = (ggml_ext_block_q8_0 *) vy;
+    for (int64_t i = 0; i < k / 32; i++) {
+        int8x16_t q0, q1;
+        quantize_block(x + 32 * i, &y[i].d, &q0, &q1);
+        vst1q_s8(y[i].qs, q0);
+        vst1q_s8(y[i].qs + 16, q1);
+    }
+}
+
+// Row r's 4-byte chunk c goes to slot 4c + r: a 4x4 transpose of 32-bit lanes.
+static void quantize_mat_q8_0_4x4_neon(const float * x, void * vy, int64_t k) {
+    ggml_ext_block_q8_0x4 * y = (ggml_ext_block_q8_0x4 *) vy;
+    for (int64_t i = 0; i < k / 32; i++) {
+        int32x4_t R[2][4];
+        for (int r = 0; r < 4; r++) {
+            int8x16_t q0, q1;
+            quantize_block(x + r * k + 32 * i, &y[i].d[r], &q0, &q1);
+            R[0][r] = vreinterpretq_s32_s8(q0);
+            R[1][r] = vreinterpretq_s32_s8(q1);
+        }
+        for (int hf = 0; hf < 2; hf++) {
+            const int64x2_t t0 = vreinterpretq_s64_s32(vtrn1q_s32(R[hf][0], R[hf][1]));
+            const int64x2_t t1 = vreinterpretq_s64_s32(vtrn2q_s32(R[hf][0], R[hf][1]));
+            const int64x2_t t2 = vreinterpretq_s64_s32(vtrn1q_s32(R[hf][2], R[hf][3]));
+            const int64x2_t t3 = vreinterpretq_s64_s32(vtrn2q_s32(R[hf][2], R[hf][3]));
+            int8_t *        o  = y[i].qs + 64 * hf;
+            vst1q_s8(o + 0, vreinterpretq_s8_s64(vzip1q_s64(t0, t2)));
+            vst1q_s8(o + 16, vreinterpretq_s8_s64(vzip1q_s64(t1, t3)));
+            vst1q_s8(o + 32, vreinterpretq_s8_s64(vzip2q_s64(t0, t2)));
+            vst1q_s8(o + 48, vreinterpretq_s8_s64(vzip2q_s64(t1, t3)));
+        }
+    }
+}
+
+// Row r's 8-byte chunk c goes to slot 4c + r: 16-byte line 2c = rows 0, 1; 2c + 1 = rows 2, 3.
+static void quantize_mat_q8_0_4x8_neon(const float * x, void * vy, int64_t k) {
+    ggml_ext_block_q8_0x4 * y = (ggml_ext_block_q8_0x4 *) vy;
+    for (int64_t i = 0; i < k / 32; i++) {
+        int64x2_t R[2][4];
+        for (int r = 0; r < 4; r++) {
+            int8x16_t q0, q1;
+            quantize_block(x + r * k + 32 * i, &y[i].d[r], &q0, &q1);
+            R[0][r] = vreinterpretq_s64_s8(q0);
+            R[1][r] = vreinterpretq_s64_s8(q1);
+        }
+        for (int hf = 0; hf < 2; hf++) {
+            int8_t * o = y[i].qs + 64 * hf;
+            vst1q_s8(o + 0, vreinterpretq_s8_s64(vzip1q_s64(R[hf][0], R[hf][1])));
+            vst1q_s8(o + 16, vreinterpretq_s8_s64(vzip1q_s64(R[hf][2], R[hf][3])));
+            vst1q_s8(o + 32, vreinterpretq_s8_s64(vzip2q_s64(R[hf][0], R[hf][1])));
+            vst1q_s8(o + 48, vreinterpretq_s8_s64(vzip2q_s64(R[hf][2], R[hf][3])));
+        }
+    }
+}
+
+// ---------------------------------------------------------------- Q4_0_4_4 (SDOT by lane)
+
+// 16-byte line k of a block = bytes 4k..4k+3 of columns 0-3: lane k of the activation's
+// first 16 bytes meets its low nibbles, lane k of the last 16 its high nibbles.
+typedef struct {
+    int8x16_t lo[4], hi[4];
+} w4x4;
+
+INLINE w4x4 load_4x4(const uint8_t * qs) {
+    w4x4 w;
+    for (int k = 0; k < 4; k++) {
+        const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * k);
+        w.lo[k]           = lo16(b);
+        w.hi[k]           = hi16(b);
+    }
+    return w;
+}
+
+static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int nb = n / 32;
+    for (int y = 0; y < nr; y++) {
+        const ggml_ext_block_q8_0 *   a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
+        const ggml_ext_block_q4_0x4 * w = (const ggml_ext_block_q4_0x4 *) vx;
+        for (int g = 0; g < nc / 4; g++) {
+            float32x4_t acc = vdupq_n_f32(0.0f);
+            for (int b = 0; b < nb; b++, w++) {
+                // activation dword k (bytes 4k..) of each half is lane k: a plain load
+                const int8x16_t al = vld1q_s8(a[b].qs);
+                const int8x16_t ah = vld1q_s8(a[b].qs + 16);
+                const w4x4      wb = load_4x4(w->qs);
+                int32x4_t       p  = vdotq_laneq_s32(vdupq_n_s32(0), wb.lo[0], al, 0);
+                p                  = vdotq_laneq_s32(p, wb.lo[1], al, 1);
+                p                  = vdotq_laneq_s32(p, wb.lo[2], al, 2);
+                p                  = vdotq_laneq_s32(p, wb.lo[3], al, 3);
+                int32x4_t q        = vdotq_laneq_s32(vdupq_n_s32(0), wb.hi[0], ah, 0);
+                q                  = vdotq_laneq_s32(q, wb.hi[1], ah, 1);
+                q                  = vdotq_laneq_s32(q, wb.hi[2], ah, 2);
+                q                  = vdotq_laneq_s32(q, wb.hi[3], ah, 3);
+                const float32x4_t sc = vmulq_f32(load_d4(w->d), dup_d(&a[b].d));
+                acc                  = vfmaq_f32(acc, vcvtq_n_f32_s32(vaddq_s32(p, q), 4), sc);
+            }
+            vst1q_f32(s + (size_t) y * bs + (size_t) g * 4, acc);
+        }
+    }
+}
+
+// Activations interleaved with B = 4: line k holds dword k of rows 0-3 in lanes 0-3,
+// so one activation line feeds the same SDOT by lane for all four rows.
+static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int nb = n / 32;
+    for (int ti = 0; ti < nr / 4; ti++) {
+        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
+        const ggml_ext_block_q4_0x4 * w = (const ggml_ext_block_q4_0x4 *) vx;
+        for (int g = 0; g < nc / 4; g++) {
+            float32x4_t acc[4];
+            for (int r = 0; r < 4; r++) {
+                acc[r] = vdupq_n_f32(0.0f);
+            }
+            for (int b = 0; b < nb; b++, w++) {
+                const w4x4 wb = load_4x4(w->qs);
+                int8x16_t  A[8];
+                for (int k = 0; k < 8; k++) {
+                    A[k] = vld1q_s8(a[b].qs + 16 * k);
+                }
+                int32x4_t p[4];
+                for (int r = 0; r < 4; r++) {
+                    p[r] = vdupq_n_s32(0);
+                }
+#    define ROW_4X4(R)                                     \
+        for (int k = 0; k < 4; k++) {                      \
+            p[R] = vdotq_laneq_s32(p[R], wb.lo[k], A[k], R);     \
+            p[R] = vdotq_laneq_s32(p[R], wb.hi[k], A[4 + k], R); \
+        }
+                ROW_4X4(0)
+                ROW_4X4(1)
+                ROW_4X4(2)
+                ROW_4X4(3)
+#    undef ROW_4X4
+                const float32x4_t dw = load_d4(w->d);
+                const float32x4_t da = load_d4(a[b].d);
+                acc[0] = vfmaq_f32(acc[0], vcvtq_n_f32_s32(p[0], 4), vmulq_laneq_f32(dw, da, 0));
+                acc[1] = vfmaq_f32(acc[1], vcvtq_n_f32_s32(p[1], 4), vmulq_laneq_f32(dw, da, 1));
+                acc[2] = vfmaq_f32(acc[2], vcvtq_n_f32_s32(p[2], 4), vmulq_laneq_f32(dw, da, 2));
+                acc[3] = vfmaq_f32(acc[3], vcvtq_n_f32_s32(p[3], 4), vmulq_laneq_f32(dw, da, 3));
+            }
+            for (int r = 0; r < 4; r++) {
+                vst1q_f32(s + (size_t) (4 * ti + r) * bs + (size_t) g * 4, acc[r]);
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------- B = 8 layouts, SDOT
+
+// The 16-byte line of column pair p (columns 2p, 2p+1) and chunk c (bytes 8c..8c+7) of a
+// block with N columns is line c * N/2 + p. Against 8-byte activation broadcasts A[0..3]
+// (bytes 0-7, 8-15, 16-23, 24-31) each column gets two int32 lanes, added pairwise.
+typedef struct {
+    int8x16_t lo[8], hi[8];  // per line
+} wb8;
+
+INLINE void load_b8(const uint8_t * qs, int N, wb8 * w) {
+    for (int i = 0; i < N; i++) {  // N columns x 16 bytes = N lines
+        const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * i);
+        w->lo[i]          = lo16(b);
+        w->hi[i]          = hi16(b);
+    }
+}
+
+INLINE int32x4_t dot_pair_b8(const wb8 * w, int N, int p, const int8x16_t A[4]) {
+    const int l0  = p, l1 = N / 2 + p;  // chunk 0 and chunk 1 lines of this pair
+    int32x4_t acc = vdotq_s32(vdupq_n_s32(0), w->lo[l0], A[0]);
+    acc           = vdotq_s32(acc, w->lo[l1], A[1]);
+    acc           = vdotq_s32(acc, w->hi[l0], A[2]);
+    return vdotq_s32(acc, w->hi[l1], A[3]);
+}
+
+// columns 4h .. 4h+3
+INLINE int32x4_t dot_b8(const wb8 * w, int N, int h, const int8x16_t A[4]) {
+    return vpaddq_s32(dot_pair_b8(w, N, 2 * h, A), dot_pair_b8(w, N, 2 * h + 1, A));
+}
+
+INLINE void gemv_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int    nb  = n / 32;
+    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    for (int y = 0; y < nr; y++) {
+        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
+        const uint8_t *             w = (const uint8_t *) vx;
+        for (int g = 0; g < nc / N; g++) {
+            float32x4_t acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
+            for (int b = 0; b < nb; b++, w += blk) {
+                const int8x16_t A[4] = { dup64(a[b].qs), dup64(a[b].qs + 8), dup64(a[b].qs + 16), dup64(a[b].qs + 24) };
+                const float32x4_t da = dup_d(&a[b].d);
+                wb8 wb;
+                load_b8(w + 2 * N, N, &wb);
+                for (int h = 0; h < N / 4; h++) {
+                    const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), da);
+                    acc[h]               = vfmaq_f32(acc[h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
+                }
+            }
+            for (int h = 0; h < N / 4; h++) {
+                vst1q_f32(s + (size_t) y * bs + (size_t) g * N + 4 * h, acc[h]);
+            }
+        }
+    }
+}
+
+// Activations interleaved with B = 8: chunk c of row r at qs + 8 (4c + r).
+INLINE void gemm_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int    nb  = n / 32;
+    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    for (int ti = 0; ti < nr / 4; ti++) {
+        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
+        const uint8_t *               w = (const uint8_t *) vx;
+        for (int g = 0; g < nc / N; g++) {
+            float32x4_t acc[4][2];
+            for (int r = 0; r < 4; r++) {
+                acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+            }
+            for (int b = 0; b < nb; b++, w += blk) {
+                wb8 wb;
+                load_b8(w + 2 * N, N, &wb);
+                float da[4];
+                vst1q_f32(da, load_d4(a[b].d));
+                const int8_t * q = a[b].qs;
+                for (int r = 0; r < 4; r++) {
+                    const int8x16_t A[4] = { dup64(q + 8 * r), dup64(q + 8 * (4 + r)), dup64(q + 8 * (8 + r)),
+                                             dup64(q + 8 * (12 + r)) };
+                    const float32x4_t dar = vdupq_n_f32(da[r]);
+                    for (int h = 0; h < N / 4; h++) {
+                        const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), dar);
+                        acc[r][h]            = vfmaq_f32(acc[r][h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
+                    }
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                for (int h = 0; h < N / 4; h++) {
+                    vst1q_f32(s + (size_t) (4 * ti + r) * bs + (size_t) g * N + 4 * h, acc[r][h]);
+                }
+            }
+        }
+    }
+}
+
+static void gemv_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_b8_dotprod(4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_b8_dotprod(8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_b8_dotprod(4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_b8_dotprod(8, n, s, bs, vx, vy, nr, nc);
+}
+
+const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {
+    .name                  = "neon-dotprod",
+    .quantize_row_q8_0     = quantize_row_q8_0_neon,
+    .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_neon,
+    .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_neon,
+    .gemv                  = { gemv_q4_0_4x4_dotprod, gemv_q4_0_4x8_dotprod, gemv_q4_0_8x8_dotprod },
+    .gemm                  = { gemm_q4_0_4x4_dotprod, gemm_q4_0_4x8_dotprod, gemm_q4_0_8x8_dotprod },
+};
+
+// ---------------------------------------------------------------- B = 8 layouts, SMMLA
+
+#    if defined(GGML_EXT_Q4_0_NEON_I8MM)
+
+// vmmlaq_s32(acc, A, W): A = 2 activation rows x 8 bytes, W = 2 weight columns x 8 bytes;
+// acc lanes [r0 c0, r0 c1, r1 c0, r1 c1]. Activation line 2c + rp = rows 2rp, 2rp+1 of
+// chunk c. Tile: 4 rows x N columns, accumulator [rp][cp] for rows 2rp.., columns 2cp..
+INLINE void gemm_b8_i8mm(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int    nb  = n / 32;
+    const int    NP  = N / 2;  // column pairs
+    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    for (int ti = 0; ti < nr / 4; ti++) {
+        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
+        const uint8_t *               w = (const uint8_t *) vx;
+        for (int g = 0; g < nc / N; g++) {
+            float32x4_t acc[2][4];
+            for (int rp = 0; rp < 2; rp++) {
+                for (int cp = 0; cp < 4; cp++) {
+                    acc[rp][cp] = vdupq_n_f32(0.0f);
+                }
+            }
+            for (int b = 0; b < nb; b++, w += blk) {
+                int8x16_t A[8];
+                for (int k = 0; k < 8; k++) {
+                    A[k] = vld1q_s8(a[b].qs + 16 * k);
+                }
+                const float32x4_t da     = load_d4(a[b].d);
+                const float32x4_t dap[2] = { vzip1q_f32(da, da), vzip2q_f32(da, da) };  // [a0 a0 a1 a1], [a2 a2 a3 a3]
+                const ggml_ext_fp16_t * d = (const ggml_ext_fp16_t *) w;
+                const float32x4_t dw[2] = { load_d4(d), N == 8 ? load_d4(d + 4) : vdupq_n_f32(0.0f) };
+                for (int cp = 0; cp < NP; cp++) {
+                    const int8x16_t   l0  = vld1q_s8((const int8_t *) w + 2 * N + 16 * cp);         // chunk 0
+                    const int8x16_t   l1  = vld1q_s8((const int8_t *) w + 2 * N + 16 * (NP + cp));  // chunk 1
+                    const int8x16_t   wl0 = lo16(l0), wh0 = hi16(l0), wl1 = lo16(l1), wh1 = hi16(l1);
+                    const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
+                    const float32x4_t dwp = vcombine_f32(d2, d2);  // [w 2cp, w 2cp+1] twice
+                    for (int rp = 0; rp < 2; rp++) {
+                        int32x4_t p = vmmlaq_s32(vdupq_n_s32(0), A[rp], wl0);  // weights 0-7
+                        p           = vmmlaq_s32(p, A[2 + rp], wl1);           // 8-15
+                        p           = vmmlaq_s32(p, A[4 + rp], wh0);           // 16-23
+                        p           = vmmlaq_s32(p, A[6 + rp], wh1);           // 24-31
+                        acc[rp][cp] = vfmaq_f32(acc[rp][cp], vcvtq_n_f32_s32(p, 4), vmulq_f32(dwp, dap[rp]));
+                    }
+                }
+            }
+            for (int rp = 0; rp < 2; rp++) {
+                for (int q = 0; q < N / 4; q++) {  // columns 4q..4q+3 = pairs 2q, 2q+1
+                    float * o0 = s + (size_t) (4 * ti + 2 * rp) * bs + (size_t) g * N + 4 * q;
+                    float * o1 = o0 + bs;
+                    vst1q_f32(o0, vcombine_f32(vget_low_f32(acc[rp][2 * q]), vget_low_f32(acc[rp][2 * q + 1])));
+                    vst1q_f32(o1, vcombine_f32(vget_high_f32(acc[rp][2 * q]), vget_high_f32(acc[rp][2 * q + 1])));
+                }
+            }
+        }
+    }
+}
+
+static void gemm_q4_0_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_b8_i8mm(4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_b8_i8mm(8, n, s, bs, vx, vy, nr, nc);
+}
+
+const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
+    .name                  = "neon-i8mm",
+    .quantize_row_q8_0     = NULL,
+    .quantize_mat_q8_0_4x4 = NULL,
+    .quantize_mat_q8_0_4x8 = NULL,
+    .gemv                  = { NULL, NULL, NULL },  // SDOT: see the top of this file
+    .gemm                  = { NULL, gemm_q4_0_4x8_i8mm, gemm_q4_0_8x8_i8mm },
+};
+
+#    endif  // GGML_EXT_Q4_0_NEON_I8MM
+
+#else
+typedef int ggml_ext_q4_0_arm_not_compiled;  // ISO C: no empty translation unit
+#endif

@@ -1,0 +1,347 @@
+// Scalar reference for the interleaved Q4_0 family: Q4_0/Q8_0 reference quantizers,
+// the layout transforms, and the twin of every SIMD kernel. Plain C11, any CPU.
+#include "../q4_0_interleaved_impl.h"
+
+#include <math.h>
+
+#define QK 32
+
+// ---------------------------------------------------------------- Q4_0 / Q8_0 blocks
+
+void ggml_ext_quantize_row_q4_0_ref(const float * x, ggml_ext_block_q4_0 * y, int64_t k) {
+    const int64_t nb = k / QK;
+    for (int64_t i = 0; i < nb; i++) {
+        const float * xb   = x + i * QK;
+        float         amax = 0.0f;  // the value of largest magnitude, first one on ties
+        float         max  = 0.0f;
+        for (int j = 0; j < QK; j++) {
+            if (amax < fabsf(xb[j])) {
+                amax = fabsf(xb[j]);
+                max  = xb[j];
+            }
+        }
+        const float d  = max / -8;
+        const float id = d ? 1.0f / d : 0.0f;
+        y[i].d         = ggml_ext_fp32_to_fp16(d);
+        for (int j = 0; j < QK / 2; j++) {
+            // (x * id) rounded to float, then + 8.5 rounded to float, truncated: as ggml.
+            // The double sum of a float and 8.5 is exact, and the product is converted
+            // before the addition, so no compiler contracts the two into one fma.
+            const float   x0  = (float) ((double) (xb[j] * id) + 8.5);
+            const float   x1  = (float) ((double) (xb[j + QK / 2] * id) + 8.5);
+            const uint8_t xi0 = (uint8_t) ((int8_t) x0 < 15 ? (int8_t) x0 : 15);
+            const uint8_t xi1 = (uint8_t) ((int8_t) x1 < 15 ? (int8_t) x1 : 15);
+            y[i].qs[j]        = (uint8_t) (xi0 | (xi1 << 4));
+        }
+    }
+}
+
+void ggml_ext_dequantize_row_q4_0(const ggml_ext_block_q4_0 * x, float * y, int64_t k) {
+    const int64_t nb = k / QK;
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = ggml_ext_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < QK / 2; j++) {
+            y[i * QK + j]          = (float) ((x[i].qs[j] & 0x0f) - 8) * d;
+            y[i * QK + j + QK / 2] = (float) ((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+// One Q8_0 block: d = amax / 127, q = round(x / d) with ties away from zero (roundf).
+static void quantize_block_q8_0(const float * x, ggml_ext_fp16_t * d_out, int8_t q[QK]) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) {
+        amax = fmaxf(amax, fabsf(x[j]));
+    }
+    const float d  = amax / 127;
+    const float id = d ? 1.0f / d : 0.0f;
+    *d_out         = ggml_ext_fp32_to_fp16(d);
+    for (int j = 0; j < QK; j++) {
+        q[j] = (int8_t) roundf(x[j] * id);
+    }
+}
+
+void ggml_ext_quantize_row_q8_0_ref(const float * x, ggml_ext_block_q8_0 * y, int64_t k) {
+    for (int64_t i = 0; i < k / QK; i++) {
+        quantize_block_q8_0(x + i * QK, &y[i].d, y[i].qs);
+    }
+}
+
+static void quantize_row_q8_0_generic(const float * x, void * vy, int64_t k) {
+    ggml_ext_quantize_row_q8_0_ref(x, (ggml_ext_block_q8_0 *) vy, k);
+}
+
+// Four rows, interleaved in chunks of B bytes: byte j of row r -> qs[((j/B)*4 + r)*B + j%B].
+static void quantize_mat_q8_0_x4(const float * x, ggml_ext_block_q8_0x4 * y, int64_t k, int B) {
+    for (int64_t i = 0; i < k / QK; i++) {
+        for (int r = 0; r < 4; r++) {
+            int8_t q[QK];
+            quantize_block_q8_0(x + r * k + i * QK, &y[i].d[r], q);
+            for (int j = 0; j < QK; j++) {
+                y[i].qs[((j / B) * 4 + r) * B + j % B] = q[j];
+            }
+        }
+    }
+}
+
+static void quantize_mat_q8_0_4x4_generic(const float * x, void * vy, int64_t k) {
+    quantize_mat_q8_0_x4(x, (ggml_ext_block_q8_0x4 *) vy, k, 4);
+}
+
+static void quantize_mat_q8_0_4x8_generic(const float * x, void * vy, int64_t k) {
+    quantize_mat_q8_0_x4(x, (ggml_ext_block_q8_0x4 *) vy, k, 8);
+}
+
+// ---------------------------------------------------------------- layout transforms
+
+static const int layout_n[GGML_EXT_Q4_0_N_LAYOUTS] = { 4, 4, 8 };
+static const int layout_b[GGML_EXT_Q4_0_N_LAYOUTS] = { 4, 8, 8 };
+
+static int check_shape(enum ggml_ext_q4_0_layout layout, int64_t nrows, int64_t ncols) {
+    if ((unsigned) layout >= GGML_EXT_Q4_0_N_LAYOUTS) {
+        return GGML_EXT_Q4_0_ERR_LAYOUT;
+    }
+    if (nrows <= 0 || nrows % layout_n[layout] != 0) {
+        return GGML_EXT_Q4_0_ERR_ROWS;
+    }
+    if (ncols <= 0 || ncols % QK != 0) {
+        return GGML_EXT_Q4_0_ERR_COLS;
+    }
+    return 0;
+}
+
+// N blocks (one per row of a group, same block column) -> one interleaved block:
+// N deltas, then chunk i = bytes [(i/N)*B, +B) of row i%N, XOR 0x88.
+static void interleave_blocks(const ggml_ext_block_q4_0 * const * in, int N, int B, uint8_t * out) {
+    ggml_ext_fp16_t * d  = (ggml_ext_fp16_t *) out;
+    uint8_t *         qs = out + N * sizeof(ggml_ext_fp16_t);
+    for (int r = 0; r < N; r++) {
+        d[r] = in[r]->d;
+    }
+    for (int i = 0; i < N * 16 / B; i++) {
+        const uint8_t * src = in[i % N]->qs + (i / N) * B;
+        for (int j = 0; j < B; j++) {
+            qs[i * B + j] = src[j] ^ 0x88;
+        }
+    }
+}
+
+static void deinterleave_block(const uint8_t * in, int N, int B, ggml_ext_block_q4_0 * const * out) {
+    const ggml_ext_fp16_t * d  = (const ggml_ext_fp16_t *) in;
+    const uint8_t *         qs = in + N * sizeof(ggml_ext_fp16_t);
+    for (int r = 0; r < N; r++) {
+        out[r]->d = d[r];
+    }
+    for (int i = 0; i < N * 16 / B; i++) {
+        uint8_t * dst = out[i % N]->qs + (i / N) * B;
+        for (int j = 0; j < B; j++) {
+            dst[j] = qs[i * B + j] ^ 0x88;
+        }
+    }
+}
+
+int ggml_ext_repack_q4_0(enum ggml_ext_q4_0_layout layout, void * dst, const ggml_ext_block_q4_0 * src, int64_t nrows,
+                         int64_t ncols) {
+    const int err = check_shape(layout, nrows, ncols);
+    if (err) {
+        return err;
+    }
+    const int     N  = layout_n[layout];
+    const int     B  = layout_b[layout];
+    const int64_t nb = ncols / QK;
+    uint8_t *     out = (uint8_t *) dst;
+    for (int64_t g = 0; g < nrows / N; g++) {
+        for (int64_t b = 0; b < nb; b++) {
+            const ggml_ext_block_q4_0 * in[8];
+            for (int r = 0; r < N; r++) {
+                in[r] = src + (g * N + r) * nb + b;
+            }
+            interleave_blocks(in, N, B, out);
+            out += (size_t) N * sizeof(ggml_ext_block_q4_0);
+        }
+    }
+    return 0;
+}
+
+int ggml_ext_unpack_q4_0(enum ggml_ext_q4_0_layout layout, ggml_ext_block_q4_0 * dst, const void * src, int64_t nrows,
+                         int64_t ncols) {
+    const int err = check_shape(layout, nrows, ncols);
+    if (err) {
+        return err;
+    }
+    const int       N  = layout_n[layout];
+    const int       B  = layout_b[layout];
+    const int64_t   nb = ncols / QK;
+    const uint8_t * in = (const uint8_t *) src;
+    for (int64_t g = 0; g < nrows / N; g++) {
+        for (int64_t b = 0; b < nb; b++) {
+            ggml_ext_block_q4_0 * out[8];
+            for (int r = 0; r < N; r++) {
+                out[r] = dst + (g * N + r) * nb + b;
+            }
+            deinterleave_block(in, N, B, out);
+            in += (size_t) N * sizeof(ggml_ext_block_q4_0);
+        }
+    }
+    return 0;
+}
+
+int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const float * x, void * dst, int64_t nrows,
+                                       int64_t ncols) {
+    const int err = check_shape(layout, nrows, ncols);
+    if (err) {
+        return err;
+    }
+    const int     N   = layout_n[layout];
+    const int     B   = layout_b[layout];
+    const int64_t nb  = ncols / QK;
+    uint8_t *     out = (uint8_t *) dst;
+    for (int64_t g = 0; g < nrows / N; g++) {
+        for (int64_t b = 0; b < nb; b++) {
+            ggml_ext_block_q4_0         blocks[8];
+            const ggml_ext_block_q4_0 * in[8];
+            for (int r = 0; r < N; r++) {
+                ggml_ext_quantize_row_q4_0_ref(x + (g * N + r) * ncols + b * QK, &blocks[r], QK);
+                in[r] = &blocks[r];
+            }
+            interleave_blocks(in, N, B, out);
+            out += (size_t) N * sizeof(ggml_ext_block_q4_0);
+        }
+    }
+    return 0;
+}
+
+int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const void * src, float * y, int64_t nrows,
+                                         int64_t ncols) {
+    const int err = check_shape(layout, nrows, ncols);
+    if (err) {
+        return err;
+    }
+    const int       N  = layout_n[layout];
+    const int       B  = layout_b[layout];
+    const int64_t   nb = ncols / QK;
+    const uint8_t * in = (const uint8_t *) src;
+    for (int64_t g = 0; g < nrows / N; g++) {
+        for (int64_t b = 0; b < nb; b++) {
+            ggml_ext_block_q4_0   blocks[8];
+            ggml_ext_block_q4_0 * out[8];
+            for (int r = 0; r < N; r++) {
+                out[r] = &blocks[r];
+            }
+            deinterleave_block(in, N, B, out);
+            for (int r = 0; r < N; r++) {
+                ggml_ext_dequantize_row_q4_0(&blocks[r], y + (g * N + r) * ncols + b * QK, QK);
+            }
+            in += (size_t) N * sizeof(ggml_ext_block_q4_0);
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- kernels
+
+// Integer dot product of weight row j of an interleaved block with 32 activation bytes
+// given by a(k). The XORed nibble is q - 8 in two's complement: (byte << 4) and
+// (byte & 0xF0), read as int8, are the two weights times 16; divide once at the end.
+static inline int32_t dot_interleaved(const uint8_t * qs, int N, int B, int j, const int8_t * a, int a_stride_chunk,
+                                      int a_row) {
+    int32_t sum16 = 0;
+    for (int k = 0; k < QK / 2; k++) {
+        const uint8_t byte = qs[((k / B) * N + j) * B + k % B];
+        const int     lo   = (int8_t) (uint8_t) (byte << 4);
+        const int     hi   = (int8_t) (byte & 0xf0);
+        // activation byte k and k+16 of this row (plain row: a_stride_chunk == 0)
+        const int     klo  = k, khi = k + QK / 2;
+        const int8_t  alo  = a_stride_chunk ? a[((klo / a_stride_chunk) * 4 + a_row) * a_stride_chunk + klo % a_stride_chunk]
+                                            : a[klo];
+        const int8_t  ahi  = a_stride_chunk ? a[((khi / a_stride_chunk) * 4 + a_row) * a_stride_chunk + khi % a_stride_chunk]
+                                            : a[khi];
+        sum16 += lo * alo + hi * ahi;
+    }
+    return sum16 / 16;  // exact: every term is a multiple of 16
+}
+
+static void gemv_generic(int N, int B, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int    nb        = n / QK;
+    const size_t blk_bytes = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    for (int y = 0; y < nr; y++) {
+        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
+        for (int g = 0; g < nc / N; g++) {
+            float sumf[8] = { 0 };
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *         blk = (const uint8_t *) vx + ((size_t) g * nb + b) * blk_bytes;
+                const ggml_ext_fp16_t * d   = (const ggml_ext_fp16_t *) blk;
+                const float             da  = ggml_ext_fp16_to_fp32(a[b].d);
+                for (int j = 0; j < N; j++) {
+                    const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, 0, 0);
+                    sumf[j] += (float) sumi * (ggml_ext_fp16_to_fp32(d[j]) * da);
+                }
+            }
+            for (int j = 0; j < N; j++) {
+                s[(size_t) y * bs + g * N + j] = sumf[j];
+            }
+        }
+    }
+}
+
+// Activations: nr/4 groups of nb ggml_ext_block_q8_0x4 interleaved with chunk AB.
+static void gemm_generic(int N, int B, int AB, int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
+                         int nc) {
+    const int    nb        = n / QK;
+    const size_t blk_bytes = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    for (int t = 0; t < nr / 4; t++) {
+        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) t * nb;
+        for (int g = 0; g < nc / N; g++) {
+            float sumf[4][8] = { { 0 } };
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *         blk = (const uint8_t *) vx + ((size_t) g * nb + b) * blk_bytes;
+                const ggml_ext_fp16_t * d   = (const ggml_ext_fp16_t *) blk;
+                for (int r = 0; r < 4; r++) {
+                    const float da = ggml_ext_fp16_to_fp32(a[b].d[r]);
+                    for (int j = 0; j < N; j++) {
+                        const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, AB, r);
+                        sumf[r][j] += (float) sumi * (ggml_ext_fp16_to_fp32(d[j]) * da);
+                    }
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                for (int j = 0; j < N; j++) {
+                    s[(size_t) (4 * t + r) * bs + g * N + j] = sumf[r][j];
+                }
+            }
+        }
+    }
+}
+
+static void gemv_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(4, 4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(4, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(4, 4, 4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(4, 8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(8, 8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_generic = {
+    .name                  = "generic",
+    .quantize_row_q8_0     = quantize_row_q8_0_generic,
+    .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_generic,
+    .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_generic,
+    .gemv                  = { gemv_4x4_generic, gemv_4x8_generic, gemv_8x8_generic },
+    .gemm                  = { gemm_4x4_generic, gemm_4x8_generic, gemm_8x8_generic },
+};

@@ -1,0 +1,112 @@
+// Dispatch for the interleaved Q4_0 family: every compiled-in implementation, best last;
+// each entry point runs the best one that has the kernel, the scalar reference at worst.
+// The choice follows the compiler's target flags (q4_0_interleaved_impl.h), as ggml's
+// own CPU variants do: a build for a CPU runs on it, with any layout.
+#include "q4_0_interleaved_impl.h"
+
+static const struct ggml_ext_q4_0_impl * const impls[] = {
+    &ggml_ext_q4_0_impl_generic,
+#ifdef GGML_EXT_Q4_0_NEON_DOTPROD
+    &ggml_ext_q4_0_impl_neon_dotprod,
+#endif
+#ifdef GGML_EXT_Q4_0_NEON_I8MM
+    &ggml_ext_q4_0_impl_neon_i8mm,
+#endif
+#ifdef GGML_EXT_Q4_0_AVX2
+    &ggml_ext_q4_0_impl_avx2,
+#endif
+#ifdef GGML_EXT_Q4_0_AVX512VNNI
+    &ggml_ext_q4_0_impl_avx512vnni,
+#endif
+};
+
+#define N_IMPLS ((int) (sizeof(impls) / sizeof(impls[0])))
+
+int ggml_ext_q4_0_impl_count(void) {
+    return N_IMPLS;
+}
+
+const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i) {
+    return i >= 0 && i < N_IMPLS ? impls[i] : NULL;
+}
+
+// The best implementation's pointer for one entry (generic always has it).
+#define BEST(expr)                                   \
+    do {                                             \
+        for (int i = N_IMPLS - 1; i > 0; i--) {      \
+            const struct ggml_ext_q4_0_impl * p = impls[i]; \
+            if (p->expr) {                           \
+                return p->expr;                      \
+            }                                        \
+        }                                            \
+        return impls[0]->expr;                       \
+    } while (0)
+
+static ggml_ext_q4_0_mm_fn best_gemv(int layout) {
+    BEST(gemv[layout]);
+}
+
+static ggml_ext_q4_0_mm_fn best_gemm(int layout) {
+    BEST(gemm[layout]);
+}
+
+static ggml_ext_q8_0_row_fn best_quantize_row(void) {
+    BEST(quantize_row_q8_0);
+}
+
+static ggml_ext_q8_0_x4_fn best_quantize_mat_4x4(void) {
+    BEST(quantize_mat_q8_0_4x4);
+}
+
+static ggml_ext_q8_0_x4_fn best_quantize_mat_4x8(void) {
+    BEST(quantize_mat_q8_0_4x8);
+}
+
+void ggml_ext_quantize_row_q8_0(const float * x, void * vy, int64_t k) {
+    best_quantize_row()(x, vy, k);
+}
+
+void ggml_ext_quantize_mat_q8_0_4x4(const float * x, void * vy, int64_t k) {
+    best_quantize_mat_4x4()(x, vy, k);
+}
+
+void ggml_ext_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k) {
+    best_quantize_mat_4x8()(x, vy, k);
+}
+
+void ggml_ext_gemv_q4_0_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv(GGML_EXT_Q4_0_4_4)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemv_q4_0_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv(GGML_EXT_Q4_0_4_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv(GGML_EXT_Q4_0_8_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_q4_0_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm(GGML_EXT_Q4_0_4_4)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_q4_0_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm(GGML_EXT_Q4_0_4_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm(GGML_EXT_Q4_0_8_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+static const struct ggml_ext_q4_0_layout_traits traits[GGML_EXT_Q4_0_N_LAYOUTS] = {
+    { "Q4_0_4_4", 31, 4, 4, sizeof(ggml_ext_block_q4_0x4), ggml_ext_quantize_mat_q8_0_4x4, ggml_ext_gemv_q4_0_4x4_q8_0,
+      ggml_ext_gemm_q4_0_4x4_q8_0 },
+    { "Q4_0_4_8", 32, 4, 8, sizeof(ggml_ext_block_q4_0x4), ggml_ext_quantize_mat_q8_0_4x8, ggml_ext_gemv_q4_0_4x8_q8_0,
+      ggml_ext_gemm_q4_0_4x8_q8_0 },
+    { "Q4_0_8_8", 33, 8, 8, sizeof(ggml_ext_block_q4_0x8), ggml_ext_quantize_mat_q8_0_4x8, ggml_ext_gemv_q4_0_8x8_q8_0,
+      ggml_ext_gemm_q4_0_8x8_q8_0 },
+};
+
+const struct ggml_ext_q4_0_layout_traits * ggml_ext_q4_0_layout_traits(enum ggml_ext_q4_0_layout layout) {
+    return (unsigned) layout < GGML_EXT_Q4_0_N_LAYOUTS ? &traits[layout] : NULL;
+}
