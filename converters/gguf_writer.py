@@ -154,10 +154,16 @@ class GGUFWriter:
     def __enter__(self) -> "GGUFWriter":
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         self._tmp = Path(tmp)
-        self._fh = os.fdopen(fd, "wb")
-        head = self._header()
-        self._header_size = len(head)
-        self._fh.write(head)
+        try:  # __exit__ does not run when __enter__ fails: clean up here
+            self._fh = os.fdopen(fd, "wb")
+            head = self._header()
+            self._header_size = len(head)
+            self._fh.write(head)
+        except BaseException:
+            if self._fh is None:
+                os.close(fd)
+            self.abort()
+            raise
         return self
 
     def write_tensor(self, data: np.ndarray | bytes | memoryview) -> None:

@@ -15,15 +15,21 @@ tokenizer does: its ``tokenizer.json`` (a ``Prepend("▁")`` normalizer or a
 **Byte-level BPE** (``tokenizer.json`` with a BPE model and a ByteLevel
 pre-tokenizer or decoder; SmolLM, Llama 3, Qwen 2/3, Mistral Nemo):
 ``tokenizer.ggml.model = "gpt2"``, tokens, merges and token types. The
-pre-tokenizer llama.cpp must apply, ``tokenizer.ggml.pre``, is identified two ways:
+pre-tokenizer llama.cpp must apply, ``tokenizer.ggml.pre``, is identified:
 
-1. the way ``convert_hf_to_gguf.py`` does it: the tokenizer encodes llama.cpp's
-   check text and the sha256 of the token ids is looked up in a table of known
-   tokenizers (:data:`KNOWN_PRE_HASHES`; needs the ``tokenizers`` package);
-2. failing that, from the structure of ``tokenizer.json``'s pre-tokenizer: the
-   regexes llama.cpp implements for ``llama-bpe`` (Llama 3) and ``qwen2``,
-   individual digits + ByteLevel (``smollm``/``starcoder``), plain ByteLevel (``gpt-2``);
+1. from the structure of ``tokenizer.json``'s pre-tokenizer, where it is one
+   llama.cpp implements exactly: the Llama 3 regex (``llama-bpe``), the Qwen2
+   regex (``qwen2``), individual digits + ByteLevel (``smollm``, or ``starcoder``
+   when the tokenizer cleans up spaces), plain ByteLevel (``gpt-2``);
+2. else the way ``convert_hf_to_gguf.py`` does it: the tokenizer encodes
+   llama.cpp's check text and the sha256 of the token ids is looked up in a table
+   of known tokenizers (:data:`KNOWN_PRE_HASHES`; needs the ``tokenizers`` package);
 3. anything else gets ``default`` with a warning that tokenization may differ.
+
+Structure comes first because the check text can collide: the default model's
+folder (a tokenizer.json transformers rebuilt from a GGUF) has plain ByteLevel
+pre-tokenization but hashes like SmolLM's digit-splitting one, and the two split
+"\n\n2000" differently.
 
 Token ids missing from the vocabulary become ``[PAD<id>]`` unused tokens, and the
 list is padded to the model's embedding rows. Special token ids come from
@@ -256,12 +262,12 @@ def _structural_pre(tok_cfg: dict, tok_json: dict) -> str | None:
 
 
 def _detect_pre(folder: Path, tok_cfg: dict, tok_json: dict, warn) -> tuple[str, str]:
-    h = check_hash(folder)
-    if h is not None and h in KNOWN_PRE_HASHES:
-        return KNOWN_PRE_HASHES[h], "hash"
     s = _structural_pre(tok_cfg, tok_json)
     if s is not None:
         return s, "structure"
+    h = check_hash(folder)
+    if h is not None and h in KNOWN_PRE_HASHES:
+        return KNOWN_PRE_HASHES[h], "hash"
     warn("the BPE pre-tokenizer of this tokenizer.json is not one llama.cpp's converter knows "
          f"(check-text hash {h or 'not computed: tokenizers is not installed'}); writing "
          "tokenizer.ggml.pre='default': llama.cpp may split text differently from transformers")
@@ -293,11 +299,13 @@ def _sentencepiece(folder: Path, tok_cfg: dict, tok_json: dict | None, n_vocab: 
     tokens = [f"[PAD{i}]" for i in range(n_vocab)]
     scores = [-10000.0] * n_vocab
     types = [TokenType.UNUSED] * n_vocab
+    user_defined = {i for i, p in enumerate(proto.pieces) if p.type == 4} if proto is not None else set()
     for i in range(n_sp):
         tokens[i] = sp.IdToPiece(i)
         scores[i] = float(sp.GetScore(i))
         types[i] = (TokenType.UNKNOWN if sp.IsUnknown(i) else TokenType.CONTROL if sp.IsControl(i)
-                    else TokenType.UNUSED if sp.IsUnused(i) else TokenType.BYTE if sp.IsByte(i) else TokenType.NORMAL)
+                    else TokenType.UNUSED if sp.IsUnused(i) else TokenType.BYTE if sp.IsByte(i)
+                    else TokenType.USER_DEFINED if i in user_defined else TokenType.NORMAL)
 
     def put_added(i: int, text: str, special: bool) -> None:
         if i >= n_vocab:
@@ -319,8 +327,8 @@ def _sentencepiece(folder: Path, tok_cfg: dict, tok_json: dict | None, n_vocab: 
     if tok_json is not None:
         for a in tok_json.get("added_tokens", []):
             i, text = int(a["id"]), a["content"]
-            if i < n_sp and tokens[i] == text:
-                continue  # a piece of the model itself, already typed by SentencePiece
+            if i < n_sp and tokens[i] == text and types[i] in (TokenType.UNKNOWN, TokenType.CONTROL, TokenType.BYTE):
+                continue  # SentencePiece's own special pieces keep their type
             put_added(i, text, bool(a.get("special")) or _looks_special(text))
 
     v = Vocab("llama", "default", tokens, types, scores=scores, pre_source="sentencepiece")
