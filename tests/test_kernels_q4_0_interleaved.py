@@ -1,0 +1,165 @@
+"""Interleaved Q4_0 kernels (ggml_ext/src/q4_0_interleaved*): the C test program
+tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
+scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
+cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a).
+
+Every run also compares our Q4_0 and Q8_0 reference quantizers (and each SIMD Q8_0
+quantizer) with ggml's own, byte for byte: libggml-base's ggml_quantize_chunk and
+dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
+Builds go to pytest's tmp dir.
+"""
+from __future__ import annotations
+
+import ctypes
+import platform
+import re
+import shutil
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "ggml_ext" / "src"
+TEST_C = REPO / "tests" / "c" / "test_q4_0_interleaved.c"
+SOURCES = [
+    SRC / "q4_0_interleaved_dispatch.c",
+    SRC / "generic" / "q4_0_interleaved.c",
+    SRC / "x86" / "q4_0_interleaved.c",
+    SRC / "x86" / "q4_0_interleaved_avx512.c",
+    SRC / "arm" / "q4_0_interleaved.c",
+]
+CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]
+QEMU = ["qemu-aarch64-static", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu"]
+GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 = 2, 8
+
+IS_X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _build(cc: str, march: str, out: Path) -> Path:
+    cmd = [cc, *CFLAGS, f"-march={march}", str(TEST_C), *map(str, SOURCES), "-lm", "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return out
+
+
+def _run(cmd: list[str], expect_impls: str) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
+    m = re.fullmatch(r"(\d+) passed, (\d+) failed", last)
+    assert m, f"no summary line:\n{out}"
+    assert r.returncode == 0 and int(m.group(2)) == 0 and int(m.group(1)) > 0, out
+    assert f"implementations: {expect_impls}\n" in r.stdout, out
+    return out
+
+
+def _fixture_floats(rng: np.random.Generator) -> np.ndarray:
+    """Blocks that exercise every rounding decision of the Q4_0 and Q8_0 references."""
+    blocks = [
+        rng.standard_normal((1024, 32)) * rng.choice([1e-3, 1.0, 30.0], size=(1024, 1)),
+        rng.uniform(-1, 1, (256, 32)),
+        np.zeros((4, 32)),
+        np.full((4, 32), -2.5),
+        rng.standard_normal((64, 32)) * 1e-6,     # deltas in the fp16 subnormal range
+        rng.standard_normal((16, 32)) * 1e-9,     # deltas that flush to zero in fp16
+        rng.standard_normal((16, 32)) * 2e6,      # deltas that overflow to inf in fp16
+    ]
+    ties = rng.standard_normal((256, 32))  # largest magnitude twice, opposite signs
+    ties[:, 5] = np.abs(ties).max(axis=1) * 1.5
+    ties[:, 20] = -ties[:, 5]
+    ties[128:, [5, 20]] = ties[128:, [20, 5]]
+    blocks.append(ties)
+    # values whose x / d lands within two ulps of a rounding edge k + 0.5, for the Q4_0
+    # scale (d = max / -8, even rows) and the Q8_0 scale (d = amax / 127, odd rows)
+    edge = np.empty((4096, 32), dtype=np.float32)
+    for i in range(edge.shape[0]):
+        m = np.float32(rng.uniform(0.1, 10.0) * rng.choice([-1.0, 1.0]))
+        d, kmax = (m / np.float32(-8.0), 8) if i % 2 == 0 else (abs(m) / np.float32(127.0), 127)
+        k = rng.integers(-kmax, kmax, size=31).astype(np.float32) + np.float32(0.5)
+        x = (k / (np.float32(1.0) / d)).astype(np.float32)
+        x = (x.view(np.int32) + rng.integers(-2, 3, size=31).astype(np.int32)).view(np.float32)
+        edge[i, 0] = m
+        edge[i, 1:] = np.clip(x, -abs(m), abs(m))
+    blocks.append(edge)
+    return np.concatenate([np.asarray(b, dtype=np.float32).reshape(-1, 32) for b in blocks]).reshape(-1)
+
+
+@pytest.fixture(scope="module")
+def ggml_fixture(tmp_path_factory) -> Path:
+    """floats + ggml's Q4_0 bytes, ggml's dequantized Q4_0 and ggml's Q8_0 bytes."""
+    from ggml_ext import _locate
+
+    try:
+        lib = ctypes.CDLL(str(_locate.library("ggml-base")))
+    except (_locate.NotBuiltError, OSError) as e:
+        pytest.skip(f"libggml-base of the installed package is needed for the ggml comparison: {e}")
+    lib.ggml_quantize_chunk.restype = ctypes.c_size_t
+    lib.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
+    lib.dequantize_row_q4_0.restype = None
+    lib.dequantize_row_q4_0.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+
+    x = np.ascontiguousarray(_fixture_floats(np.random.default_rng(4)))
+    n = x.size
+    q4 = np.zeros(n // 32 * 18, dtype=np.uint8)
+    q8 = np.zeros(n // 32 * 34, dtype=np.uint8)
+    dq = np.zeros(n, dtype=np.float32)
+    assert lib.ggml_quantize_chunk(GGML_TYPE_Q4_0, x.ctypes.data, q4.ctypes.data, 0, n // 32, 32, None) == q4.size
+    assert lib.ggml_quantize_chunk(GGML_TYPE_Q8_0, x.ctypes.data, q8.ctypes.data, 0, n // 32, 32, None) == q8.size
+    lib.dequantize_row_q4_0(q4.ctypes.data, dq.ctypes.data, n)
+    path = tmp_path_factory.mktemp("q4_0_fixture") / "ggml_q4_0_q8_0.bin"
+    path.write_bytes(struct.pack("<q", n) + x.tobytes() + q4.tobytes() + dq.tobytes() + q8.tobytes())
+    return path
+
+
+@pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
+def test_native_every_simd_kernel(tmp_path, ggml_fixture):
+    flags = _cpu_flags()
+    impls = "generic"
+    if {"avx2", "fma", "f16c"} <= flags:
+        impls += " avx2"
+        if {"avx512f", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
+            impls += " avx512-vnni"
+    exe = _build("gcc", "native", tmp_path / "t_native")
+    out = _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+
+
+@pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
+@pytest.mark.parametrize("march,impls", [("x86-64-v3", "generic avx2"), ("x86-64", "generic")])
+def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
+    if "avx2" in impls and "avx2" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX2")
+    exe = _build("gcc", march, tmp_path / f"t_{march}")
+    _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize(
+    "march,impls",
+    [
+        ("armv8.6-a+dotprod+i8mm", "generic neon-dotprod neon-i8mm"),
+        ("armv8.2-a+dotprod", "generic neon-dotprod"),  # B = 8 GEMM without i8mm
+        ("armv8-a", "generic"),                         # scalar fallback for every layout
+    ],
+)
+def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls):
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
+    out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    assert re.search(r"ggml fixture: \d+ blocks compared", out), out
