@@ -236,13 +236,12 @@ def spm_tokenizer(style: str) -> Path:
 
 def tiny(arch: str, **over) -> Path:
     """The tiny random ``arch`` model (once per run for a given set of overrides)."""
-    key = ("tiny", arch, tuple(sorted(over.items())))
+    key = ("tiny", arch, json.dumps(over, sort_keys=True))
 
     def build() -> Path:
         tok = {"smollm": None, "gemma-spm": "gemma", "llama-spm": "llama"}[TOKENIZER_OF[arch]]
-        suffix = "-".join(f"{k}{v}" for k, v in sorted(over.items()))
-        return make_tiny(arch, work_dir() / f"tiny-{arch}{'-' + suffix if suffix else ''}",
-                         spm_tokenizer(tok) if tok else None, **over)
+        n = sum(1 for k in _CACHE if k[:2] == ("tiny", arch))
+        return make_tiny(arch, work_dir() / f"tiny-{arch}-{n}", spm_tokenizer(tok) if tok else None, **over)
     return cached(key, build)
 
 
