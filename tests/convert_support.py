@@ -234,12 +234,13 @@ def spm_tokenizer(style: str) -> Path:
     return cached(("spm", style), lambda: train_spm(work_dir() / f"tok-{style}", style))
 
 
-def tiny(arch: str, **over) -> Path:
-    """The tiny random ``arch`` model (once per run for a given set of overrides)."""
-    key = ("tiny", arch, json.dumps(over, sort_keys=True))
+def tiny(arch: str, tokenizer: str | None = None, **over) -> Path:
+    """The tiny random ``arch`` model (once per run for a given set of overrides); ``tokenizer``
+    "smollm", "gemma-spm" or "llama-spm" (default: :data:`TOKENIZER_OF`)."""
+    key = ("tiny", arch, tokenizer, json.dumps(over, sort_keys=True))
 
     def build() -> Path:
-        tok = {"smollm": None, "gemma-spm": "gemma", "llama-spm": "llama"}[TOKENIZER_OF[arch]]
+        tok = {"smollm": None, "gemma-spm": "gemma", "llama-spm": "llama"}[tokenizer or TOKENIZER_OF[arch]]
         n = sum(1 for k in _CACHE if k[:2] == ("tiny", arch))
         return make_tiny(arch, work_dir() / f"tiny-{arch}-{n}", spm_tokenizer(tok) if tok else None, **over)
     return cached(key, build)
