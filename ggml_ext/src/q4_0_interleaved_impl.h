@@ -21,6 +21,10 @@
 #    endif
 #endif
 
+// Complete unrolling of the short loops inside kernel block loops (register-resident
+// accumulators, constant lane indices); GCC and clang both read this pragma.
+#define GGML_EXT_UNROLL _Pragma("GCC unroll 8")
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -129,6 +129,7 @@ typedef struct {
 
 INLINE w4x4 load_4x4(const uint8_t * qs) {
     w4x4 w;
+    GGML_EXT_UNROLL
     for (int k = 0; k < 4; k++) {
         const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * k);
         w.lo[k]           = lo16(b);
@@ -137,30 +138,45 @@ INLINE w4x4 load_4x4(const uint8_t * qs) {
     return w;
 }
 
+// G row groups (4 columns each) at once, sharing the activation loads and their delta.
+INLINE void gemv_4x4_pass(int G, const ggml_ext_block_q4_0x4 * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
+    float32x4_t acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
+    for (int b = 0; b < nb; b++) {
+        // activation dword k (bytes 4k..) of each half is lane k: a plain load
+        const int8x16_t   al = vld1q_s8(a[b].qs);
+        const int8x16_t   ah = vld1q_s8(a[b].qs + 16);
+        const float32x4_t da = dup_d(&a[b].d);
+        GGML_EXT_UNROLL
+        for (int gi = 0; gi < G; gi++) {
+            const ggml_ext_block_q4_0x4 * wg = w + (size_t) gi * nb + b;
+            const w4x4                    wb = load_4x4(wg->qs);
+            int32x4_t                     p  = vdotq_laneq_s32(vdupq_n_s32(0), wb.lo[0], al, 0);
+            p                                = vdotq_laneq_s32(p, wb.lo[1], al, 1);
+            p                                = vdotq_laneq_s32(p, wb.lo[2], al, 2);
+            p                                = vdotq_laneq_s32(p, wb.lo[3], al, 3);
+            int32x4_t q                      = vdotq_laneq_s32(vdupq_n_s32(0), wb.hi[0], ah, 0);
+            q                                = vdotq_laneq_s32(q, wb.hi[1], ah, 1);
+            q                                = vdotq_laneq_s32(q, wb.hi[2], ah, 2);
+            q                                = vdotq_laneq_s32(q, wb.hi[3], ah, 3);
+            acc[gi] = vfmaq_f32(acc[gi], vcvtq_n_f32_s32(vaddq_s32(p, q), 4), vmulq_f32(load_d4(wg->d), da));
+        }
+    }
+    for (int gi = 0; gi < G; gi++) {
+        vst1q_f32(out + 4 * gi, acc[gi]);
+    }
+}
+
 static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int nb = n / 32;
+    const int nb = n / 32, ng = nc / 4;
     for (int y = 0; y < nr; y++) {
         const ggml_ext_block_q8_0 *   a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
         const ggml_ext_block_q4_0x4 * w = (const ggml_ext_block_q4_0x4 *) vx;
-        for (int g = 0; g < nc / 4; g++) {
-            float32x4_t acc = vdupq_n_f32(0.0f);
-            for (int b = 0; b < nb; b++, w++) {
-                // activation dword k (bytes 4k..) of each half is lane k: a plain load
-                const int8x16_t al = vld1q_s8(a[b].qs);
-                const int8x16_t ah = vld1q_s8(a[b].qs + 16);
-                const w4x4      wb = load_4x4(w->qs);
-                int32x4_t       p  = vdotq_laneq_s32(vdupq_n_s32(0), wb.lo[0], al, 0);
-                p                  = vdotq_laneq_s32(p, wb.lo[1], al, 1);
-                p                  = vdotq_laneq_s32(p, wb.lo[2], al, 2);
-                p                  = vdotq_laneq_s32(p, wb.lo[3], al, 3);
-                int32x4_t q        = vdotq_laneq_s32(vdupq_n_s32(0), wb.hi[0], ah, 0);
-                q                  = vdotq_laneq_s32(q, wb.hi[1], ah, 1);
-                q                  = vdotq_laneq_s32(q, wb.hi[2], ah, 2);
-                q                  = vdotq_laneq_s32(q, wb.hi[3], ah, 3);
-                const float32x4_t sc = vmulq_f32(load_d4(w->d), dup_d(&a[b].d));
-                acc                  = vfmaq_f32(acc, vcvtq_n_f32_s32(vaddq_s32(p, q), 4), sc);
-            }
-            vst1q_f32(s + (size_t) y * bs + (size_t) g * 4, acc);
+        int                           g = 0;
+        for (; g + 2 <= ng; g += 2) {
+            gemv_4x4_pass(2, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
+        }
+        if (g < ng) {
+            gemv_4x4_pass(1, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
         }
     }
 }
@@ -180,14 +196,17 @@ static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, 
             for (int b = 0; b < nb; b++, w++) {
                 const w4x4 wb = load_4x4(w->qs);
                 int8x16_t  A[8];
+                GGML_EXT_UNROLL
                 for (int k = 0; k < 8; k++) {
                     A[k] = vld1q_s8(a[b].qs + 16 * k);
                 }
                 int32x4_t p[4];
+                GGML_EXT_UNROLL
                 for (int r = 0; r < 4; r++) {
                     p[r] = vdupq_n_s32(0);
                 }
 #    define ROW_4X4(R)                                     \
+        GGML_EXT_UNROLL                                    \
         for (int k = 0; k < 4; k++) {                      \
             p[R] = vdotq_laneq_s32(p[R], wb.lo[k], A[k], R);     \
             p[R] = vdotq_laneq_s32(p[R], wb.hi[k], A[4 + k], R); \
@@ -221,6 +240,7 @@ typedef struct {
 } wb8;
 
 INLINE void load_b8(const uint8_t * qs, int N, wb8 * w) {
+    GGML_EXT_UNROLL
     for (int i = 0; i < N; i++) {  // N columns x 16 bytes = N lines
         const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * i);
         w->lo[i]          = lo16(b);
@@ -241,27 +261,44 @@ INLINE int32x4_t dot_b8(const wb8 * w, int N, int h, const int8x16_t A[4]) {
     return vpaddq_s32(dot_pair_b8(w, N, 2 * h, A), dot_pair_b8(w, N, 2 * h + 1, A));
 }
 
+// G row groups at once (eight columns: one Q4_0_8_8 group or two Q4_0_4_8 groups, or a
+// last lone Q4_0_4_8 group), sharing the activation broadcasts and their delta.
+INLINE void gemv_b8_pass(int N, int G, const uint8_t * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
+    const size_t blk    = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    const int    quads  = G * N / 4;  // columns / 4
+    float32x4_t  acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
+    for (int b = 0; b < nb; b++) {
+        const int8x16_t   A[4] = { dup64(a[b].qs), dup64(a[b].qs + 8), dup64(a[b].qs + 16), dup64(a[b].qs + 24) };
+        const float32x4_t da   = dup_d(&a[b].d);
+        GGML_EXT_UNROLL
+        for (int gi = 0; gi < G; gi++) {
+            const uint8_t * wg = w + ((size_t) gi * nb + b) * blk;
+            wb8             wb;
+            load_b8(wg + 2 * N, N, &wb);
+            GGML_EXT_UNROLL
+            for (int h = 0; h < N / 4; h++) {
+                const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) wg + 4 * h), da);
+                acc[gi + h]          = vfmaq_f32(acc[gi + h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
+            }
+        }
+    }
+    for (int q = 0; q < quads; q++) {
+        vst1q_f32(out + 4 * q, acc[q]);
+    }
+}
+
 INLINE void gemv_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
-    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    const int    nb   = n / 32, ng = nc / N, step = 8 / N;
+    const size_t gblk = (size_t) nb * N * sizeof(ggml_ext_block_q4_0);  // bytes of one row group
     for (int y = 0; y < nr; y++) {
         const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
         const uint8_t *             w = (const uint8_t *) vx;
-        for (int g = 0; g < nc / N; g++) {
-            float32x4_t acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
-            for (int b = 0; b < nb; b++, w += blk) {
-                const int8x16_t A[4] = { dup64(a[b].qs), dup64(a[b].qs + 8), dup64(a[b].qs + 16), dup64(a[b].qs + 24) };
-                const float32x4_t da = dup_d(&a[b].d);
-                wb8 wb;
-                load_b8(w + 2 * N, N, &wb);
-                for (int h = 0; h < N / 4; h++) {
-                    const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), da);
-                    acc[h]               = vfmaq_f32(acc[h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
-                }
-            }
-            for (int h = 0; h < N / 4; h++) {
-                vst1q_f32(s + (size_t) y * bs + (size_t) g * N + 4 * h, acc[h]);
-            }
+        int                         g = 0;
+        for (; g + step <= ng; g += step) {
+            gemv_b8_pass(N, step, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
+        }
+        if (g < ng) {
+            gemv_b8_pass(N, 1, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
         }
     }
 }
@@ -284,10 +321,12 @@ INLINE void gemm_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx,
                 float da[4];
                 vst1q_f32(da, load_d4(a[b].d));
                 const int8_t * q = a[b].qs;
+                GGML_EXT_UNROLL
                 for (int r = 0; r < 4; r++) {
                     const int8x16_t A[4] = { dup64(q + 8 * r), dup64(q + 8 * (4 + r)), dup64(q + 8 * (8 + r)),
                                              dup64(q + 8 * (12 + r)) };
                     const float32x4_t dar = vdupq_n_f32(da[r]);
+                    GGML_EXT_UNROLL
                     for (int h = 0; h < N / 4; h++) {
                         const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), dar);
                         acc[r][h]            = vfmaq_f32(acc[r][h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
@@ -351,6 +390,7 @@ INLINE void gemm_b8_i8mm(int N, int n, float * s, size_t bs, const void * vx, co
             }
             for (int b = 0; b < nb; b++, w += blk) {
                 int8x16_t A[8];
+                GGML_EXT_UNROLL
                 for (int k = 0; k < 8; k++) {
                     A[k] = vld1q_s8(a[b].qs + 16 * k);
                 }
@@ -358,12 +398,14 @@ INLINE void gemm_b8_i8mm(int N, int n, float * s, size_t bs, const void * vx, co
                 const float32x4_t dap[2] = { vzip1q_f32(da, da), vzip2q_f32(da, da) };  // [a0 a0 a1 a1], [a2 a2 a3 a3]
                 const ggml_ext_fp16_t * d = (const ggml_ext_fp16_t *) w;
                 const float32x4_t dw[2] = { load_d4(d), N == 8 ? load_d4(d + 4) : vdupq_n_f32(0.0f) };
+                GGML_EXT_UNROLL
                 for (int cp = 0; cp < NP; cp++) {
                     const int8x16_t   l0  = vld1q_s8((const int8_t *) w + 2 * N + 16 * cp);         // chunk 0
                     const int8x16_t   l1  = vld1q_s8((const int8_t *) w + 2 * N + 16 * (NP + cp));  // chunk 1
                     const int8x16_t   wl0 = lo16(l0), wh0 = hi16(l0), wl1 = lo16(l1), wh1 = hi16(l1);
                     const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
                     const float32x4_t dwp = vcombine_f32(d2, d2);  // [w 2cp, w 2cp+1] twice
+                    GGML_EXT_UNROLL
                     for (int rp = 0; rp < 2; rp++) {
                         int32x4_t p = vmmlaq_s32(vdupq_n_s32(0), A[rp], wl0);  // weights 0-7
                         p           = vmmlaq_s32(p, A[2 + rp], wl1);           // 8-15

@@ -159,6 +159,7 @@ INLINE void gemv_b8(int H, int n, float * s, size_t bs, const void * vx, const v
                                             ggml_ext_q4_0_bcast64(q + 16), ggml_ext_q4_0_bcast64(q + 24) };
                     const __m256i  corr = ggml_ext_q4_0_bcast64(t[b].pair);
                     const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
+                    GGML_EXT_UNROLL
                     for (int h = 0; h < H; h++) {
                         const half_b8 wh = load_half_b8(w + 2 * N, H, h);
                         const __m256i p  = _mm256_add_epi32(dot_half_b8(&wh, A), corr);
@@ -173,6 +174,9 @@ INLINE void gemv_b8(int H, int n, float * s, size_t bs, const void * vx, const v
     }
 }
 
+// Four activation rows x four columns at a time: for Q4_0_8_8 the two column halves are
+// separate passes over the blocks, so that 4 accumulators + 4 weight vectors fit the 16
+// AVX2 registers (the activations, re-read by the second pass, stay in L1).
 INLINE void gemm_b8(int H, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int    N   = 4 * H;
     const int    nb  = n / 32;
@@ -184,36 +188,26 @@ INLINE void gemm_b8(int H, int n, float * s, size_t bs, const void * vx, const v
             const int kn = ggml_ext_q4_0_min(KC, nb - kb);
             ggml_ext_q4_0_prep_x4(a + kb, kn, 8, t);
             for (int g = 0; g < nc / N; g++) {
-                const uint8_t * w = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m256          acc[4][2];
-                for (int r = 0; r < 4; r++) {
-                    acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-                }
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const __m256 sc = load_scales(w, H);
-                    half_b8      wh[2];
-                    __m256       sp[2];
-                    for (int h = 0; h < H; h++) {
-                        wh[h] = load_half_b8(w + 2 * N, H, h);
-                        sp[h] = _mm256_permutevar8x32_ps(sc, pair_idx(h));
-                    }
-                    const int8_t * q = a[kb + b].qs;
-                    for (int r = 0; r < 4; r++) {
-                        const act_sums * tr   = &t[b * 4 + r];
-                        const __m256i    A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
-                                                  ggml_ext_q4_0_bcast64(q + 8 * (8 + r)),
-                                                  ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
-                        const __m256i    corr = ggml_ext_q4_0_bcast64(tr->pair);
-                        const __m256     da   = _mm256_set1_ps(tr->d);
-                        for (int h = 0; h < H; h++) {
-                            const __m256i p = _mm256_add_epi32(dot_half_b8(&wh[h], A), corr);
-                            acc[r][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp[h], da), acc[r][h]);
+                for (int h = 0; h < H; h++) {
+                    const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
+                    __m256          acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                                               _mm256_setzero_ps() };
+                    for (int b = 0; b < kn; b++, w += blk) {
+                        const half_b8  wh = load_half_b8(w + 2 * N, H, h);
+                        const __m256   sp = _mm256_permutevar8x32_ps(load_scales(w, H), pair_idx(h));
+                        const int8_t * q  = a[kb + b].qs;  // chunk c of row r at q + 8 (4c + r)
+                        GGML_EXT_UNROLL
+                        for (int r = 0; r < 4; r++) {
+                            const act_sums * tr   = &t[b * 4 + r];
+                            const __m256i    A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
+                                                      ggml_ext_q4_0_bcast64(q + 8 * (8 + r)),
+                                                      ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
+                            const __m256i    p    = _mm256_add_epi32(dot_half_b8(&wh, A), ggml_ext_q4_0_bcast64(tr->pair));
+                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(tr->d)), acc[r]);
                         }
                     }
-                }
-                for (int r = 0; r < 4; r++) {
-                    for (int h = 0; h < H; h++) {
-                        store4(s + (size_t) (4 * ti + r) * bs + (size_t) g * N + 4 * h, fold_pairs(acc[r][h]), kb > 0);
+                    for (int r = 0; r < 4; r++) {
+                        store4(s + (size_t) (4 * ti + r) * bs + (size_t) g * N + 4 * h, fold_pairs(acc[r]), kb > 0);
                     }
                 }
             }
@@ -304,9 +298,11 @@ static void gemm_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, con
                     const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w));
                     // 32-byte load k holds dwords 2k (rows 0-3) and 2k+1 (rows 0-3) of the activations
                     __m256i      V[4];
+                    GGML_EXT_UNROLL
                     for (int k = 0; k < 4; k++) {
                         V[k] = _mm256_loadu_si256((const __m256i *) (a[kb + b].qs + 32 * k));
                     }
+                    GGML_EXT_UNROLL
                     for (int r = 0; r < 4; r++) {
                         const act_sums * tr   = &t[b * 4 + r];
                         const __m256i    idx  = dword_pair_idx(r, 4 + r);

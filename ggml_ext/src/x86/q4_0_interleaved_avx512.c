@@ -131,6 +131,7 @@ static void gemm_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, c
                     unpack(w + 16, &W[0], &W[1]);
                     unpack(w + 80, &W[2], &W[3]);
                     const __m512 sc = scales8(w);
+                    GGML_EXT_UNROLL
                     for (int r = 0; r < 4; r++) {
                         const act_sums * tr = &t[b * 4 + r];
                         const __m512i    p  = dot_8x8(W, bcast64(tr->pair), bcast64(q + 8 * r), bcast64(q + 8 * (4 + r)),
@@ -212,6 +213,7 @@ static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, c
                     __m512i       lo, hi;
                     unpack(w + 8, &lo, &hi);
                     const __m512 dw = _mm512_permutexvar_ps(ip, scales4(w, 1.0f));
+                    GGML_EXT_UNROLL
                     for (int r = 0; r < 4; r++) {
                         const act_sums * tr  = &t[b * 4 + r];
                         const __m512i    idx = _mm512_setr_epi64(r, r, r, r, 4 + r, 4 + r, 4 + r, 4 + r);
@@ -284,6 +286,7 @@ static void gemm_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, c
                     __m512i       lo, hi;
                     unpack(w + 8, &lo, &hi);
                     const __m512 dw = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, 1.0f)));
+                    GGML_EXT_UNROLL
                     for (int r = 0; r < 4; r++) {
                         const act_sums * tr  = &t[b * 4 + r];
                         const __m512i    idx = _mm512_add_epi32(_mm512_slli_epi32(iq, 2), _mm512_set1_epi32(r));
