@@ -18,6 +18,7 @@ bytes: nothing else of the model is held.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import sys
@@ -267,11 +268,12 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                     x = p.data if p.data is not None else pl.checkpoint.load(p.hf_name)
                     x = _transform(pl.arch, pl.hparams, p, np.asarray(x, dtype=np.float32))
                     what = f"tensor {p.hf_name} ({p.gguf_name})" if p.hf_name else f"tensor {p.gguf_name}"
-                    if not np.isfinite(x).all():
+                    lo, hi = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)  # no temporaries
+                    if not (math.isfinite(lo) and math.isfinite(hi)):  # min/max are NaN if any value is
                         bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
                         raise ConversionError(f"{what} holds {bad} NaN or infinite values; refusing to convert")
                     if p.type_name == "F16":
-                        peak = float(np.abs(x).max()) if x.size else 0.0
+                        peak = max(hi, -lo)
                         if peak > _F16_MAX:
                             raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
                                                   f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
