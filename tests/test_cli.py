@@ -19,6 +19,15 @@ def test_chat_one_shot_streams_an_answer(default_gguf):
     assert "Paris" in r.stdout
 
 
+def test_chat_interactive_keeps_the_conversation(default_gguf):
+    # two turns on standard input; an empty line ends the session
+    turns = "What is the capital of France? Answer in one sentence.\nAnd of Germany? Answer in one sentence.\n\n"
+    r = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "chat", str(default_gguf), "-n", "24"], input=turns,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout and "Berlin" in r.stdout
+
+
 def test_chat_exits_non_zero_when_the_model_fails_to_load(tmp_path):
     bad = tmp_path / "truncated.gguf"
     bad.write_bytes(b"GGUF\x03\x00\x00\x00\x01")
