@@ -6,6 +6,10 @@ cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-
 Every run also compares our Q4_0 and Q8_0 reference quantizers (and each SIMD Q8_0
 quantizer) with ggml's own, byte for byte: libggml-base's ggml_quantize_chunk and
 dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
+
+Byte compatibility with llama.cpp's interleaved files: tests/c/test_q4_0_upstream_compat.c
+links the pinned tree's own arch/{x86,arm}/repack.cpp (compiled as is) and runs upstream's
+SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm).
 Builds go to pytest's tmp dir.
 """
 from __future__ import annotations
@@ -16,6 +20,7 @@ import re
 import shutil
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "ggml_ext" / "src"
 TEST_C = REPO / "tests" / "c" / "test_q4_0_interleaved.c"
+COMPAT_C = REPO / "tests" / "c" / "test_q4_0_upstream_compat.c"
 SOURCES = [
     SRC / "q4_0_interleaved_dispatch.c",
     SRC / "generic" / "q4_0_interleaved.c",
@@ -48,10 +54,32 @@ def _cpu_flags() -> set[str]:
     return set()
 
 
-def _build(cc: str, march: str, out: Path) -> Path:
-    cmd = [cc, *CFLAGS, f"-march={march}", str(TEST_C), *map(str, SOURCES), "-lm", "-o", str(out)]
+def _build(cc: str, march: str, out: Path, main: Path = TEST_C, extra: tuple[Path, ...] = ()) -> Path:
+    cmd = [cc, *CFLAGS, f"-march={march}", str(main), *map(str, SOURCES), *map(str, extra), "-lm", "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return out
+
+
+def _build_upstream_repack(cxx: str, arch: str, march: str, out: Path) -> Path:
+    """The pinned tree's ggml/src/ggml-cpu/arch/<arch>/repack.cpp, compiled unmodified."""
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_llama_cpp.py"), "tree"], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"the pinned llama.cpp tree is not available: {r.stderr.strip()[-300:]}")
+    ggml = Path(r.stdout.strip().splitlines()[-1]) / "ggml"
+    cmd = [cxx, "-std=c++17", "-O2", "-DNDEBUG", f"-march={march}", f"-I{ggml / 'include'}", f"-I{ggml / 'src'}",
+           f"-I{ggml / 'src' / 'ggml-cpu'}", "-c", str(ggml / "src" / "ggml-cpu" / "arch" / arch / "repack.cpp"),
+           "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return out
+
+
+def _run_summary(cmd: list[str]) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    m = re.search(r"^(\d+) passed, (\d+) failed$", r.stdout, re.M)
+    assert m and r.returncode == 0 and int(m.group(2)) == 0 and int(m.group(1)) > 0, out
     return out
 
 
@@ -163,3 +191,25 @@ def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls):
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
     out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+
+
+@pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
+def test_upstream_x86_kernels_read_our_bytes(tmp_path):
+    if not {"avx2", "fma", "f16c"} <= _cpu_flags():
+        pytest.skip("upstream's x86 Q4_0_8_8 kernels need AVX2")
+    up = _build_upstream_repack("g++", "x86", "native", tmp_path / "upstream_x86_repack.o")
+    exe = _build("gcc", "native", tmp_path / "t_compat", COMPAT_C, (up,))
+    _run_summary([str(exe), "8x8"])
+
+
+@pytest.mark.qemu
+def test_upstream_arm_kernels_read_our_bytes(tmp_path):
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++", "qemu-aarch64-static")
+               if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, "
+                    "g++-aarch64-linux-gnu, qemu-user-static)")
+    march = "armv8.6-a+dotprod+i8mm"
+    up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack.o")
+    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat", COMPAT_C, (up,))
+    _run_summary([*QEMU, str(exe), "4x4,4x8"])

@@ -1,0 +1,179 @@
+// Byte compatibility with llama.cpp: the pinned tree's own interleaved Q4_0 kernels
+// (ggml/src/ggml-cpu/arch/{x86,arm}/repack.cpp, compiled unmodified and linked in) run on
+// weights repacked by ggml_ext_repack_q4_0 and must give the matmul of the original Q4_0
+// rows, and agree with our scalar reference; our scalar GEMM also reads the activations
+// that upstream's own quantize_mat interleaved.
+// Upstream kernels that fall back to its scalar code on this target are skipped (x86:
+// only Q4_0_8_8 has SIMD kernels; Arm without SVE: Q4_0_4_4 and Q4_0_4_8).
+//
+// usage: test_q4_0_upstream_compat LAYOUT[,LAYOUT...]   (4x4, 4x8, 8x8)
+// Agreement: |upstream - ours| and |upstream - exact| <= (nb + 4) * 2^-22 * T, with
+// T = sum |dw da w a| (all accumulate exact integer block sums, in different float orders).
+// Prints "N passed, M failed"; exits 1 on any failure.
+#include "q4_0_interleaved_impl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// ---- from the pinned tree's arch/*/repack.cpp (extern "C" there). Weak: a target whose
+// upstream object has no SIMD kernel for a layout leaves it out (x86: 4x4 and 4x8).
+#define WEAK __attribute__((weak))
+WEAK void ggml_gemv_q4_0_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemv_q4_0_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemm_q4_0_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemm_q4_0_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_quantize_mat_q8_0_4x4(const float * x, void * vy, int64_t k);
+WEAK void ggml_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k);
+
+// ---- what the upstream object refers to: ggml's fp16 tables, and on Arm without SVE the
+// scalar Q4_0_8_8 kernels of upstream's repack.cpp (not linked here), whose semantics are
+// our scalar reference's. The Q4_0_8_8 layout is not checked on such builds.
+float ggml_table_f32_f16[1 << 16];
+float ggml_table_f32_e8m0_half[1 << 8];
+
+void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+
+void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_impl_get(0)->gemv[GGML_EXT_Q4_0_8_8](n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_impl_get(0)->gemm[GGML_EXT_Q4_0_8_8](n, s, bs, vx, vy, nr, nc);
+}
+
+static ggml_ext_q4_0_mm_fn const up_gemv[3] = { ggml_gemv_q4_0_4x4_q8_0, ggml_gemv_q4_0_4x8_q8_0, ggml_gemv_q4_0_8x8_q8_0 };
+static const ggml_ext_q4_0_mm_fn up_gemm[3] = { ggml_gemm_q4_0_4x4_q8_0, ggml_gemm_q4_0_4x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
+
+static int n_passed, n_failed;
+
+static uint64_t rng_state = 12345;
+
+static float rndf(void) {
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (float) ((double) (rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void * xmalloc(size_t n) {
+    void * p = malloc(n);
+    if (!p) {
+        exit(2);
+    }
+    return p;
+}
+
+static int nibble(const ggml_ext_block_q4_0 * b, int k) {
+    return (k < 16 ? (b->qs[k] & 0x0f) : (b->qs[k - 16] >> 4)) - 8;
+}
+
+// activation byte k of row r in an interleaved group (chunk B)
+static int8_t act_x4(const ggml_ext_block_q8_0x4 * blk, int B, int r, int k) {
+    return blk->qs[((k / B) * 4 + r) * B + k % B];
+}
+
+// One shape: nc weight rows, nr activation rows, nb blocks. GEMV on every row, GEMM on all.
+static void check_shape(int L, int nb, int nc, int nr) {
+    const int B = L == 0 ? 4 : 8, K = 32 * nb;
+    float *   xw = xmalloc((size_t) nc * K * sizeof(float)), *xa = xmalloc((size_t) nr * K * sizeof(float));
+    for (int i = 0; i < nc * K; i++) {
+        xw[i] = rndf() * (i % 61 == 0 ? 9.0f : 1.0f);
+    }
+    for (int i = 0; i < nr * K; i++) {
+        xa[i] = rndf() * (float) (1 + i % 7);
+    }
+    ggml_ext_block_q4_0 *   w  = xmalloc((size_t) nc * nb * sizeof(*w));
+    uint8_t *               wi = xmalloc((size_t) nc * nb * sizeof(*w));
+    ggml_ext_block_q8_0 *   a  = xmalloc((size_t) nr * nb * sizeof(*a));
+    ggml_ext_block_q8_0x4 * ax = xmalloc((size_t) nr / 4 * nb * sizeof(*ax));
+    float *                 so = xmalloc((size_t) nr * nc * sizeof(float)), *su = xmalloc((size_t) nr * nc * sizeof(float));
+    ggml_ext_quantize_row_q4_0_ref(xw, w, (int64_t) nc * K);
+    ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, wi, w, nc, K);
+    ggml_ext_quantize_row_q8_0_ref(xa, a, (int64_t) nr * K);
+    for (int t = 0; t < nr / 4; t++) {  // upstream's own activation interleaving
+        (B == 4 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)(xa + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
+    }
+    const struct ggml_ext_q4_0_impl * gen = ggml_ext_q4_0_impl_get(0);
+    for (int gemm = 0; gemm < 2; gemm++) {
+        const void * act = gemm ? (const void *) ax : (const void *) a;
+        for (int i = 0; i < nr * nc; i++) {
+            so[i] = su[i] = NAN;
+        }
+        (gemm ? gen->gemm[L] : gen->gemv[L])(K, so, (size_t) nc, wi, act, nr, nc);
+        if (gemm) {
+            up_gemm[L](K, su, (size_t) nc, wi, act, nr, nc);
+        } else {
+            for (int y = 0; y < nr; y++) {  // upstream's GEMV: one activation row per call
+                up_gemv[L](K, su + (size_t) y * nc, (size_t) nc, wi, a + (size_t) y * nb, 1, nc);
+            }
+        }
+        int bad = 0;
+        for (int y = 0; y < nr; y++) {
+            for (int c = 0; c < nc; c++) {
+                double t = 0, e = 0;  // bound, and the exact value from the unpacked Q4_0 rows
+                for (int b = 0; b < nb; b++) {
+                    const ggml_ext_block_q4_0 * wb = &w[(size_t) c * nb + b];
+                    const ggml_ext_fp16_t da = gemm ? ax[(size_t) (y / 4) * nb + b].d[y % 4] : a[(size_t) y * nb + b].d;
+                    long sa = 0, sd = 0;
+                    for (int k = 0; k < 32; k++) {
+                        const int8_t q = gemm ? act_x4(&ax[(size_t) (y / 4) * nb + b], B, y % 4, k) : a[(size_t) y * nb + b].qs[k];
+                        sa += labs((long) nibble(wb, k) * q);
+                        sd += (long) nibble(wb, k) * q;
+                    }
+                    const double sc = (double) ggml_ext_fp16_to_fp32(wb->d) * ggml_ext_fp16_to_fp32(da);
+                    t += fabs(sc) * (double) sa;
+                    e += sc * (double) sd;
+                }
+                const double bound = (nb + 4) * ldexp(t, -22);
+                const double u     = su[(size_t) y * nc + c];
+                bad += !(fabs((double) so[(size_t) y * nc + c] - u) <= bound) || !(fabs(u - e) <= bound);
+            }
+        }
+        if (bad) {
+            n_failed++;
+            fprintf(stderr, "FAIL: upstream %s %s nb=%d nc=%d nr=%d: %d outputs disagree with ours or the exact matmul\n",
+                    gemm ? "gemm" : "gemv", L == 0 ? "4x4" : L == 1 ? "4x8" : "8x8", nb, nc, nr, bad);
+        } else {
+            n_passed++;
+        }
+    }
+    free(xw);
+    free(xa);
+    free(w);
+    free(wi);
+    free(a);
+    free(ax);
+    free(so);
+    free(su);
+}
+
+int main(int argc, char ** argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s LAYOUT[,LAYOUT...] (4x4, 4x8, 8x8)\n", argv[0]);
+        return 2;
+    }
+    for (int h = 0; h < (1 << 16); h++) {
+        ggml_table_f32_f16[h] = ggml_ext_fp16_to_fp32((ggml_ext_fp16_t) h);
+    }
+    static const char * names[3] = { "4x4", "4x8", "8x8" };
+    static const int    nbs[]    = { 1, 3, 17, 129 };
+    for (int L = 0; L < 3; L++) {
+        if (!strstr(argv[1], names[L])) {
+            continue;
+        }
+        const int N = L == 2 ? 8 : 4;
+        if (!up_gemv[L] || !up_gemm[L] || !(L == 0 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)) {
+            n_failed++;
+            fprintf(stderr, "FAIL: the upstream object has no %s kernels on this target\n", names[L]);
+            continue;
+        }
+        for (int i = 0; i < 4; i++) {
+            // column counts around upstream's 16-column and row counts around its 16-row tiles
+            check_shape(L, nbs[i], N * (1 + i) + (i % 2 ? 16 : 0), 4 * (1 + i) + (i >= 2 ? 16 : 0));
+        }
+    }
+    printf("%d passed, %d failed\n", n_passed, n_failed);
+    return n_failed || !n_passed ? 1 : 0;
+}
