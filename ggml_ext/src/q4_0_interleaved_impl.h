@@ -21,26 +21,33 @@
 #    endif
 #endif
 
-// Complete unrolling of the short loops inside kernel block loops (register-resident
+// Helpers of the kernels are always inlined (constant layout parameters fold away), and
+// the short loops inside block loops are unrolled completely (register-resident
 // accumulators, constant lane indices); GCC and clang both read this pragma.
-#define GGML_EXT_UNROLL _Pragma("GCC unroll 8")
+#if defined(_MSC_VER) && !defined(__clang__)
+#    define GGML_EXT_INLINE static __forceinline
+#    define GGML_EXT_UNROLL
+#else
+#    define GGML_EXT_INLINE static inline __attribute__((always_inline))
+#    define GGML_EXT_UNROLL _Pragma("GCC unroll 8")
+#endif
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_generic;
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_generic;
 #ifdef GGML_EXT_Q4_0_NEON_DOTPROD
-extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod;
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod;
 #endif
 #ifdef GGML_EXT_Q4_0_NEON_I8MM
-extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm;
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm;
 #endif
 #ifdef GGML_EXT_Q4_0_AVX2
-extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2;
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2;
 #endif
 #ifdef GGML_EXT_Q4_0_AVX512VNNI
-extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni;
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni;
 #endif
 
 #ifdef __cplusplus

@@ -18,7 +18,7 @@
 
 #    include <arm_neon.h>
 
-#    define INLINE static inline __attribute__((always_inline))
+#    define INLINE GGML_EXT_INLINE
 
 INLINE int8x16_t lo16(int8x16_t b) {  // low nibble weights times 16
     return vshlq_n_s8(b, 4);

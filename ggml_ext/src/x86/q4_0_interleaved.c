@@ -11,7 +11,7 @@
 #if defined(GGML_EXT_Q4_0_AVX2)
 
 #    define KC GGML_EXT_Q4_0_KC
-#    define INLINE static inline __attribute__((always_inline))
+#    define INLINE GGML_EXT_INLINE
 
 typedef ggml_ext_q4_0_act_sums act_sums;
 
