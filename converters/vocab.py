@@ -167,6 +167,8 @@ def load_vocab(folder: Path, config: dict[str, Any], n_vocab: int, warn: Callabl
     tok_json = _json(tok_json_path) if tok_json_path.is_file() else None
     if (folder / "tokenizer.model").is_file():
         v = _sentencepiece(folder, tok_cfg, tok_json, n_vocab, warn)
+    elif tok_json is not None and _is_sentencepiece_json(tok_json):
+        v = _sentencepiece_json(folder, tok_cfg, tok_json, n_vocab, warn)
     elif tok_json is not None:
         v = _bpe(folder, tok_cfg, tok_json, n_vocab, warn)
     else:
@@ -193,8 +195,8 @@ def _is_byte_level(tok_json: dict) -> bool:
 def _bpe(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn) -> Vocab:
     model = tok_json.get("model") or {}
     if model.get("type") != "BPE" or not _is_byte_level(tok_json):
-        raise ConversionError(f"{folder / 'tokenizer.json'}: only byte-level BPE tokenizers can be read from "
-                              f"tokenizer.json (this one is {model.get('type')!r}"
+        raise ConversionError(f"{folder / 'tokenizer.json'}: only byte-level BPE and SentencePiece-style BPE "
+                              f"tokenizers can be read from tokenizer.json (this one is {model.get('type')!r}"
                               f"{'' if _is_byte_level(tok_json) else ', not byte-level'}); a SentencePiece "
                               "model needs its tokenizer.model")
     vocab: dict[str, int] = model.get("vocab") or {}
@@ -219,16 +221,72 @@ def _bpe(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn) -> Voc
         else:
             tokens.append(t)
             types.append(TokenType.NORMAL)
-    merges = []
-    for m in model.get("merges") or []:
-        if isinstance(m, str):
-            merges.append(m)
-        elif isinstance(m, (list, tuple)) and len(m) == 2:
-            merges.append(f"{m[0]} {m[1]}")
-        else:
-            raise ConversionError(f"{folder / 'tokenizer.json'}: malformed merge {m!r}")
+    merges = [f"{a} {b}" for a, b in _merges(folder, model)]
     pre, how = _detect_pre(folder, tok_cfg, tok_json, warn)
     return Vocab("gpt2", pre, tokens, types, merges=merges, pre_source=how)
+
+
+def _merges(folder: Path, model: dict) -> list[tuple[str, str]]:
+    out = []
+    for m in model.get("merges") or []:
+        if isinstance(m, str) and " " in m:
+            a, b = m.split(" ", 1)
+        elif isinstance(m, (list, tuple)) and len(m) == 2:
+            a, b = m
+        else:
+            raise ConversionError(f"{folder / 'tokenizer.json'}: malformed merge {m!r}")
+        out.append((a, b))
+    return out
+
+
+def _is_sentencepiece_json(tok_json: dict) -> bool:
+    """A SentencePiece model expressed as tokenizer.json: BPE with byte fallback, "▁" for spaces."""
+    model = tok_json.get("model") or {}
+    if model.get("type") != "BPE" or _is_byte_level(tok_json) or not model.get("byte_fallback"):
+        return False
+    text = json.dumps([tok_json.get("normalizer"), tok_json.get("pre_tokenizer")], ensure_ascii=False)
+    return "\u2581" in text
+
+
+def _sentencepiece_json(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn) -> Vocab:
+    """SentencePiece-style tokenizer.json without tokenizer.model (e.g. a folder saved from a GGUF).
+
+    llama.cpp's SentencePiece tokenizer merges the adjacent pair whose concatenation has
+    the highest score; transformers merges by merge rank. Each token gets the score
+    -(rank of the first merge producing it), so both pick the same pairs in the same order.
+    """
+    model = tok_json["model"]
+    vocab: dict[str, int] = model.get("vocab") or {}
+    size = max(n_vocab, max(vocab.values(), default=-1) + 1)
+    if size > n_vocab:
+        raise ConversionError(f"the tokenizer has token id {size - 1} but the model has only {n_vocab} embedding rows")
+    tokens = [f"[PAD{i}]" for i in range(n_vocab)]
+    scores = [-10000.0] * n_vocab
+    types = [TokenType.UNUSED] * n_vocab
+    for t, i in vocab.items():
+        tokens[i], scores[i] = t, 0.0
+        types[i] = TokenType.BYTE if len(t) == 6 and t.startswith("<0x") and t.endswith(">") else TokenType.NORMAL
+    for rank, (a, b) in enumerate(_merges(folder, model)):
+        i = vocab.get(a + b)
+        if i is not None and scores[i] == 0.0:
+            scores[i] = -float(rank + 1)
+    unk = model.get("unk_token")
+    if isinstance(unk, str) and unk in vocab:
+        types[vocab[unk]] = TokenType.UNKNOWN
+    for a in tok_json.get("added_tokens", []):
+        i, text = int(a["id"]), a["content"]
+        if i >= n_vocab:
+            warn(f"added token {text!r} has id {i}, beyond the {n_vocab} embedding rows: left out")
+            continue
+        if types[i] == TokenType.UNKNOWN and tokens[i] == text:
+            continue
+        special = bool(a.get("special")) or _looks_special(text)
+        tokens[i] = text if special else text.replace("\u2581", " ")
+        types[i] = TokenType.CONTROL if special else TokenType.USER_DEFINED
+        scores[i] = -1000.0
+    v = Vocab("llama", "default", tokens, types, scores=scores, pre_source="sentencepiece (tokenizer.json)")
+    v.add_space_prefix = _space_prefix(tok_cfg, tok_json, None)
+    return v
 
 
 def check_hash(folder: Path) -> str | None:

@@ -140,3 +140,19 @@ def test_unknown_pre_tokenizer_falls_back_with_a_warning(tmp_path):
     r = convert(d, tmp_path / "o.gguf", vocab_only=True, warn=warnings.append)
     assert r.tokenizer_pre == "default"
     assert any("pre-tokenizer" in w and "default" in w for w in warnings)
+
+
+@pytest.mark.parametrize("arch", ["gemma3", "phi3"])
+def test_sentencepiece_style_tokenizer_json_without_tokenizer_model(arch, tmp_path):
+    """A folder with only tokenizer.json (e.g. saved by transformers from a GGUF): scores from merge ranks."""
+    d = tmp_path / arch
+    shutil.copytree(cs.tiny(arch), d)
+    (d / "tokenizer.model").unlink()
+    r, llm = _vocab_gguf(d, tmp_path / "j.gguf")
+    assert r.tokenizer_pre == "default"
+    texts = [t for t in cs.TEXTS if not t[:1].isspace()] if arch == "phi3" else cs.TEXTS  # see the module doc
+    _assert_same(_hf(d), llm, texts, prefix_space=arch == "phi3")
+    from ggml_ext.gguf_reader import read_gguf
+    kv = read_gguf(tmp_path / "j.gguf").kv
+    assert kv["tokenizer.ggml.model"] == "llama"
+    assert kv["tokenizer.ggml.token_type"][kv["tokenizer.ggml.tokens"].index("<0x41>")] == V.TokenType.BYTE
