@@ -37,7 +37,9 @@ SOURCES = [
     SRC / "x86" / "q4_0_interleaved_avx512.c",
     SRC / "arm" / "q4_0_interleaved.c",
 ]
-CFLAGS = ["-std=c11", "-O2", "-Wall", "-Wextra", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]
+# gnu11 as ggml's CMake build (C_EXTENSIONS): GCC then contracts a * b + c into fma
+# (-ffp-contract=fast), which the reference quantizers must be immune to.
+CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]
 QEMU = ["qemu-aarch64-static", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu"]
 GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 = 2, 8
 

@@ -32,6 +32,15 @@
 #    define GGML_EXT_UNROLL _Pragma("GCC unroll 8")
 #endif
 
+// A function whose float expressions must round after every operation (no a * b + c -> fma).
+// GCC ignores #pragma STDC FP_CONTRACT, so it gets the optimize attribute; clang reads the
+// pragma inside the function; MSVC contracts only under /fp:fast or /fp:contract.
+#if defined(__GNUC__) && !defined(__clang__)
+#    define GGML_EXT_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#    define GGML_EXT_NO_FP_CONTRACT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif

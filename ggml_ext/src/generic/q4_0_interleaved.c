@@ -8,7 +8,14 @@
 
 // ---------------------------------------------------------------- Q4_0 / Q8_0 blocks
 
-void ggml_ext_quantize_row_q4_0_ref(const float * x, ggml_ext_block_q4_0 * y, int64_t k) {
+// x * id rounded to float, then + 8.5 rounded to float, truncated: as ggml. A compiler
+// allowed to contract (GCC's default -ffp-contract=fast outside ISO mode, on any target
+// with fma) would fuse the two into one fma and round once, which changes some nibbles:
+// contraction is switched off for this function.
+GGML_EXT_NO_FP_CONTRACT void ggml_ext_quantize_row_q4_0_ref(const float * x, ggml_ext_block_q4_0 * y, int64_t k) {
+#if defined(__clang__)
+#    pragma STDC FP_CONTRACT OFF
+#endif
     const int64_t nb = k / QK;
     for (int64_t i = 0; i < nb; i++) {
         const float * xb   = x + i * QK;
@@ -24,13 +31,12 @@ void ggml_ext_quantize_row_q4_0_ref(const float * x, ggml_ext_block_q4_0 * y, in
         const float id = d ? 1.0f / d : 0.0f;
         y[i].d         = ggml_ext_fp32_to_fp16(d);
         for (int j = 0; j < QK / 2; j++) {
-            // (x * id) rounded to float, then + 8.5 rounded to float, truncated: as ggml.
-            // The double sum of a float and 8.5 is exact, and the product is converted
-            // before the addition, so no compiler contracts the two into one fma.
-            const float   x0  = (float) ((double) (xb[j] * id) + 8.5);
-            const float   x1  = (float) ((double) (xb[j + QK / 2] * id) + 8.5);
-            const uint8_t xi0 = (uint8_t) ((int8_t) x0 < 15 ? (int8_t) x0 : 15);
-            const uint8_t xi1 = (uint8_t) ((int8_t) x1 < 15 ? (int8_t) x1 : 15);
+            const float   x0  = xb[j] * id;
+            const float   x1  = xb[j + QK / 2] * id;
+            const int8_t  t0  = (int8_t) (x0 + 8.5f);
+            const int8_t  t1  = (int8_t) (x1 + 8.5f);
+            const uint8_t xi0 = (uint8_t) (t0 < 15 ? t0 : 15);
+            const uint8_t xi1 = (uint8_t) (t1 < 15 ? t1 : 15);
             y[i].qs[j]        = (uint8_t) (xi0 | (xi1 << 4));
         }
     }
