@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from .errors import ConversionError
 
-__all__ = ["Arch", "ARCHS", "HParams", "find_arch", "supported_architectures", "Meta"]
+__all__ = ["Arch", "ARCHS", "HParams", "Plan", "find_arch", "supported_architectures", "permute_qk", "Meta"]
 
 Meta = list[tuple[str, str, Any]]  # (key, GGUF value type, value)
 _MISSING = object()
@@ -240,13 +240,6 @@ def _rope_scaling_meta(arch: str, hp: HParams) -> Meta:
                 meta.append((p + key, "f32", float(rp[hf_key])))
         return meta
     return []
-
-
-def _check_rope(arch: "Arch", hp: HParams) -> None:
-    kind = (hp.rope().get("rope_type") or "default").lower()
-    if kind not in arch.rope_types:
-        raise ConversionError(f"RoPE scaling {kind!r} is not supported for {arch.hf_class} "
-                              f"(supported: {', '.join(sorted(arch.rope_types))})")
 
 
 def _check_attention_scale(hp: HParams, big_layers: int, name: str) -> None:
@@ -511,7 +504,6 @@ class Plan:
     shape: tuple[int, ...]  # PyTorch order
     data: np.ndarray | None = None  # computed tensors only
     type_name: str = "F32"
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def permute_qk(w: np.ndarray, n_head: int) -> np.ndarray:

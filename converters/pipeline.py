@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import re
-import sys
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -298,7 +297,3 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     size = out.stat().st_size
     return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
                             size, digest, pl.vocab.pre, pl.warnings)
-
-
-if __name__ == "__main__":  # pragma: no cover - not a command line
-    sys.exit("use `ggml-ext convert` (python -m ggml_ext.cli convert)")

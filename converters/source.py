@@ -239,7 +239,8 @@ class Checkpoint:
                 self._torch_state.clear()  # one shard at a time
                 state = self._torch_state[ref.file] = self._load_torch(ref.file)
             t = state[name]
-            return t.float().numpy().copy() if t.dtype != _torch().float32 else t.numpy().copy()
+            # float() already makes a new tensor; a float32 one is copied out of the mapped file
+            return t.float().numpy() if t.dtype != _torch().float32 else t.numpy().copy()
         np_dtype, itemsize = _ST_DTYPES[ref.dtype]
         raw = np.empty(ref.n_elements, dtype=np_dtype)
         with open(ref.file, "rb") as f:

@@ -18,7 +18,6 @@ import logging
 import os
 import sys
 import types
-from pathlib import Path
 
 __all__ = ["convert", "add_arguments", "main"]
 
