@@ -32,6 +32,14 @@
 #    define GGML_EXT_UNROLL _Pragma("GCC unroll 8")
 #endif
 
+// Keeps the compiler from hoisting loads across it: without it GCC's pre-allocation
+// scheduler issues every activation load of a tile first and spills accumulators.
+#if defined(__GNUC__) || defined(__clang__)
+#    define GGML_EXT_LOAD_BARRIER() __asm__ __volatile__("" ::: "memory")
+#else
+#    define GGML_EXT_LOAD_BARRIER()
+#endif
+
 // A function whose float expressions must round after every operation (no a * b + c -> fma).
 // GCC ignores #pragma STDC FP_CONTRACT, so it gets the optimize attribute; clang reads the
 // pragma inside the function; MSVC contracts only under /fp:fast or /fp:contract.

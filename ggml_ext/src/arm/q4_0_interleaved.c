@@ -182,50 +182,72 @@ static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, 
 }
 
 // Activations interleaved with B = 4: line k holds dword k of rows 0-3 in lanes 0-3,
-// so one activation line feeds the same SDOT by lane for all four rows.
-static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int nb = n / 32;
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        const ggml_ext_block_q4_0x4 * w = (const ggml_ext_block_q4_0x4 *) vx;
-        for (int g = 0; g < nc / 4; g++) {
-            float32x4_t acc[4];
-            for (int r = 0; r < 4; r++) {
-                acc[r] = vdupq_n_f32(0.0f);
-            }
-            for (int b = 0; b < nb; b++, w++) {
-                const w4x4 wb = load_4x4(w->qs);
-                int8x16_t  A[8];
-                GGML_EXT_UNROLL
-                for (int k = 0; k < 8; k++) {
-                    A[k] = vld1q_s8(a[b].qs + 16 * k);
-                }
-                int32x4_t p[4];
-                GGML_EXT_UNROLL
-                for (int r = 0; r < 4; r++) {
-                    p[r] = vdupq_n_s32(0);
-                }
-#    define ROW_4X4(R)                                     \
-        GGML_EXT_UNROLL                                    \
-        for (int k = 0; k < 4; k++) {                      \
-            p[R] = vdotq_laneq_s32(p[R], wb.lo[k], A[k], R);     \
-            p[R] = vdotq_laneq_s32(p[R], wb.hi[k], A[4 + k], R); \
+// so one activation line feeds the same SDOT by lane for all four rows. T tiles of four
+// rows (T = 1, 2) share each unpacked weight block.
+INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
+                           size_t bs) {
+    float32x4_t acc[4][4];
+    GGML_EXT_UNROLL
+    for (int t = 0; t < 4; t++) {
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            acc[t][r] = vdupq_n_f32(0.0f);
         }
-                ROW_4X4(0)
-                ROW_4X4(1)
-                ROW_4X4(2)
-                ROW_4X4(3)
-#    undef ROW_4X4
-                const float32x4_t dw = load_d4(w->d);
-                const float32x4_t da = load_d4(a[b].d);
-                acc[0] = vfmaq_f32(acc[0], vcvtq_n_f32_s32(p[0], 4), vmulq_laneq_f32(dw, da, 0));
-                acc[1] = vfmaq_f32(acc[1], vcvtq_n_f32_s32(p[1], 4), vmulq_laneq_f32(dw, da, 1));
-                acc[2] = vfmaq_f32(acc[2], vcvtq_n_f32_s32(p[2], 4), vmulq_laneq_f32(dw, da, 2));
-                acc[3] = vfmaq_f32(acc[3], vcvtq_n_f32_s32(p[3], 4), vmulq_laneq_f32(dw, da, 3));
-            }
+    }
+    for (int b = 0; b < nb; b++) {
+        const w4x4        wb = load_4x4(w[b].qs);
+        const float32x4_t dw = load_d4(w[b].d);
+        GGML_EXT_UNROLL
+        for (int t = 0; t < T; t++) {
+            const ggml_ext_block_q8_0x4 * at = a + (size_t) t * nb + b;
+            int32x4_t                     p[4];
+            GGML_EXT_UNROLL
             for (int r = 0; r < 4; r++) {
-                vst1q_f32(s + (size_t) (4 * ti + r) * bs + (size_t) g * 4, acc[r]);
+                p[r] = vdupq_n_s32(0);
             }
+            // activation line k (dword k of rows 0-3) meets weight line k's low nibbles,
+            // line 4 + k its high nibbles; one pair of lines live at a time
+            GGML_EXT_UNROLL
+            for (int k = 0; k < 4; k++) {
+                GGML_EXT_LOAD_BARRIER();
+                const int8x16_t al = vld1q_s8(at->qs + 16 * k);
+                const int8x16_t ah = vld1q_s8(at->qs + 16 * (4 + k));
+                p[0]               = vdotq_laneq_s32(p[0], wb.lo[k], al, 0);
+                p[1]               = vdotq_laneq_s32(p[1], wb.lo[k], al, 1);
+                p[2]               = vdotq_laneq_s32(p[2], wb.lo[k], al, 2);
+                p[3]               = vdotq_laneq_s32(p[3], wb.lo[k], al, 3);
+                p[0]               = vdotq_laneq_s32(p[0], wb.hi[k], ah, 0);
+                p[1]               = vdotq_laneq_s32(p[1], wb.hi[k], ah, 1);
+                p[2]               = vdotq_laneq_s32(p[2], wb.hi[k], ah, 2);
+                p[3]               = vdotq_laneq_s32(p[3], wb.hi[k], ah, 3);
+            }
+            const float32x4_t da = load_d4(at->d);
+            acc[t][0] = vfmaq_f32(acc[t][0], vcvtq_n_f32_s32(p[0], 4), vmulq_laneq_f32(dw, da, 0));
+            acc[t][1] = vfmaq_f32(acc[t][1], vcvtq_n_f32_s32(p[1], 4), vmulq_laneq_f32(dw, da, 1));
+            acc[t][2] = vfmaq_f32(acc[t][2], vcvtq_n_f32_s32(p[2], 4), vmulq_laneq_f32(dw, da, 2));
+            acc[t][3] = vfmaq_f32(acc[t][3], vcvtq_n_f32_s32(p[3], 4), vmulq_laneq_f32(dw, da, 3));
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        for (int r = 0; r < 4; r++) {
+            vst1q_f32(s + (size_t) (4 * t + r) * bs, acc[t][r]);
+        }
+    }
+}
+
+static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    const int                     nb = n / 32, nt = nr / 4;
+    const ggml_ext_block_q8_0x4 * a  = (const ggml_ext_block_q8_0x4 *) vy;
+    const ggml_ext_block_q4_0x4 * w  = (const ggml_ext_block_q4_0x4 *) vx;
+    int                           ti = 0;
+    for (; ti + 4 <= nt; ti += 4) {  // 16 rows
+        for (int g = 0; g < nc / 4; g++) {
+            gemm_4x4_tiles(4, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
+        }
+    }
+    for (; ti < nt; ti++) {
+        for (int g = 0; g < nc / 4; g++) {
+            gemm_4x4_tiles(1, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
         }
     }
 }
@@ -373,66 +395,140 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {
 
 // vmmlaq_s32(acc, A, W): A = 2 activation rows x 8 bytes, W = 2 weight columns x 8 bytes;
 // acc lanes [r0 c0, r0 c1, r1 c0, r1 c1]. Activation line 2c + rp = rows 2rp, 2rp+1 of
-// chunk c. Tile: 4 rows x N columns, accumulator [rp][cp] for rows 2rp.., columns 2cp..
-INLINE void gemm_b8_i8mm(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
-    const int    NP  = N / 2;  // column pairs
-    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        const uint8_t *               w = (const uint8_t *) vx;
-        for (int g = 0; g < nc / N; g++) {
-            float32x4_t acc[2][4];
+// chunk c; weight line c * N/2 + cp = columns 2cp, 2cp+1 of chunk c. Accumulator [rp][cp]
+// holds rows 2rp.., columns 2cp..
+
+// The four SMMLA of one block for rows 2rp, 2rp+1 (A: the block's 8 activation lines) and
+// columns 2cp, 2cp+1 (unpacked lines: weights 0-7, 8-15, 16-23, 24-31), scaled.
+INLINE float32x4_t mmla_block(float32x4_t acc, const int8x16_t A[8], int rp, int8x16_t wl0, int8x16_t wl1, int8x16_t wh0,
+                              int8x16_t wh1, float32x4_t scale) {
+    int32x4_t p = vmmlaq_s32(vdupq_n_s32(0), A[rp], wl0);
+    p           = vmmlaq_s32(p, A[2 + rp], wl1);
+    p           = vmmlaq_s32(p, A[4 + rp], wh0);
+    p           = vmmlaq_s32(p, A[6 + rp], wh1);
+    return vfmaq_f32(acc, vcvtq_n_f32_s32(p, 4), scale);
+}
+
+INLINE void load_act_lines(const ggml_ext_block_q8_0x4 * a, int8x16_t A[8], float32x4_t dap[2]) {
+    GGML_EXT_UNROLL
+    for (int k = 0; k < 8; k++) {
+        A[k] = vld1q_s8(a->qs + 16 * k);
+    }
+    const float32x4_t da = load_d4(a->d);
+    dap[0]               = vzip1q_f32(da, da);  // [a0 a0 a1 a1]
+    dap[1]               = vzip2q_f32(da, da);  // [a2 a2 a3 a3]
+}
+
+INLINE void store_mmla(float * s, size_t bs, float32x4_t acc01, float32x4_t acc23) {  // rows r, r+1; 4 columns
+    vst1q_f32(s, vcombine_f32(vget_low_f32(acc01), vget_low_f32(acc23)));
+    vst1q_f32(s + bs, vcombine_f32(vget_high_f32(acc01), vget_high_f32(acc23)));
+}
+
+// Q4_0_4_8: T tiles of four rows (T = 1, 2) x 4 columns; the unpacked block (8 registers)
+// serves all 4T rows.
+INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
+                           size_t bs) {
+    float32x4_t acc[2][2][2];  // [tile][rp][cp]
+    GGML_EXT_UNROLL
+    for (int i = 0; i < 8; i++) {
+        acc[i / 4][i / 2 % 2][i % 2] = vdupq_n_f32(0.0f);
+    }
+    for (int b = 0; b < nb; b++) {
+        int8x16_t   wl0[2], wl1[2], wh0[2], wh1[2];
+        float32x4_t dwp[2];
+        const float32x4_t dw = load_d4(w[b].d);
+        GGML_EXT_UNROLL
+        for (int cp = 0; cp < 2; cp++) {
+            const int8x16_t l0 = vld1q_s8((const int8_t *) w[b].qs + 16 * cp);        // chunk 0
+            const int8x16_t l1 = vld1q_s8((const int8_t *) w[b].qs + 16 * (2 + cp));  // chunk 1
+            wl0[cp] = lo16(l0), wh0[cp] = hi16(l0), wl1[cp] = lo16(l1), wh1[cp] = hi16(l1);
+            const float32x2_t d2 = cp ? vget_high_f32(dw) : vget_low_f32(dw);
+            dwp[cp]              = vcombine_f32(d2, d2);  // [w 2cp, w 2cp+1] twice
+        }
+        GGML_EXT_UNROLL
+        for (int t = 0; t < T; t++) {
+            const ggml_ext_block_q8_0x4 * at = a + (size_t) t * nb + b;
+            const float32x4_t             da = load_d4(at->d);
+            GGML_EXT_UNROLL
             for (int rp = 0; rp < 2; rp++) {
-                for (int cp = 0; cp < 4; cp++) {
-                    acc[rp][cp] = vdupq_n_f32(0.0f);
-                }
-            }
-            for (int b = 0; b < nb; b++, w += blk) {
-                int8x16_t A[8];
+                GGML_EXT_LOAD_BARRIER();  // rows 2rp, 2rp+1: four activation lines live at a time
+                const float32x4_t dap = rp ? vzip2q_f32(da, da) : vzip1q_f32(da, da);
+                int8x16_t         A[8];
                 GGML_EXT_UNROLL
-                for (int k = 0; k < 8; k++) {
-                    A[k] = vld1q_s8(a[b].qs + 16 * k);
+                for (int c = 0; c < 4; c++) {
+                    A[2 * c + rp] = vld1q_s8(at->qs + 16 * (2 * c + rp));
                 }
-                const float32x4_t da     = load_d4(a[b].d);
-                const float32x4_t dap[2] = { vzip1q_f32(da, da), vzip2q_f32(da, da) };  // [a0 a0 a1 a1], [a2 a2 a3 a3]
-                const ggml_ext_fp16_t * d = (const ggml_ext_fp16_t *) w;
-                const float32x4_t dw[2] = { load_d4(d), N == 8 ? load_d4(d + 4) : vdupq_n_f32(0.0f) };
                 GGML_EXT_UNROLL
-                for (int cp = 0; cp < NP; cp++) {
-                    const int8x16_t   l0  = vld1q_s8((const int8_t *) w + 2 * N + 16 * cp);         // chunk 0
-                    const int8x16_t   l1  = vld1q_s8((const int8_t *) w + 2 * N + 16 * (NP + cp));  // chunk 1
-                    const int8x16_t   wl0 = lo16(l0), wh0 = hi16(l0), wl1 = lo16(l1), wh1 = hi16(l1);
-                    const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
-                    const float32x4_t dwp = vcombine_f32(d2, d2);  // [w 2cp, w 2cp+1] twice
-                    GGML_EXT_UNROLL
-                    for (int rp = 0; rp < 2; rp++) {
-                        int32x4_t p = vmmlaq_s32(vdupq_n_s32(0), A[rp], wl0);  // weights 0-7
-                        p           = vmmlaq_s32(p, A[2 + rp], wl1);           // 8-15
-                        p           = vmmlaq_s32(p, A[4 + rp], wh0);           // 16-23
-                        p           = vmmlaq_s32(p, A[6 + rp], wh1);           // 24-31
-                        acc[rp][cp] = vfmaq_f32(acc[rp][cp], vcvtq_n_f32_s32(p, 4), vmulq_f32(dwp, dap[rp]));
-                    }
+                for (int cp = 0; cp < 2; cp++) {
+                    acc[t][rp][cp] = mmla_block(acc[t][rp][cp], A, rp, wl0[cp], wl1[cp], wh0[cp], wh1[cp],
+                                                vmulq_f32(dwp[cp], dap));
                 }
             }
-            for (int rp = 0; rp < 2; rp++) {
-                for (int q = 0; q < N / 4; q++) {  // columns 4q..4q+3 = pairs 2q, 2q+1
-                    float * o0 = s + (size_t) (4 * ti + 2 * rp) * bs + (size_t) g * N + 4 * q;
-                    float * o1 = o0 + bs;
-                    vst1q_f32(o0, vcombine_f32(vget_low_f32(acc[rp][2 * q]), vget_low_f32(acc[rp][2 * q + 1])));
-                    vst1q_f32(o1, vcombine_f32(vget_high_f32(acc[rp][2 * q]), vget_high_f32(acc[rp][2 * q + 1])));
-                }
-            }
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        for (int rp = 0; rp < 2; rp++) {
+            store_mmla(s + (size_t) (4 * t + 2 * rp) * bs, bs, acc[t][rp][0], acc[t][rp][1]);
         }
     }
 }
 
 static void gemm_q4_0_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8_i8mm(4, n, s, bs, vx, vy, nr, nc);
+    const int                     nb = n / 32, nt = nr / 4;
+    const ggml_ext_block_q8_0x4 * a  = (const ggml_ext_block_q8_0x4 *) vy;
+    const ggml_ext_block_q4_0x4 * w  = (const ggml_ext_block_q4_0x4 *) vx;
+    int                           ti = 0;
+    for (; ti + 2 <= nt; ti += 2) {
+        for (int g = 0; g < nc / 4; g++) {
+            gemm_4x8_tiles(2, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
+        }
+    }
+    if (ti < nt) {
+        for (int g = 0; g < nc / 4; g++) {
+            gemm_4x8_tiles(1, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
+        }
+    }
 }
 
+// Q4_0_8_8: one tile of four rows x 8 columns (8 accumulators); the block is unpacked one
+// column pair at a time (a whole unpacked block would take 16 registers).
 static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8_i8mm(8, n, s, bs, vx, vy, nr, nc);
+    const int                     nb = n / 32;
+    const ggml_ext_block_q4_0x8 * w0 = (const ggml_ext_block_q4_0x8 *) vx;
+    for (int ti = 0; ti < nr / 4; ti++) {
+        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
+        for (int g = 0; g < nc / 8; g++) {
+            const ggml_ext_block_q4_0x8 * w = w0 + (size_t) g * nb;
+            float32x4_t                   acc[2][4];
+            GGML_EXT_UNROLL
+            for (int i = 0; i < 8; i++) {
+                acc[i / 4][i % 4] = vdupq_n_f32(0.0f);
+            }
+            for (int b = 0; b < nb; b++) {
+                int8x16_t   A[8];
+                float32x4_t dap[2];
+                load_act_lines(a + b, A, dap);
+                const float32x4_t dw[2] = { load_d4(w[b].d), load_d4(w[b].d + 4) };
+                GGML_EXT_UNROLL
+                for (int cp = 0; cp < 4; cp++) {
+                    const int8x16_t   l0  = vld1q_s8((const int8_t *) w[b].qs + 16 * cp);        // chunk 0
+                    const int8x16_t   l1  = vld1q_s8((const int8_t *) w[b].qs + 16 * (4 + cp));  // chunk 1
+                    const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
+                    const float32x4_t dwp = vcombine_f32(d2, d2);
+                    GGML_EXT_UNROLL
+                    for (int rp = 0; rp < 2; rp++) {
+                        acc[rp][cp] = mmla_block(acc[rp][cp], A, rp, lo16(l0), lo16(l1), hi16(l0), hi16(l1),
+                                                 vmulq_f32(dwp, dap[rp]));
+                    }
+                }
+            }
+            float * o = s + (size_t) 4 * ti * bs + (size_t) g * 8;
+            for (int rp = 0; rp < 2; rp++) {
+                store_mmla(o + (size_t) 2 * rp * bs, bs, acc[rp][0], acc[rp][1]);
+                store_mmla(o + (size_t) 2 * rp * bs + 4, bs, acc[rp][2], acc[rp][3]);
+            }
+        }
+    }
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
