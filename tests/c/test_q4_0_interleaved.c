@@ -534,7 +534,10 @@ static void test_kernels(void) {
             for (size_t ni = 0; ni < sizeof(nbs) / sizeof(nbs[0]); ni++) {
                 const int nb = nbs[ni];
                 const int nc = N * (1 + (int) (ni % 3));           // 1, 2 or 3 row groups
-                const int nr = 4 * (1 + (int) (ni % 2));           // 4 or 8 activation rows
+                // activation rows: one 4-row tile, and the 8- and 16-row tiles of the Arm GEMMs
+                // with and without leftover 4-row tiles
+                static const int nrs[] = { 4, 8, 12, 20, 36 };
+                const int        nr    = nrs[ni % 5];
                 problem   p;
                 problem_init(&p, L, nb, nc, nr, exact_mode);
                 const size_t out_n = (size_t) nr * (nc + 3);
