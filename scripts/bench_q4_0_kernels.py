@@ -37,6 +37,7 @@ SOURCES = [
     SRC / "x86" / "q4_0_interleaved.c",
     SRC / "x86" / "q4_0_interleaved_avx512.c",
     SRC / "arm" / "q4_0_interleaved.c",
+    SRC / "arm" / "q4_0_interleaved_i8mm.c",
 ]
 
 
@@ -87,8 +88,13 @@ def arm_loops(args, tmp: Path) -> int:
                                check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     ggml = tree / "ggml"
     ours, up = tmp / "ours_arm.o", tmp / "upstream_arm_repack.o"
-    subprocess.run(["aarch64-linux-gnu-gcc", "-std=gnu11", "-O3", f"-march={ARM_MARCH}", f"-I{REPO / 'ggml_ext' / 'include'}",
-                    f"-I{SRC}", "-c", str(SRC / "arm" / "q4_0_interleaved.c"), "-o", str(ours)], check=True)
+    objs = []
+    for name in ("q4_0_interleaved.c", "q4_0_interleaved_i8mm.c"):
+        objs.append(tmp / name.replace(".c", ".o"))
+        subprocess.run(["aarch64-linux-gnu-gcc", "-std=gnu11", "-O3", f"-march={ARM_MARCH}",
+                        f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}", "-c", str(SRC / "arm" / name), "-o",
+                        str(objs[-1])], check=True)
+    subprocess.run(["aarch64-linux-gnu-ld", "-r", "-o", str(ours), *map(str, objs)], check=True)
     subprocess.run(["aarch64-linux-gnu-g++", "-std=c++17", "-O3", "-DNDEBUG", f"-march={ARM_MARCH}",
                     f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{ggml / 'src' / 'ggml-cpu'}", "-c",
                     str(ggml / "src" / "ggml-cpu" / "arch" / "arm" / "repack.cpp"), "-o", str(up)], check=True)

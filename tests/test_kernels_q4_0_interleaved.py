@@ -36,6 +36,7 @@ SOURCES = [
     SRC / "x86" / "q4_0_interleaved.c",
     SRC / "x86" / "q4_0_interleaved_avx512.c",
     SRC / "arm" / "q4_0_interleaved.c",
+    SRC / "arm" / "q4_0_interleaved_i8mm.c",
 ]
 # gnu11 as ggml's CMake build (C_EXTENSIONS): GCC then contracts a * b + c into fma
 # (-ffp-contract=fast), which the reference quantizers must be immune to.
