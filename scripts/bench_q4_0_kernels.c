@@ -8,7 +8,8 @@
 // Ours time the kernel alone; ggml's time the whole mul_mat node, which also quantizes
 // the activations to Q8_0 (about K*T floats: small next to the weights for GEMV, a few
 // percent for GEMM). The scalar reference's GEMM runs on 4 tokens (its rate does not
-// depend on the token count). Reported time: the median of --reps runs after a warm-up.
+// depend on the token count). Reported time: the best of --reps runs after a warm-up (the
+// machines this runs on are shared; the minimum is the least disturbed run).
 //
 // Built with -DWITH_UPSTREAM and linked with the pinned llama.cpp tree's own
 // ggml/src/ggml-cpu/arch/x86/repack.cpp (compiled unmodified, same -march), it also times
@@ -80,7 +81,7 @@ static double max_rel_diff(const float * a, const float * b, size_t n) {
     return mb > 0 ? md / mb : md;
 }
 
-static double median_time(bench_fn fn, void * ctx, int reps) {
+static double best_time(bench_fn fn, void * ctx, int reps) {
     double t[64];
     if (reps > 64) {
         reps = 64;
@@ -92,7 +93,7 @@ static double median_time(bench_fn fn, void * ctx, int reps) {
         t[i] = now() - t0;
     }
     qsort(t, (size_t) reps, sizeof(double), cmp_double);
-    return t[reps / 2];
+    return t[0];
 }
 
 typedef struct {
@@ -160,7 +161,7 @@ static double time_ggml(ggml_backend_buffer_type_t buft, const ggml_ext_block_q4
     ggml_backend_tensor_set(W, w, 0, ggml_nbytes(W));  // CPU_REPACK repacks here
     ggml_backend_tensor_set(X, x, 0, ggml_nbytes(X));
     ggml_ctx     c = { backend, gf };
-    const double t = median_time(run_ggml, &c, reps);
+    const double t = best_time(run_ggml, &c, reps);
     ggml_backend_buffer_free(bw);
     ggml_backend_buffer_free(bx);
     ggml_free(cw);
@@ -246,12 +247,12 @@ int main(int argc, char ** argv) {
                 double   tv = 0, tm = 0;
                 ours_ctx c  = { im->gemv[L] ? im->gemv[L] : NULL, K, M, 1, out, wi, a1 };
                 if (c.fn) {
-                    tv = median_time(run_ours, &c, i == 0 ? 3 : reps);
+                    tv = best_time(run_ours, &c, i == 0 ? 3 : reps);
                 }
                 const int tm_tokens = i == 0 ? 4 : tokens;
                 if (im->gemm[L]) {
                     ours_ctx g = { im->gemm[L], K, M, tm_tokens, out, wi, ax };
-                    tm         = median_time(run_ours, &g, i == 0 ? 1 : gemm_reps);
+                    tm         = best_time(run_ours, &g, i == 0 ? 1 : gemm_reps);
                 }
                 if (i == 0) {  // the scalar GEMM ran on 4 tokens: scale its time to all of them
                     tm *= (double) tokens / tm_tokens;
@@ -268,10 +269,10 @@ int main(int argc, char ** argv) {
                 float *  ref = xmalloc((size_t) tokens * M * sizeof(float));
                 ours_ctx v   = { ggml_gemv_q4_0_8x8_q8_0, K, M, 1, out, wi, a1 };
                 ours_ctx g   = { ggml_gemm_q4_0_8x8_q8_0, K, M, tokens, out, wi, ax };
-                const double tv = median_time(run_ours, &v, reps);
+                const double tv = best_time(run_ours, &v, reps);
                 tr->gemv(K, ref, (size_t) M, wi, a1, 1, M);
                 const double dv = max_rel_diff(out, ref, M);
-                const double tm = median_time(run_ours, &g, gemm_reps);
+                const double tm = best_time(run_ours, &g, gemm_reps);
                 tr->gemm(K, ref, (size_t) M, wi, ax, tokens, M);
                 const double dm = max_rel_diff(out, ref, (size_t) tokens * M);
                 print_row(shape, "upstream q4_0_8x8 kernels (pinned tree)", tv, bytes, tm, 2.0 * M * K * tokens);
