@@ -429,7 +429,8 @@ static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_m
     p->exact = xmalloc((size_t) nr * nc * sizeof(double));
     p->bound = xmalloc((size_t) nr * nc * sizeof(double));
     const int K = 32 * nb;
-    if (exact_mode) {  // deltas 1 or 2, activations in [-15, 15]: every float sum exact
+    if (exact_mode) {  // deltas 1 or 2, activations in [-15, 15] (long rows: [-7, 7]): every float sum exact
+        const int amax = nb > 512 ? 7 : 15;
         for (int i = 0; i < nc * nb; i++) {
             p->w[i].d = ggml_ext_fp32_to_fp16(rnd() & 1 ? 2.0f : 1.0f);
             for (int j = 0; j < 16; j++) {
@@ -439,7 +440,7 @@ static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_m
         for (int i = 0; i < nr * nb; i++) {
             p->a[i].d = ggml_ext_fp32_to_fp16(rnd() & 1 ? 2.0f : 1.0f);
             for (int j = 0; j < 32; j++) {
-                p->a[i].qs[j] = (int8_t) ((int) (rnd() % 31) - 15);
+                p->a[i].qs[j] = (int8_t) ((int) (rnd() % (2 * amax + 1)) - amax);
             }
         }
     } else {  // quantized Gaussian weights with outliers, activations of varying scale
@@ -525,8 +526,10 @@ static void run_and_check(const problem * p, ggml_ext_q4_0_mm_fn fn, int gemm, c
 }
 
 static void test_kernels(void) {
-    // odd block counts, one block, and more than one 128-block x86 chunk (129, 131, 257)
-    static const int nbs[] = { 1, 2, 3, 5, 7, 17, 33, 64, 129, 131, 257 };
+    // odd block counts, one block, more than one 128-block x86 GEMM chunk (129, 131, 257),
+    // and a row longer than the 1024-block x86 GEMV chunk whose row groups exceed the
+    // x86 GEMM column block (1100)
+    static const int nbs[] = { 1, 2, 3, 5, 7, 17, 33, 64, 129, 131, 257, 1100 };
     char             what[96];
     for (int L = 0; L < 3; L++) {
         const int N = LN[L];

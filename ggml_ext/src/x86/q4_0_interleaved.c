@@ -10,10 +10,10 @@
 
 #if defined(GGML_EXT_Q4_0_AVX2)
 
-#    define KC GGML_EXT_Q4_0_KC
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_q4_0_act_sums act_sums;
+typedef ggml_ext_q4_0_act_sums    act_sums;
+typedef ggml_ext_q4_0_act_sums_x4 act_sums_x4;
 
 // ---------------------------------------------------------------- activations
 
@@ -140,95 +140,73 @@ INLINE void store4(float * out, __m128 v, int add) {
 
 // ---------------------------------------------------------------- Q4_0_4_8 / Q4_0_8_8
 
-INLINE void gemv_b8(int H, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    N   = 4 * H;
-    const int    nb  = n / 32;
-    const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
-    act_sums     t[KC];
-    for (int y = 0; y < nr; y++) {
-        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
-            for (int g = 0; g < nc / N; g++) {
-                const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m256          acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const int8_t * q    = a[kb + b].qs;
-                    const __m256i  A[4] = { ggml_ext_q4_0_bcast64(q), ggml_ext_q4_0_bcast64(q + 8),
-                                            ggml_ext_q4_0_bcast64(q + 16), ggml_ext_q4_0_bcast64(q + 24) };
-                    const __m256i  corr = ggml_ext_q4_0_bcast64(t[b].pair);
-                    const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
-                    GGML_EXT_UNROLL
-                    for (int h = 0; h < H; h++) {
-                        const half_b8 wh = load_half_b8(w + 2 * N, H, h);
-                        const __m256i p  = _mm256_add_epi32(dot_half_b8(&wh, A), corr);
-                        acc[h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(sc, pair_idx(h)), acc[h]);
-                    }
-                }
-                for (int h = 0; h < H; h++) {
-                    store4(s + (size_t) y * bs + (size_t) g * N + 4 * h, fold_pairs(acc[h]), kb > 0);
-                }
-            }
+INLINE void gemv_group_b8(int H, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                          int add) {
+    const int    N      = 4 * H;
+    const size_t blk    = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    __m256       acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
+    for (int b = 0; b < kn; b++, w += blk) {
+        const int8_t * q    = a[b].qs;
+        const __m256i  A[4] = { ggml_ext_q4_0_bcast64(q), ggml_ext_q4_0_bcast64(q + 8), ggml_ext_q4_0_bcast64(q + 16),
+                                ggml_ext_q4_0_bcast64(q + 24) };
+        const __m256i  corr = ggml_ext_q4_0_bcast64(t[b].pair);
+        const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
+        GGML_EXT_UNROLL
+        for (int h = 0; h < H; h++) {
+            const half_b8 wh = load_half_b8(w + 2 * N, H, h);
+            const __m256i p  = _mm256_add_epi32(dot_half_b8(&wh, A), corr);
+            acc[h]           = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(sc, pair_idx(h)), acc[h]);
         }
+    }
+    for (int h = 0; h < H; h++) {
+        store4(out + 4 * h, fold_pairs(acc[h]), add);
     }
 }
 
 // Four activation rows x four columns at a time: for Q4_0_8_8 the two column halves are
 // separate passes over the blocks, so that 4 accumulators + 4 weight vectors fit the 16
 // AVX2 registers (the activations, re-read by the second pass, stay in L1).
-INLINE void gemm_b8(int H, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+INLINE void gemm_tile_b8(int H, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w0, int kn, float * s,
+                         size_t bs, int add) {
     const int    N   = 4 * H;
-    const int    nb  = n / 32;
     const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
-    act_sums     t[KC * 4];
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_x4(a + kb, kn, 8, t);
-            for (int g = 0; g < nc / N; g++) {
-                for (int h = 0; h < H; h++) {
-                    const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                    __m256          acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                                               _mm256_setzero_ps() };
-                    for (int b = 0; b < kn; b++, w += blk) {
-                        const half_b8  wh = load_half_b8(w + 2 * N, H, h);
-                        const __m256   sp = _mm256_permutevar8x32_ps(load_scales(w, H), pair_idx(h));
-                        const int8_t * q  = a[kb + b].qs;  // chunk c of row r at q + 8 (4c + r)
-                        GGML_EXT_UNROLL
-                        for (int r = 0; r < 4; r++) {
-                            const act_sums * tr   = &t[b * 4 + r];
-                            const __m256i    A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
-                                                      ggml_ext_q4_0_bcast64(q + 8 * (8 + r)),
-                                                      ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
-                            const __m256i    p    = _mm256_add_epi32(dot_half_b8(&wh, A), ggml_ext_q4_0_bcast64(tr->pair));
-                            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(tr->d)), acc[r]);
-                        }
-                    }
-                    for (int r = 0; r < 4; r++) {
-                        store4(s + (size_t) (4 * ti + r) * bs + (size_t) g * N + 4 * h, fold_pairs(acc[r]), kb > 0);
-                    }
-                }
+    for (int h = 0; h < H; h++) {
+        const uint8_t * w      = w0;
+        __m256          acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+        for (int b = 0; b < kn; b++, w += blk) {
+            const half_b8  wh = load_half_b8(w + 2 * N, H, h);
+            const __m256   sp = _mm256_permutevar8x32_ps(load_scales(w, H), pair_idx(h));
+            const int8_t * q  = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
+            GGML_EXT_UNROLL
+            for (int r = 0; r < 4; r++) {
+                const __m256i A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
+                                       ggml_ext_q4_0_bcast64(q + 8 * (8 + r)), ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
+                const __m256i p    = _mm256_add_epi32(dot_half_b8(&wh, A), ggml_ext_q4_0_bcast64(t[b].pair[r]));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(t[b].d[r])), acc[r]);
             }
+        }
+        for (int r = 0; r < 4; r++) {
+            store4(s + (size_t) r * bs + 4 * h, fold_pairs(acc[r]), add);
         }
     }
 }
 
-static void gemv_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8(1, n, s, bs, vx, vy, nr, nc);
+static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_b8(1, t, a, w, kn, out, add);
 }
 
-static void gemv_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8(2, n, s, bs, vx, vy, nr, nc);
+static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_b8(2, t, a, w, kn, out, add);
 }
 
-static void gemm_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8(1, n, s, bs, vx, vy, nr, nc);
+static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_b8(1, t, a, w, kn, s, bs, add);
 }
 
-static void gemm_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8(2, n, s, bs, vx, vy, nr, nc);
+static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_b8(2, t, a, w, kn, s, bs, add);
 }
 
 // ---------------------------------------------------------------- Q4_0_4_4
@@ -250,74 +228,76 @@ INLINE __m256i dword_pair_idx(int lo, int hi) {
     return _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
 }
 
-static void gemv_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
+static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t blk = sizeof(ggml_ext_block_q4_0x4);
-    act_sums     t[KC];
-    for (int y = 0; y < nr; y++) {
-        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w   = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m128          acc = _mm_setzero_ps();
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const __m256i v    = _mm256_loadu_si256((const __m256i *) a[kb + b].qs);
-                    const __m256i A[4] = { _mm256_permutevar8x32_epi32(v, dword_pair_idx(0, 1)),
-                                           _mm256_permutevar8x32_epi32(v, dword_pair_idx(2, 3)),
-                                           _mm256_permutevar8x32_epi32(v, dword_pair_idx(4, 5)),
-                                           _mm256_permutevar8x32_epi32(v, dword_pair_idx(6, 7)) };
-                    __m256i       W[4];
-                    load_4x4(w + 8, W);
-                    const __m128i p  = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(t[b].full));
-                    const __m128  sc = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w)), _mm_set1_ps(t[b].d));
-                    acc              = _mm_fmadd_ps(_mm_cvtepi32_ps(p), sc, acc);
-                }
-                store4(s + (size_t) y * bs + (size_t) g * 4, acc, kb > 0);
-            }
+    __m128       acc = _mm_setzero_ps();
+    for (int b = 0; b < kn; b++, w += blk) {
+        const __m256i v    = _mm256_loadu_si256((const __m256i *) a[b].qs);
+        const __m256i A[4] = { _mm256_permutevar8x32_epi32(v, dword_pair_idx(0, 1)),
+                               _mm256_permutevar8x32_epi32(v, dword_pair_idx(2, 3)),
+                               _mm256_permutevar8x32_epi32(v, dword_pair_idx(4, 5)),
+                               _mm256_permutevar8x32_epi32(v, dword_pair_idx(6, 7)) };
+        __m256i       W[4];
+        load_4x4(w + 8, W);
+        const __m128i p  = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(t[b].full));
+        const __m128  sc = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w)), _mm_set1_ps(t[b].d));
+        acc              = _mm_fmadd_ps(_mm_cvtepi32_ps(p), sc, acc);
+    }
+    store4(out, acc, add);
+}
+
+static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    const size_t blk    = sizeof(ggml_ext_block_q4_0x4);
+    __m128       acc[4] = { _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps() };
+    for (int b = 0; b < kn; b++, w += blk) {
+        __m256i W[4];
+        load_4x4(w + 8, W);
+        const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w));
+        // 32-byte load k holds dwords 2k (rows 0-3) and 2k+1 (rows 0-3) of the activations
+        __m256i      V[4];
+        GGML_EXT_UNROLL
+        for (int k = 0; k < 4; k++) {
+            V[k] = _mm256_loadu_si256((const __m256i *) (a[b].qs + 32 * k));
         }
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const __m256i idx  = dword_pair_idx(r, 4 + r);
+            const __m256i A[4] = { _mm256_permutevar8x32_epi32(V[0], idx), _mm256_permutevar8x32_epi32(V[1], idx),
+                                   _mm256_permutevar8x32_epi32(V[2], idx), _mm256_permutevar8x32_epi32(V[3], idx) };
+            const __m128i p    = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(t[b].full[r][0]));
+            acc[r]             = _mm_fmadd_ps(_mm_cvtepi32_ps(p), _mm_mul_ps(dw, _mm_set1_ps(t[b].d[r])), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        store4(s + (size_t) r * bs, acc[r], add);
     }
 }
 
+// ---------------------------------------------------------------- entry points
+
+static void gemv_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
+}
+
 static void gemm_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
-    const size_t blk = sizeof(ggml_ext_block_q4_0x4);
-    act_sums     t[KC * 4];
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_x4(a + kb, kn, 4, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m128          acc[4] = { _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps() };
-                for (int b = 0; b < kn; b++, w += blk) {
-                    __m256i W[4];
-                    load_4x4(w + 8, W);
-                    const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w));
-                    // 32-byte load k holds dwords 2k (rows 0-3) and 2k+1 (rows 0-3) of the activations
-                    __m256i      V[4];
-                    GGML_EXT_UNROLL
-                    for (int k = 0; k < 4; k++) {
-                        V[k] = _mm256_loadu_si256((const __m256i *) (a[kb + b].qs + 32 * k));
-                    }
-                    GGML_EXT_UNROLL
-                    for (int r = 0; r < 4; r++) {
-                        const act_sums * tr   = &t[b * 4 + r];
-                        const __m256i    idx  = dword_pair_idx(r, 4 + r);
-                        const __m256i    A[4] = { _mm256_permutevar8x32_epi32(V[0], idx), _mm256_permutevar8x32_epi32(V[1], idx),
-                                                  _mm256_permutevar8x32_epi32(V[2], idx), _mm256_permutevar8x32_epi32(V[3], idx) };
-                        const __m128i    p    = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(tr->full));
-                        acc[r] = _mm_fmadd_ps(_mm_cvtepi32_ps(p), _mm_mul_ps(dw, _mm_set1_ps(tr->d)), acc[r]);
-                    }
-                }
-                for (int r = 0; r < 4; r++) {
-                    store4(s + (size_t) (4 * ti + r) * bs + (size_t) g * 4, acc[r], kb > 0);
-                }
-            }
-        }
-    }
+    ggml_ext_q4_0_gemm_driver(4, 4, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2 = {

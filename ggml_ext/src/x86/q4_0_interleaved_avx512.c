@@ -9,10 +9,10 @@
 
 #if defined(GGML_EXT_Q4_0_AVX512VNNI)
 
-#    define KC     GGML_EXT_Q4_0_KC
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_q4_0_act_sums act_sums;
+typedef ggml_ext_q4_0_act_sums    act_sums;
+typedef ggml_ext_q4_0_act_sums_x4 act_sums_x4;
 
 // The original Q4_0 nibbles (0..15) of 64 stored bytes: (x ^ 0x88) & 0x0f in one ternlog.
 INLINE void unpack(const uint8_t * p, __m512i * lo, __m512i * hi) {
@@ -84,66 +84,40 @@ INLINE __m512 scales8(const uint8_t * blk) {
     return _mm512_permutexvar_ps(_mm512_loadu_si512(idx_pairs8), _mm512_castps256_ps512(d));
 }
 
-static void gemv_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
+static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t blk = sizeof(ggml_ext_block_q4_0x8);
-    act_sums     t[KC];
-    for (int y = 0; y < nr; y++) {
-        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
-            for (int g = 0; g < nc / 8; g++) {
-                const uint8_t * w   = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc = _mm512_setzero_ps();
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const int8_t * q = a[kb + b].qs;
-                    __m512i        W[4];
-                    unpack(w + 16, &W[0], &W[1]);
-                    unpack(w + 80, &W[2], &W[3]);
-                    const __m512i p = dot_8x8(W, bcast64(t[b].pair), bcast64(q), bcast64(q + 8), bcast64(q + 16),
-                                              bcast64(q + 24));
-                    const __m512 sc = _mm512_mul_ps(scales8(w), _mm512_set1_ps(t[b].d));
-                    acc             = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
-                }
-                store_pairs8(s + (size_t) y * bs + (size_t) g * 8, acc, kb > 0);
-            }
-        }
+    __m512       acc = _mm512_setzero_ps();
+    for (int b = 0; b < kn; b++, w += blk) {
+        const int8_t * q = a[b].qs;
+        __m512i        W[4];
+        unpack(w + 16, &W[0], &W[1]);
+        unpack(w + 80, &W[2], &W[3]);
+        const __m512i p  = dot_8x8(W, bcast64(t[b].pair), bcast64(q), bcast64(q + 8), bcast64(q + 16), bcast64(q + 24));
+        const __m512  sc = _mm512_mul_ps(scales8(w), _mm512_set1_ps(t[b].d));
+        acc              = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
     }
+    store_pairs8(out, acc, add);
 }
 
-static void gemm_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
-    const size_t blk = sizeof(ggml_ext_block_q4_0x8);
-    act_sums     t[KC * 4];
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_x4(a + kb, kn, 8, t);
-            for (int g = 0; g < nc / 8; g++) {
-                const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                           _mm512_setzero_ps() };
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const int8_t * q = a[kb + b].qs;  // chunk c of row r at q + 8 (4c + r)
-                    __m512i        W[4];
-                    unpack(w + 16, &W[0], &W[1]);
-                    unpack(w + 80, &W[2], &W[3]);
-                    const __m512 sc = scales8(w);
-                    GGML_EXT_UNROLL
-                    for (int r = 0; r < 4; r++) {
-                        const act_sums * tr = &t[b * 4 + r];
-                        const __m512i    p  = dot_8x8(W, bcast64(tr->pair), bcast64(q + 8 * r), bcast64(q + 8 * (4 + r)),
-                                                      bcast64(q + 8 * (8 + r)), bcast64(q + 8 * (12 + r)));
-                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sc, _mm512_set1_ps(tr->d)), acc[r]);
-                    }
-                }
-                for (int r = 0; r < 4; r++) {
-                    store_pairs8(s + (size_t) (4 * ti + r) * bs + (size_t) g * 8, acc[r], kb > 0);
-                }
-            }
+static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    const size_t blk    = sizeof(ggml_ext_block_q4_0x8);
+    __m512       acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    for (int b = 0; b < kn; b++, w += blk) {
+        const int8_t * q = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
+        __m512i        W[4];
+        unpack(w + 16, &W[0], &W[1]);
+        unpack(w + 80, &W[2], &W[3]);
+        const __m512 sc = scales8(w);
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const __m512i p = dot_8x8(W, bcast64(t[b].pair[r]), bcast64(q + 8 * r), bcast64(q + 8 * (4 + r)),
+                                      bcast64(q + 8 * (8 + r)), bcast64(q + 8 * (12 + r)));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(sc, _mm512_set1_ps(t[b].d[r])), acc[r]);
         }
+    }
+    for (int r = 0; r < 4; r++) {
+        store_pairs8(s + (size_t) r * bs, acc[r], add);
     }
 }
 
@@ -159,74 +133,49 @@ INLINE __m512i dot_4x8(__m512i acc, __m512i Wlo, __m512i Alo, __m512i Whi, __m51
     return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, Wlo, Alo), Whi, Ahi);
 }
 
-INLINE __m512i corr_4x8(const act_sums * t) {  // lanes 0-7: quad 0, 1; lanes 8-15: quad 2, 3
-    return _mm512_permutexvar_epi64(_mm512_loadu_si512(idx_halves), load128(t->quad));
+INLINE __m512i corr_4x8(const int32_t quad[4]) {  // lanes 0-7: quad 0, 1; lanes 8-15: quad 2, 3
+    return _mm512_permutexvar_epi64(_mm512_loadu_si512(idx_halves), load128(quad));
 }
 
-static void gemv_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int     nb  = n / 32;
+static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
     const __m512i ih  = _mm512_loadu_si512(idx_halves);
     const __m512i ip  = _mm512_loadu_si512(idx_pairs4);
-    act_sums      t[KC];
-    for (int y = 0; y < nr; y++) {
-        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w   = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc = _mm512_setzero_ps();
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const int8_t * q = a[kb + b].qs;
-                    __m512i        lo, hi;
-                    unpack(w + 8, &lo, &hi);
-                    const __m512i p  = dot_4x8(corr_4x8(&t[b]), lo, _mm512_permutexvar_epi64(ih, load128(q)), hi,
-                                               _mm512_permutexvar_epi64(ih, load128(q + 16)));
-                    const __m512  sc = _mm512_permutexvar_ps(ip, scales4(w, t[b].d));
-                    acc              = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
-                }
-                store_pairs4(s + (size_t) y * bs + (size_t) g * 4, acc, kb > 0);
-            }
-        }
+    __m512        acc = _mm512_setzero_ps();
+    for (int b = 0; b < kn; b++, w += blk) {
+        const int8_t * q = a[b].qs;
+        __m512i        lo, hi;
+        unpack(w + 8, &lo, &hi);
+        const __m512i p  = dot_4x8(corr_4x8(t[b].quad), lo, _mm512_permutexvar_epi64(ih, load128(q)), hi,
+                                   _mm512_permutexvar_epi64(ih, load128(q + 16)));
+        const __m512  sc = _mm512_permutexvar_ps(ip, scales4(w, t[b].d));
+        acc              = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
     }
+    store_pairs4(out, acc, add);
 }
 
-static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int     nb  = n / 32;
-    const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
-    const __m512i ip  = _mm512_loadu_si512(idx_pairs4);
-    act_sums      t[KC * 4];
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_x4(a + kb, kn, 8, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                           _mm512_setzero_ps() };
-                for (int b = 0; b < kn; b++, w += blk) {
-                    // 64-bit lanes of Q0: chunk 0 of rows 0-3, chunk 1 of rows 0-3; Q1: chunks 2, 3
-                    const __m512i Q0 = _mm512_loadu_si512((const void *) a[kb + b].qs);
-                    const __m512i Q1 = _mm512_loadu_si512((const void *) (a[kb + b].qs + 64));
-                    __m512i       lo, hi;
-                    unpack(w + 8, &lo, &hi);
-                    const __m512 dw = _mm512_permutexvar_ps(ip, scales4(w, 1.0f));
-                    GGML_EXT_UNROLL
-                    for (int r = 0; r < 4; r++) {
-                        const act_sums * tr  = &t[b * 4 + r];
-                        const __m512i    idx = _mm512_setr_epi64(r, r, r, r, 4 + r, 4 + r, 4 + r, 4 + r);
-                        const __m512i    p   = dot_4x8(corr_4x8(tr), lo, _mm512_permutexvar_epi64(idx, Q0), hi,
-                                                       _mm512_permutexvar_epi64(idx, Q1));
-                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(tr->d)), acc[r]);
-                    }
-                }
-                for (int r = 0; r < 4; r++) {
-                    store_pairs4(s + (size_t) (4 * ti + r) * bs + (size_t) g * 4, acc[r], kb > 0);
-                }
-            }
+static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    const size_t  blk    = sizeof(ggml_ext_block_q4_0x4);
+    const __m512i ip     = _mm512_loadu_si512(idx_pairs4);
+    __m512        acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    for (int b = 0; b < kn; b++, w += blk) {
+        // 64-bit lanes of Q0: chunk 0 of rows 0-3, chunk 1 of rows 0-3; Q1: chunks 2, 3
+        const __m512i Q0 = _mm512_loadu_si512((const void *) a[b].qs);
+        const __m512i Q1 = _mm512_loadu_si512((const void *) (a[b].qs + 64));
+        __m512i       lo, hi;
+        unpack(w + 8, &lo, &hi);
+        const __m512 dw = _mm512_permutexvar_ps(ip, scales4(w, 1.0f));
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const __m512i idx = _mm512_setr_epi64(r, r, r, r, 4 + r, 4 + r, 4 + r, 4 + r);
+            const __m512i p   = dot_4x8(corr_4x8(t[b].quad[r]), lo, _mm512_permutexvar_epi64(idx, Q0), hi,
+                                        _mm512_permutexvar_epi64(idx, Q1));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(t[b].d[r])), acc[r]);
         }
+    }
+    for (int r = 0; r < 4; r++) {
+        store_pairs4(s + (size_t) r * bs, acc[r], add);
     }
 }
 
@@ -236,72 +185,73 @@ static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, c
 // l/4, high nibbles dword l/4 + 4. Column c sums lanes c, 4+c, 8+c, 12+c.
 static const int32_t idx_quads[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
 
-static void gemv_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int     nb  = n / 32;
+static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
     const __m512i iq  = _mm512_loadu_si512(idx_quads);
-    act_sums      t[KC];
-    for (int y = 0; y < nr; y++) {
-        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w   = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc = _mm512_setzero_ps();
-                for (int b = 0; b < kn; b++, w += blk) {
-                    const int8_t * q = a[kb + b].qs;
-                    __m512i        lo, hi;
-                    unpack(w + 8, &lo, &hi);
-                    __m512i p = _mm512_permutexvar_epi32(iq, load128(t[b].quad));
-                    p         = _mm512_dpbusd_epi32(p, lo, _mm512_permutexvar_epi32(iq, load128(q)));
-                    p         = _mm512_dpbusd_epi32(p, hi, _mm512_permutexvar_epi32(iq, load128(q + 16)));
-                    const __m512 sc = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, t[b].d)));
-                    acc             = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
-                }
-                store_quads4(s + (size_t) y * bs + (size_t) g * 4, acc, kb > 0);
-            }
+    __m512        acc = _mm512_setzero_ps();
+    for (int b = 0; b < kn; b++, w += blk) {
+        const int8_t * q = a[b].qs;
+        __m512i        lo, hi;
+        unpack(w + 8, &lo, &hi);
+        __m512i p       = _mm512_permutexvar_epi32(iq, load128(t[b].quad));
+        p               = _mm512_dpbusd_epi32(p, lo, _mm512_permutexvar_epi32(iq, load128(q)));
+        p               = _mm512_dpbusd_epi32(p, hi, _mm512_permutexvar_epi32(iq, load128(q + 16)));
+        const __m512 sc = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, t[b].d)));
+        acc             = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
+    }
+    store_quads4(out, acc, add);
+}
+
+static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    const size_t  blk    = sizeof(ggml_ext_block_q4_0x4);
+    const __m512i iq     = _mm512_loadu_si512(idx_quads);
+    __m512        acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+    for (int b = 0; b < kn; b++, w += blk) {
+        // dword 4l + r of the activations is dword l of row r: Q0 holds l = 0-3, Q1 l = 4-7
+        const __m512i Q0 = _mm512_loadu_si512((const void *) a[b].qs);
+        const __m512i Q1 = _mm512_loadu_si512((const void *) (a[b].qs + 64));
+        __m512i       lo, hi;
+        unpack(w + 8, &lo, &hi);
+        const __m512 dw = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, 1.0f)));
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const __m512i idx = _mm512_add_epi32(_mm512_slli_epi32(iq, 2), _mm512_set1_epi32(r));
+            __m512i       p   = _mm512_permutexvar_epi32(iq, load128(t[b].quad[r]));
+            p                 = _mm512_dpbusd_epi32(p, lo, _mm512_permutexvar_epi32(idx, Q0));
+            p                 = _mm512_dpbusd_epi32(p, hi, _mm512_permutexvar_epi32(idx, Q1));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(t[b].d[r])), acc[r]);
         }
+    }
+    for (int r = 0; r < 4; r++) {
+        store_quads4(s + (size_t) r * bs, acc[r], add);
     }
 }
 
+// ---------------------------------------------------------------- entry points
+
+static void gemv_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
+}
+
 static void gemm_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int     nb  = n / 32;
-    const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
-    const __m512i iq  = _mm512_loadu_si512(idx_quads);
-    act_sums      t[KC * 4];
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int kb = 0; kb < nb; kb += KC) {
-            const int kn = ggml_ext_q4_0_min(KC, nb - kb);
-            ggml_ext_q4_0_prep_x4(a + kb, kn, 4, t);
-            for (int g = 0; g < nc / 4; g++) {
-                const uint8_t * w      = (const uint8_t *) vx + ((size_t) g * nb + kb) * blk;
-                __m512          acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                                           _mm512_setzero_ps() };
-                for (int b = 0; b < kn; b++, w += blk) {
-                    // dword 4l + r of the activations is dword l of row r: Q0 holds l = 0-3, Q1 l = 4-7
-                    const __m512i Q0 = _mm512_loadu_si512((const void *) a[kb + b].qs);
-                    const __m512i Q1 = _mm512_loadu_si512((const void *) (a[kb + b].qs + 64));
-                    __m512i       lo, hi;
-                    unpack(w + 8, &lo, &hi);
-                    const __m512 dw = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, 1.0f)));
-                    GGML_EXT_UNROLL
-                    for (int r = 0; r < 4; r++) {
-                        const act_sums * tr  = &t[b * 4 + r];
-                        const __m512i    idx = _mm512_add_epi32(_mm512_slli_epi32(iq, 2), _mm512_set1_epi32(r));
-                        __m512i          p   = _mm512_permutexvar_epi32(iq, load128(tr->quad));
-                        p                    = _mm512_dpbusd_epi32(p, lo, _mm512_permutexvar_epi32(idx, Q0));
-                        p                    = _mm512_dpbusd_epi32(p, hi, _mm512_permutexvar_epi32(idx, Q1));
-                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(dw, _mm512_set1_ps(tr->d)), acc[r]);
-                    }
-                }
-                for (int r = 0; r < 4; r++) {
-                    store_quads4(s + (size_t) (4 * ti + r) * bs + (size_t) g * 4, acc[r], kb > 0);
-                }
-            }
-        }
-    }
+    ggml_ext_q4_0_gemm_driver(4, 4, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni = {

@@ -4,10 +4,14 @@
 // unsigned x signed (pmaddubsw, vpdpbusd). XORing a stored byte with 0x88 gives back the
 // original Q4_0 nibbles q = w + 8 (0..15), so sum(w * a) = sum(q * a) - 8 * sum(a).
 // The -8 * sum(a) terms depend on the activations only: they are computed once per
-// block and activation row into a small table (for a chunk of up to KC blocks) and
-// reused by every column group, split the way the kernels' int32 lanes split a block
-// (so every lane holds an exact partial dot product). The same table carries the
-// activation deltas as floats.
+// block and activation row into a table and reused by every column group, split the way
+// the kernels' int32 lanes split a block (so every lane holds an exact partial dot
+// product). The same table carries the activation deltas as floats.
+//
+// GEMV tables cover up to KC_GEMV blocks (the whole row in practice: a chunked row would
+// be read in strided pieces, which halves the memory bandwidth). GEMM tables cover
+// KC_GEMM blocks of one 4-row tile, and GEMM walks the columns in blocks of about
+// COLBLOCK_BYTES of weights, so that a block stays in L2 while every tile passes over it.
 #pragma once
 
 #include "../q4_0_interleaved_impl.h"
@@ -16,11 +20,14 @@
 
 #    include <immintrin.h>
 
-#define GGML_EXT_Q4_0_KC 128  // blocks per chunk of the shared dimension (4096 weights)
+#    define GGML_EXT_Q4_0_KC_GEMV        1024  // blocks: K up to 32768 in one pass (32 KiB of table)
+#    define GGML_EXT_Q4_0_KC_GEMM        128   // blocks per tile table (18 KiB)
+#    define GGML_EXT_Q4_0_COLBLOCK_BYTES (256 * 1024)
 
-// Per block and activation row. dword l of a 32-byte activation row is bytes 4l..4l+3,
-// P_l its sum. quad[g] = -8 (P_g + P_{g+4}), pair[e] = quad[e] + quad[e+2],
-// full = pair[0] + pair[1] = -8 * sum(a).
+// dword l of a 32-byte activation row is bytes 4l..4l+3, P_l its sum.
+// quad[g] = -8 (P_g + P_{g+4}), pair[e] = quad[e] + quad[e+2], full = -8 * sum(a).
+
+// One activation row, one block (GEMV).
 typedef struct {
     int32_t quad[4];
     int32_t pair[2];
@@ -28,15 +35,13 @@ typedef struct {
     float   d;
 } ggml_ext_q4_0_act_sums;
 
-static inline void ggml_ext_q4_0_act_sums_set(ggml_ext_q4_0_act_sums * t, const int32_t P[8], ggml_ext_fp16_t d) {
-    for (int g = 0; g < 4; g++) {
-        t->quad[g] = -8 * (P[g] + P[g + 4]);
-    }
-    t->pair[0] = t->quad[0] + t->quad[2];
-    t->pair[1] = t->quad[1] + t->quad[3];
-    t->full    = t->pair[0] + t->pair[1];
-    t->d       = _cvtsh_ss(d);
-}
+// Four interleaved activation rows, one block (GEMM); row r's entries at index r.
+typedef struct {
+    int32_t pair[4][2];
+    int32_t quad[4][4];
+    int32_t full[4][2];  // [r][0]
+    float   d[4];
+} ggml_ext_q4_0_act_sums_x4;
 
 // Sums of the 8 dwords of 32 signed bytes.
 static inline __m256i ggml_ext_q4_0_dword_sums(__m256i v) {
@@ -44,36 +49,114 @@ static inline __m256i ggml_ext_q4_0_dword_sums(__m256i v) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
+static inline __m256i ggml_ext_q4_0_times_minus8(__m256i v) {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(v, 3));
+}
+
 // Table for nb plain Q8_0 blocks of one activation row.
 static inline void ggml_ext_q4_0_prep_row(const ggml_ext_block_q8_0 * a, int nb, ggml_ext_q4_0_act_sums * t) {
     for (int b = 0; b < nb; b++) {
         int32_t P[8];
         _mm256_storeu_si256((__m256i *) P, ggml_ext_q4_0_dword_sums(_mm256_loadu_si256((const __m256i *) a[b].qs)));
-        ggml_ext_q4_0_act_sums_set(&t[b], P, a[b].d);
+        for (int g = 0; g < 4; g++) {
+            t[b].quad[g] = -8 * (P[g] + P[g + 4]);
+        }
+        t[b].pair[0] = t[b].quad[0] + t[b].quad[2];
+        t[b].pair[1] = t[b].quad[1] + t[b].quad[3];
+        t[b].full    = t[b].pair[0] + t[b].pair[1];
+        t[b].d       = _cvtsh_ss(a[b].d);
     }
 }
 
-// Table t[b * 4 + r] for nb blocks of four interleaved rows (chunk B = 4 or 8).
-static inline void ggml_ext_q4_0_prep_x4(const ggml_ext_block_q8_0x4 * a, int nb, int B, ggml_ext_q4_0_act_sums * t) {
+// Table for nb blocks of four rows interleaved with chunk B = 4 or 8. The four 32-byte
+// loads of a block give dword sums D[v]; B = 8: D[v] holds chunk v (P_2v, P_2v+1) of rows
+// 0-3 as [r0 r0 r1 r1 r2 r2 r3 r3]; B = 4: D[v] holds P_2v of rows 0-3, then P_2v+1.
+static inline void ggml_ext_q4_0_prep_x4(const ggml_ext_block_q8_0x4 * a, int nb, int B, ggml_ext_q4_0_act_sums_x4 * t) {
+    const __m256i rows_pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // B = 4 -> B = 8 lane order
     for (int b = 0; b < nb; b++) {
-        int32_t D[32];  // D[m]: sum of dword m of the 128 interleaved bytes
+        __m256i D[4];
         for (int v = 0; v < 4; v++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *) (a[b].qs + 32 * v));
-            _mm256_storeu_si256((__m256i *) (D + 8 * v), ggml_ext_q4_0_dword_sums(x));
+            D[v] = ggml_ext_q4_0_dword_sums(_mm256_loadu_si256((const __m256i *) (a[b].qs + 32 * v)));
         }
-        for (int r = 0; r < 4; r++) {
-            int32_t P[8];
-            for (int l = 0; l < 8; l++) {
-                // dword l of row r: B = 4 -> chunk l; B = 8 -> half l%2 of chunk l/2
-                P[l] = B == 4 ? D[4 * l + r] : D[(4 * (l / 2) + r) * 2 + l % 2];
-            }
-            ggml_ext_q4_0_act_sums_set(&t[b * 4 + r], P, a[b].d[r]);
+        // per row r, lanes 2r, 2r+1: q01 = (quad0, quad1), q23 = (quad2, quad3)
+        __m256i q01 = _mm256_add_epi32(D[0], D[2]);
+        __m256i q23 = _mm256_add_epi32(D[1], D[3]);
+        if (B == 4) {
+            q01 = _mm256_permutevar8x32_epi32(q01, rows_pairs);
+            q23 = _mm256_permutevar8x32_epi32(q23, rows_pairs);
         }
+        q01                = ggml_ext_q4_0_times_minus8(q01);
+        q23                = ggml_ext_q4_0_times_minus8(q23);
+        const __m256i pair = _mm256_add_epi32(q01, q23);
+        const __m256i full = _mm256_add_epi32(pair, _mm256_shuffle_epi32(pair, 0xb1));
+        const __m256i lo   = _mm256_unpacklo_epi64(q01, q23);  // rows 0 and 2: quad0..3
+        const __m256i hi   = _mm256_unpackhi_epi64(q01, q23);  // rows 1 and 3
+        _mm256_storeu_si256((__m256i *) t[b].pair, pair);
+        _mm256_storeu_si256((__m256i *) t[b].quad[0], _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *) t[b].quad[2], _mm256_permute2x128_si256(lo, hi, 0x31));
+        _mm256_storeu_si256((__m256i *) t[b].full, full);
+        _mm_storeu_ps(t[b].d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) a[b].d)));
     }
+}
+
+// Row groups per column block of GEMM (a block of about COLBLOCK_BYTES of weights).
+static inline int ggml_ext_q4_0_colblock(int nb, size_t blk) {
+    const size_t group = (size_t) nb * blk;
+    return group >= GGML_EXT_Q4_0_COLBLOCK_BYTES ? 1 : (int) (GGML_EXT_Q4_0_COLBLOCK_BYTES / group);
 }
 
 static inline int ggml_ext_q4_0_min(int a, int b) {
     return a < b ? a : b;
+}
+
+// One row group of N columns against one activation row over kn blocks (w, a, t at the
+// chunk's first block); writes (add == 0) or adds to out[0 .. N).
+typedef void (*ggml_ext_q4_0_gemv_group_fn)(const ggml_ext_q4_0_act_sums * t, const ggml_ext_block_q8_0 * a,
+                                            const uint8_t * w, int kn, float * out, int add);
+
+// One row group of N columns against one 4-row tile over kn blocks; s[r * bs + c].
+typedef void (*ggml_ext_q4_0_gemm_tile_fn)(const ggml_ext_q4_0_act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,
+                                           const uint8_t * w, int kn, float * s, size_t bs, int add);
+
+static inline void ggml_ext_q4_0_gemv_driver(int N, ggml_ext_q4_0_gemv_group_fn group, int n, float * s, size_t bs,
+                                             const void * vx, const void * vy, int nr, int nc) {
+    const int              nb  = n / 32;
+    const size_t           blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    ggml_ext_q4_0_act_sums t[GGML_EXT_Q4_0_KC_GEMV];
+    for (int y = 0; y < nr; y++) {
+        const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
+        for (int kb = 0; kb < nb; kb += GGML_EXT_Q4_0_KC_GEMV) {
+            const int kn = ggml_ext_q4_0_min(GGML_EXT_Q4_0_KC_GEMV, nb - kb);
+            ggml_ext_q4_0_prep_row(a + kb, kn, t);
+            for (int g = 0; g < nc / N; g++) {
+                group(t, a + kb, (const uint8_t *) vx + ((size_t) g * nb + kb) * blk, kn, s + (size_t) y * bs + (size_t) g * N,
+                      kb > 0);
+            }
+        }
+    }
+}
+
+// Column blocks outermost: a block's weights stay in L2 while all tiles pass over them.
+static inline void ggml_ext_q4_0_gemm_driver(int N, int B, ggml_ext_q4_0_gemm_tile_fn tile, int n, float * s, size_t bs,
+                                             const void * vx, const void * vy, int nr, int nc) {
+    const int                 nb  = n / 32, ng = nc / N;
+    const size_t              blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
+    const int                 GB  = ggml_ext_q4_0_colblock(nb, blk);
+    ggml_ext_q4_0_act_sums_x4 t[GGML_EXT_Q4_0_KC_GEMM];
+    for (int g0 = 0; g0 < ng; g0 += GB) {
+        const int g1 = ggml_ext_q4_0_min(ng, g0 + GB);
+        for (int ti = 0; ti < nr / 4; ti++) {
+            const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
+            for (int kb = 0; kb < nb; kb += GGML_EXT_Q4_0_KC_GEMM) {
+                const int kn = ggml_ext_q4_0_min(GGML_EXT_Q4_0_KC_GEMM, nb - kb);
+                ggml_ext_q4_0_prep_x4(a + kb, kn, B, t);
+                for (int g = g0; g < g1; g++) {
+                    tile(t, a + kb, (const uint8_t *) vx + ((size_t) g * nb + kb) * blk, kn,
+                         s + (size_t) 4 * ti * bs + (size_t) g * N, bs, kb > 0);
+                }
+            }
+        }
+    }
 }
 
 static inline __m256i ggml_ext_q4_0_bcast64(const void * p) {
