@@ -201,21 +201,16 @@ INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
     }
 }
 
+INLINE void tile_4x4_16rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x4_tiles(4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_4x4_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x4_tiles(1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
 static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int                     nb = n / 32, nt = nr / 4;
-    const ggml_ext_block_q8_0x4 * a  = (const ggml_ext_block_q8_0x4 *) vy;
-    const ggml_ext_block_q4_0x4 * w  = (const ggml_ext_block_q4_0x4 *) vx;
-    int                           ti = 0;
-    for (; ti + 4 <= nt; ti += 4) {  // 16 rows
-        for (int g = 0; g < nc / 4; g++) {
-            gemm_4x4_tiles(4, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
-        }
-    }
-    for (; ti < nt; ti++) {
-        for (int g = 0; g < nc / 4; g++) {
-            gemm_4x4_tiles(1, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
-        }
-    }
+    ggml_ext_q4_0_arm_gemm_driver(4, 4, tile_4x4_16rows, tile_4x4_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
 // ---------------------------------------------------------------- B = 8 layouts, SDOT
@@ -291,43 +286,44 @@ INLINE void gemv_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx,
     }
 }
 
-// Activations interleaved with B = 8: chunk c of row r at qs + 8 (4c + r).
-INLINE void gemm_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int    nb  = n / 32;
+// Activations interleaved with B = 8: chunk c of row r at qs + 8 (4c + r). One tile of
+// four rows x N columns.
+INLINE void gemm_tile_b8_dotprod(int N, const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
     const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        const uint8_t *               w = (const uint8_t *) vx;
-        for (int g = 0; g < nc / N; g++) {
-            float32x4_t acc[4][2];
-            for (int r = 0; r < 4; r++) {
-                acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
-            }
-            for (int b = 0; b < nb; b++, w += blk) {
-                wb8 wb;
-                load_b8(w + 2 * N, N, &wb);
-                float da[4];
-                vst1q_f32(da, load_d4(a[b].d));
-                const int8_t * q = a[b].qs;
-                GGML_EXT_UNROLL
-                for (int r = 0; r < 4; r++) {
-                    const int8x16_t A[4] = { dup64(q + 8 * r), dup64(q + 8 * (4 + r)), dup64(q + 8 * (8 + r)),
-                                             dup64(q + 8 * (12 + r)) };
-                    const float32x4_t dar = vdupq_n_f32(da[r]);
-                    GGML_EXT_UNROLL
-                    for (int h = 0; h < N / 4; h++) {
-                        const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), dar);
-                        acc[r][h]            = vfmaq_f32(acc[r][h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
-                    }
-                }
-            }
-            for (int r = 0; r < 4; r++) {
-                for (int h = 0; h < N / 4; h++) {
-                    vst1q_f32(s + (size_t) (4 * ti + r) * bs + (size_t) g * N + 4 * h, acc[r][h]);
-                }
+    float32x4_t  acc[4][2];
+    for (int r = 0; r < 4; r++) {
+        acc[r][0] = acc[r][1] = vdupq_n_f32(0.0f);
+    }
+    for (int b = 0; b < nb; b++, w += blk) {
+        wb8 wb;
+        load_b8(w + 2 * N, N, &wb);
+        float da[4];
+        vst1q_f32(da, load_d4(a[b].d));
+        const int8_t * q = a[b].qs;
+        GGML_EXT_UNROLL
+        for (int r = 0; r < 4; r++) {
+            const int8x16_t   A[4] = { dup64(q + 8 * r), dup64(q + 8 * (4 + r)), dup64(q + 8 * (8 + r)), dup64(q + 8 * (12 + r)) };
+            const float32x4_t dar  = vdupq_n_f32(da[r]);
+            GGML_EXT_UNROLL
+            for (int h = 0; h < N / 4; h++) {
+                const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), dar);
+                acc[r][h]            = vfmaq_f32(acc[r][h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
             }
         }
     }
+    for (int r = 0; r < 4; r++) {
+        for (int h = 0; h < N / 4; h++) {
+            vst1q_f32(s + (size_t) r * bs + 4 * h, acc[r][h]);
+        }
+    }
+}
+
+INLINE void tile_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(4, a, nb, w, s, bs);
+}
+
+INLINE void tile_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(8, a, nb, w, s, bs);
 }
 
 static void gemv_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
@@ -339,11 +335,11 @@ static void gemv_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, 
 }
 
 static void gemm_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8_dotprod(4, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_4x8_dotprod, tile_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_b8_dotprod(8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_8x8_dotprod, tile_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {

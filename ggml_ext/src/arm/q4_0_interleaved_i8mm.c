@@ -87,62 +87,52 @@ INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
     }
 }
 
+INLINE void tile_4x8_8rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x8_tiles(2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_4x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x8_tiles(1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
 static void gemm_q4_0_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int                     nb = n / 32, nt = nr / 4;
-    const ggml_ext_block_q8_0x4 * a  = (const ggml_ext_block_q8_0x4 *) vy;
-    const ggml_ext_block_q4_0x4 * w  = (const ggml_ext_block_q4_0x4 *) vx;
-    int                           ti = 0;
-    for (; ti + 2 <= nt; ti += 2) {
-        for (int g = 0; g < nc / 4; g++) {
-            gemm_4x8_tiles(2, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
-        }
-    }
-    if (ti < nt) {
-        for (int g = 0; g < nc / 4; g++) {
-            gemm_4x8_tiles(1, a + (size_t) ti * nb, nb, w + (size_t) g * nb, s + (size_t) 4 * ti * bs + 4 * g, bs);
-        }
-    }
+    ggml_ext_q4_0_arm_gemm_driver(4, 2, tile_4x8_8rows, tile_4x8_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
 // Q4_0_8_8: one tile of four rows x 8 columns (8 accumulators); the block is unpacked one
 // column pair at a time (a whole unpacked block would take 16 registers).
-static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    const int                     nb = n / 32;
-    const ggml_ext_block_q4_0x8 * w0 = (const ggml_ext_block_q4_0x8 *) vx;
-    for (int ti = 0; ti < nr / 4; ti++) {
-        const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
-        for (int g = 0; g < nc / 8; g++) {
-            const ggml_ext_block_q4_0x8 * w = w0 + (size_t) g * nb;
-            float32x4_t                   acc[2][4];
+INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w8, float * s, size_t bs) {
+    const ggml_ext_block_q4_0x8 * w = (const ggml_ext_block_q4_0x8 *) w8;
+    float32x4_t                   acc[2][4];
+    GGML_EXT_UNROLL
+    for (int i = 0; i < 8; i++) {
+        acc[i / 4][i % 4] = vdupq_n_f32(0.0f);
+    }
+    for (int b = 0; b < nb; b++) {
+        int8x16_t   A[8];
+        float32x4_t dap[2];
+        load_act_lines(a + b, A, dap);
+        const float32x4_t dw[2] = { load_d4(w[b].d), load_d4(w[b].d + 4) };
+        GGML_EXT_UNROLL
+        for (int cp = 0; cp < 4; cp++) {
+            const int8x16_t   l0  = vld1q_s8((const int8_t *) w[b].qs + 16 * cp);        // chunk 0
+            const int8x16_t   l1  = vld1q_s8((const int8_t *) w[b].qs + 16 * (4 + cp));  // chunk 1
+            const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
+            const float32x4_t dwp = vcombine_f32(d2, d2);
             GGML_EXT_UNROLL
-            for (int i = 0; i < 8; i++) {
-                acc[i / 4][i % 4] = vdupq_n_f32(0.0f);
-            }
-            for (int b = 0; b < nb; b++) {
-                int8x16_t   A[8];
-                float32x4_t dap[2];
-                load_act_lines(a + b, A, dap);
-                const float32x4_t dw[2] = { load_d4(w[b].d), load_d4(w[b].d + 4) };
-                GGML_EXT_UNROLL
-                for (int cp = 0; cp < 4; cp++) {
-                    const int8x16_t   l0  = vld1q_s8((const int8_t *) w[b].qs + 16 * cp);        // chunk 0
-                    const int8x16_t   l1  = vld1q_s8((const int8_t *) w[b].qs + 16 * (4 + cp));  // chunk 1
-                    const float32x2_t d2  = cp % 2 ? vget_high_f32(dw[cp / 2]) : vget_low_f32(dw[cp / 2]);
-                    const float32x4_t dwp = vcombine_f32(d2, d2);
-                    GGML_EXT_UNROLL
-                    for (int rp = 0; rp < 2; rp++) {
-                        acc[rp][cp] = mmla_block(acc[rp][cp], A, rp, lo16(l0), lo16(l1), hi16(l0), hi16(l1),
-                                                 vmulq_f32(dwp, dap[rp]));
-                    }
-                }
-            }
-            float * o = s + (size_t) 4 * ti * bs + (size_t) g * 8;
             for (int rp = 0; rp < 2; rp++) {
-                store_mmla(o + (size_t) 2 * rp * bs, bs, acc[rp][0], acc[rp][1]);
-                store_mmla(o + (size_t) 2 * rp * bs + 4, bs, acc[rp][2], acc[rp][3]);
+                acc[rp][cp] = mmla_block(acc[rp][cp], A, rp, lo16(l0), lo16(l1), hi16(l0), hi16(l1), vmulq_f32(dwp, dap[rp]));
             }
         }
     }
+    for (int rp = 0; rp < 2; rp++) {
+        store_mmla(s + (size_t) 2 * rp * bs, bs, acc[rp][0], acc[rp][1]);
+        store_mmla(s + (size_t) 2 * rp * bs + 4, bs, acc[rp][2], acc[rp][3]);
+    }
+}
+
+static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_8x8_4rows, tile_8x8_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
