@@ -246,23 +246,22 @@ int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const
 
 // ---------------------------------------------------------------- kernels
 
-// Integer dot product of weight row j of an interleaved block with 32 activation bytes
-// given by a(k). The XORed nibble is q - 8 in two's complement: (byte << 4) and
-// (byte & 0xF0), read as int8, are the two weights times 16; divide once at the end.
-static inline int32_t dot_interleaved(const uint8_t * qs, int N, int B, int j, const int8_t * a, int a_stride_chunk,
-                                      int a_row) {
+// Activation byte k of row r: a plain Q8_0 row (AB = 0), or row r of four rows
+// interleaved in chunks of AB bytes.
+static inline int8_t act_byte(const int8_t * a, int AB, int r, int k) {
+    return AB ? a[((k / AB) * 4 + r) * AB + k % AB] : a[k];
+}
+
+// Integer dot product of weight row j of an interleaved block with activation row r.
+// The XORed nibble is q - 8 in two's complement: (byte << 4) and (byte & 0xF0), read as
+// int8, are the two weights times 16; divide once at the end.
+static inline int32_t dot_interleaved(const uint8_t * qs, int N, int B, int j, const int8_t * a, int AB, int r) {
     int32_t sum16 = 0;
     for (int k = 0; k < QK / 2; k++) {
-        const uint8_t byte = qs[((k / B) * N + j) * B + k % B];
+        const uint8_t byte = qs[((k / B) * N + j) * B + k % B];  // weights k and k + 16 of row j
         const int     lo   = (int8_t) (uint8_t) (byte << 4);
         const int     hi   = (int8_t) (byte & 0xf0);
-        // activation byte k and k+16 of this row (plain row: a_stride_chunk == 0)
-        const int     klo  = k, khi = k + QK / 2;
-        const int8_t  alo  = a_stride_chunk ? a[((klo / a_stride_chunk) * 4 + a_row) * a_stride_chunk + klo % a_stride_chunk]
-                                            : a[klo];
-        const int8_t  ahi  = a_stride_chunk ? a[((khi / a_stride_chunk) * 4 + a_row) * a_stride_chunk + khi % a_stride_chunk]
-                                            : a[khi];
-        sum16 += lo * alo + hi * ahi;
+        sum16 += lo * act_byte(a, AB, r, k) + hi * act_byte(a, AB, r, k + QK / 2);
     }
     return sum16 / 16;  // exact: every term is a multiple of 16
 }
