@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import types
 
@@ -65,6 +66,18 @@ def main(args: argparse.Namespace) -> int:
         bar.set_postfix_str(name, refresh=False)
         bar.update(done - bar.n)
 
+    # SIGTERM/SIGHUP (kill, timeout, a closed terminal) take the Ctrl-C path, so the temp file is removed too
+    received: list[int] = []
+
+    def on_signal(signum, frame):
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    stops = [getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    try:
+        previous = {s: signal.signal(s, on_signal) for s in stops}
+    except ValueError:  # not the main thread: leave the handlers alone
+        previous = {}
     try:
         result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
                          threads=args.threads, vocab_only=args.vocab_only, progress=progress, warn=warn)
@@ -73,11 +86,19 @@ def main(args: argparse.Namespace) -> int:
             bar.close()
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:  # disk full, I/O error: the writer has removed its temp file
+        if bar is not None:
+            bar.close()
+        print(f"error: {e.filename or args.output}: {e.strerror or e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         if bar is not None:
             bar.close()
         print("interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return 128 + received[0] if received else 130
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
     if bar is not None:
         bar.close()
     print(result)
