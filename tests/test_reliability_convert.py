@@ -1,0 +1,209 @@
+"""Faults while converting the default model's HF folder: killed mid-write, disk full, unreadable shards.
+
+The converter writes `.OUT.gguf.<random>.tmp` next to the output and moves it
+into place at the end (converters/gguf_writer.py).  What each fault must leave:
+
+* SIGKILL mid-write: no output; the temp file stays (nothing can run after
+  SIGKILL) and is named `.OUT.gguf.*.tmp` so it can be found.  The next run
+  does not touch other runs' temp files (one may be a concurrent conversion),
+  succeeds and leaves no temp file of its own.  With `--force` over an existing
+  output, the old output is untouched.
+* SIGINT / SIGTERM / SIGHUP mid-write: the temp file is removed, "interrupted;
+  nothing was written", exit 128+signal.
+* disk full (a 20 MiB tmpfs): `error: OUT: No space left on device`, exit 1,
+  no output, no temp file.
+* a shard that is a directory, a FIFO, empty, truncated or a dangling symlink:
+  `error: ...`, exit 1, no output, no hang.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ggml_ext.gguf_reader import read_gguf
+
+N_TENSORS = 272       # SmolLM2-135M: 30 layers x 9 + token_embd + output_norm
+KILL_AFTER = 8 << 20  # bytes in the temp file before the signal: well inside the data section
+
+
+@pytest.fixture(scope="module")
+def hf_dir() -> Path:
+    from ggml_ext import assets
+    p = Path(assets.path("smollm2-hf"))
+    if not (p / "model.safetensors").is_file():
+        pytest.skip(f"default model's HF folder not fetched ({p})")
+    return p
+
+
+def convert_cmd(src: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "ggml_ext.cli", "convert", str(src), "-o", str(out), "--type", "q8_0", "-q",
+            "-t", "1", *extra]
+
+
+def temps(folder: Path, out_name: str) -> list[Path]:
+    return sorted(folder.glob(f".{out_name}.*.tmp"))
+
+
+def start_and_signal(cmd: list[str], folder: Path, out_name: str, sig: int, before: set[Path] = frozenset()):
+    """Start a conversion, wait until its temp file holds KILL_AFTER bytes, send `sig`; returns (rc, stderr, tmp)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    tmp = None
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            new = [t for t in temps(folder, out_name) if t not in before]
+            if new:
+                try:
+                    if new[0].stat().st_size >= KILL_AFTER:
+                        tmp = new[0]
+                        break
+                except FileNotFoundError:
+                    pass
+            time.sleep(0.005)
+        assert tmp is not None, f"no temp file grew past {KILL_AFTER} bytes (rc {proc.poll()})"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err, tmp
+
+
+def test_sigkill_mid_write_then_rerun(hf_dir, tmp_path):
+    out = tmp_path / "out.gguf"
+    rc, _, tmp = start_and_signal(convert_cmd(hf_dir, out), tmp_path, out.name, signal.SIGKILL)
+    assert rc == -signal.SIGKILL
+    assert not out.exists(), "a killed conversion left an output file"
+    stale = temps(tmp_path, out.name)
+    assert stale == [tmp], stale          # the documented leftover, findable by its name
+    assert {p.name for p in tmp_path.iterdir()} == {tmp.name}
+
+    r = subprocess.run(convert_cmd(hf_dir, out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    g = read_gguf(out)
+    assert len(g.tensors) == N_TENSORS and g.file_size == out.stat().st_size
+    # the rerun leaves no temp of its own and does not delete another run's temp file
+    assert temps(tmp_path, out.name) == stale, ("the converter now cleans stale temp files: update this test "
+                                                "and docs/RELIABILITY.md")
+
+    # --force over a good output, killed mid-write: the old output is untouched
+    before = (out.stat().st_size, out.stat().st_mtime_ns, out.read_bytes()[:4096])
+    rc, _, tmp2 = start_and_signal(convert_cmd(hf_dir, out, "--force"), tmp_path, out.name, signal.SIGKILL,
+                                   before=set(stale))
+    assert rc == -signal.SIGKILL
+    assert (out.stat().st_size, out.stat().st_mtime_ns, out.read_bytes()[:4096]) == before
+    assert len(read_gguf(out).tensors) == N_TENSORS
+    assert set(temps(tmp_path, out.name)) == {tmp, tmp2}
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_interrupt_removes_the_temp_file(hf_dir, tmp_path, sig):
+    out = tmp_path / "out.gguf"
+    rc, err, _ = start_and_signal(convert_cmd(hf_dir, out), tmp_path, out.name, sig)
+    assert rc == 128 + sig, err
+    assert "interrupted; nothing was written" in err and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN): {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_disk_full(hf_dir, small_tmpfs):
+    out = small_tmpfs / "out.gguf"
+    r = subprocess.run(convert_cmd(hf_dir, out), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1
+    assert r.stderr.strip() == f"error: {out}: No space left on device", r.stderr
+    assert list(small_tmpfs.iterdir()) == [], "output or temp file left on the full file system"
+    assert shutil.disk_usage(small_tmpfs).used < 1 << 20
+
+
+SHARD = "model-00001-of-00001.safetensors"
+
+
+def _safetensors_names(path: Path) -> list[str]:
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+    return [k for k in header if k != "__metadata__"]
+
+
+@pytest.fixture(scope="module")
+def sharded_template(hf_dir, tmp_path_factory) -> Path:
+    """The HF folder as a one-shard index (config and tokenizer as symlinks, no weights yet)."""
+    d = tmp_path_factory.mktemp("sharded")
+    for f in hf_dir.iterdir():
+        if f.name != "model.safetensors":
+            (d / f.name).symlink_to(f)
+    names = _safetensors_names(hf_dir / "model.safetensors")
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {n: SHARD for n in names}}))
+    return d
+
+
+def _make_bad_shard(kind: str, shard: Path, real: Path) -> None:
+    if kind == "directory":
+        shard.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(shard)
+    elif kind == "empty":
+        shard.write_bytes(b"")
+    elif kind == "header only":
+        with open(real, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            f.seek(0)
+            shard.write_bytes(f.read(8 + n))
+    elif kind == "truncated mid-data":
+        with open(real, "rb") as f:
+            shard.write_bytes(f.read(10 << 20))
+    elif kind == "dangling symlink":
+        shard.symlink_to(shard.parent / "gone.safetensors")
+    elif kind == "garbage":
+        shard.write_bytes(struct.pack("<Q", 2**62) + b"{" * 64)
+    else:
+        raise AssertionError(kind)
+
+
+@pytest.mark.parametrize("kind", ["directory", "fifo", "empty", "header only", "truncated mid-data",
+                                  "dangling symlink", "garbage"])
+def test_unreadable_shard(hf_dir, sharded_template, tmp_path, kind):
+    src = tmp_path / "hf"
+    shutil.copytree(sharded_template, src, symlinks=True)
+    _make_bad_shard(kind, src / SHARD, hf_dir / "model.safetensors")
+    outdir = tmp_path / "out"
+    outdir.mkdir()
+    out = outdir / "out.gguf"
+    r = subprocess.run(convert_cmd(src, out), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, (kind, r.returncode, r.stderr)
+    assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr, r.stderr
+    assert SHARD in r.stderr, r.stderr          # the message names the shard at fault
+    assert list(outdir.iterdir()) == []
+
+
+def test_sharded_template_is_convertible(hf_dir, sharded_template, tmp_path):
+    """The shard tests fail because of the shard, not the index: with the real file as shard it converts."""
+    src = tmp_path / "hf"
+    shutil.copytree(sharded_template, src, symlinks=True)
+    (src / SHARD).symlink_to(hf_dir / "model.safetensors")
+    out = tmp_path / "ok.gguf"
+    r = subprocess.run(convert_cmd(src, out, "--vocab-only"), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert out.is_file()
