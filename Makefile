@@ -28,7 +28,7 @@ help:
 # qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max).
 # Installed only when missing; needs root or sudo.
 SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
-               qemu-aarch64-static:qemu-user-static
+               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static
 system-deps: $(STAMPS)/system-deps
 $(STAMPS)/system-deps: Makefile
 	@mkdir -p $(STAMPS)
