@@ -1,0 +1,85 @@
+"""Fuzzing smoke run of our GGUF reader (scripts/fuzz_gguf_reader.py, atheris) and replay of tests/fuzz/.
+
+The smoke run is short (15 s) and starts from a copy of the committed seeds, so
+the committed corpus never grows.  Longer runs: docs/RELIABILITY.md.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "fuzz_gguf_reader.py"
+FUZZ_DIR = REPO / "tests" / "fuzz"
+SMOKE_SECONDS = 15
+
+
+def _atheris_or_skip():
+    if importlib.util.find_spec("atheris") is None:
+        pytest.skip("atheris is not installed (`.venv/bin/pip install atheris`; wheels for CPython 3.8-3.12)")
+
+
+def _harness():
+    _atheris_or_skip()
+    spec = importlib.util.spec_from_file_location("fuzz_gguf_reader", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_gguf_reader"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _inputs() -> list[Path]:
+    return sorted(p for p in FUZZ_DIR.rglob("*") if p.is_file() and p.name != "README.md")
+
+
+def test_committed_fuzz_inputs_are_small():
+    files = _inputs()
+    assert files, "no seeds in tests/fuzz/"
+    assert sum(p.stat().st_size for p in files) < 1 << 20
+
+
+def test_replay_seeds_and_regressions():
+    """Every committed input passes the fuzz property (parses consistently or raises GGUFError)."""
+    h = _harness()
+    parsed = 0
+    for p in _inputs():
+        parsed += h.check_one(p.read_bytes()) is not None
+    assert parsed >= 3          # the seeds are valid files
+
+
+def test_seeds_are_reproducible(tmp_path):
+    """--make-seeds writes the committed seeds byte for byte (so they can be regenerated, not hand-edited)."""
+    _atheris_or_skip()
+    pytest.importorskip("gguf")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--make-seeds", str(tmp_path)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    for p in tmp_path.iterdir():
+        assert p.read_bytes() == (FUZZ_DIR / "gguf_seeds" / p.name).read_bytes(), p.name
+
+
+def test_fuzz_smoke(tmp_path):
+    _atheris_or_skip()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(FUZZ_DIR / "gguf_seeds", corpus)
+    n_seeds = len(list(corpus.iterdir()))
+    r = subprocess.run([sys.executable, str(SCRIPT), str(corpus), f"-max_total_time={SMOKE_SECONDS}",
+                        "-max_len=8192", "-print_final_stats=1", f"-artifact_prefix={tmp_path}/crash-"],
+                       capture_output=True, text=True, timeout=SMOKE_SECONDS + 60, cwd=tmp_path)
+    crashes = sorted(tmp_path.glob("crash-*"))
+    log = r.stdout + r.stderr
+    assert r.returncode == 0 and not crashes, (
+        f"fuzzer found a crash ({[c.name for c in crashes]}): add it to tests/fuzz/regressions/\n{log[-3000:]}")
+    m = re.search(r"Done (\d+) runs in (\d+) second", log)
+    assert m, log[-2000:]
+    runs, secs = int(m.group(1)), int(m.group(2))
+    grown = len(list(corpus.iterdir()))
+    print(f"\natheris gguf_reader: {runs} execs in {secs} s ({runs // max(secs, 1)}/s), "
+          f"corpus {n_seeds} -> {grown}, 0 crashes")
+    assert runs > 1000
