@@ -54,7 +54,12 @@ $(STAMPS)/venv:
 # Our patched llama.cpp + ggml_ext + the Python package (incremental: persistent build dir + ccache).
 install: system-deps venv
 	$(PIP) install --no-build-isolation ".[convert,test]"
-	$(MAKE) --no-print-directory $(STAMPS)/llama-cpp-python
+	$(MAKE) --no-print-directory $(STAMPS)/llama-cpp-python $(STAMPS)/atheris
+
+# The fuzzer for our GGUF reader: a binary wheel where PyPI has one; its smoke test skips without it.
+$(STAMPS)/atheris: $(STAMPS)/venv
+	$(PIP) install -q --only-binary :all: atheris || echo "atheris has no wheel here: the fuzz smoke test will skip"
+	@touch $@
 
 # llama-cpp-python compiles nothing (-DLLAMA_BUILD=OFF); it loads our libllama at run time.
 $(STAMPS)/llama-cpp-python: $(STAMPS)/venv
