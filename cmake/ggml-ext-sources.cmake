@@ -9,7 +9,7 @@ if (NOT DEFINED LLAMA_CPP_COMMIT)
         OUTPUT_VARIABLE LLAMA_CPP_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 
-target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c")
+target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c" "${GGML_EXT_DIR}/src/model-checks.c")
 target_include_directories(ggml-base PUBLIC "${GGML_EXT_DIR}/include")
 target_compile_definitions(ggml-base PRIVATE
     GGML_EXT_VERSION="${PROJECT_VERSION}"

@@ -248,17 +248,19 @@ def _build_cases(tmp: Path) -> None:
                      ("llama.feed_forward_length", 0), ("llama.rope.dimension_count", 0),
                      ("llama.rope.dimension_count", 1000)):
         CASES[f"{key} = {val}"] = (model(kv={key: (u32, val)}), "refuse")
-    # llama.cpp resets out-of-range special token ids to -1 with a warning, and -c overrides the trained context
+    # llama.cpp resets out-of-range special token ids to -1 with a warning
     for key, val in (("tokenizer.ggml.bos_token_id", 10**6), ("tokenizer.ggml.eos_token_id", 2**32 - 1),
-                     ("tokenizer.ggml.unknown_token_id", 400), ("llama.context_length", 0)):
+                     ("tokenizer.ggml.unknown_token_id", 400)):
         CASES[f"{key} = {val}"] = (model(kv={key: (u32, val)}), "survive")
-    CASES["llama.context_length = 2**32-1"] = (model(kv={"llama.context_length": (u32, 2**32 - 1)}), "survive")
+    # upstream aborted on these (server slot of 0 tokens); patch 0010 refuses them at load
+    CASES["llama.context_length = 0"] = (model(kv={"llama.context_length": (u32, 0)}), "refuse")
+    CASES["llama.context_length = 2**32-1"] = (model(kv={"llama.context_length": (u32, 2**32 - 1)}), "refuse")
     CASES["llama.block_count is a string"] = (model(kv={"llama.block_count": ("add_string", "2")}), "refuse")
     CASES["llama.block_count is u64 2**40"] = (model(kv={"llama.block_count": ("add_uint64", 2**40)}), "refuse")
     CASES["rms_epsilon is a string"] = (model(kv={"llama.attention.layer_norm_rms_epsilon": ("add_string", "x")}),
                                         "refuse")
     CASES["rms_epsilon NaN"] = (model(kv={"llama.attention.layer_norm_rms_epsilon": ("add_float32", float("nan"))}),
-                                "survive")
+                                "refuse")
     CASES["rope freq base 0"] = (model(kv={"llama.rope.freq_base": ("add_float32", 0.0)}), "survive")
     CASES["no embedding_length"] = (model(drop_kv={"llama.embedding_length"}), "refuse")
     CASES["no block_count"] = (model(drop_kv={"llama.block_count"}), "refuse")
@@ -383,21 +385,12 @@ def python_results(case_files) -> dict[str, tuple[str, str]]:
     return {names[i]: res[i] for i in res}
 
 
-# Files on which our llama.cpp (pinned 0c1e57098; our only patch adds a system-info hook, so these are
-# upstream's) aborts instead of refusing. Strict xfail keeps them visible: when llama.cpp fixes one, the
-# test XPASSes, fails, and the entry must go.  docs/RELIABILITY.md has the backtraces.
-_N_LAYER_ASSERT = ("llama.cpp aborts: src/llama-model.cpp:1328 GGML_ASSERT(hparams.n_layer_all > 0 && "
-                   "hparams.n_layer_all <= LLAMA_MAX_LAYERS) in llama_model::load_hparams (SIGABRT)")
-_EPS_ASSERT = ("llama.cpp aborts at the first decode: ggml/src/ggml-cpu/ops.cpp:4132 GGML_ASSERT(eps >= 0.0f) in "
-               "the RMS norm op; NaN epsilon is not checked at load (SIGABRT)")
-_CTX_ASSERT = ("llama-cli aborts: tools/server/server-context.cpp:2014 GGML_ASSERT(n_ctx > 0 && n_prompt_tokens > 0) "
-               "in send_error(ERROR_TYPE_EXCEED_CONTEXT_SIZE); the slot's context is 0 tokens although -c 128 "
-               "is given (SIGABRT)")
-KNOWN_CRASHES_COMMON = {f"llama.block_count = {v}": _N_LAYER_ASSERT for v in (0, 1000, 2**31, 2**32 - 1)}
-KNOWN_CRASHES_COMMON["rms_epsilon NaN"] = _EPS_ASSERT
-KNOWN_CRASHES_CLI = KNOWN_CRASHES_COMMON | {"llama.context_length = 0": _CTX_ASSERT,
-                                            "llama.context_length = 2**32-1": _CTX_ASSERT}
-KNOWN_CRASHES_PY = dict(KNOWN_CRASHES_COMMON)
+# Files on which our llama.cpp aborts instead of refusing. Strict xfail keeps them visible: when one is
+# fixed, the test XPASSes, fails, and the entry must go. docs/RELIABILITY.md has the history: upstream
+# aborted on llama.block_count 0 / > LLAMA_MAX_LAYERS, a NaN rms epsilon (at the first decode) and
+# context_length 0 or 2**32-1; patch 0010-model-hparams-checks turns those into load errors.
+KNOWN_CRASHES_CLI: dict[str, str] = {}
+KNOWN_CRASHES_PY: dict[str, str] = {}
 
 
 def _case_params(known: dict[str, str]):

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #if defined(_WIN32)
 #    define GGML_EXT_API __declspec(dllexport)
@@ -28,6 +29,11 @@ GGML_EXT_API const char * ggml_ext_system_info(void);
 
 // Whether ggml-ext's CUDA kernels were compiled in.
 GGML_EXT_API bool ggml_ext_has_cuda(void);
+
+// Model checks for the loader: NULL when the values are usable, else a message
+// naming the bad GGUF key (valid until the next call on the same thread).
+GGML_EXT_API const char * ggml_ext_check_block_count(uint32_t n_layer, uint32_t max_layers);
+GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, float f_norm_rms_eps);
 
 #ifdef __cplusplus
 }
