@@ -272,3 +272,20 @@ def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool
     # pre-interleaved weights need no repack buffer: they are used from the mapped file
     assert "CPU_REPACK model buffer" not in ours
     assert "CPU_Mapped model buffer" in ours
+
+
+def test_cpu_mul_mat_hook_agrees_with_plain_q4_0(tmp_path):
+    """tests/c/test_q4_0_interleaved_mul_mat.c on our installed libggml: ggml graphs with the
+    interleaved and the plain Q4_0 weights side by side, 1-33 activation rows, 1-2 src1
+    planes, 1-4 threads."""
+    from pathlib import Path
+    from ggml_ext import _locate
+    src = Path(__file__).resolve().parent / "c" / "test_q4_0_interleaved_mul_mat.c"
+    exe = tmp_path / "t_mul_mat"
+    lib = _locate.lib_dir()
+    subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",
+                    str(src), f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{lib}",
+                    "-o", str(exe)], check=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    print(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
