@@ -289,3 +289,50 @@ def test_cpu_mul_mat_hook_agrees_with_plain_q4_0(tmp_path):
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     print(proc.stdout.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+
+
+def test_convert_type_q4_0_8_8_writes_the_repacked_bytes(files, tmp_path):
+    """`convert --type q4_0_8_8` of the default model: the same tensors and bytes as
+    `repack --layout 8x8` of its q4_0 conversion; only general.file_type differs (35)."""
+    import ggml_ext
+    from ggml_ext import assets
+    out = tmp_path / "smollm2-q4_0_8_8-convert.gguf"
+    ggml_ext.convert(assets.path("smollm2-hf"), out, "q4_0_8_8")
+    conv, rep = gguf_reader.read_gguf(out), gguf_reader.read_gguf(files["Q4_0_8_8"])
+    assert conv.kv["general.file_type"] == 35
+    assert [(t.name, t.type_name, t.nbytes) for t in conv.tensors] == [(t.name, t.type_name, t.nbytes) for t in rep.tensors]
+    a, b = out.read_bytes(), files["Q4_0_8_8"].read_bytes()
+    for tc, tr in zip(conv.tensors, rep.tensors):
+        assert a[tc.file_offset:tc.file_offset + tc.nbytes] == b[tr.file_offset:tr.file_offset + tr.nbytes], tc.name
+
+
+def test_interleaved_file_runs_across_rpc(files, tool_env, threads, tmp_path):
+    """ggml-rpc-server's CPU backend runs the interleaved weights it receives (our hook)."""
+    import socket
+    import time
+    from ggml_ext import serve, tools
+    port = serve.free_port()
+    with open(tmp_path / "rpc-server.log", "w+") as log:
+        server = subprocess.Popen(tools.command("ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)),
+                                  env=tool_env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    assert server.poll() is None and time.monotonic() < deadline, "rpc-server did not start"
+                    time.sleep(0.2)
+            proc = subprocess.run(
+                tools.command("llama-cli", "-m", files["Q4_0_8_8"], "--rpc", f"127.0.0.1:{port}", "-ngl", "99",
+                              "-dev", "RPC0", "-lv", "4", "-p", "What is the capital of France? Answer in one sentence.",
+                              "-st", "-n", "24", "--temp", "0", "--seed", "0", "-c", "512", "-t", str(threads)),
+                env=tool_env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        finally:
+            server.terminate()
+            server.wait(10)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert f"RPC0[127.0.0.1:{port}] model buffer size" in out, out[-3000:]
+    assert "Paris" in proc.stdout, out[-3000:]
