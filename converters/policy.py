@@ -28,7 +28,8 @@ wins). TYPE may be any of :data:`KEEP_TYPES`. Non-matrix tensors stay F32 whatev
 a pattern says; a pattern that matches no matrix at all is an error, so a typo is
 not silently ignored. A kept type that does not fit the tensor's row length is an
 error too (we do not second-guess an explicit request), and so is a kept
-interleaved type on a tensor whose row count does not divide by N.
+interleaved type on a tensor whose row count does not divide by N, or on
+``token_embd.weight``.
 """
 from __future__ import annotations
 
@@ -101,6 +102,9 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
                 raise ConversionError(f"--keep {rule}: {name} has rows of {ncols} weights, not a multiple of "
                                       f"{rule.type_name}'s block of {BLOCK[rule.type_name]}")
             n = INTERLEAVED_ROWS.get(rule.type_name)
+            if n is not None and name == "token_embd.weight":
+                raise ConversionError(f"--keep {rule}: {name} is read with get_rows, which needs a plain type; "
+                                      f"{rule.type_name} only runs in matrix multiplications")
             if n is not None and (len(shape) != 2 or shape[1] % n):
                 raise ConversionError(f"--keep {rule}: {name} has shape {list(shape)}; {rule.type_name} needs a "
                                       f"2-D matrix whose row count divides by {n}")

@@ -72,6 +72,8 @@ def test_policy_interleaves_block_matrices_only():
     from ggml_ext.converters.policy import parse_keep
     with pytest.raises(ConversionError, match="divides by 8"):
         choose_type("blk.0.ffn_up.weight", (576, 1540), "q4_0", keep=(parse_keep("blk.*=q4_0_8_8"),), **kw)
+    with pytest.raises(ConversionError, match="get_rows"):
+        choose_type("token_embd.weight", (576, 49152), "q4_0", keep=(parse_keep("token_embd.weight=q4_0_4_4"),), **kw)
 
 
 def test_convert_refuses_a_kept_interleaved_type_that_does_not_fit(tmp_path):
@@ -133,6 +135,8 @@ def test_repack_round_trips_to_the_same_bytes(files, name, tmp_path):
         else:
             assert b.type_name == a.type_name, a.name
     assert dst.tensor("token_embd.weight").type_name != name
+    assert (src.kv["general.file_type"], dst.kv["general.file_type"]) == (2, {"Q4_0_4_4": 33, "Q4_0_4_8": 34,
+                                                                               "Q4_0_8_8": 35}[name])
     back = tmp_path / "back.gguf"
     repack.repack(files[name], back, "q4_0")
     assert back.read_bytes() == files["q4_0"].read_bytes()
@@ -292,8 +296,8 @@ def test_cpu_mul_mat_hook_agrees_with_plain_q4_0(tmp_path):
 
 
 def test_convert_type_q4_0_8_8_writes_the_repacked_bytes(files, tmp_path):
-    """`convert --type q4_0_8_8` of the default model: the same tensors and bytes as
-    `repack --layout 8x8` of its q4_0 conversion; only general.file_type differs (35)."""
+    """`convert --type q4_0_8_8` of the default model is, byte for byte, `repack --layout 8x8`
+    of its q4_0 conversion (general.file_type 35 in both)."""
     import ggml_ext
     from ggml_ext import assets
     out = tmp_path / "smollm2-q4_0_8_8-convert.gguf"
@@ -304,6 +308,7 @@ def test_convert_type_q4_0_8_8_writes_the_repacked_bytes(files, tmp_path):
     a, b = out.read_bytes(), files["Q4_0_8_8"].read_bytes()
     for tc, tr in zip(conv.tensors, rep.tensors):
         assert a[tc.file_offset:tc.file_offset + tc.nbytes] == b[tr.file_offset:tr.file_offset + tr.nbytes], tc.name
+    assert a == b
 
 
 def test_interleaved_file_runs_across_rpc(files, tool_env, threads, tmp_path):
@@ -336,3 +341,30 @@ def test_interleaved_file_runs_across_rpc(files, tool_env, threads, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert f"RPC0[127.0.0.1:{port}] model buffer size" in out, out[-3000:]
     assert "Paris" in proc.stdout, out[-3000:]
+
+
+def test_an_interleaved_token_embedding_is_refused_at_load_not_run(files, tmp_path):
+    """get_rows has no interleaved kernel: our CPU backend says so (supports_op hook), and
+    llama.cpp refuses the file with an error instead of aborting mid-graph."""
+    import struct
+    import ggml_ext
+    from ggml_ext import assets
+    from ggml_ext.llama_cpp_glue import Llama
+    path = tmp_path / "embd-q4_0.gguf"
+    ggml_ext.convert(assets.path("smollm2-hf"), path, "q4_0", keep=["token_embd.weight=q4_0"])
+    t = gguf_reader.read_gguf(path).tensor("token_embd.weight")
+    assert t.type_name == "Q4_0"
+    with open(path, "r+b") as f:  # what `repack` would do if it took the embedding
+        f.seek(t.file_offset)
+        data = f.read(t.nbytes)
+        f.seek(t.file_offset)
+        f.write(quants.repack_q4_0("Q4_0_8_8", data, t.shape[1], t.shape[0]).tobytes())
+        f.seek(t.type_field_offset)
+        f.write(struct.pack("<i", quants.type_id("Q4_0_8_8")))
+    assert gguf_reader.read_gguf(path).tensor("token_embd.weight").type_name == "Q4_0_8_8"
+    probe = subprocess.run(
+        [__import__("sys").executable, "-c",
+         "import sys; from ggml_ext.llama_cpp_glue import Llama\n"
+         "try:\n    Llama(sys.argv[1], n_ctx=64)\nexcept ValueError as e:\n    print('refused:', e); sys.exit(3)\n",
+         str(path)], capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 3, (probe.returncode, probe.stdout[-2000:], probe.stderr[-3000:])

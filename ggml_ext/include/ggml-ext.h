@@ -58,6 +58,12 @@ struct ggml_compute_params;
 struct ggml_tensor;
 GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 
+// ggml-cpu's supports_op for ops that involve types 31-33 (as a source or as the result):
+// 1 for what ggml_ext_cpu_mul_mat runs (MUL_MAT of one 2-D interleaved matrix, F32
+// activations and result), 0 for anything else (get_rows, copies, mul_mat_id, ...),
+// -1 when no such type is involved (ggml decides).
+GGML_EXT_API int ggml_ext_cpu_supports_op(const struct ggml_tensor * op);
+
 #ifdef __cplusplus
 }
 #endif

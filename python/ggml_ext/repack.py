@@ -15,7 +15,9 @@ place: metadata, offsets and every other tensor stay byte for byte the same, and
 repacking then unpacking gives back the original file. The tensors converted are the
 2-D Q4_0 matrices of the blocks (``blk.*``) and ``output.weight`` whose row count divides
 by the layout's N; ``token_embd.weight`` stays Q4_0 because llama.cpp reads it with
-``get_rows``, which needs a plain type. ``general.file_type`` is left as it was.
+``get_rows``, which needs a plain type. ``general.file_type`` follows: 2 (mostly Q4_0)
+becomes 33/34/35 (the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8, what ``convert --type
+q4_0_8_8`` writes) and back; any other value is left as it was.
 The files are loaded (and mmap-ed, no copy) by our llama.cpp only.
 """
 from __future__ import annotations
@@ -37,6 +39,8 @@ __all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "a
 
 #: --layout value -> target ggml type name
 LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8", "q4_0": "Q4_0"}
+#: general.file_type (llama_ftype) of a file mostly of each type
+FILE_TYPES = {"Q4_0": 2, "Q4_0_4_4": 33, "Q4_0_4_8": 34, "Q4_0_8_8": 35}
 
 
 class RepackError(ValueError):
@@ -88,6 +92,16 @@ def _candidate(name: str) -> bool:
     return name.startswith("blk.") or name == "output.weight"
 
 
+def _file_type_offset(header: bytes) -> int | None:
+    """Position of general.file_type's uint32 value in the metadata, if it is stored as one."""
+    key = b"general.file_type"
+    pattern = struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)  # GGUF value type 4: uint32
+    at = header.find(pattern)
+    if at < 0 or header.find(pattern, at + 1) >= 0:
+        return None
+    return at + len(pattern)
+
+
 def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "auto", *,  # noqa: A002
            force: bool = False) -> RepackResult:
     """Rewrite ``input``'s Q4_0 matrices as ``layout`` (or, for ``layout="q4_0"``, interleaved ones as Q4_0)."""
@@ -130,6 +144,12 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
         with open(src, "rb") as fin, open(tmp, "r+b") as fout:
             mm = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ) if info.file_size else None
             try:
+                ft_at = _file_type_offset(mm[:info.data_offset]) if mm is not None else None
+                if jobs and ft_at is not None:
+                    old = struct.unpack("<I", mm[ft_at:ft_at + 4])[0]
+                    if old in FILE_TYPES.values() and old != FILE_TYPES[target]:
+                        fout.seek(ft_at)
+                        fout.write(struct.pack("<I", FILE_TYPES[target]))
                 for t, from_type in jobs:
                     data = mm[t.file_offset:t.file_offset + t.nbytes]
                     if target == "Q4_0":

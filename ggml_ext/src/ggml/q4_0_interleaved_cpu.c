@@ -14,6 +14,20 @@ static int layout_of(enum ggml_type type) {
     return (int) type >= 31 && (int) type <= 33 ? (int) type - 31 : -1;
 }
 
+int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
+    bool involved = layout_of(op->type) >= 0;
+    for (int i = 0; i < GGML_MAX_SRC; i++) {
+        involved = involved || (op->src[i] && layout_of(op->src[i]->type) >= 0);
+    }
+    if (!involved) {
+        return -1;
+    }
+    const struct ggml_tensor * src0 = op->src[0];
+    const struct ggml_tensor * src1 = op->src[1];
+    return op->op == GGML_OP_MUL_MAT && src0 && layout_of(src0->type) >= 0 && src0->ne[2] == 1 && src0->ne[3] == 1 &&
+           src1 && src1->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
+}
+
 bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
     const struct ggml_tensor * src0 = dst->src[0];
     const struct ggml_tensor * src1 = dst->src[1];
