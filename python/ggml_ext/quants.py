@@ -14,7 +14,8 @@ runtime) would produce from the same float32 rows.
 Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
-``ggml_validate_row_data``; plus ``ggml_ext_format_version`` of our own header.
+``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
+``ggml_ext_repack_q4_0`` and ``ggml_ext_unpack_q4_0`` of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
 rows are copied as they are.
 
