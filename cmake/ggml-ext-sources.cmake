@@ -16,3 +16,19 @@ target_compile_definitions(ggml-base PRIVATE
     GGML_EXT_LLAMA_CPP_COMMIT="${LLAMA_CPP_COMMIT}"
     $<$<BOOL:${GGML_EXT_CUDA}>:GGML_EXT_CUDA>)
 target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
+
+# Interleaved Q4_0 (types 31-33). ggml-base: the scalar reference, transforms and what
+# ggml.c / ggml-quants.c / gguf.cpp call (quantize_chunk, row validation, shape rule).
+# ggml-cpu: the dispatcher, every arch file (each compiles to nothing unless the target's
+# flags enable its instruction set, so the same list cross-compiles) and the mul_mat hook.
+target_sources(ggml-base PRIVATE
+    "${GGML_EXT_DIR}/src/generic/q4_0_interleaved.c"
+    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_base.c")
+target_sources(ggml-cpu PRIVATE
+    "${GGML_EXT_DIR}/src/q4_0_interleaved_dispatch.c"
+    "${GGML_EXT_DIR}/src/x86/q4_0_interleaved.c"
+    "${GGML_EXT_DIR}/src/x86/q4_0_interleaved_avx512.c"
+    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved.c"
+    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_i8mm.c"
+    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c")
+target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")

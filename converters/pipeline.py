@@ -236,7 +236,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
 
-    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0 or q5_1 (see :mod:`.policy` for
+    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
     which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
     replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
     only. ``progress(done, total, tensor_name)`` is called as weights are written

@@ -16,12 +16,20 @@ For output type T (``--type``):
     llama.cpp does: Q6_K -> Q8_0 (row length not a multiple of 256, e.g. SmolLM2's
     576), a 32-block type -> F16.
 
+* **q4_0_4_4, q4_0_4_8, q4_0_8_8** (ggml-ext's restored interleaved Q4_0, run by
+  our CPU kernels, not by stock llama.cpp): the q4_0 policy, then every 2-D
+  weight matrix of the blocks (``blk.*``) whose row count ``ne[1]`` divides by the
+  layout's N (4, 4, 8) gets the interleaved type; any other Q4_0 tensor stays
+  Q4_0 -- ``token_embd.weight`` always, since ``get_rows`` needs a plain type.
+
 ``--keep PATTERN=TYPE`` (repeatable) overrides the choice for weight matrices whose
 GGUF name matches the shell glob PATTERN (``fnmatch``; the first matching rule
 wins). TYPE may be any of :data:`KEEP_TYPES`. Non-matrix tensors stay F32 whatever
 a pattern says; a pattern that matches no matrix at all is an error, so a typo is
 not silently ignored. A kept type that does not fit the tensor's row length is an
-error too (we do not second-guess an explicit request).
+error too (we do not second-guess an explicit request), and so is a kept
+interleaved type on a tensor whose row count does not divide by N, or on
+``token_embd.weight``.
 """
 from __future__ import annotations
 
@@ -34,14 +42,19 @@ __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep",
 
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
-                "q5_0": "Q5_0", "q5_1": "Q5_1"}
+                "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_0_4_4": "Q4_0_4_4", "q4_0_4_8": "Q4_0_4_8",
+                "q4_0_8_8": "Q4_0_8_8"}
+#: interleaved Q4_0 types -> rows per interleaved group (N)
+INTERLEAVED_ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8}
 #: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
 KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
-#: llama_ftype of each output type (general.file_type).
-FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32}
+#: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8.
+FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
+              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
-         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32}
+         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
+         "Q4_0_4_4": 32, "Q4_0_4_8": 32, "Q4_0_8_8": 32}
 _FLOAT = {"F32", "F16", "BF16"}
 
 
@@ -88,8 +101,21 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
             if ncols % BLOCK[rule.type_name]:
                 raise ConversionError(f"--keep {rule}: {name} has rows of {ncols} weights, not a multiple of "
                                       f"{rule.type_name}'s block of {BLOCK[rule.type_name]}")
+            n = INTERLEAVED_ROWS.get(rule.type_name)
+            if n is not None and name == "token_embd.weight":
+                raise ConversionError(f"--keep {rule}: {name} is read with get_rows, which needs a plain type; "
+                                      f"{rule.type_name} only runs in matrix multiplications")
+            if n is not None and (len(shape) != 2 or shape[1] % n):
+                raise ConversionError(f"--keep {rule}: {name} has shape {list(shape)}; {rule.type_name} needs a "
+                                      f"2-D matrix whose row count divides by {n}")
             return rule.type_name
     default = OUTPUT_TYPES[out_type]
+    n = INTERLEAVED_ROWS.get(default)
+    if n is not None:
+        t = choose_type(name, shape, "q4_0", has_output=has_output)
+        if t == "Q4_0" and name.startswith("blk.") and len(shape) == 2 and shape[1] % n == 0:
+            return default
+        return t
     if default in _FLOAT:
         return default
     t = default

@@ -8,8 +8,9 @@ From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
     import ggml_ext
     ggml_ext.convert("hf-folder", "model.gguf", "f16")
 
-Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 (per-tensor policy in
-``docs/CONVERT.md``). Errors print ``error: ...`` and exit 1, leaving no output file.
+Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, and ggml-ext's interleaved
+q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
+``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). Errors print ``error: ...`` and exit 1, leaving no output file.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import types
 
 __all__ = ["convert", "add_arguments", "main"]
 
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1")
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8")
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002

@@ -121,6 +121,8 @@ class TensorInfo:
     offset: int
     nbytes: int
     file_offset: int = 0
+    #: absolute position of the tensor info's int32 type id (what ``ggml-ext repack`` rewrites)
+    type_field_offset: int = 0
 
     @property
     def n_elements(self) -> int:
@@ -475,7 +477,7 @@ def _parse(buf: Any, size: int, path: str) -> GGUFFile:
             raise GGUFError(f"tensor {_show(name)} data [{start}, {start + nbytes}) is not within the "
                             f"{size}-byte file (truncated or corrupted)", at)
         tinfo = ggml_types.TYPES[type_id]
-        tensors.append(TensorInfo(name, shape, type_id, tinfo.name, offset, nbytes, start))
+        tensors.append(TensorInfo(name, shape, type_id, tinfo.name, offset, nbytes, start, at - 4))
 
     order = sorted(range(len(tensors)), key=lambda j: (tensors[j].offset, j))
     for a, b in zip(order, order[1:]):

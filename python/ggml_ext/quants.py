@@ -14,9 +14,16 @@ runtime) would produce from the same float32 rows.
 Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
-``ggml_validate_row_data``; plus ``ggml_ext_format_version`` of our own header.
+``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
+``ggml_ext_repack_q4_0`` and ``ggml_ext_unpack_q4_0`` of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
 rows are copied as they are.
+
+The interleaved Q4_0 types (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) go through the same
+``ggml_quantize_chunk`` (our patched ggml hands them to ggml-ext's quantizer);
+their row count must be divisible by the interleave factor N.
+:func:`repack_q4_0` / :func:`unpack_q4_0` turn Q4_0 tensor bytes into an
+interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``).
 """
 from __future__ import annotations
 
@@ -33,7 +40,11 @@ from . import _locate, ggml_types
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
     "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
+    "INTERLEAVED", "repack_q4_0", "unpack_q4_0",
 ]
+
+#: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout)
+INTERLEAVED = {"Q4_0_4_4": 0, "Q4_0_4_8": 1, "Q4_0_8_8": 2}
 
 
 class QuantError(ValueError):
@@ -68,6 +79,9 @@ def library() -> ctypes.CDLL:
     lib.ggml_validate_row_data.restype = ctypes.c_bool
     lib.ggml_ext_format_version.argtypes = []
     lib.ggml_ext_format_version.restype = ctypes.c_int
+    for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0):
+        fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        fn.restype = ctypes.c_int
     return lib
 
 
@@ -90,7 +104,7 @@ def _producible(tid: int) -> None:
     info = ggml_types.find_type(tid)
     if info is None:
         raise QuantError(ggml_types.describe_id(tid))
-    if info.kind != "stock":
+    if info.kind != "stock" and info.name not in INTERLEAVED:
         raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
     if info.name in ("I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"):
         raise QuantError(f"{info.name} is not a storage type ggml_quantize_chunk produces")
@@ -157,6 +171,10 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
     n_rows, n_per_row = rows.shape
     rs = row_size(tid, n_per_row)
     need = n_rows * rs
+    group = ggml_types.find_type(tid).row_group
+    if n_rows % group:
+        raise QuantError(f"{ggml_types.find_type(tid).name} needs a row count divisible by {group}; "
+                         f"this tensor has {n_rows} rows")
     if not out.flags.c_contiguous or out.nbytes < need:
         raise QuantError(f"output buffer of {out.nbytes} bytes is too small or not contiguous (need {need})")
     if imatrix is not None:
@@ -178,6 +196,7 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
     threads = threads or os.cpu_count() or 1
     # Small tensors: one call. Large ones: about 4 pieces per thread of at least 64k weights.
     per_piece = max(1, min(n_rows, max(65536 // max(n_per_row, 1), -(-n_rows // (4 * threads)))))
+    per_piece = -(-per_piece // group) * group  # interleaved types: whole row groups per piece
     pieces = [(r, min(n_rows, r + per_piece)) for r in range(0, n_rows, per_piece)]
     if threads == 1 or len(pieces) == 1:
         written = sum(run(a, b) for a, b in pieces)
@@ -202,3 +221,31 @@ def validate(t, data: np.ndarray | bytes) -> bool:
     """``ggml_validate_row_data``: no NaN/inf scales or values in the encoded bytes."""
     buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data)
     return bool(library().ggml_validate_row_data(type_id(t), buf.ctypes.data, buf.nbytes))
+
+
+def _layout_call(fn_name: str, t, src: np.ndarray, n_rows: int, n_per_row: int) -> np.ndarray:
+    name = ggml_types.find_type(type_id(t)).name if ggml_types.find_type(type_id(t)) else str(t)
+    if name not in INTERLEAVED:
+        raise QuantError(f"{name} is not an interleaved Q4_0 type ({', '.join(INTERLEAVED)})")
+    src = np.ascontiguousarray(np.frombuffer(src, dtype=np.uint8) if isinstance(src, (bytes, bytearray)) else src)
+    need = n_rows * row_size("Q4_0", n_per_row)
+    if src.nbytes != need:
+        raise QuantError(f"{src.nbytes} bytes are not a {n_rows} x {n_per_row} Q4_0 tensor ({need} bytes)")
+    out = np.empty(need, dtype=np.uint8)
+    rc = getattr(library(), fn_name)(INTERLEAVED[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
+    if rc == -2:
+        raise QuantError(f"{name} needs a row count divisible by {ggml_types.type_by_name(name).row_group}; "
+                         f"this tensor has {n_rows} rows")
+    if rc != 0:
+        raise QuantError(f"{fn_name} failed with {rc} for {n_rows} rows of {n_per_row} weights")
+    return out
+
+
+def repack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """Q4_0 bytes of an ``n_rows`` x ``n_per_row`` tensor -> the same tensor in interleaved type ``t``."""
+    return _layout_call("ggml_ext_repack_q4_0", t, data, n_rows, n_per_row)
+
+
+def unpack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """Interleaved type ``t`` bytes -> the Q4_0 bytes they were made from (lossless inverse of repack_q4_0)."""
+    return _layout_call("ggml_ext_unpack_q4_0", t, data, n_rows, n_per_row)

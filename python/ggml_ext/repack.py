@@ -1,0 +1,196 @@
+"""`ggml-ext repack`: a GGUF file's Q4_0 weight matrices in an interleaved layout, or back.
+
+    ggml-ext repack model-q4_0.gguf model-q4_0_8_8.gguf --layout 8x8
+    ggml-ext repack model-q4_0.gguf model-fast.gguf              # --layout auto: best for this CPU
+    ggml-ext repack model-q4_0_8_8.gguf model-q4_0.gguf --layout q4_0
+
+Layouts (ggml-ext's restored types, byte-compatible with llama.cpp's 2024 files):
+``4x4`` = Q4_0_4_4 (Arm NEON dotprod), ``4x8`` = Q4_0_4_8 (Arm i8mm), ``8x8`` =
+Q4_0_8_8 (x86 AVX2, Arm SVE-256). ``auto`` picks from this machine's CPU: AVX2 ->
+8x8, i8mm -> 4x8, dotprod -> 4x4. ``q4_0`` turns interleaved tensors back into Q4_0.
+
+An interleaved tensor has exactly the size of the Q4_0 tensor it came from, so the
+output is the input file with each converted tensor's type id and data rewritten in
+place: metadata, offsets and every other tensor stay byte for byte the same, and
+repacking then unpacking gives back the original file. The tensors converted are the
+2-D Q4_0 matrices of the blocks (``blk.*``) and ``output.weight`` whose row count divides
+by the layout's N; ``token_embd.weight`` stays Q4_0 because llama.cpp reads it with
+``get_rows``, which needs a plain type. ``general.file_type`` follows: 2 (mostly Q4_0)
+becomes 33/34/35 (the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8, what ``convert --type
+q4_0_8_8`` writes) and back; any other value is left as it was.
+The files are loaded (and mmap-ed, no copy) by our llama.cpp only.
+"""
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import platform
+import shutil
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import gguf_reader, quants
+
+__all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
+
+#: --layout value -> target ggml type name
+LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8", "q4_0": "Q4_0"}
+#: general.file_type (llama_ftype) of a file mostly of each type
+FILE_TYPES = {"Q4_0": 2, "Q4_0_4_4": 33, "Q4_0_4_8": 34, "Q4_0_8_8": 35}
+
+
+class RepackError(ValueError):
+    """The file or the requested layout cannot be repacked."""
+
+
+@dataclass
+class RepackResult:
+    path: Path
+    type_name: str                    # target type
+    converted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)   # candidate matrices left as they were, with the reason
+
+    def __str__(self) -> str:
+        return (f"{self.path}: {len(self.converted)} tensors -> {self.type_name}"
+                + (f", {len(self.kept)} kept" if self.kept else ""))
+
+
+def _cpu_features() -> set[str]:
+    feats: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    feats.update(value.split())
+    except OSError:
+        pass
+    return feats
+
+
+def auto_layout(features: set[str] | None = None, machine: str | None = None) -> str:
+    """The layout whose kernels this CPU runs fastest: x86 AVX2 -> 8x8, Arm i8mm -> 4x8, dotprod -> 4x4."""
+    feats = _cpu_features() if features is None else features
+    machine = (machine or platform.machine()).lower()
+    if machine in ("x86_64", "amd64", "i686", "i386"):
+        if "avx2" in feats:
+            return "8x8"
+    elif machine in ("aarch64", "arm64"):
+        if "i8mm" in feats:
+            return "4x8"
+        if "asimddp" in feats:
+            return "4x4"
+    raise RepackError(f"no interleaved layout has SIMD kernels for this CPU ({machine}); "
+                      "choose one with --layout 4x4|4x8|8x8 (the generic kernels run any of them)")
+
+
+def _candidate(name: str) -> bool:
+    return name.startswith("blk.") or name == "output.weight"
+
+
+def _file_type_offset(header: bytes) -> int | None:
+    """Position of general.file_type's uint32 value in the metadata, if it is stored as one."""
+    key = b"general.file_type"
+    pattern = struct.pack("<Q", len(key)) + key + struct.pack("<I", 4)  # GGUF value type 4: uint32
+    at = header.find(pattern)
+    if at < 0 or header.find(pattern, at + 1) >= 0:
+        return None
+    return at + len(pattern)
+
+
+def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "auto", *,  # noqa: A002
+           force: bool = False) -> RepackResult:
+    """Rewrite ``input``'s Q4_0 matrices as ``layout`` (or, for ``layout="q4_0"``, interleaved ones as Q4_0)."""
+    layout = auto_layout() if layout == "auto" else layout
+    if layout not in LAYOUTS:
+        raise RepackError(f"unknown layout {layout!r}; choose from auto, {', '.join(LAYOUTS)}")
+    target = LAYOUTS[layout]
+    src, out = Path(input), Path(output)
+    if out.exists() and not force:
+        raise RepackError(f"{out} exists (use --force to replace it)")
+    if out.exists() and src.resolve() == out.resolve():
+        raise RepackError("input and output are the same file")
+    try:
+        info = gguf_reader.read_gguf(src)
+    except (OSError, gguf_reader.GGUFError) as e:
+        raise RepackError(f"{src}: {e}") from None
+
+    result = RepackResult(out, target)
+    jobs = []
+    for t in info.tensors:
+        if not _candidate(t.name) or len(t.shape) != 2:
+            continue
+        if target == "Q4_0":
+            if t.type_name in quants.INTERLEAVED:
+                jobs.append((t, t.type_name))
+            continue
+        if t.type_name != "Q4_0":
+            continue
+        n = 8 if target == "Q4_0_8_8" else 4
+        if t.shape[1] % n:
+            result.kept.append(f"{t.name}: {t.shape[1]} rows, not a multiple of {n}")
+            continue
+        jobs.append((t, target))
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        with open(src, "rb") as fin, open(tmp, "r+b") as fout:
+            mm = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ) if info.file_size else None
+            try:
+                ft_at = _file_type_offset(mm[:info.data_offset]) if mm is not None else None
+                if jobs and ft_at is not None:
+                    old = struct.unpack("<I", mm[ft_at:ft_at + 4])[0]
+                    if old in FILE_TYPES.values() and old != FILE_TYPES[target]:
+                        fout.seek(ft_at)
+                        fout.write(struct.pack("<I", FILE_TYPES[target]))
+                for t, from_type in jobs:
+                    data = mm[t.file_offset:t.file_offset + t.nbytes]
+                    if target == "Q4_0":
+                        new = quants.unpack_q4_0(from_type, data, t.shape[1], t.shape[0])
+                    else:
+                        new = quants.repack_q4_0(target, data, t.shape[1], t.shape[0])
+                    fout.seek(t.file_offset)
+                    fout.write(new.tobytes())
+                    fout.seek(t.type_field_offset)
+                    fout.write(struct.pack("<i", quants.type_id(target)))
+                    result.converted.append(t.name)
+            finally:
+                if mm is not None:
+                    mm.close()
+            fout.flush()
+            os.fsync(fout.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return result
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", metavar="IN.gguf", help="GGUF file with Q4_0 (or, for --layout q4_0, interleaved) matrices")
+    p.add_argument("output", metavar="OUT.gguf", help="file to write")
+    p.add_argument("--layout", default="auto", choices=["auto", *LAYOUTS], type=str.lower,
+                   help="4x4 (Q4_0_4_4), 4x8 (Q4_0_4_8), 8x8 (Q4_0_8_8), auto (from this CPU), "
+                        "q4_0 (back to plain Q4_0); default auto")
+    p.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result = repack(args.input, args.output, args.layout, force=args.force)
+    except RepackError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    for k in result.kept:
+        print(f"kept: {k}", file=sys.stderr)
+    print(result)
+    return 0
