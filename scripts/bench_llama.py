@@ -7,6 +7,10 @@ so drift and warm-up hit both alike. Prints a markdown table with upstream and
 ours side by side and the ratio ours / upstream.
 
   scripts/bench_llama.py [--types Q8_0,Q4_0] [--threads 1,2] [--reps 3] [--rounds 2]
+                         [--ours-only q4_0_8_8 --against Q4_0]
+
+--ours-only: types only our build runs (the interleaved ones); each is timed in
+the rounds of --against's file and compared with upstream's best path on it.
 """
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def run_bench(binary: list[str], env: dict | None, model: Path, a: argparse.Name
 
 def key(r: dict) -> tuple:
     test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
-    return (Path(r["model_filename"]).stem.split("-")[-1], test, r["n_threads"], int(bool(r.get("repack", 1))))
+    return (Path(r["model_filename"]).stem.split("Instruct-")[-1], test, r["n_threads"], int(bool(r.get("repack", 1))))
 
 
 def main() -> int:
@@ -53,18 +57,23 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds, alternating which build goes first")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--ours-only", default="", help="types run by our build only, e.g. q4_0_8_8")
+    ap.add_argument("--against", default="Q4_0", help="the type whose upstream figures --ours-only is compared with")
     a = ap.parse_args()
     builds = {"upstream": ([str(upstream_bin() / "llama-bench")], None),
               "ours": (tools.command("llama-bench"), tools.tool_env())}
     samples: dict[str, dict[tuple, list[float]]] = {"upstream": {}, "ours": {}}
+    extra = [t for t in a.ours_only.split(",") if t]
     for t in a.types.split(","):
         model = default_model(t)
+        runs = [(name, model) for name in builds]
+        if t == a.against:
+            runs += [("ours", default_model(x)) for x in extra]
         for rnd in range(a.rounds):
-            order = list(builds) if rnd % 2 == 0 else list(reversed(builds))
-            for name in order:
+            for name, m in (runs if rnd % 2 == 0 else list(reversed(runs))):
                 binary, env = builds[name]
-                print(f"[bench] round {rnd + 1}/{a.rounds} {name} {model.name}", file=sys.stderr, flush=True)
-                for r in run_bench(binary, env, model, a):
+                print(f"[bench] round {rnd + 1}/{a.rounds} {name} {m.name}", file=sys.stderr, flush=True)
+                for r in run_bench(binary, env, m, a):
                     samples[name].setdefault(key(r), []).extend(r["samples_ts"])
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
@@ -79,6 +88,16 @@ def main() -> int:
         um, om = statistics.mean(u), statistics.mean(o)
         print(f"| {k[0]} | {k[1]} | {k[2]} | {'on' if k[3] else 'off'} | {um:.1f} ± {statistics.pstdev(u):.1f} | "
               f"{om:.1f} ± {statistics.pstdev(o):.1f} | {om / um:.2f} |")
+    if extra:
+        print(f"\n| ours | test | threads | ours t/s | upstream {a.against} repack off | repack on | "
+              f"ours / upstream's best |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for k in sorted(k for k in samples["ours"] if k[0] in extra and k[3] == 1):
+            o = statistics.mean(samples["ours"][k])
+            off = statistics.mean(samples["upstream"][(a.against, k[1], k[2], 0)])
+            on = statistics.mean(samples["upstream"][(a.against, k[1], k[2], 1)])
+            print(f"| {k[0]} | {k[1]} | {k[2]} | {o:.1f} ± {statistics.pstdev(samples['ours'][k]):.1f} | "
+                  f"{off:.1f} | {on:.1f} | {o / max(on, off):.2f} |")
     return 0
 
 
