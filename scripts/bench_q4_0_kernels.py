@@ -30,15 +30,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "ggml_ext" / "src"
-SOURCES = [
-    SRC / "q4_0_interleaved_dispatch.c",
-    SRC / "generic" / "q4_0_interleaved.c",
-    SRC / "x86" / "q4_0_interleaved.c",
-    SRC / "x86" / "q4_0_interleaved_avx512.c",
-    SRC / "arm" / "q4_0_interleaved.c",
-    SRC / "arm" / "q4_0_interleaved_i8mm.c",
-]
+sys.path.insert(0, str(REPO / "scripts"))
+from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
 
 
 def ggml_prefix() -> Path | None:

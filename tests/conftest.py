@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -37,3 +40,28 @@ def tool_env() -> dict[str, str]:
 @pytest.fixture(scope="session")
 def threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture()
+def rpc_server(tool_env, threads, tmp_path):
+    """Our ggml-rpc-server on a free loopback port, listening; yields (port, its log file)."""
+    from ggml_ext import serve, tools
+    port = serve.free_port()
+    log = open(tmp_path / "rpc-server.log", "w+")
+    proc = subprocess.Popen(tools.command("ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)),
+                            env=tool_env, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None, "rpc-server exited early"
+            assert time.monotonic() < deadline, "rpc-server did not start listening"
+            time.sleep(0.2)
+    try:
+        yield port, log
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        log.close()

@@ -27,17 +27,11 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "ggml_ext" / "src"
+sys.path.insert(0, str(REPO / "scripts"))
+from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
+
 TEST_C = REPO / "tests" / "c" / "test_q4_0_interleaved.c"
 COMPAT_C = REPO / "tests" / "c" / "test_q4_0_upstream_compat.c"
-SOURCES = [
-    SRC / "q4_0_interleaved_dispatch.c",
-    SRC / "generic" / "q4_0_interleaved.c",
-    SRC / "x86" / "q4_0_interleaved.c",
-    SRC / "x86" / "q4_0_interleaved_avx512.c",
-    SRC / "arm" / "q4_0_interleaved.c",
-    SRC / "arm" / "q4_0_interleaved_i8mm.c",
-]
 # gnu11 as ggml's CMake build (C_EXTENSIONS): GCC then contracts a * b + c into fma
 # (-ffp-contract=fast), which the reference quantizers must be immune to.
 CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]

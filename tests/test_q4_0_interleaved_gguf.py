@@ -311,32 +311,15 @@ def test_convert_type_q4_0_8_8_writes_the_repacked_bytes(files, tmp_path):
     assert a == b
 
 
-def test_interleaved_file_runs_across_rpc(files, tool_env, threads, tmp_path):
+def test_interleaved_file_runs_across_rpc(files, rpc_server, tool_env, threads):
     """ggml-rpc-server's CPU backend runs the interleaved weights it receives (our hook)."""
-    import socket
-    import time
-    from ggml_ext import serve, tools
-    port = serve.free_port()
-    with open(tmp_path / "rpc-server.log", "w+") as log:
-        server = subprocess.Popen(tools.command("ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)),
-                                  env=tool_env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                    break
-                except OSError:
-                    assert server.poll() is None and time.monotonic() < deadline, "rpc-server did not start"
-                    time.sleep(0.2)
-            proc = subprocess.run(
-                tools.command("llama-cli", "-m", files["Q4_0_8_8"], "--rpc", f"127.0.0.1:{port}", "-ngl", "99",
-                              "-dev", "RPC0", "-lv", "4", "-p", "What is the capital of France? Answer in one sentence.",
-                              "-st", "-n", "24", "--temp", "0", "--seed", "0", "-c", "512", "-t", str(threads)),
-                env=tool_env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-        finally:
-            server.terminate()
-            server.wait(10)
+    from ggml_ext import tools
+    port, _ = rpc_server
+    proc = subprocess.run(
+        tools.command("llama-cli", "-m", files["Q4_0_8_8"], "--rpc", f"127.0.0.1:{port}", "-ngl", "99",
+                      "-dev", "RPC0", "-lv", "4", "-p", "What is the capital of France? Answer in one sentence.",
+                      "-st", "-n", "24", "--temp", "0", "--seed", "0", "-c", "512", "-t", str(threads)),
+        env=tool_env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert f"RPC0[127.0.0.1:{port}] model buffer size" in out, out[-3000:]

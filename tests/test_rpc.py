@@ -1,36 +1,9 @@
 """The path for users who outgrow one machine: ggml-rpc-server on loopback, llama-cli --rpc across it."""
 from __future__ import annotations
 
-import socket
 import subprocess
-import time
 
-import pytest
-
-from ggml_ext import serve, tools
-
-
-@pytest.fixture()
-def rpc_server(tool_env, threads, tmp_path):
-    port = serve.free_port()
-    log = open(tmp_path / "rpc-server.log", "w+")
-    proc = subprocess.Popen(tools.command("ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)),
-                            env=tool_env, stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert proc.poll() is None, "rpc-server exited early"
-            assert time.monotonic() < deadline, "rpc-server did not start listening"
-            time.sleep(0.2)
-    try:
-        yield port, log
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        log.close()
+from ggml_ext import tools
 
 
 def test_llama_cli_runs_the_default_model_across_rpc(rpc_server, default_gguf, tool_env, threads):
