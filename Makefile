@@ -28,7 +28,9 @@ help:
 # qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max).
 # Installed only when missing; needs root or sudo.
 SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
-               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static
+               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static \
+               clang-14:clang-14 clang-14:libclang-rt-14-dev
+# (clang-14 + its sanitizer/libFuzzer runtimes: scripts/fuzz_gguf_c.py; the runtimes have no command)
 system-deps: $(STAMPS)/system-deps
 $(STAMPS)/system-deps: Makefile
 	@mkdir -p $(STAMPS)

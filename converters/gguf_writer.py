@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .. import _atomic
 from .errors import ConversionError
 
 __all__ = ["GGUFWriter", "VALUE_TYPES"]
@@ -152,8 +152,8 @@ class GGUFWriter:
 
     # ----------------------------------------------------------------- writing
     def __enter__(self) -> "GGUFWriter":
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        self._tmp = Path(tmp)
+        # named for this process; a dead run's leftover for the same output is removed here
+        fd, self._tmp = _atomic.temp_file(self.path)
         try:  # __exit__ does not run when __enter__ fails: clean up here
             self._fh = os.fdopen(fd, "wb")
             head = self._header()

@@ -1,13 +1,14 @@
 """Faults while converting the default model's HF folder: killed mid-write, disk full, unreadable shards.
 
-The converter writes `.OUT.gguf.<random>.tmp` next to the output and moves it
-into place at the end (converters/gguf_writer.py).  What each fault must leave:
+The converter writes `.OUT.gguf.<host>.<pid>.<random>.tmp` next to the output and
+moves it into place at the end (converters/gguf_writer.py, ggml_ext/_atomic.py).
+What each fault must leave:
 
 * SIGKILL mid-write: no output; the temp file stays (nothing can run after
-  SIGKILL) and is named `.OUT.gguf.*.tmp` so it can be found.  The next run
-  does not touch other runs' temp files (one may be a concurrent conversion),
-  succeeds and leaves no temp file of its own.  With `--force` over an existing
-  output, the old output is untouched.
+  SIGKILL), named for the killed process.  The next write to the same output
+  removes it (its owner is dead), succeeds and leaves no temp file; a temp
+  file of a live process (a concurrent conversion) or of another host is left
+  alone.  With `--force` over an existing output, the old output is untouched.
 * SIGINT / SIGTERM / SIGHUP mid-write: the temp file is removed, "interrupted;
   nothing was written", exit 128+signal.
 * disk full (a 20 MiB tmpfs): `error: OUT: No space left on device`, exit 1,
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from ggml_ext import _atomic
 from ggml_ext.gguf_reader import read_gguf
 
 N_TENSORS = 272       # SmolLM2-135M: 30 layers x 9 + token_embd + output_norm
@@ -84,26 +86,74 @@ def test_sigkill_mid_write_then_rerun(hf_dir, tmp_path):
     rc, _, tmp = start_and_signal(convert_cmd(hf_dir, out), tmp_path, out.name, signal.SIGKILL)
     assert rc == -signal.SIGKILL
     assert not out.exists(), "a killed conversion left an output file"
-    stale = temps(tmp_path, out.name)
-    assert stale == [tmp], stale          # the documented leftover, findable by its name
+    assert temps(tmp_path, out.name) == [tmp]           # the leftover, named for its dead owner
     assert {p.name for p in tmp_path.iterdir()} == {tmp.name}
+    # a concurrent writer's temp (this live process) must survive the clean-up
+    live = tmp_path / f".{out.name}.{_atomic._HOST}.{os.getpid()}.abcdefgh.tmp"
+    live.write_bytes(b"in progress")
 
     r = subprocess.run(convert_cmd(hf_dir, out), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     g = read_gguf(out)
     assert len(g.tensors) == N_TENSORS and g.file_size == out.stat().st_size
-    # the rerun leaves no temp of its own and does not delete another run's temp file
-    assert temps(tmp_path, out.name) == stale, ("the converter now cleans stale temp files: update this test "
-                                                "and docs/RELIABILITY.md")
+    # the rerun removed the dead run's temp, left the live one and none of its own
+    assert temps(tmp_path, out.name) == [live]
+    live.unlink()
 
-    # --force over a good output, killed mid-write: the old output is untouched
+    # --force over a good output, killed mid-write: the old output is untouched; the next
+    # --force run removes that temp too
     before = (out.stat().st_size, out.stat().st_mtime_ns, out.read_bytes()[:4096])
-    rc, _, tmp2 = start_and_signal(convert_cmd(hf_dir, out, "--force"), tmp_path, out.name, signal.SIGKILL,
-                                   before=set(stale))
+    rc, _, tmp2 = start_and_signal(convert_cmd(hf_dir, out, "--force"), tmp_path, out.name, signal.SIGKILL)
     assert rc == -signal.SIGKILL
     assert (out.stat().st_size, out.stat().st_mtime_ns, out.read_bytes()[:4096]) == before
     assert len(read_gguf(out).tensors) == N_TENSORS
-    assert set(temps(tmp_path, out.name)) == {tmp, tmp2}
+    assert temps(tmp_path, out.name) == [tmp2]
+    r = subprocess.run(convert_cmd(hf_dir, out, "--force"), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert temps(tmp_path, out.name) == []
+    assert len(read_gguf(out).tensors) == N_TENSORS
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_stale_temp_clean_up_removes_only_dead_owners_of_this_host(tmp_path):
+    """_atomic.remove_stale_temps: a dead pid of this host goes; live pids, other hosts,
+    other targets and names it did not make stay."""
+    target = tmp_path / "m.gguf"
+    host = _atomic._HOST
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        dead = tmp_path / f".m.gguf.{host}.{_dead_pid()}.x1y2z3q4.tmp"
+        keep = [tmp_path / f".m.gguf.{host}.{sleeper.pid}.aaaaaaaa.tmp",       # live process
+                tmp_path / f".m.gguf.{host}.1.bbbbbbbb.tmp",                    # pid 1 (init): alive
+                tmp_path / f".m.gguf.other-host.{_dead_pid()}.cccccccc.tmp",    # another host's
+                tmp_path / f".n.gguf.{host}.{_dead_pid()}.dddddddd.tmp",        # another target's
+                tmp_path / ".m.gguf.k2j3h4g5.tmp",                              # old-style name: unknown owner
+                tmp_path / f".m.gguf.{host}.notapid.eeeeeeee.tmp"]
+        for p in [dead, *keep]:
+            p.write_bytes(b"x")
+        assert _atomic.remove_stale_temps(target) == [dead]
+        assert sorted(tmp_path.iterdir()) == sorted(keep)
+        # the writers call it: a write to the target sweeps the next dead temp as well
+        dead2 = tmp_path / f".m.gguf.{host}.{_dead_pid()}.ffffffff.tmp"
+        dead2.write_bytes(b"x")
+        _atomic.write_bytes(target, b"data")
+        assert target.read_bytes() == b"data"
+        assert sorted(tmp_path.iterdir()) == sorted(keep + [target])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_temp_name_says_host_and_pid(tmp_path):
+    fd, tmp = _atomic.temp_file(tmp_path / "out.gguf")
+    os.close(fd)
+    prefix = f".out.gguf.{_atomic._HOST}.{os.getpid()}."
+    assert tmp.name.startswith(prefix) and tmp.name.endswith(".tmp") and "." not in tmp.name[len(prefix):-4]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)

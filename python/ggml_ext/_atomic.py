@@ -3,19 +3,30 @@
 The data goes to a temporary file in the target's own folder (so that
 :func:`os.replace` stays on one file system), is flushed and fsynced, then replaces
 the target in one step.  A write that fails leaves the target as it was and removes
-its temporary file.  Temporary files are named ``.<target name>.tmp-<random>``, so a
-clean-up after a crash can find them.
+its temporary file.
+
+A process killed mid-write (SIGKILL, power loss) cannot clean up, so temporary files
+say who made them: ``.<target name>.<host>.<pid>.<random>.tmp``.  The next write to the
+same target (:func:`temp_file`) removes those whose owner is gone: made on this host by a
+process id that no longer exists.  A live owner's file (a concurrent write) is never
+touched, nor a name that does not have this form.  (A dead owner's id reused by an
+unrelated process only delays the clean-up until that process ends.)
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["json_bytes", "plain_mode", "write_bytes", "write_json", "write_text"]
+__all__ = ["json_bytes", "plain_mode", "remove_stale_temps", "temp_file", "write_bytes", "write_json", "write_text"]
+
+# No dots, so that a temporary file's name splits back into its parts.
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
 
 
 def _umask() -> int:
@@ -30,10 +41,52 @@ def plain_mode(file: Path) -> None:
         os.chmod(file, 0o666 & ~_umask())
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:      # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Remove the temporary files of ``target`` left by dead processes of this host; returns them."""
+    removed = []
+    prefix = f".{target.name}."
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return removed
+    for name in names:
+        if not (name.startswith(prefix) and name.endswith(".tmp")):
+            continue
+        parts = name[len(prefix):-len(".tmp")].split(".")
+        if len(parts) != 3 or parts[0] != _HOST or not parts[1].isdigit():
+            continue
+        pid = int(parts[1])
+        if pid == os.getpid() or _alive(pid):
+            continue
+        path = target.parent / name
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def temp_file(target: Path) -> tuple[int, Path]:
+    """A new temporary file beside ``target`` (open fd, mode 0600) named for its owner;
+    stale ones of dead processes are removed first."""
+    remove_stale_temps(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.{_HOST}.{os.getpid()}.", suffix=".tmp", dir=target.parent)
+    return fd, Path(tmp)
+
+
 def write_bytes(target: Path, data: bytes) -> None:
     """Write ``data`` to ``target`` atomically (its folder is created if need be)."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+    fd, tmp = temp_file(target)
     try:
         plain_mode(Path(tmp))
         with os.fdopen(fd, "wb") as fh:

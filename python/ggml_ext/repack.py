@@ -29,11 +29,10 @@ import platform
 import shutil
 import struct
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gguf_reader, quants
+from . import _atomic, gguf_reader, quants
 
 __all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
@@ -137,7 +136,7 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
         jobs.append((t, target))
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.tmp-", dir=out.parent)
+    fd, tmp = _atomic.temp_file(out)   # named for this process; removes a dead run's leftover
     os.close(fd)
     try:
         shutil.copyfile(src, tmp)

@@ -1,0 +1,109 @@
+"""libFuzzer + ASan/UBSan on llama.cpp's C/C++ GGUF loading (scripts/fuzz_gguf_c.py, tests/c/sanitizer/).
+
+* every committed fuzz input (tests/fuzz/: the reader's seeds and the regressions) replays
+  through both C harnesses without a report;
+* short smoke runs of fuzz_gguf (gguf.cpp parser with data + row validation) and
+  fuzz_llama_vocab (llama_model_load_from_file, vocab_only) from the seed corpus;
+* a sanitizer build of tests/c/sanitizer/load_gguf_model.c (load with check_tensors, decode one
+  token) over a subset of the hostile files of test_reliability_files.py: refused or loaded,
+  never a sanitizer report or a signal (the full set: `fuzz_gguf_c.py hostile`);
+* the crash the fuzzer found (patch 0030) through a shipped tool: llama-cli --control-vector.
+
+The sanitizer build needs clang with libFuzzer (Debian: clang-14, libclang-rt-14-dev; `make
+system-deps`); it is cached under ~/.cache/ggml-ext/sanitizer-<key> (a cold build takes minutes).
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "fuzz_gguf_c.py"
+FUZZ_DIR = REPO / "tests" / "fuzz"
+SMOKE_SECONDS = {"fuzz_gguf": 20, "fuzz_llama_vocab": 15}
+HOSTILE_SUBSET = 4          # every 4th hostile file in make test; all of them in the script
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("fuzz_gguf_c", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_gguf_c"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _libfuzzer_available(cc: str) -> str | None:
+    """None when `cc -fsanitize=fuzzer,address,undefined` links, else why not."""
+    r = subprocess.run([cc, "-x", "c", "-", "-fsanitize=fuzzer,address,undefined", "-o", "/dev/null"],
+                       input="int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }",
+                       capture_output=True, text=True)
+    return None if r.returncode == 0 else r.stderr.strip()[-300:]
+
+
+@pytest.fixture(scope="module")
+def fz():
+    mod = _script()
+    try:
+        cc, _ = mod.find_clang()
+    except SystemExit as e:
+        pytest.skip(str(e))
+    why = _libfuzzer_available(cc)
+    if why:
+        pytest.skip(f"{cc} cannot link libFuzzer + ASan/UBSan (Debian: libclang-rt-14-dev): {why}")
+    mod.build()
+    return mod
+
+
+def _inputs() -> list[Path]:
+    return sorted(p for p in FUZZ_DIR.rglob("*") if p.is_file() and p.name != "README.md")
+
+
+@pytest.mark.parametrize("target", ["fuzz_gguf", "fuzz_llama_vocab"])
+def test_committed_inputs_replay_clean(fz, target):
+    exe = fz.build(target) / target
+    files = _inputs()
+    r = subprocess.run([str(exe), "-runs=1", *map(str, files)], capture_output=True, text=True,
+                       env=fz.sanitizer_env(), timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    assert len(re.findall(r"^Running: ", r.stderr, re.M)) == len(files)
+
+
+@pytest.mark.parametrize("target", ["fuzz_gguf", "fuzz_llama_vocab"])
+def test_fuzz_smoke(fz, target, tmp_path):
+    res = fz.run(target, SMOKE_SECONDS[target], None, [], tmp_path)
+    log = Path(res["log"]).read_text()
+    assert not res["crashes"] and res["returncode"] == 0, (
+        f"libFuzzer found a crash in {target} ({res['crashes']} in {res['artifacts']}): minimise it "
+        f"(-minimize_crash=1), fix it, add it to tests/fuzz/regressions/\n{log[-4000:]}")
+    print(f"\n{target}: {res['execs']} execs in {res['seconds']} s ({res['exec_per_s']}/s), cov {res['cov']}, "
+          f"corpus {res['seeds']} -> {res['corpus']}, 0 crashes")
+    assert res["execs"] > 100 and res["cov"] and res["corpus"] >= res["seeds"]
+
+
+def test_hostile_files_under_sanitizers(fz):
+    pytest.importorskip("gguf")
+    res = fz.hostile(HOSTILE_SUBSET, 2)
+    print(f"\nload_gguf_model (ASan/UBSan): {res['files']} files in {res['seconds']} s, {res['refused']} refused, "
+          f"{res['loaded']} loaded")
+    assert res["files"] >= 50
+    assert not res["bad"], "\n".join(f"--- {k}: {v['verdict']} rc={v['rc']}\n{v['tail']}" for k, v in res["bad"].items())
+    assert res["loaded"] >= 1          # the valid tiny model is among them and decodes
+
+
+def test_valid_model_decodes_under_sanitizers(fz, tmp_path):
+    """The loader program itself works: the valid tiny model loads, validates and decodes."""
+    pytest.importorskip("gguf")
+    sys.path.insert(0, str(REPO / "tests"))
+    import test_reliability_files as rf
+    model = tmp_path / "tiny.gguf"
+    model.write_bytes(rf.tiny_model(tmp_path / "t.gguf"))
+    exe = fz.build("load_gguf_model") / "load_gguf_model"
+    r = subprocess.run([str(exe), str(model)], capture_output=True, text=True, env=fz.sanitizer_env(), timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"ok, \d+ tokens decoded, logit sum -?[0-9]", r.stdout), r.stdout
