@@ -74,9 +74,10 @@ def build_key(cc: str) -> tuple[str, Path]:
     h.update(subprocess.run([cc, "--version"], capture_output=True, text=True).stdout.encode())
     h.update(apply_patches.stamp_for(pristine, apply_patches.patch_files(REPO / "ggml_ext" / "patches")).encode())
     h.update(fetch_llama_cpp.COMMIT.encode())
-    sources = [REPO / "CMakeLists.txt", REPO / "cmake" / "ggml-ext-sources.cmake"]
-    for d in (REPO / "ggml_ext" / "src", REPO / "ggml_ext" / "include", SRC_DIR):
-        sources += sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".cpp", ".txt"))
+    # what goes into the libraries; the harnesses themselves are synced into the folder on every call
+    sources = [REPO / "CMakeLists.txt", REPO / "cmake" / "ggml-ext-sources.cmake", SRC_DIR / "CMakeLists.txt"]
+    for d in (REPO / "ggml_ext" / "src", REPO / "ggml_ext" / "include"):
+        sources += sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".cpp", ".cu", ".cuh"))
     for p in sources:
         h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16], pristine
@@ -90,9 +91,9 @@ def build(*targets: str) -> Path:
     key, pristine = build_key(cc)
     root = CACHE / f"sanitizer-{key}"
     bdir = root / "build"
-    if all((bdir / f".built-{t}").is_file() for t in targets):
-        return bdir
-    env = dict(os.environ, CCACHE_BASEDIR=str(root), CCACHE_DIR=os.environ.get(
+    # ccache: paths relative to the keyed folder, and not the folder itself in the hash (it would be,
+    # with debug info), so a new key recompiles only what changed
+    env = dict(os.environ, CCACHE_BASEDIR=str(root), CCACHE_NOHASHDIR="1", CCACHE_DIR=os.environ.get(
         "CCACHE_DIR", str(Path.home() / ".cache" / "ccache")))
     t0 = time.time()
     if not (bdir / ".configured").is_file():
@@ -121,11 +122,18 @@ def build(*targets: str) -> Path:
         for old in CACHE.glob("sanitizer-*"):
             if old != root and old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)
-    _log(f"building {', '.join(targets)} in {bdir}")
-    subprocess.run([_tool("cmake"), "--build", str(bdir), "--target", *targets], check=True, env=env)
-    for t in targets:
-        (bdir / f".built-{t}").write_text(f"{time.time() - t0:.0f} s\n")
-    _log(f"built in {time.time() - t0:.0f} s")
+    # the harness sources: copied when they changed (ninja then rebuilds just those)
+    for f in SRC_DIR.iterdir():
+        dst = root / "src" / "tests" / "c" / "sanitizer" / f.name
+        if f.is_file() and (not dst.is_file() or dst.read_bytes() != f.read_bytes()):
+            shutil.copy(f, dst)
+    r = subprocess.run([_tool("cmake"), "--build", str(bdir), "--target", *targets], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stdout[-20000:] + r.stderr[-5000:])
+        raise SystemExit(f"error: the sanitizer build of {', '.join(targets)} failed (above)")
+    if "no work to do" not in r.stdout:
+        _log(f"built {', '.join(targets)} in {time.time() - t0:.0f} s")
     return bdir
 
 

@@ -478,3 +478,27 @@ def test_summary(cli_results, python_results):
     py_raised = sum(1 for o, _ in python_results.values() if o == "raised")
     print(f"\n{len(CASES)} files: llama-cli refused {cli_refused}, llama-cpp-python raised on {py_raised}")
     assert len(cli_results) == len(python_results) == len(CASES) >= 200
+
+
+# ---------------------------------------------------------------- gguf.cpp with its data loaded (no_alloc=false)
+
+REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"
+
+
+def test_control_vector_files_are_refused(tmp_path, tool_env):
+    """`--control-vector` reads the whole file through gguf_init_from_file(no_alloc=false): the inputs the C
+    fuzzer found (tests/fuzz/regressions/c-gguf-*; a 64-byte file announcing a 4 TiB tensor aborted
+    llama-cli in ggml_init before patch 0030) are refused with a message, never a signal."""
+    model = tmp_path / "tiny.gguf"
+    tiny_model(model)
+    env = dict(tool_env, GGML_NO_BACKTRACE="1")
+    files = sorted(REGRESSIONS.glob("c-gguf-*"))
+    assert len(files) >= 3
+    for f in files:
+        cmd = tools.command("llama-cli", "-m", model, "--control-vector", f, "-p", "hi", "-n", "1", "-st", "-t", "1",
+                            "-c", "128", "--no-warmup", "--simple-io")
+        r = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                           timeout=TOOL_TIMEOUT, preexec_fn=_limits)
+        log = r.stdout + r.stderr
+        assert r.returncode > 0, f"llama-cli rc {r.returncode} on --control-vector {f.name}:\n{_tail(log, 12)}"
+        assert "failed to load control vector" in log, _tail(log, 12)
