@@ -46,6 +46,7 @@ from ggml_ext import info as info_verb  # noqa: E402
 from ggml_ext import tools  # noqa: E402
 from ggml_ext.gguf_reader import GGUFError, parse_gguf_bytes  # noqa: E402
 
+REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"   # inputs the fuzzers found
 MEM_LIMIT = 4 << 30     # address space of each llama.cpp process
 TOOL_TIMEOUT = 30       # seconds per llama-cli run
 WORKER_TIMEOUT = 120    # seconds for the llama-cpp-python worker over all files
@@ -287,6 +288,10 @@ def _build_cases(tmp: Path) -> None:
     # --- the reader's hand-built hostile files: no architecture, always refused
     for name, (data, _) in HOSTILE.items():
         CASES[f"reader: {name}"] = (data, "refuse")
+    # --- what the C fuzzer found (scripts/fuzz_gguf_c.py; patch 0030): a 0 in a shape that hid an
+    # element-count overflow made the load abort in ggml_new_tensor
+    for p in sorted(REGRESSIONS.glob("c-gguf-*")):
+        CASES[f"c fuzzer: {p.stem}"] = (p.read_bytes(), "refuse")
 
 
 @pytest.fixture(scope="module")
@@ -481,9 +486,6 @@ def test_summary(cli_results, python_results):
 
 
 # ---------------------------------------------------------------- gguf.cpp with its data loaded (no_alloc=false)
-
-REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"
-
 
 def test_control_vector_files_are_refused(tmp_path, tool_env):
     """`--control-vector` reads the whole file through gguf_init_from_file(no_alloc=false): the inputs the C
