@@ -37,7 +37,6 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     }
     struct llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
-    mp.use_mmap = false;
     struct llama_model * model = llama_model_load_from_file(path, mp);
     if (model == NULL) {
         return 0;

@@ -32,6 +32,10 @@ int main(int argc, char ** argv) {
     cp.n_batch = 64;
     cp.n_threads = 1;
     cp.n_threads_batch = 1;
+    // ggml's flash-attention kernel (C++) calls ggml_vec_dot_f16 through ggml_vec_dot_t, a cast
+    // function type that UBSan's -fsanitize=function reports on every decode (ops.cpp:8976, an
+    // upstream pattern, harmless on the ABIs we build for); the plain attention path is C
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     struct llama_context * ctx = llama_init_from_model(model, cp);
     if (ctx == NULL) {
         llama_model_free(model);
