@@ -7,7 +7,7 @@
 * a sanitizer build of tests/c/sanitizer/load_gguf_model.c (load with check_tensors, decode one
   token) over a subset of the hostile files of test_reliability_files.py: refused or loaded,
   never a sanitizer report or a signal (the full set: `fuzz_gguf_c.py hostile`);
-* the crash the fuzzer found (patch 0030) through a shipped tool: llama-cli --control-vector.
+Bugs found and fixed: docs/RELIABILITY.md (patches 0030, 0032); their inputs are in tests/fuzz/regressions/.
 
 The sanitizer build needs clang with libFuzzer (Debian: clang-14, libclang-rt-14-dev; `make
 system-deps`); it is cached under ~/.cache/ggml-ext/sanitizer-<key> (a cold build takes minutes).
@@ -90,7 +90,7 @@ def test_hostile_files_under_sanitizers(fz):
     pytest.importorskip("gguf")
     res = fz.hostile(HOSTILE_SUBSET, 2)
     print(f"\nload_gguf_model (ASan/UBSan): {res['files']} files in {res['seconds']} s, {res['refused']} refused, "
-          f"{res['loaded']} loaded")
+          f"{res['loaded']} loaded, known failures {res['known']}")
     assert res["files"] >= 50
     assert not res["bad"], "\n".join(f"--- {k}: {v['verdict']} rc={v['rc']}\n{v['tail']}" for k, v in res["bad"].items())
     assert res["loaded"] >= 1          # the valid tiny model is among them and decodes
