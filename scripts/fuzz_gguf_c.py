@@ -11,8 +11,8 @@
 Targets (tests/c/sanitizer/): fuzz_gguf (gguf.cpp's allocating parser, every tensor through
 ggml_validate_row_data, metadata round trip) and fuzz_llama_vocab (llama_model_load_from_file,
 vocab_only, then tokenize). The build is clang + ccache into
-~/.cache/ggml-ext/sanitizer-<key>, the key covering clang's version, the pristine tree, the
-patch series and every source we compile in, so a rebuild happens only when one changes.
+~/.cache/ggml-ext/sanitizer, re-patched and re-configured when its key changes (clang's version,
+the pristine tree, the patch series, every source we compile into the libraries).
 Needs clang-14 and libclang-rt-14-dev (Debian), or another clang with libFuzzer.
 """
 from __future__ import annotations
@@ -84,51 +84,54 @@ def build_key(cc: str) -> tuple[str, Path]:
 
 
 def build(*targets: str) -> Path:
-    """The sanitizer build of the current sources, with ``targets`` (default: all) built; the
-    folder is configured once per key, ninja and ccache make the rest incremental."""
+    """The sanitizer build of the current sources, with ``targets`` (default: all) built.
+
+    One folder, ~/.cache/ggml-ext/sanitizer, re-patched and re-configured when the key changes:
+    paths stay the same, so ccache (paths relative to the folder, the folder not hashed) hits for
+    every unchanged file, llama.cpp's unity-build chunks included (they name sources by
+    absolute path). A lock serialises builds from several checkouts."""
+    import fcntl
     targets = targets or (*TARGETS, "load_gguf_model")
     cc, cxx = find_clang()
     key, pristine = build_key(cc)
-    root = CACHE / f"sanitizer-{key}"
+    root = CACHE / "sanitizer"
     bdir = root / "build"
-    # ccache: paths relative to the keyed folder, and not the folder itself in the hash (it would be,
-    # with debug info), so a new key recompiles only what changed
+    root.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, CCACHE_BASEDIR=str(root), CCACHE_NOHASHDIR="1", CCACHE_DIR=os.environ.get(
         "CCACHE_DIR", str(Path.home() / ".cache" / "ccache")))
     t0 = time.time()
-    if not (bdir / ".configured").is_file():
-        import apply_patches
-        _log(f"configuring {root} with {cc} (the first build takes a while; ccache makes later ones quick)")
-        tree = apply_patches.patched_tree(pristine, root / "llama.cpp", REPO / "ggml_ext" / "patches")
-        # Our sources are copied under the keyed folder: ccache's relative paths then match
-        # across checkouts and keys, and the build does not change under an edit.
-        src = root / "src"
-        if src.exists():
-            shutil.rmtree(src)
-        src.mkdir(parents=True)
-        for name in ("tests/c/sanitizer", "cmake", "ggml_ext/src", "ggml_ext/include", "scripts"):
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy(REPO / "CMakeLists.txt", src / "CMakeLists.txt")
-        ccache = shutil.which("ccache")
-        launcher = [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"] if ccache else []
-        subprocess.run([_tool("cmake"), "-S", str(src / "tests" / "c" / "sanitizer"), "-B", str(bdir), "-G", "Ninja",
-                        f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DCMAKE_C_COMPILER={cc}",
-                        f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
-                        "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1", "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1",
-                        f"-DLLAMA_CPP_PATCHED={tree}", f"-DPython3_EXECUTABLE={sys.executable}", *launcher],
-                       check=True, env=env, stdout=subprocess.DEVNULL)
-        (bdir / ".configured").write_text(key + "\n")
-        # older keyed builds are dead weight (ccache keeps what they compiled)
-        for old in CACHE.glob("sanitizer-*"):
-            if old != root and old.is_dir():
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = bdir / ".key"
+        if not (stamp.is_file() and stamp.read_text().strip() == key):
+            import apply_patches
+            _log(f"configuring {root} with {cc} (the first build takes a while; ccache makes later ones quick)")
+            tree = apply_patches.patched_tree(pristine, root / "llama.cpp", REPO / "ggml_ext" / "patches")
+            src = root / "src"
+            if src.exists():
+                shutil.rmtree(src)
+            src.mkdir(parents=True)
+            for name in ("tests/c/sanitizer", "cmake", "ggml_ext/src", "ggml_ext/include", "scripts"):
+                shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copy(REPO / "CMakeLists.txt", src / "CMakeLists.txt")
+            ccache = shutil.which("ccache")
+            launcher = [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"] if ccache else []
+            subprocess.run([_tool("cmake"), "-S", str(src / "tests" / "c" / "sanitizer"), "-B", str(bdir), "-G", "Ninja",
+                            f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DCMAKE_C_COMPILER={cc}",
+                            f"-DCMAKE_CXX_COMPILER={cxx}", "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                            "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1", "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1",
+                            f"-DLLAMA_CPP_PATCHED={tree}", f"-DPython3_EXECUTABLE={sys.executable}", *launcher],
+                           check=True, env=env, stdout=subprocess.DEVNULL)
+            stamp.write_text(key + "\n")
+            for old in CACHE.glob("sanitizer-*"):   # the keyed folders of earlier versions of this script
                 shutil.rmtree(old, ignore_errors=True)
-    # the harness sources: copied when they changed (ninja then rebuilds just those)
-    for f in SRC_DIR.iterdir():
-        dst = root / "src" / "tests" / "c" / "sanitizer" / f.name
-        if f.is_file() and (not dst.is_file() or dst.read_bytes() != f.read_bytes()):
-            shutil.copy(f, dst)
-    r = subprocess.run([_tool("cmake"), "--build", str(bdir), "--target", *targets], env=env,
-                       capture_output=True, text=True)
+        # the harness sources: copied when they changed (ninja then rebuilds just those)
+        for f in SRC_DIR.iterdir():
+            dst = root / "src" / "tests" / "c" / "sanitizer" / f.name
+            if f.is_file() and (not dst.is_file() or dst.read_bytes() != f.read_bytes()):
+                shutil.copy(f, dst)
+        r = subprocess.run([_tool("cmake"), "--build", str(bdir), "--target", *targets], env=env,
+                           capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stdout[-20000:] + r.stderr[-5000:])
         raise SystemExit(f"error: the sanitizer build of {', '.join(targets)} failed (above)")
