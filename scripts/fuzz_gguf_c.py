@@ -224,7 +224,7 @@ def run(target: str, seconds: int, corpus: Path | None, extra: list[str], workdi
             "-rss_limit_mb=2048", "-malloc_limit_mb=2048", "-timeout=20", "-print_final_stats=1",
             f"-artifact_prefix={artifacts}/", *extra]
     t0 = time.time()
-    r = subprocess.run(args, capture_output=True, text=True, env=sanitizer_env())
+    r = subprocess.run(args, capture_output=True, text=True, errors="replace", env=sanitizer_env())
     log = r.stdout + r.stderr
     (workdir / f"{target}.log").write_text(log)
     crashes = sorted(p.name for p in artifacts.iterdir())
@@ -279,7 +279,7 @@ def hostile(subset: int | None, jobs: int) -> dict:
         def one(item):
             name, p, expect = item
             try:
-                r = subprocess.run([str(exe), str(p)], capture_output=True, text=True, timeout=120,
+                r = subprocess.run([str(exe), str(p)], capture_output=True, text=True, errors="replace", timeout=120,
                                    env=sanitizer_env())
                 rc, err = r.returncode, r.stderr
             except subprocess.TimeoutExpired:

@@ -68,7 +68,7 @@ def _inputs() -> list[Path]:
 def test_committed_inputs_replay_clean(fz, target):
     exe = fz.build(target) / target
     files = _inputs()
-    r = subprocess.run([str(exe), "-runs=1", *map(str, files)], capture_output=True, text=True,
+    r = subprocess.run([str(exe), "-runs=1", *map(str, files)], capture_output=True, text=True, errors="replace",
                        env=fz.sanitizer_env(), timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert len(re.findall(r"^Running: ", r.stderr, re.M)) == len(files)
@@ -104,6 +104,7 @@ def test_valid_model_decodes_under_sanitizers(fz, tmp_path):
     model = tmp_path / "tiny.gguf"
     model.write_bytes(rf.tiny_model(tmp_path / "t.gguf"))
     exe = fz.build("load_gguf_model") / "load_gguf_model"
-    r = subprocess.run([str(exe), str(model)], capture_output=True, text=True, env=fz.sanitizer_env(), timeout=300)
+    r = subprocess.run([str(exe), str(model)], capture_output=True, text=True, errors="replace",
+                       env=fz.sanitizer_env(), timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"ok, \d+ tokens decoded, logit sum -?[0-9]", r.stdout), r.stdout
