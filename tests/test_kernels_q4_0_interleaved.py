@@ -52,7 +52,8 @@ def _cpu_flags() -> set[str]:
 
 
 def _build(cc: str, march: str, out: Path, main: Path = TEST_C, extra: tuple[Path, ...] = ()) -> Path:
-    cmd = [cc, *CFLAGS, f"-march={march}", str(main), *map(str, SOURCES), *map(str, extra), "-lm", "-o", str(out)]
+    """march: an -march value, or a whole target flag such as -mcpu=neoverse-v1."""
+    cmd = [cc, *CFLAGS, march if march.startswith("-m") else f"-march={march}", str(main), *map(str, SOURCES), *map(str, extra), "-lm", "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
     return out
@@ -172,6 +173,12 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
 
 
+def _need_cross() -> None:
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize(
     "march,impls",
@@ -182,12 +189,34 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     ],
 )
 def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls):
-    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+    _need_cross()
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
     out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+
+
+# SVE-256 Q4_0_8_8 kernels (arm/q4_0_interleaved_sve.c): built for Neoverse V1, run by qemu
+# with 32-byte vectors they are tested against the scalar reference and dispatched; with
+# 16- and 64-byte vectors (Neoverse V2, A64FX) the same binary must not use them.
+@pytest.mark.qemu
+@pytest.mark.parametrize(
+    "vl_bytes,impls,dispatched_8x8",
+    [
+        (32, "generic neon-dotprod neon-i8mm sve256-i8mm", "gemv sve256-i8mm, gemm sve256-i8mm"),
+        (16, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
+        (64, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
+    ],
+)
+def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls, dispatched_8x8):
+    _need_cross()
+    exe = tmp_path_factory.getbasetemp() / "t_neoverse_v1"
+    if not exe.exists():
+        exe = _build("aarch64-linux-gnu-gcc", "-mcpu=neoverse-v1", exe.with_suffix(".tmp"))
+        exe = exe.rename(exe.with_suffix(""))
+    qemu = ["qemu-aarch64-static", "-cpu", f"max,sve-default-vector-length={vl_bytes}", "-L", "/usr/aarch64-linux-gnu"]
+    out = _run([*qemu, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    assert f"dispatched 8x8: {dispatched_8x8}\n" in out, out
+    assert ("not usable here: sve256-i8mm\n" in out) == (vl_bytes != 32), out
 
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
