@@ -79,7 +79,7 @@ INLINE void gemv_8x8_pass(int G, const ggml_ext_block_q4_0x8 * w, int nb, const 
     svfloat32_t acc0 = svdup_n_f32(0.0f), acc1 = svdup_n_f32(0.0f);
     for (int b = 0; b < nb; b++) {
         const svint8_t A0 = bcast8(a[b].qs), A1 = bcast8(a[b].qs + 8), A2 = bcast8(a[b].qs + 16), A3 = bcast8(a[b].qs + 24);
-        const float    da = ggml_ext_fp16_to_fp32(a[b].d) * (1.0f / 16);
+        const float    da = vgetq_lane_f32(dup_d(&a[b].d), 0) * (1.0f / 16);  // FCVT, not the portable helper
         acc0              = gemv_block(acc0, w + b, da, A0, A1, A2, A3);
         if (G == 2) {
             acc1 = gemv_block(acc1, w + (size_t) nb + b, da, A0, A1, A2, A3);
