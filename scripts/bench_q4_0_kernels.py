@@ -11,6 +11,14 @@ to time upstream's Q4_0_8_8 kernels on the same bytes as ours. Prints a
 Markdown table: GEMV in GB/s of weights, GEMM in GOPS, one thread. Arguments after `--`
 go to the benchmark (--tokens T, --reps R, --gemm-reps R, --shape MxK ...).
 
+    python3 scripts/bench_q4_0_kernels.py --roofline [--model-shapes FILE.gguf]
+
+measures in the same run the int8 multiply-accumulate peak of one core (vpdpbusd zmm and
+AVX2 vpmaddubsw + vpmaddwd chains) and the read bandwidth of 1 and 2 threads, then GEMV on
+cold weights as GB/s and % of that bandwidth and GEMM (512 tokens) as GOPS and % of both
+peaks, for our Q4_0_8_8 kernels and upstream's, on the Llama shapes and, with
+--model-shapes, the block matrices of a GGUF file (default: the default model's Q4_0 file).
+
     python3 scripts/bench_q4_0_kernels.py --arm-loops
 
 needs no Arm machine: it cross-compiles our Arm kernels and the pinned tree's
@@ -32,6 +40,27 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
+
+
+def model_shapes(path: str) -> list[str]:
+    """'MxK' of the distinct 2-D block matrices (blk.*) of a GGUF file whose M divides by 8."""
+    sys.path.insert(0, str(REPO / "python"))
+    from ggml_ext import gguf_reader
+
+    if path == "default":
+        sys.path.insert(0, str(REPO / "scripts"))
+        from default_models import default_model
+
+        path = str(default_model("Q4_0"))
+    info = gguf_reader.read_gguf(path)
+    seen: list[str] = []
+    for t in info.tensors:
+        if t.name.startswith("blk.") and len(t.shape) == 2 and t.shape[1] % 8 == 0:
+            sh = f"{t.shape[1]}x{t.shape[0]}"
+            if sh not in seen:
+                seen.append(sh)
+    print(f"shapes of {path}: {', '.join(seen)}", file=sys.stderr)
+    return seen
 
 
 def ggml_prefix() -> Path | None:
@@ -142,6 +171,9 @@ def main() -> int:
     ap.add_argument("--cc", default=os.environ.get("CC", "gcc"))
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
     ap.add_argument("--arm-loops", action="store_true", help="count Arm inner-loop instructions instead (no timing)")
+    ap.add_argument("--roofline", action="store_true", help="peak int8 rate, read bandwidth, and the kernels against them")
+    ap.add_argument("--model-shapes", metavar="FILE.gguf", nargs="?", const="default",
+                    help="with --roofline: add the block matrices' shapes of this GGUF (default: the default model)")
     ap.add_argument("bench_args", nargs="*", help="arguments for the benchmark program (after --)")
     args = ap.parse_args()
     if args.arm_loops:
@@ -155,6 +187,12 @@ def main() -> int:
         lib = prefix / "lib"
         cmd += ["-DWITH_GGML", f"-I{prefix / 'include'}", f"-L{lib}", f"-Wl,-rpath,{lib}",
                 "-lggml", "-lggml-base", "-lggml-cpu"]
+    bench_args = list(args.bench_args)
+    if args.roofline:
+        shapes = ["4096x4096", "11008x4096", "4096x11008", "14336x4096"]
+        if args.model_shapes:
+            shapes += model_shapes(args.model_shapes)
+        bench_args = ["--roofline", *[a for sh in shapes for a in ("--shape", sh)], *bench_args]
     with tempfile.TemporaryDirectory(prefix="bench_q4_0_") as tmp:
         exe = Path(tmp) / "bench_q4_0_kernels"
         if not args.no_upstream and platform.machine() in ("x86_64", "AMD64"):
@@ -166,8 +204,8 @@ def main() -> int:
                             f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{ggml / 'src' / 'ggml-cpu'}", "-c",
                             str(ggml / "src" / "ggml-cpu" / "arch" / "x86" / "repack.cpp"), "-o", str(obj)], check=True)
             cmd += ["-DWITH_UPSTREAM", str(obj), "-lstdc++"]
-        subprocess.run([*cmd, "-lm", "-o", str(exe)], check=True)
-        return subprocess.run([str(exe), *args.bench_args]).returncode
+        subprocess.run([*cmd, "-lm", "-pthread", "-o", str(exe)], check=True)
+        return subprocess.run([str(exe), *bench_args]).returncode
 
 
 if __name__ == "__main__":
