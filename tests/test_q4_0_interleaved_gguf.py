@@ -154,6 +154,32 @@ def test_repack_cli_and_auto_layout(files, tmp_path):
     assert repack.auto_layout({"asimddp"}, "aarch64") == "4x4"
     with pytest.raises(repack.RepackError):
         repack.auto_layout({"sse2"}, "x86_64")
+    # SVE with i8mm: 8x8 only with 256-bit vectors (Graviton3), else the NEON choice
+    sve = {"asimddp", "i8mm", "sve", "svei8mm"}
+    assert repack.auto_layout(sve, "aarch64", sve_bytes=32) == "8x8"
+    assert repack.auto_layout(sve, "aarch64", sve_bytes=16) == "4x8"
+    assert repack.auto_layout(sve, "aarch64", sve_bytes=64) == "4x8"
+
+
+@pytest.mark.parametrize("target,layout", [("graviton2", "4x4"), ("Graviton3", "8x8"), ("graviton4", "4x8")])
+def test_repack_target_picks_the_documented_layout(files, tmp_path, target, layout):
+    from ggml_ext import cli
+    out = tmp_path / f"{target}.gguf"
+    assert cli.main(["repack", str(files["q4_0"]), str(out), "--target", target]) == 0
+    got = {t.type_name for t in gguf_reader.read_gguf(out).tensors}
+    assert LAYOUTS[layout] in got and not (set(LAYOUTS.values()) - {LAYOUTS[layout]}) & got
+    assert out.read_bytes() == files[LAYOUTS[layout]].read_bytes()  # same bytes as --layout
+
+
+def test_repack_target_errors(files, tmp_path, capsys):
+    from ggml_ext import cli
+    out = tmp_path / "x.gguf"
+    assert cli.main(["repack", str(files["q4_0"]), str(out), "--target", "graviton9"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown target 'graviton9'" in err and "graviton3" in err
+    assert cli.main(["repack", str(files["q4_0"]), str(out), "--layout", "4x4", "--target", "graviton3"]) == 1
+    assert "not both" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def _greedy_tokens(path, threads, n=32):
