@@ -153,13 +153,16 @@ def arm_loops(args, tmp: Path) -> int:
                 print(f"| {who} {fn} | {march} | {n} | {nd} | {nd / n:.0%} | {macs} | {n * 1024 / macs:.0f} |")
                 key = f"{who} {fn} {march}"
                 per_kmac[key] = min(per_kmac.get(key, 1e9), n * 1024 / macs)
-    base = per_kmac.get(f"upstream (old path) ggml_vec_dot_q4_0_q8_0 {ARM_OLD_MARCH}")
-    if base:
-        print(f"\nInstructions per MAC of the old Q4_0 x Q8_0 vec_dot ({ARM_OLD_MARCH}: {base:.0f} / 1024 MACs) "
-              "over each of our GEMM kernels' best loop:")
+    olds = [(m, per_kmac.get(f"upstream (old path) ggml_vec_dot_q4_0_q8_0 {m}")) for m in (ARM_OLD_MARCH, ARM_MARCH)]
+    if all(v for _, v in olds):
+        print("\nInstructions per MAC of the old Q4_0 x Q8_0 vec_dot (" +
+              ", ".join(f"{m}: {v:.0f} / 1024 MACs" for m, v in olds) + ") over each GEMM kernel's best loop:")
+        print("\n| GEMM kernel | -march | instructions / 1024 MACs | old dotprod vec_dot / this | old i8mm vec_dot / this |")
+        print("| --- | --- | ---: | ---: | ---: |")
         for key, v in per_kmac.items():
-            if key.startswith("ours") and "gemm" in key:
-                print(f"- {key}: {v:.0f} / 1024 MACs, {base / v:.2f}x fewer")
+            if "gemm" in key:
+                who_fn, march = key.rsplit(" ", 1)
+                print(f"| {who_fn} | {march} | {v:.0f} | {olds[0][1] / v:.2f}x | {olds[1][1] / v:.2f}x |")
     return 0
 
 

@@ -22,11 +22,6 @@ static int sve256_usable(void) {
     return svcntb() == 32;
 }
 
-// Lane patterns for svtbl: weight deltas of columns 4h.. as SMMLA lays out its results
-// ([c0 c1 c0 c1 | c2 c3 c2 c3] per segment), and activation deltas of rows 2rp, 2rp+1.
-static const uint32_t IDX_W[2][8]  = { { 0, 1, 0, 1, 2, 3, 2, 3 }, { 4, 5, 4, 5, 6, 7, 6, 7 } };
-static const uint32_t IDX_A[2][8]  = { { 0, 0, 1, 1, 0, 0, 1, 1 }, { 2, 2, 3, 3, 2, 2, 3, 3 } };
-
 // Up to 8 fp16 deltas as float lanes: each zero-extended into a 32-bit container, whose
 // low half is the f16 element that svcvt_f32_f16 reads.
 INLINE svfloat32_t load_deltas(svbool_t pg, const ggml_ext_fp16_t * d) {
@@ -137,15 +132,19 @@ INLINE void mmla_rows(const int8_t * q, int rp, svint8_t wl00, svint8_t wl01, sv
     *acc1 = svmla_f32_x(p32, *acc1, svcvt_f32_s32_x(p32, r), svmul_f32_x(p32, dwh1, dar));
 }
 
-// A 4-row tile's block: both row pairs. ia0/ia1 spread the tile's activation deltas
-// (times 1/16) over rows 0, 1 and 2, 3.
+// A 4-row tile's block: both row pairs. The rows' deltas (times 1/16) [a0 a1 a2 a3] become
+// [a0 a0 a1 a1] and [a2 a2 a3 a3] in each segment, the order of SMMLA's results.
 INLINE void mmla_tile(const ggml_ext_block_q8_0x4 * at, svint8_t wl00, svint8_t wl01, svint8_t wl10, svint8_t wl11,
                       svint8_t wh00, svint8_t wh01, svint8_t wh10, svint8_t wh11, svfloat32_t dwh0, svfloat32_t dwh1,
-                      svuint32_t ia0, svuint32_t ia1, svfloat32_t * acc0, svfloat32_t * acc1, svfloat32_t * acc2,
-                      svfloat32_t * acc3) {
+                      svfloat32_t * acc0, svfloat32_t * acc1, svfloat32_t * acc2, svfloat32_t * acc3) {
     const svfloat32_t da = svmul_n_f32_x(svptrue_b32(), load_deltas(svptrue_pat_b32(SV_VL4), at->d), 1.0f / 16);
-    mmla_rows(at->qs, 0, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, svtbl_f32(da, ia0), acc0, acc1);
-    mmla_rows(at->qs, 1, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, svtbl_f32(da, ia1), acc2, acc3);
+    const svfloat32_t dd = svzip1_f32(da, da);
+    // the quants as a register of their own: LD1RQB's immediate offsets (multiples of 16)
+    // then reach every line, where from the block's start (qs at +8) each load needs an ADD
+    const int8_t * q = at->qs;
+    __asm__("" : "+r"(q));
+    mmla_rows(q, 0, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, svdupq_lane_f32(dd, 0), acc0, acc1);
+    mmla_rows(q, 1, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, svdupq_lane_f32(dd, 1), acc2, acc3);
 }
 
 // 64-bit lanes of acc h: [r0 c0-1, r1 c0-1, r0 c2-3, r1 c2-3]; uzp1 of h = 0, 1 gives row
@@ -163,8 +162,6 @@ INLINE void gemm_8x8_sve_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, c
     const ggml_ext_block_q4_0x8 * w   = (const ggml_ext_block_q4_0x8 *) w8;
     const svbool_t                p8  = svptrue_b8();
     const svbool_t                p32 = svptrue_b32();
-    const svuint32_t              iw0 = svld1_u32(p32, IDX_W[0]), iw1 = svld1_u32(p32, IDX_W[1]);
-    const svuint32_t              ia0 = svld1_u32(p32, IDX_A[0]), ia1 = svld1_u32(p32, IDX_A[1]);
     svfloat32_t acc000 = svdup_n_f32(0.0f), acc001 = acc000, acc010 = acc000, acc011 = acc000;
     svfloat32_t acc100 = acc000, acc101 = acc000, acc110 = acc000, acc111 = acc000;
     for (int b = 0; b < nb; b++) {
@@ -175,12 +172,15 @@ INLINE void gemm_8x8_sve_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, c
         raw = svld1_s8(p8, qs + 32), wl01 = lo16_sve(raw), wh01 = hi16_sve(raw);
         raw = svld1_s8(p8, qs + 64), wl10 = lo16_sve(raw), wh10 = hi16_sve(raw);
         raw = svld1_s8(p8, qs + 96), wl11 = lo16_sve(raw), wh11 = hi16_sve(raw);
-        const svfloat32_t dw   = load_deltas(p32, w[b].d);
-        const svfloat32_t dwh0 = svtbl_f32(dw, iw0), dwh1 = svtbl_f32(dw, iw1);
-        mmla_tile(a + b, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, ia0, ia1, &acc000, &acc001, &acc010,
+        // weight deltas [w0 .. w7] as SMMLA's results lie: [w0 w1 w0 w1 | w2 w3 w2 w3] for
+        // columns 0-3, [w4 w5 w4 w5 | w6 w7 w6 w7] for 4-7 (64-bit zips)
+        const svuint64_t  dw   = svreinterpret_u64_f32(load_deltas(p32, w[b].d));
+        const svfloat32_t dwh0 = svreinterpret_f32_u64(svzip1_u64(dw, dw));
+        const svfloat32_t dwh1 = svreinterpret_f32_u64(svzip2_u64(dw, dw));
+        mmla_tile(a + b, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, &acc000, &acc001, &acc010,
                   &acc011);
         if (T == 2) {
-            mmla_tile(a + (size_t) nb + b, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, ia0, ia1, &acc100, &acc101,
+            mmla_tile(a + (size_t) nb + b, wl00, wl01, wl10, wl11, wh00, wh01, wh10, wh11, dwh0, dwh1, &acc100, &acc101,
                       &acc110, &acc111);
         }
     }
