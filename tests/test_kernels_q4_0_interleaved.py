@@ -1,7 +1,9 @@
 """Interleaved Q4_0 kernels (ggml_ext/src/q4_0_interleaved*): the C test program
 tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
 scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
-cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a).
+cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a; and a
+Neoverse V1 build with SVE run at 256-bit vectors, where the SVE-256 Q4_0_8_8 kernels are
+tested and dispatched, and at 128 and 512 bits, where the dispatcher must keep NEON).
 
 Every run also compares our Q4_0 and Q8_0 reference quantizers (and each SIMD Q8_0
 quantizer) with ggml's own, byte for byte: libggml-base's ggml_quantize_chunk and
