@@ -11,7 +11,8 @@ dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
 
 Byte compatibility with llama.cpp's interleaved files: tests/c/test_q4_0_upstream_compat.c
 links the pinned tree's own arch/{x86,arm}/repack.cpp (compiled as is) and runs upstream's
-SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm).
+SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm, and
+with SVE at 256 bits also Q4_0_8_8).
 Builds go to pytest's tmp dir.
 """
 from __future__ import annotations
@@ -241,3 +242,10 @@ def test_upstream_arm_kernels_read_our_bytes(tmp_path):
     up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack.o")
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat", COMPAT_C, (up,))
     _run_summary([*QEMU, str(exe), "4x4,4x8"])
+    # with SVE at 256-bit vectors upstream's Q4_0_8_8 kernels are SIMD too (its SVE code)
+    march += "+sve"
+    up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack_sve.o")
+    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat_sve", COMPAT_C, (up,))
+    qemu = ["qemu-aarch64-static", "-cpu", "max,sve-default-vector-length=32", "-L", "/usr/aarch64-linux-gnu"]
+    out = _run_summary([*qemu, str(exe), "4x4,4x8,8x8"])
+    assert "upstream 8x8 scalar fallback calls: 0\n" in out, out
