@@ -144,7 +144,7 @@ GGML_EXT_API void ggml_ext_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const
 
 // --- every compiled-in implementation, for tests and benchmarks ---
 // Index 0 is the scalar reference ("generic"), which has every entry; later entries
-// are SIMD ("neon-dotprod", "neon-i8mm", "avx2", "avx512-vnni") and may leave an entry
+// are SIMD ("neon-dotprod", "neon-i8mm", "sve256-i8mm", "avx2", "avx512-vnni") and may leave an entry
 // NULL, in which case the dispatcher uses the best earlier one.
 struct ggml_ext_q4_0_impl {
     const char *         name;
