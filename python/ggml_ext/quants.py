@@ -31,6 +31,7 @@ quantizer (``ggml_ext_quantize_iq4_nl_weighted``: per block the exact minimiser 
 importance-weighted squared error, same block layout), ``quantizer="ggml"`` picks
 ggml's ``quantize_iq4_nl``. Rows with NaN or infinity are refused with
 :class:`QuantError` on our path (ggml's would write garbage scales).
+"""
 
 from __future__ import annotations
 
