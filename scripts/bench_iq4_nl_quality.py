@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import platform
 import subprocess
@@ -86,20 +85,19 @@ def requantize_iq4_nl(f16: Path, template: Path, out: Path, im: Path | None, wei
     tmp = out.with_suffix(".tmp")
     tmp.write_bytes(template.read_bytes())
     with open(f16, "rb") as fs, open(tmp, "r+b") as fo:
-        ms = mmap.mmap(fs.fileno(), 0, access=mmap.ACCESS_READ)
         for t in tpl.tensors:
             if t.type_name != "IQ4_NL":
                 continue
             s = src.tensor(t.name)
             dtype = {"F16": np.float16, "F32": np.float32}[s.type_name]
-            x = np.frombuffer(ms, dtype=dtype, count=s.n_elements, offset=s.file_offset)
+            fs.seek(s.file_offset)
+            x = np.frombuffer(fs.read(s.nbytes), dtype=dtype)
             rows = x.astype(np.float32).reshape(-1, s.shape[0])
             w = imx.for_tensor(t.name, s.shape[0]) if imx else None
             q = quants.quantize(rows, "IQ4_NL", imatrix=w, threads=threads, weighting=weighting)
             assert q.nbytes == t.nbytes, (t.name, q.nbytes, t.nbytes)
             fo.seek(t.file_offset)
             fo.write(q.tobytes())
-        ms.close()
     tmp.replace(out)
     return out
 
