@@ -33,3 +33,8 @@ target_sources(ggml-cpu PRIVATE
     "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_sve.c"
     "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c")
 target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
+
+# IQ4_NL quantizer (plain type 20): called from Python (ggml_ext.quants) and the converter;
+# ggml's own quantize_iq4_nl stays what llama-quantize uses.
+target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/iq4_nl_quant.c")
+target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")
