@@ -16,7 +16,8 @@ the rounds of --against's file and compared with upstream's best path on it.
 --runtime-repack: the stock Q4_0 file with the runtime repack on, four ways in the
 same rounds: the pristine upstream build, our build with GGML_EXT_RUNTIME_REPACK=0
 (upstream's repack), our build (our repack into Q4_0_8_8 and our kernels), and the
-pre-interleaved Q4_0_8_8 file on our build; ratios against upstream's repack in our build.
+pre-interleaved Q4_0_8_8 file (`repack --layout 8x8` of that Q4_0 file) on our build;
+ratios against upstream's repack in our build.
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fetch_llama_cpp  # noqa: E402
-from default_models import default_model  # noqa: E402
+from default_models import default_model, repacked_q4_0  # noqa: E402
 
 from ggml_ext import tools  # noqa: E402
 
@@ -66,7 +67,7 @@ def machine_line(a: argparse.Namespace) -> str:
 def runtime_repack(a: argparse.Namespace) -> int:
     """Stock Q4_0 through upstream's runtime repack and ours, and the Q4_0_8_8 file (ABBA rounds)."""
     ours_env = tools.tool_env()
-    q4, i88 = default_model("Q4_0"), default_model("q4_0_8_8")
+    q4, i88 = default_model("Q4_0"), repacked_q4_0("8x8")
     cases = [("upstream build, Q4_0", [str(upstream_bin() / "llama-bench")], None, q4),
              ("ours, Q4_0, GGML_EXT_RUNTIME_REPACK=0", tools.command("llama-bench"),
               {**ours_env, "GGML_EXT_RUNTIME_REPACK": "0"}, q4),
