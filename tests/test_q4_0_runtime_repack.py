@@ -48,7 +48,7 @@ def test_mul_mat_through_the_repack_buffer(tmp_path):
 def _repacked_at_load(path, env, tool_env, wiki_test):
     """{tensor: what took it} from a llama-perplexity load log at full verbosity (ggml debug lines)."""
     from ggml_ext import tools
-    proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128", "--chunks", "1",
+    proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "64", "--chunks", "1",
                                         "-t", "1", "--no-warmup", "-v"),
                           env={**tool_env, **env}, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -68,6 +68,20 @@ def test_runtime_repack_takes_the_tensors_repack_interleaves(files, tool_env, wi
     assert "CPU_REPACK model buffer" in log
     upstream, _ = _repacked_at_load(files["q4_0"], OFF, tool_env, wiki_test)
     assert upstream == dict.fromkeys(converted, "upstream")
+
+
+def test_same_tensor_selection_with_an_output_matrix_and_rows_that_do_not_divide(tmp_path, tool_env, wiki_test):
+    """A tiny untied llama with a Q4_0 output.weight (taken by both) and 132-row ffn_gate/up
+    (taken by neither: 132 is not a multiple of 8; they run ggml's plain Q4_0 kernels)."""
+    import ggml_ext
+    from convert_support import make_tiny
+    folder = make_tiny("llama", tmp_path / "tiny", tie_word_embeddings=False, intermediate_size=132)
+    q4 = tmp_path / "tiny-q4_0.gguf"
+    ggml_ext.convert(folder, q4, "q4_0", keep=["output.weight=q4_0"])
+    r = repack.repack(q4, tmp_path / "tiny-q4_0_8_8.gguf", "8x8")
+    assert "output.weight" in r.converted and any("ffn_gate" in k for k in r.kept), (r.converted, r.kept)
+    ours, log = _repacked_at_load(q4, {}, tool_env, wiki_test)
+    assert ours == dict.fromkeys(r.converted, "ours"), log[-3000:]
 
 
 def _probe(path, threads, tmp_path, env=None):
