@@ -41,6 +41,17 @@ def default_model(ftype: str = "f16", quantize_tool: Path | None = None) -> Path
     return out
 
 
+def repacked_q4_0(layout: str = "8x8") -> Path:
+    """default_model("Q4_0") through `ggml-ext repack --layout LAYOUT`: the very same weights,
+    interleaved (a `convert --type q4_0_8_8` file matches it only if both came from the same converter)."""
+    from ggml_ext import repack
+    src = default_model("Q4_0")
+    out = models_dir() / f"{NAME}-Q4_0-repack-{layout}.gguf"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        repack.repack(src, out, layout, force=True)
+    return out
+
+
 if __name__ == "__main__":
     for t in sys.argv[1:] or ["f16"]:
         print(default_model(t))
