@@ -30,7 +30,7 @@ root=${GGML_EXT_CACHE:-$HOME/.cache/ggml-ext}/aarch64-$commit
 key=$(cd "$here" && {
   find CMakeLists.txt cmake ggml_ext scripts/build_aarch64.sh scripts/apply_patches.py scripts/fetch_llama_cpp.py \
        -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-  aarch64-linux-gnu-gcc --version | head -1
+  aarch64-linux-gnu-gcc -dumpfullversion
   echo "$march ${targets[*]}"
 } | sha256sum | cut -c1-16)
 out=$root/${march//+/_}-$key
@@ -63,6 +63,7 @@ export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
   || { tail -50 "$root/build.log" >&2; exit 1; }
 
 tmp=$(mktemp -d "$root/.out.XXXXXX")
+chmod 755 "$tmp"
 mkdir "$tmp/bin"
 for t in "${targets[@]}"; do cp "$build/bin/$t" "$tmp/bin/"; done
 echo "$march" >"$tmp/march"
