@@ -80,6 +80,11 @@ test: assets
 upstream: venv
 	PYTHON=$(PY) bash scripts/build_upstream.sh
 
+# Our llama.cpp cross-built for aarch64, static, run under qemu (docs/DEVELOPING.md); the qemu tests build it too.
+.PHONY: aarch64
+aarch64: venv system-deps
+	PYTHON=$(PY) bash scripts/build_aarch64.sh $(ARM_MARCH)
+
 clean:
 	rm -rf build dist *.egg-info
 

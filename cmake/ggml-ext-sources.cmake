@@ -30,5 +30,12 @@ target_sources(ggml-cpu PRIVATE
     "${GGML_EXT_DIR}/src/x86/q4_0_interleaved_avx512.c"
     "${GGML_EXT_DIR}/src/arm/q4_0_interleaved.c"
     "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_i8mm.c"
-    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c")
+    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_sve.c"
+    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c"
+    "${GGML_EXT_DIR}/src/ggml/q4_0_runtime_repack.cpp")  # plain Q4_0 -> our layout in CPU_REPACK (patch 0005)
 target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
+
+# IQ4_NL quantizer (plain type 20): called from Python (ggml_ext.quants) and the converter;
+# ggml's own quantize_iq4_nl stays what llama-quantize uses.
+target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/iq4_nl_quant.c")
+target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")

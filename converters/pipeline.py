@@ -104,7 +104,7 @@ def _order(name: str) -> tuple:
 
 
 def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str | KeepRule, ...] | list = (),
-         name: str | None = None, vocab_only: bool = False,
+         name: str | None = None, vocab_only: bool = False, has_imatrix: bool = False,
          warn: Callable[[str], None] | None = None) -> ConversionPlan:
     """Check the model folder and decide everything :func:`convert` will write."""
     warnings: list[str] = []
@@ -133,7 +133,8 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
     used: set[int] = set()
     for p in tensors:
         p.type_name = choose_type(p.gguf_name, tuple(reversed(p.shape)), out_type, has_output=has_output,
-                                  keep=keep_rules, used=used)
+                                  keep=keep_rules, used=used, n_gqa=max(1, hp.n_head // max(1, hp.n_head_kv)),
+                                  n_layer=hp.n_layer, has_imatrix=has_imatrix)
     if not vocab_only:
         for i, rule in enumerate(keep_rules):
             if i not in used:
@@ -232,19 +233,36 @@ def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", *,  # noqa: A002
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
+            imatrix: str | os.PathLike | Any | None = None, iq4_nl_weighting: str = "default",
             progress: Callable[[int, int, str], None] | None = None,
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
 
-    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
+    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
     which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
     replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
-    only. ``progress(done, total, tensor_name)`` is called as weights are written
+    only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
+    :class:`ggml_ext.imatrix.Imatrix`), used for every quantized matrix as
+    ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
+    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`).
+    ``progress(done, total, tensor_name)`` is called as weights are written
     (counted in elements); ``warn(message)`` receives warnings (default: logging).
     Raises :class:`ConversionError`; on any error no output file exists.
     """
-    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, warn=warn)
     from .. import quants
+    from ..imatrix import Imatrix, ImatrixError, load as load_imatrix
+
+    im = None
+    if imatrix is not None:
+        try:
+            im = imatrix if isinstance(imatrix, Imatrix) else load_imatrix(imatrix)
+        except ImatrixError as e:
+            raise ConversionError(str(e)) from None
+    if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
+        raise ConversionError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}; choose from "
+                              f"{', '.join(quants.IQ4_NL_WEIGHTINGS)}")
+    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None, warn=warn)
+    no_imatrix: list[str] = []
 
     out = Path(output)
     writer = GGUFWriter(out, force=force)
@@ -278,13 +296,31 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                                                   f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
                     rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1)
                     buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
-                    quants.quantize_rows_into(p.type_name, rows, buf, threads=threads)
+                    weights = None
+                    if im is not None and p.type_name not in ("F32", "F16", "BF16") and rows.shape[0] > 1:
+                        try:
+                            weights = im.for_tensor(p.gguf_name, rows.shape[1])
+                        except ImatrixError as e:
+                            raise ConversionError(str(e)) from None
+                        if weights is None:
+                            no_imatrix.append(p.gguf_name)
+                    try:
+                        quants.quantize_rows_into(p.type_name, rows, buf, imatrix=weights, threads=threads,
+                                                  weighting=iq4_nl_weighting)
+                    except quants.QuantError as e:
+                        raise ConversionError(f"{what}: {e}") from None
                     del x, rows
                     writer.write_tensor(buf)
                     del buf
                     done += int(np.prod(p.shape))
                     if progress:
                         progress(done, total, p.gguf_name)
+                if no_imatrix:
+                    msg = (f"the imatrix has no entry for {len(no_imatrix)} quantized tensors "
+                           f"({', '.join(no_imatrix[:3])}{', ...' if len(no_imatrix) > 3 else ''}); "
+                           "they were quantized without one")
+                    pl.warnings.append(msg)
+                    (warn or log.warning)(msg)
                 digest = fut.result()
                 if digest is None:
                     raise ConversionError("hashing the source files was interrupted")

@@ -16,6 +16,18 @@ For output type T (``--type``):
     llama.cpp does: Q6_K -> Q8_0 (row length not a multiple of 256, e.g. SmolLM2's
     576), a 32-block type -> F16.
 
+* **iq4_nl** (``LLAMA_FTYPE_MOSTLY_IQ4_NL`` = 25): llama.cpp's mix for that file type:
+
+  - ``output.weight`` / tied ``token_embd.weight``: Q6_K (Q8_0 when the row
+    length is not a multiple of 256), as above;
+  - ``attn_v.weight`` (and a fused ``attn_qkv.weight``): Q5_K when the model has
+    at least 4 query heads per KV head (``n_gqa >= 4``);
+  - ``ffn_down.weight`` of the first ``n_layer // 8`` layers: Q5_K, unless an
+    importance matrix is given;
+  - every other matrix, an untied ``token_embd.weight`` included: IQ4_NL;
+  - Q5_K on rows that are not a multiple of 256 falls back to Q5_1 (Gemma 3's 640),
+    a 32-block type on rows not a multiple of 32 to F16.
+
 * **q4_0_4_4, q4_0_4_8, q4_0_8_8** (ggml-ext's restored interleaved Q4_0, run by
   our CPU kernels, not by stock llama.cpp): the q4_0 policy, then every 2-D
   weight matrix of the blocks (``blk.*``) whose row count ``ne[1]`` divides by the
@@ -34,6 +46,7 @@ interleaved type on a tensor whose row count does not divide by N, or on
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 
 from .errors import ConversionError
@@ -43,14 +56,14 @@ __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep",
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
                 "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_0_4_4": "Q4_0_4_4", "q4_0_4_8": "Q4_0_4_8",
-                "q4_0_8_8": "Q4_0_8_8"}
+                "q4_0_8_8": "Q4_0_8_8", "iq4_nl": "IQ4_NL"}
 #: interleaved Q4_0 types -> rows per interleaved group (N)
 INTERLEAVED_ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8}
 #: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
 KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
 #: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8.
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
-              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35}
+              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35, "iq4_nl": 25}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
          "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
@@ -84,10 +97,12 @@ def is_matrix_weight(name: str, shape: tuple[int, ...]) -> bool:
 
 
 def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output: bool,
-                keep: tuple[KeepRule, ...] = (), used: set[int] | None = None) -> str:
+                keep: tuple[KeepRule, ...] = (), used: set[int] | None = None,
+                n_gqa: int = 1, n_layer: int = 0, has_imatrix: bool = False) -> str:
     """The ggml type name for tensor ``name`` (ggml-order ``shape``) in a file of ``out_type``.
 
-    ``used`` collects the indices of the keep rules that matched a matrix.
+    ``used`` collects the indices of the keep rules that matched a matrix. ``n_gqa``
+    (query heads per KV head), ``n_layer`` and ``has_imatrix`` matter to iq4_nl's mix.
     """
     if out_type not in OUTPUT_TYPES:
         raise ConversionError(f"unknown output type {out_type!r}; choose from {', '.join(OUTPUT_TYPES)}")
@@ -121,7 +136,19 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
     t = default
     if name == "output.weight" or (not has_output and name == "token_embd.weight"):
         t = "Q8_0" if (default == "Q8_0" or ncols % BLOCK[default]) else "Q6_K"
+    elif default == "IQ4_NL":
+        t = _iq4_nl_mix(name, n_gqa, n_layer, has_imatrix)
     return _fallback(t, ncols)
+
+
+def _iq4_nl_mix(name: str, n_gqa: int, n_layer: int, has_imatrix: bool) -> str:
+    # llama_tensor_get_type_impl for LLAMA_FTYPE_MOSTLY_IQ4_NL (no MoE among our architectures)
+    if name.endswith(("attn_v.weight", "attn_qkv.weight")) and n_gqa >= 4:
+        return "Q5_K"
+    m = re.match(r"^blk\.(\d+)\.ffn_down\.weight$", name)
+    if m and not has_imatrix and int(m.group(1)) < n_layer // 8:
+        return "Q5_K"
+    return "IQ4_NL"
 
 
 def _fallback(t: str, ncols: int) -> str:
@@ -129,4 +156,6 @@ def _fallback(t: str, ncols: int) -> str:
         return t
     if t == "Q6_K" and ncols % BLOCK["Q8_0"] == 0:
         return "Q8_0"
+    if t == "Q5_K" and ncols % BLOCK["Q5_1"] == 0:
+        return "Q5_1"
     return "F16"

@@ -8,9 +8,16 @@ ours side by side and the ratio ours / upstream.
 
   scripts/bench_llama.py [--types Q8_0,Q4_0] [--threads 1,2] [--reps 3] [--rounds 2]
                          [--ours-only q4_0_8_8 --against Q4_0]
+  scripts/bench_llama.py --runtime-repack [--threads 1,2] [--reps 3] [--rounds 2]
 
 --ours-only: types only our build runs (the interleaved ones); each is timed in
 the rounds of --against's file and compared with upstream's best path on it.
+
+--runtime-repack: the stock Q4_0 file with the runtime repack on, four ways in the
+same rounds: the pristine upstream build, our build with GGML_EXT_RUNTIME_REPACK=0
+(upstream's repack), our build (our repack into Q4_0_8_8 and our kernels), and the
+pre-interleaved Q4_0_8_8 file (`repack --layout 8x8` of that Q4_0 file) on our build;
+ratios against upstream's repack in our build.
 """
 from __future__ import annotations
 
@@ -25,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fetch_llama_cpp  # noqa: E402
-from default_models import default_model  # noqa: E402
+from default_models import default_model, repacked_q4_0  # noqa: E402
 
 from ggml_ext import tools  # noqa: E402
 
@@ -37,9 +44,10 @@ def upstream_bin() -> Path:
     return b
 
 
-def run_bench(binary: list[str], env: dict | None, model: Path, a: argparse.Namespace) -> list[dict]:
+def run_bench(binary: list[str], env: dict | None, model: Path, a: argparse.Namespace,
+              repack: str = "0,1") -> list[dict]:
     cmd = [*binary, "-m", str(model), "-p", str(a.prompt), "-n", str(a.gen), "-t", a.threads,
-           "--repack", "0,1", "-r", str(a.reps), "-o", "json"]
+           "--repack", repack, "-r", str(a.reps), "-o", "json"]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out)
 
@@ -47,6 +55,41 @@ def run_bench(binary: list[str], env: dict | None, model: Path, a: argparse.Name
 def key(r: dict) -> tuple:
     test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
     return (Path(r["model_filename"]).stem.split("Instruct-")[-1], test, r["n_threads"], int(bool(r.get("repack", 1))))
+
+
+def machine_line(a: argparse.Namespace) -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    return (f"machine: {cpu}, {os.cpu_count()} logical CPUs; model {default_model('f16').stem[:-4]}; "
+            f"{a.rounds} rounds x llama-bench -r {a.reps}, samples pooled (mean ± stdev)")
+
+
+def runtime_repack(a: argparse.Namespace) -> int:
+    """Stock Q4_0 through upstream's runtime repack and ours, and the Q4_0_8_8 file (ABBA rounds)."""
+    ours_env = tools.tool_env()
+    q4, i88 = default_model("Q4_0"), repacked_q4_0("8x8")
+    cases = [("upstream build, Q4_0", [str(upstream_bin() / "llama-bench")], None, q4),
+             ("ours, Q4_0, GGML_EXT_RUNTIME_REPACK=0", tools.command("llama-bench"),
+              {**ours_env, "GGML_EXT_RUNTIME_REPACK": "0"}, q4),
+             ("ours, Q4_0", tools.command("llama-bench"), ours_env, q4),
+             ("ours, Q4_0_8_8 file", tools.command("llama-bench"), ours_env, i88)]
+    samples: dict[str, dict[tuple, list[float]]] = {c[0]: {} for c in cases}
+    for rnd in range(a.rounds):
+        for name, binary, env, model in (cases if rnd % 2 == 0 else list(reversed(cases))):
+            print(f"[bench] round {rnd + 1}/{a.rounds} {name}", file=sys.stderr, flush=True)
+            for r in run_bench(binary, env, model, a, repack="1"):
+                samples[name].setdefault(key(r)[1:3], []).extend(r["samples_ts"])
+    base = cases[1][0]
+    print(f"\n{machine_line(a)}; runtime repack on (--repack 1)\n")
+    print("| test | threads | " + " | ".join(f"{c[0]} t/s" for c in cases) + " | "
+          + " | ".join(f"{c[0]} / upstream's repack" for c in cases[2:]) + " |")
+    print("|" + " --- |" * (2 + len(cases) + len(cases) - 2))
+    for k in sorted(samples[base]):
+        cells = [f"{statistics.mean(samples[c[0]][k]):.1f} ± {statistics.pstdev(samples[c[0]][k]):.1f}"
+                 for c in cases]
+        ratios = [f"{statistics.mean(samples[c[0]][k]) / statistics.mean(samples[base][k]):.2f}" for c in cases[2:]]
+        print(f"| {k[0]} | {k[1]} | " + " | ".join(cells + ratios) + " |")
+    return 0
 
 
 def main() -> int:
@@ -59,7 +102,11 @@ def main() -> int:
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--ours-only", default="", help="types run by our build only, e.g. q4_0_8_8")
     ap.add_argument("--against", default="Q4_0", help="the type whose upstream figures --ours-only is compared with")
+    ap.add_argument("--runtime-repack", action="store_true",
+                    help="stock Q4_0: upstream's runtime repack vs ours vs the Q4_0_8_8 file")
     a = ap.parse_args()
+    if a.runtime_repack:
+        return runtime_repack(a)
     builds = {"upstream": ([str(upstream_bin() / "llama-bench")], None),
               "ours": (tools.command("llama-bench"), tools.tool_env())}
     samples: dict[str, dict[tuple, list[float]]] = {"upstream": {}, "ours": {}}
@@ -75,10 +122,7 @@ def main() -> int:
                 print(f"[bench] round {rnd + 1}/{a.rounds} {name} {m.name}", file=sys.stderr, flush=True)
                 for r in run_bench(binary, env, m, a):
                     samples[name].setdefault(key(r), []).extend(r["samples_ts"])
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    print(f"\nmachine: {cpu}, {os.cpu_count()} logical CPUs; model {default_model('f16').stem[:-4]}; "
-          f"{a.rounds} rounds x llama-bench -r {a.reps}, samples pooled (mean ± stdev)\n")
+    print(f"\n{machine_line(a)}\n")
     print("| type | test | threads | repack | upstream t/s | ours t/s | ours / upstream |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for k in sorted(samples["upstream"]):

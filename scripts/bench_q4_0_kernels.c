@@ -16,14 +16,29 @@
 // upstream's Q4_0_8_8 kernels on the very same interleaved bytes (x86 upstream has no
 // 4x4/4x8 kernels) and checks that their outputs agree with ours.
 //
+// --roofline (x86) measures, in the same run, what the kernels are held against: the int8
+// multiply-accumulate peak of one core (independent chains of vpdpbusd zmm, the
+// instruction of our and upstream's AVX-512 VNNI kernels, and of AVX2's vpmaddubsw +
+// vpmaddwd + vpaddd, written in asm so nothing is hoisted) and the read bandwidth of 1 and
+// 2 threads (STREAM-like sum), then GEMV on cold weights (copies of the matrix cycled
+// through, 8x the last-level cache or more, so every call reads DRAM, as decoding a large
+// model does) in GB/s of weights + activations read and % of the measured bandwidth, and
+// GEMM (--tokens) in GOPS and % of both peaks, for ours (Q4_0_8_8 dispatched and AVX2) and
+// upstream's 8x8. All as best of many short intervals (see the section's comment).
+//
 // Built and run by scripts/bench_q4_0_kernels.py.
-#define _POSIX_C_SOURCE 199309L  // clock_gettime under -std=c11
+#define _GNU_SOURCE  // clock_gettime, posix_memalign, sysconf(_SC_LEVEL3_CACHE_SIZE) under -std=c11
 #include "q4_0_interleaved_impl.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
+#if defined(__AVX2__)
+#    include <immintrin.h>
+#endif
 
 #ifdef WITH_GGML
 #    include "ggml-alloc.h"
@@ -171,10 +186,380 @@ static double time_ggml(ggml_backend_buffer_type_t buft, const ggml_ext_block_q4
 }
 #endif
 
+// ---------------------------------------------------------------- --roofline
+//
+// Every rate here is the best of many short intervals (about 0.3-1 ms): the project's
+// machine is shared, and a run longer than a scheduler slice is diluted by whatever else
+// runs; a short interval either runs alone or is visibly slow, and the best is the
+// machine's rate. The peaks, the bandwidth and the kernels are measured the same way.
+
+// Int8 MACs per second of one thread: 16 independent vpdpbusd zmm chains (64 MACs each).
+static double peak_vnni512(long iters) {
+#if defined(__x86_64__) && defined(__AVX512VNNI__) && defined(__AVX512F__)
+    long         n  = iters;
+    const double t0 = now();
+    __asm__ volatile(
+        "vpternlogd $0xff, %%zmm0, %%zmm0, %%zmm0\n\t"
+        "vpabsb %%zmm0, %%zmm1\n\t"
+        "1:\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm2\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm3\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm4\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm5\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm6\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm7\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm8\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm9\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm10\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm11\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm12\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm13\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm14\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm15\n\t"
+        "vpdpbusd %%zmm1, %%zmm0, %%zmm16\n\tvpdpbusd %%zmm1, %%zmm0, %%zmm17\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        : "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12",
+          "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "cc");
+    return 16.0 * 64 * (double) iters / (now() - t0);
+#else
+    (void) iters;
+    return 0;
+#endif
+}
+
+// AVX2: 6 independent vpmaddubsw (u8 x s8 pairs -> s16) + vpmaddwd (-> s32) + vpaddd
+// sequences, 32 MACs each, the inner step of AVX2 int8 dot products.
+static double peak_avx2(long iters) {
+#if defined(__x86_64__) && defined(__AVX2__)
+    long         n  = iters;
+    const double t0 = now();
+    __asm__ volatile(
+        "vpcmpeqb %%ymm0, %%ymm0, %%ymm0\n\t"
+        "vpabsb %%ymm0, %%ymm1\n\t"
+        "vpabsw %%ymm0, %%ymm2\n\t"
+        "1:\n\t"
+        "vpmaddubsw %%ymm1, %%ymm0, %%ymm4\n\tvpmaddubsw %%ymm1, %%ymm0, %%ymm5\n\t"
+        "vpmaddubsw %%ymm1, %%ymm0, %%ymm6\n\tvpmaddubsw %%ymm1, %%ymm0, %%ymm7\n\t"
+        "vpmaddubsw %%ymm1, %%ymm0, %%ymm8\n\tvpmaddubsw %%ymm1, %%ymm0, %%ymm9\n\t"
+        "vpmaddwd %%ymm2, %%ymm4, %%ymm4\n\tvpmaddwd %%ymm2, %%ymm5, %%ymm5\n\t"
+        "vpmaddwd %%ymm2, %%ymm6, %%ymm6\n\tvpmaddwd %%ymm2, %%ymm7, %%ymm7\n\t"
+        "vpmaddwd %%ymm2, %%ymm8, %%ymm8\n\tvpmaddwd %%ymm2, %%ymm9, %%ymm9\n\t"
+        "vpaddd %%ymm4, %%ymm10, %%ymm10\n\tvpaddd %%ymm5, %%ymm11, %%ymm11\n\t"
+        "vpaddd %%ymm6, %%ymm12, %%ymm12\n\tvpaddd %%ymm7, %%ymm13, %%ymm13\n\t"
+        "vpaddd %%ymm8, %%ymm14, %%ymm14\n\tvpaddd %%ymm9, %%ymm15, %%ymm15\n\t"
+        "dec %0\n\t"
+        "jnz 1b\n\t"
+        "vzeroupper\n\t"
+        : "+r"(n)
+        :
+        : "xmm0", "xmm1", "xmm2", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13",
+          "xmm14", "xmm15", "cc");
+    return 6.0 * 32 * (double) iters / (now() - t0);
+#else
+    (void) iters;
+    return 0;
+#endif
+}
+
+// Best of 400 runs of about 0.3 ms each (calibrated on a short run).
+static double best_peak(double (*fn)(long)) {
+    double r0 = 0;
+    for (int i = 0; i < 20; i++) {
+        r0 = fmax(r0, fn(2000));
+    }
+    if (r0 <= 0) {
+        return 0;
+    }
+    const long iters = (long) (r0 * 3e-4 / 1024) + 1;
+    double     best  = 0;
+    for (int i = 0; i < 400; i++) {
+        best = fmax(best, fn(iters));
+    }
+    return best;
+}
+
+static void * xmalloc_aligned(size_t n) {
+    void * p = NULL;
+    if (posix_memalign(&p, 64, n) != 0) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+// A second thread that runs one job per round: both threads start a round together
+// (barrier), and the round ends when both are done.
+typedef void (*job_fn)(void * arg);
+
+typedef struct {
+    pthread_barrier_t start, done;
+    job_fn            fn;
+    void *            arg;
+    int               quit;
+    pthread_t         th;
+} helper;
+
+static void * helper_main(void * v) {
+    helper * h = (helper *) v;
+    for (;;) {
+        pthread_barrier_wait(&h->start);
+        if (h->quit) {
+            return NULL;
+        }
+        h->fn(h->arg);
+        pthread_barrier_wait(&h->done);
+    }
+}
+
+static void helper_init(helper * h) {
+    pthread_barrier_init(&h->start, NULL, 2);
+    pthread_barrier_init(&h->done, NULL, 2);
+    h->quit = 0;
+    pthread_create(&h->th, NULL, helper_main, h);
+}
+
+static void helper_free(helper * h) {
+    h->quit = 1;
+    pthread_barrier_wait(&h->start);
+    pthread_join(h->th, NULL);
+    pthread_barrier_destroy(&h->start);
+    pthread_barrier_destroy(&h->done);
+}
+
+// Seconds of one round: fn(a0) here and, with h, fn(a1) on the helper at the same time.
+static double timed_round(helper * h, job_fn fn, void * a0, void * a1) {
+    if (h) {
+        h->fn  = fn;
+        h->arg = a1;
+    }
+    const double t0 = now();
+    if (h) {
+        pthread_barrier_wait(&h->start);
+    }
+    fn(a0);
+    if (h) {
+        pthread_barrier_wait(&h->done);
+    }
+    return now() - t0;
+}
+
+typedef struct {
+    const uint8_t * p;
+    size_t          n;
+    uint64_t        sum;
+} bw_arg;
+
+static void bw_read(void * v) {  // sums n bytes (a multiple of 128) as 64-bit words
+    bw_arg *        a = (bw_arg *) v;
+    const uint8_t * p = a->p;
+#if defined(__AVX2__)
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < a->n; i += 128) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *) (p + i)));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *) (p + i + 32)));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *) (p + i + 64)));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *) (p + i + 96)));
+    }
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *) t, _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3)));
+    a->sum += t[0] + t[1] + t[2] + t[3];
+#else
+    uint64_t s[4] = { 0 };
+    for (size_t i = 0; i < a->n; i += 32) {
+        for (int k = 0; k < 4; k++) {
+            uint64_t x;
+            memcpy(&x, p + i + 8 * k, 8);
+            s[k] += x;
+        }
+    }
+    a->sum += s[0] + s[1] + s[2] + s[3];
+#endif
+}
+
+// Read GB/s of 1 or 2 threads: passes over a buffer of n bytes (far larger than the caches)
+// in segments of seg bytes, each thread reading its half of a segment; best segment.
+static double read_bandwidth(const uint8_t * buf, size_t n, size_t seg, helper * h, int passes) {
+    const int nt   = h ? 2 : 1;
+    double    best = 0;
+    bw_arg    a[2] = { { 0 } };
+    for (int p = 0; p < passes; p++) {
+        for (size_t off = 0; off + seg <= n; off += seg) {
+            for (int t = 0; t < nt; t++) {
+                a[t].p = buf + off + t * (seg / nt);
+                a[t].n = seg / nt;
+            }
+            best = fmax(best, (double) seg / timed_round(h, bw_read, &a[0], &a[1]) * 1e-9);
+        }
+    }
+    if (a[0].sum + a[1].sum == 42) {  // keep the sums alive
+        printf(" ");
+    }
+    return best;
+}
+
+// One call of a kernel on columns [c0, c1) of one weight copy.
+typedef struct {
+    ggml_ext_q4_0_mm_fn fn;
+    int                 K, T, c0, c1, N;
+    const uint8_t *     w;
+    const void *        a;
+    float *             out;
+    size_t              bs;
+} call_arg;
+
+static void run_call(void * v) {
+    const call_arg * c   = (const call_arg *) v;
+    const size_t     grp = (size_t) c->K / 32 * c->N * sizeof(ggml_ext_block_q4_0);  // bytes of a row group
+    c->fn(c->K, c->out + c->c0, c->bs, c->w + (size_t) c->c0 / c->N * grp, c->a, c->T, c->c1 - c->c0);
+}
+
+// GEMV on cold weights: seconds of the best call, each call on the next copy (1 or 2
+// threads, each taking half of the row groups).
+static double time_gemv_cold(ggml_ext_q4_0_mm_fn fn, int K, int M, uint8_t * const * copies, int ncopies,
+                             const void * a, float * out, helper * h, int passes) {
+    const int ng   = M / 8;
+    double    best = 1e30;
+    for (int p = 0; p < passes; p++) {
+        for (int i = 0; i < ncopies; i++) {
+            call_arg c0 = { fn, K, 1, 0, h ? ng / 2 * 8 : M, 8, copies[i], a, out, 0 };
+            call_arg c1 = { fn, K, 1, ng / 2 * 8, M, 8, copies[i], a, out, 0 };
+            best        = fmin(best, timed_round(h, run_call, &c0, &c1));
+        }
+    }
+    return best;
+}
+
+// GEMM of all tokens on slabs of 64 weight rows across the matrix, one thread: seconds of
+// the best slab, scaled to the whole matrix.
+static double time_gemm_slabs(ggml_ext_q4_0_mm_fn fn, int K, int M, int tokens, const uint8_t * w, const void * ax,
+                              float * out, int rounds) {
+    const int slab = M < 64 ? M : 64, nslabs = M / slab;
+    double    best = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < nslabs; i += 1 + nslabs / 16) {
+            call_arg c = { fn, K, tokens, i * slab, (i + 1) * slab, 8, w, ax, out, (size_t) M };
+            best       = fmin(best, timed_round(NULL, run_call, &c, NULL));
+        }
+    }
+    return best * M / slab;
+}
+
+typedef struct {
+    const char *        name;
+    ggml_ext_q4_0_mm_fn gemv, gemm;
+} roof_kernel;
+
+static int roofline(int (*shapes)[2], int n_shapes, int tokens) {
+    helper h;
+    helper_init(&h);
+    const double vnni = best_peak(peak_vnni512) * 2e-9, avx2 = best_peak(peak_avx2) * 2e-9;  // GOPS
+    printf("int8 multiply-accumulate peak, one thread (GOPS = 2 x MACs/s; best of 400 runs of 0.3 ms):\n\n");
+    printf("| instruction sequence | MACs each | peak GOPS |\n| --- | ---: | ---: |\n");
+    if (vnni > 0) {
+        printf("| vpdpbusd zmm (AVX-512 VNNI), 16 chains | 64 | %.0f |\n", vnni);
+    }
+    printf("| vpmaddubsw + vpmaddwd + vpaddd ymm (AVX2), 6 chains | 32 | %.0f |\n\n", avx2);
+
+    // cold weights: 8 times the last-level cache, at least 256 MiB, at most 1 GiB
+    size_t cold_bytes = (size_t) 256 << 20;
+#    if defined(_SC_LEVEL3_CACHE_SIZE)
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l3 > 0 && (size_t) l3 * 8 > cold_bytes) {
+        cold_bytes = (size_t) l3 * 8 < ((size_t) 1 << 30) ? (size_t) l3 * 8 : (size_t) 1 << 30;
+    }
+#    endif
+    const size_t bw_n = cold_bytes, seg = (size_t) 8 << 20;
+    uint8_t *    buf  = xmalloc_aligned(bw_n);
+    for (size_t i = 0; i < bw_n; i++) {
+        buf[i] = (uint8_t) i;
+    }
+    const double bw1 = read_bandwidth(buf, bw_n, seg, NULL, 2), bw2 = read_bandwidth(buf, bw_n, seg, &h, 2);
+    free(buf);
+    printf("read bandwidth (8 MiB segments of a %zu MiB buffer, best segment of 2 passes): 1 thread %.1f GB/s, "
+           "2 threads %.1f GB/s\n\n", bw_n >> 20, bw1, bw2);
+    printf("GEMV: weights cold (copies totalling %zu MiB, each call on the next), GB/s of weights + Q8_0 activation "
+           "row read, best call of 2 passes; GEMM: %d tokens, one thread, best slab of 64 weight rows.\n\n",
+           cold_bytes >> 20, tokens);
+    printf("| shape (M x K) | kernel | GEMV GB/s, 1 thread | %% of 1-thread bandwidth | GEMV GB/s, 2 threads | "
+           "%% of 2-thread bandwidth | GEMM GOPS | %% of vpdpbusd peak | %% of AVX2 peak |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const enum ggml_ext_q4_0_layout            L  = GGML_EXT_Q4_0_8_8;
+    const struct ggml_ext_q4_0_layout_traits * tr = ggml_ext_q4_0_layout_traits(L);
+    for (int si = 0; si < n_shapes; si++) {
+        const int M = shapes[si][0], K = shapes[si][1], nb = K / 32;
+        if (M % 8 || K % 32) {
+            continue;
+        }
+        const size_t          wbytes = (size_t) M * nb * sizeof(ggml_ext_block_q4_0);
+        ggml_ext_block_q4_0 * w      = xmalloc(wbytes);
+        for (size_t i = 0; i < (size_t) M * nb; i++) {
+            w[i].d = ggml_ext_fp32_to_fp16((float) (rnd() % 1000 + 1) * 1e-5f);
+            for (int j = 0; j < 16; j++) {
+                w[i].qs[j] = (uint8_t) rnd();
+            }
+        }
+        const int  ncopies = (int) (cold_bytes / wbytes) + 1;
+        uint8_t ** copies  = xmalloc((size_t) ncopies * sizeof(*copies));
+        for (int c = 0; c < ncopies; c++) {
+            copies[c] = xmalloc_aligned(wbytes);
+            ggml_ext_repack_q4_0(L, copies[c], w, M, K);
+        }
+        float * x = xmalloc((size_t) tokens * K * sizeof(float));
+        for (size_t i = 0; i < (size_t) tokens * K; i++) {
+            x[i] = (float) ((int) (rnd() % 2001) - 1000) * 1e-3f;
+        }
+        ggml_ext_block_q8_0 *   a1  = xmalloc((size_t) nb * sizeof(*a1));
+        ggml_ext_block_q8_0x4 * ax  = xmalloc((size_t) tokens / 4 * nb * sizeof(*ax));
+        float *                 out = xmalloc((size_t) tokens * M * sizeof(float));
+        ggml_ext_quantize_row_q8_0(x, a1, K);
+        for (int t = 0; t < tokens / 4; t++) {
+            tr->quantize_mat(x + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
+        }
+        // read per GEMV call: the weights and the Q8_0 activation row
+        const double bytes = (double) wbytes + (double) nb * sizeof(ggml_ext_block_q8_0);
+        const double ops   = 2.0 * M * K * tokens;
+        roof_kernel  ks[3];
+        int          nk = 0;
+        char         disp[64];
+        snprintf(disp, sizeof(disp), "ours Q4_0_8_8 %s", ggml_ext_q4_0_dispatched(L, 1));
+        ks[nk++] = (roof_kernel) { disp, tr->gemv, tr->gemm };
+#    ifdef GGML_EXT_Q4_0_AVX512VNNI
+        ks[nk++] = (roof_kernel) { "ours Q4_0_8_8 avx2", ggml_ext_q4_0_impl_avx2.gemv[L], ggml_ext_q4_0_impl_avx2.gemm[L] };
+#    endif
+#    ifdef WITH_UPSTREAM
+        ks[nk++] = (roof_kernel) { "upstream q4_0_8x8 (pinned tree)", ggml_gemv_q4_0_8x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
+#    endif
+        for (int k = 0; k < nk; k++) {
+            const double t1 = time_gemv_cold(ks[k].gemv, K, M, copies, ncopies, a1, out, NULL, 2);
+            const double t2 = time_gemv_cold(ks[k].gemv, K, M, copies, ncopies, a1, out, &h, 2);
+            const double tm = time_gemm_slabs(ks[k].gemm, K, M, tokens, copies[0], ax, out, 3);
+            const double g1 = bytes / t1 * 1e-9, g2 = bytes / t2 * 1e-9, gops = ops / tm * 1e-9;
+            printf("| %d x %d | %s | %.1f | %.0f%% | %.1f | %.0f%% | %.0f | ", M, K, ks[k].name, g1, 100 * g1 / bw1, g2,
+                   100 * g2 / bw2, gops);
+            if (vnni > 0) {
+                printf("%.0f%% | ", 100 * gops / vnni);
+            } else {
+                printf("- | ");
+            }
+            printf("%.0f%% |\n", 100 * gops / avx2);
+            fflush(stdout);
+        }
+        for (int c = 0; c < ncopies; c++) {
+            free(copies[c]);
+        }
+        free(copies);
+        free(w);
+        free(x);
+        free(a1);
+        free(ax);
+        free(out);
+    }
+    helper_free(&h);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
     int tokens = 512, reps = 7, gemm_reps = 3;
-    int shapes[8][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 } };  // M (rows) x K
-    int n_shapes     = 4;
+    int shapes[16][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 } };  // M (rows) x K
+    int n_shapes      = 4;
+    int do_roofline   = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             tokens = atoi(argv[++i]);
@@ -188,11 +573,13 @@ int main(int argc, char ** argv) {
                 n_shapes = 0;
                 custom   = 1;
             }
-            if (n_shapes < 8 && sscanf(argv[++i], "%dx%d", &shapes[n_shapes][0], &shapes[n_shapes][1]) == 2) {
+            if (n_shapes < 16 && sscanf(argv[++i], "%dx%d", &shapes[n_shapes][0], &shapes[n_shapes][1]) == 2) {
                 n_shapes++;
             }
+        } else if (!strcmp(argv[i], "--roofline")) {
+            do_roofline = 1;
         } else {
-            fprintf(stderr, "usage: %s [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...] [--roofline]\n", argv[0]);
             return 2;
         }
     }
@@ -202,6 +589,9 @@ int main(int argc, char ** argv) {
         ggml_table_f32_f16[h] = ggml_ext_fp16_to_fp32((ggml_ext_fp16_t) h);
     }
 #endif
+    if (do_roofline) {
+        return roofline(shapes, n_shapes, tokens);
+    }
 
     printf("| shape (M x K) | kernel | GEMV ms | GEMV GB/s | GEMM ms (%d tok) | GEMM GOPS |\n", tokens);
     printf("| --- | --- | ---: | ---: | ---: | ---: |\n");

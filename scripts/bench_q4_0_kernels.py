@@ -11,6 +11,14 @@ to time upstream's Q4_0_8_8 kernels on the same bytes as ours. Prints a
 Markdown table: GEMV in GB/s of weights, GEMM in GOPS, one thread. Arguments after `--`
 go to the benchmark (--tokens T, --reps R, --gemm-reps R, --shape MxK ...).
 
+    python3 scripts/bench_q4_0_kernels.py --roofline [--model-shapes FILE.gguf]
+
+measures in the same run the int8 multiply-accumulate peak of one core (vpdpbusd zmm and
+AVX2 vpmaddubsw + vpmaddwd chains) and the read bandwidth of 1 and 2 threads, then GEMV on
+cold weights as GB/s and % of that bandwidth and GEMM (512 tokens) as GOPS and % of both
+peaks, for our Q4_0_8_8 kernels and upstream's, on the Llama shapes and, with
+--model-shapes, the block matrices of a GGUF file (default: the default model's Q4_0 file).
+
     python3 scripts/bench_q4_0_kernels.py --arm-loops
 
 needs no Arm machine: it cross-compiles our Arm kernels and the pinned tree's
@@ -34,6 +42,27 @@ sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
 
 
+def model_shapes(path: str) -> list[str]:
+    """'MxK' of the distinct 2-D block matrices (blk.*) of a GGUF file whose M divides by 8."""
+    sys.path.insert(0, str(REPO / "python"))
+    from ggml_ext import gguf_reader
+
+    if path == "default":
+        sys.path.insert(0, str(REPO / "scripts"))
+        from default_models import default_model
+
+        path = str(default_model("Q4_0"))
+    info = gguf_reader.read_gguf(path)
+    seen: list[str] = []
+    for t in info.tensors:
+        if t.name.startswith("blk.") and len(t.shape) == 2 and t.shape[1] % 8 == 0:
+            sh = f"{t.shape[1]}x{t.shape[0]}"
+            if sh not in seen:
+                seen.append(sh)
+    print(f"shapes of {path}: {', '.join(seen)}", file=sys.stderr)
+    return seen
+
+
 def ggml_prefix() -> Path | None:
     sys.path.insert(0, str(REPO / "python"))
     try:
@@ -50,57 +79,90 @@ def ggml_prefix() -> Path | None:
 
 
 ARM_MARCH = "armv8.6-a+dotprod+i8mm"
+ARM_SVE_MARCH = "armv8.6-a+dotprod+i8mm+sve"  # what -mcpu=neoverse-v1 enables for these kernels
+ARM_OLD_MARCH = "armv8.2-a+dotprod"             # the old Q4_0 x Q8_0 path: SDOT, no i8mm
 ARM_OURS = ["gemv_q4_0_4x4_dotprod", "gemv_q4_0_4x8_dotprod", "gemv_q4_0_8x8_dotprod", "gemm_q4_0_4x4_dotprod",
             "gemm_q4_0_4x8_i8mm", "gemm_q4_0_8x8_i8mm", "gemm_q4_0_4x8_dotprod", "gemm_q4_0_8x8_dotprod"]
+ARM_OURS_SVE = ["gemv_q4_0_8x8_sve256", "gemm_q4_0_8x8_sve256"]
 ARM_UPSTREAM = [f"ggml_{k}_q4_0_{l}_q8_0" for k in ("gemv", "gemm") for l in ("4x4", "4x8", "8x8")]
+ARM_OLD = ["ggml_vec_dot_q4_0_q8_0"]
+# int8 multiply-accumulates per instruction: NEON (v registers) SDOT 16, SMMLA 32; SVE (z
+# registers) at 256 bits, the only vector length our and upstream's SVE kernels run at: 32, 64
+MACS = {("sdot", False): 16, ("smmla", False): 32, ("sdot", True): 32, ("smmla", True): 64}
 
 
 def innermost_dot_loops(obj: Path, fn: str) -> list[tuple[int, int, int]]:
-    """(instructions, sdot, smmla) of each innermost backward-branch loop of fn holding dot products."""
+    """(instructions, MAC instructions, MACs) of each innermost backward-branch loop of fn holding dot products."""
     out = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", str(obj)],
                          check=True, capture_output=True, text=True).stdout
     m = re.search(r"<%s>:\n(.*?)(?:\n\n|\Z)" % re.escape(fn), out, re.S)
     if not m:
         return []
-    ins = [(int(a, 16), op) for a, op in re.findall(r"^\s*([0-9a-f]+):\s+(\S+)", m.group(1), re.M)]
+    ins = [(int(a, 16), op, args) for a, op, args in re.findall(r"^\s*([0-9a-f]+):\s+(\S+)[ \t]*(.*)$", m.group(1), re.M)]
     targets = re.findall(r"^\s*([0-9a-f]+):\s+(b\.\w+|b|cbn?z|tbn?z)\s.*?\b([0-9a-f]+) <", m.group(1), re.M)
     loops = []
     for a, _, t in targets:
         lo, hi = int(t, 16), int(a, 16)
         if lo <= hi:
-            body = [op for addr, op in ins if lo <= addr <= hi]
-            nd, nm = body.count("sdot"), body.count("smmla")
-            if nd or nm:
-                loops.append((lo, hi, len(body), nd, nm))
+            body = [(op, args) for addr, op, args in ins if lo <= addr <= hi]
+            dots = [MACS[(op, args.lstrip().startswith("z"))] for op, args in body if op in ("sdot", "smmla")]
+            if dots:
+                loops.append((lo, hi, len(body), len(dots), sum(dots)))
     inner = [x for x in loops if not any(y is not x and x[0] <= y[0] and y[1] <= x[1] for y in loops)]
-    return [(n, nd, nm) for _, _, n, nd, nm in inner]
+    return [(n, nd, macs) for _, _, n, nd, macs in inner]
+
+
+def _cross_obj(cc: str, std: str, march: str, includes: list[Path], src: Path, out: Path) -> Path:
+    subprocess.run([cc, std, "-O3", "-DNDEBUG", f"-march={march}", *(f"-I{i}" for i in includes), "-c", str(src),
+                    "-o", str(out)], check=True)
+    return out
 
 
 def arm_loops(args, tmp: Path) -> int:
     tree = Path(subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_llama_cpp.py"), "tree"],
                                check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
     ggml = tree / "ggml"
-    ours, up = tmp / "ours_arm.o", tmp / "upstream_arm_repack.o"
-    objs = []
-    for name in ("q4_0_interleaved.c", "q4_0_interleaved_i8mm.c"):
-        objs.append(tmp / name.replace(".c", ".o"))
-        subprocess.run(["aarch64-linux-gnu-gcc", "-std=gnu11", "-O3", f"-march={ARM_MARCH}",
-                        f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}", "-c", str(SRC / "arm" / name), "-o",
-                        str(objs[-1])], check=True)
+    ours_inc = [REPO / "ggml_ext" / "include", SRC]
+    up_inc = [ggml / "include", ggml / "src", ggml / "src" / "ggml-cpu"]
+    objs = [_cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_MARCH, ours_inc, SRC / "arm" / n, tmp / n.replace(".c", ".o"))
+            for n in ("q4_0_interleaved.c", "q4_0_interleaved_i8mm.c")]
+    ours = tmp / "ours_arm.o"
     subprocess.run(["aarch64-linux-gnu-ld", "-r", "-o", str(ours), *map(str, objs)], check=True)
-    subprocess.run(["aarch64-linux-gnu-g++", "-std=c++17", "-O3", "-DNDEBUG", f"-march={ARM_MARCH}",
-                    f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{ggml / 'src' / 'ggml-cpu'}", "-c",
-                    str(ggml / "src" / "ggml-cpu" / "arch" / "arm" / "repack.cpp"), "-o", str(up)], check=True)
-    print(f"| kernel ({ARM_MARCH}, -O3) | loop instructions | SDOT | SMMLA | MACs / iteration | instructions / 1024 MACs |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for who, obj, fns in (("ours", ours, ARM_OURS), ("upstream", up, ARM_UPSTREAM)):
+    ours_sve = _cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_SVE_MARCH, ours_inc,
+                          SRC / "arm" / "q4_0_interleaved_sve.c", tmp / "ours_sve.o")
+    repack = ggml / "src" / "ggml-cpu" / "arch" / "arm" / "repack.cpp"
+    up = _cross_obj("aarch64-linux-gnu-g++", "-std=c++17", ARM_MARCH, up_inc, repack, tmp / "up.o")
+    up_sve = _cross_obj("aarch64-linux-gnu-g++", "-std=c++17", ARM_SVE_MARCH, up_inc, repack, tmp / "up_sve.o")
+    quants = ggml / "src" / "ggml-cpu" / "arch" / "arm" / "quants.c"
+    old = _cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_OLD_MARCH, up_inc, quants, tmp / "old.o")
+    old_mm = _cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_MARCH, up_inc, quants, tmp / "old_i8mm.o")
+    print("Innermost loops (GCC -O3); MACs: SDOT 16 / SMMLA 32 per NEON instruction, 32 / 64 per SVE-256 one.")
+    print("| kernel | -march | loop instructions | MAC instructions | MAC share | MACs / iteration | instructions / 1024 MACs |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    per_kmac: dict[str, float] = {}
+    for who, obj, march, fns in (("ours", ours, ARM_MARCH, ARM_OURS), ("ours", ours_sve, ARM_SVE_MARCH, ARM_OURS_SVE),
+                                 ("upstream", up, ARM_MARCH, ARM_UPSTREAM[:5]),
+                                 ("upstream", up_sve, ARM_SVE_MARCH, ARM_UPSTREAM[2::3]),
+                                 ("upstream (old path)", old, ARM_OLD_MARCH, ARM_OLD),
+                                 ("upstream (old path)", old_mm, ARM_MARCH, ARM_OLD)):
         for fn in fns:
             loops = innermost_dot_loops(obj, fn)
             if not loops:
-                print(f"| {who} {fn} | no SIMD loop (scalar fallback on this target) | | | | |")
-            for n, nd, nm in sorted(loops, key=lambda x: -(x[1] * 16 + x[2] * 32)):
-                macs = nd * 16 + nm * 32
-                print(f"| {who} {fn} | {n} | {nd} | {nm} | {macs} | {n * 1024 / macs:.0f} |")
+                print(f"| {who} {fn} | {march} | no SIMD loop (scalar fallback on this target) | | | | |")
+            for n, nd, macs in sorted(loops, key=lambda x: -x[2]):
+                print(f"| {who} {fn} | {march} | {n} | {nd} | {nd / n:.0%} | {macs} | {n * 1024 / macs:.0f} |")
+                key = f"{who} {fn} {march}"
+                per_kmac[key] = min(per_kmac.get(key, 1e9), n * 1024 / macs)
+    olds = [(m, per_kmac.get(f"upstream (old path) ggml_vec_dot_q4_0_q8_0 {m}")) for m in (ARM_OLD_MARCH, ARM_MARCH)]
+    if all(v for _, v in olds):
+        print("\nInstructions per MAC of the old Q4_0 x Q8_0 vec_dot (" +
+              ", ".join(f"{m}: {v:.0f} / 1024 MACs" for m, v in olds) + ") over each GEMM kernel's best loop:")
+        print("\n| GEMM kernel | -march | instructions / 1024 MACs | old dotprod vec_dot / this | old i8mm vec_dot / this |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for key, v in per_kmac.items():
+            if "gemm" in key:
+                who_fn, march = key.rsplit(" ", 1)
+                print(f"| {who_fn} | {march} | {v:.0f} | {olds[0][1] / v:.2f}x | {olds[1][1] / v:.2f}x |")
     return 0
 
 
@@ -112,6 +174,9 @@ def main() -> int:
     ap.add_argument("--cc", default=os.environ.get("CC", "gcc"))
     ap.add_argument("--cxx", default=os.environ.get("CXX", "g++"))
     ap.add_argument("--arm-loops", action="store_true", help="count Arm inner-loop instructions instead (no timing)")
+    ap.add_argument("--roofline", action="store_true", help="peak int8 rate, read bandwidth, and the kernels against them")
+    ap.add_argument("--model-shapes", metavar="FILE.gguf", nargs="?", const="default",
+                    help="with --roofline: add the block matrices' shapes of this GGUF (default: the default model)")
     ap.add_argument("bench_args", nargs="*", help="arguments for the benchmark program (after --)")
     args = ap.parse_args()
     if args.arm_loops:
@@ -125,6 +190,12 @@ def main() -> int:
         lib = prefix / "lib"
         cmd += ["-DWITH_GGML", f"-I{prefix / 'include'}", f"-L{lib}", f"-Wl,-rpath,{lib}",
                 "-lggml", "-lggml-base", "-lggml-cpu"]
+    bench_args = list(args.bench_args)
+    if args.roofline:
+        shapes = ["4096x4096", "11008x4096", "4096x11008", "14336x4096"]
+        if args.model_shapes:
+            shapes += model_shapes(args.model_shapes)
+        bench_args = ["--roofline", *[a for sh in shapes for a in ("--shape", sh)], *bench_args]
     with tempfile.TemporaryDirectory(prefix="bench_q4_0_") as tmp:
         exe = Path(tmp) / "bench_q4_0_kernels"
         if not args.no_upstream and platform.machine() in ("x86_64", "AMD64"):
@@ -136,8 +207,8 @@ def main() -> int:
                             f"-I{ggml / 'include'}", f"-I{ggml / 'src'}", f"-I{ggml / 'src' / 'ggml-cpu'}", "-c",
                             str(ggml / "src" / "ggml-cpu" / "arch" / "x86" / "repack.cpp"), "-o", str(obj)], check=True)
             cmd += ["-DWITH_UPSTREAM", str(obj), "-lstdc++"]
-        subprocess.run([*cmd, "-lm", "-o", str(exe)], check=True)
-        return subprocess.run([str(exe), *args.bench_args]).returncode
+        subprocess.run([*cmd, "-lm", "-pthread", "-o", str(exe)], check=True)
+        return subprocess.run([str(exe), *bench_args]).returncode
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """GGUF files of the default model (SmolLM2-135M-Instruct) in stock types, cached.
 
-Types our converter writes (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1) come
-from the dequantized HF folder through `ggml_ext.convert`; any other llama.cpp
-type from the f16 file by our llama-quantize. Files live in <cache>/models/.
+Types our converter writes (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, the
+interleaved q4_0_*) come from the dequantized HF folder through `ggml_ext.convert`;
+any other llama.cpp type from the f16 file by our llama-quantize -- IQ4_NL included,
+so `default_model("IQ4_NL")` is ggml's quantizer, the stock reference (our converter's
+iq4_nl uses ggml-ext's quantizer). Files live in <cache>/models/.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ def default_model(ftype: str = "f16", quantize_tool: Path | None = None) -> Path
     out = models_dir() / f"{NAME}-{ftype}.gguf"
     if out.exists():
         return out
-    if ftype.lower() in TYPES:
+    if ftype.lower() in TYPES and ftype.lower() != "iq4_nl":
         convert(assets.path("smollm2-hf"), out, ftype.lower())
         return out
     tmp = out.with_suffix(".tmp")
@@ -36,6 +38,17 @@ def default_model(ftype: str = "f16", quantize_tool: Path | None = None) -> Path
     subprocess.run([quantize, str(default_model("f16")), str(tmp), ftype], env=tools.tool_env(), check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tmp.replace(out)
+    return out
+
+
+def repacked_q4_0(layout: str = "8x8") -> Path:
+    """default_model("Q4_0") through `ggml-ext repack --layout LAYOUT`: the very same weights,
+    interleaved (a `convert --type q4_0_8_8` file matches it only if both came from the same converter)."""
+    from ggml_ext import repack
+    src = default_model("Q4_0")
+    out = models_dir() / f"{NAME}-Q4_0-repack-{layout}.gguf"
+    if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
+        repack.repack(src, out, layout, force=True)
     return out
 
 

@@ -13,4 +13,5 @@ Q4_0_INTERLEAVED = [
     SRC / "x86" / "q4_0_interleaved_avx512.c",
     SRC / "arm" / "q4_0_interleaved.c",
     SRC / "arm" / "q4_0_interleaved_i8mm.c",
+    SRC / "arm" / "q4_0_interleaved_sve.c",
 ]

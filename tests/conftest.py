@@ -65,3 +65,21 @@ def rpc_server(tool_env, threads, tmp_path):
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture(scope="session")
+def q4_0_files(tmp_path_factory) -> dict:
+    """The default model as Q4_0 (our converter) and `ggml-ext repack`-ed into each interleaved
+    layout: {"q4_0": path, "Q4_0_4_4" | "Q4_0_4_8" | "Q4_0_8_8": path, ("converted", name): tensors}."""
+    import ggml_ext
+    from ggml_ext import assets, repack
+    d = tmp_path_factory.mktemp("q4_0-files")
+    out: dict = {"q4_0": d / "smollm2-q4_0.gguf"}
+    ggml_ext.convert(assets.path("smollm2-hf"), out["q4_0"], "q4_0")
+    for layout, name in repack.LAYOUTS.items():
+        if name != "Q4_0":
+            out[name] = d / f"smollm2-{name.lower()}.gguf"
+            r = repack.repack(out["q4_0"], out[name], layout)
+            assert r.converted and not r.kept
+            out["converted", name] = r.converted
+    return out

@@ -1,7 +1,9 @@
 """Interleaved Q4_0 kernels (ggml_ext/src/q4_0_interleaved*): the C test program
 tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
 scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
-cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a).
+cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a; and a
+Neoverse V1 build with SVE run at 256-bit vectors, where the SVE-256 Q4_0_8_8 kernels are
+tested and dispatched, and at 128 and 512 bits, where the dispatcher must keep NEON).
 
 Every run also compares our Q4_0 and Q8_0 reference quantizers (and each SIMD Q8_0
 quantizer) with ggml's own, byte for byte: libggml-base's ggml_quantize_chunk and
@@ -9,7 +11,8 @@ dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
 
 Byte compatibility with llama.cpp's interleaved files: tests/c/test_q4_0_upstream_compat.c
 links the pinned tree's own arch/{x86,arm}/repack.cpp (compiled as is) and runs upstream's
-SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm).
+SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm, and
+with SVE at 256 bits also Q4_0_8_8).
 Builds go to pytest's tmp dir.
 """
 from __future__ import annotations
@@ -52,7 +55,8 @@ def _cpu_flags() -> set[str]:
 
 
 def _build(cc: str, march: str, out: Path, main: Path = TEST_C, extra: tuple[Path, ...] = ()) -> Path:
-    cmd = [cc, *CFLAGS, f"-march={march}", str(main), *map(str, SOURCES), *map(str, extra), "-lm", "-o", str(out)]
+    """march: an -march value, or a whole target flag such as -mcpu=neoverse-v1."""
+    cmd = [cc, *CFLAGS, march if march.startswith("-m") else f"-march={march}", str(main), *map(str, SOURCES), *map(str, extra), "-lm", "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
     return out
@@ -172,6 +176,12 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
 
 
+def _need_cross() -> None:
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+
+
 @pytest.mark.qemu
 @pytest.mark.parametrize(
     "march,impls",
@@ -182,12 +192,34 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     ],
 )
 def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls):
-    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+    _need_cross()
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
     out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+
+
+# SVE-256 Q4_0_8_8 kernels (arm/q4_0_interleaved_sve.c): built for Neoverse V1, run by qemu
+# with 32-byte vectors they are tested against the scalar reference and dispatched; with
+# 16- and 64-byte vectors (Neoverse V2, A64FX) the same binary must not use them.
+@pytest.mark.qemu
+@pytest.mark.parametrize(
+    "vl_bytes,impls,dispatched_8x8",
+    [
+        (32, "generic neon-dotprod neon-i8mm sve256-i8mm", "gemv sve256-i8mm, gemm sve256-i8mm"),
+        (16, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
+        (64, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
+    ],
+)
+def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls, dispatched_8x8):
+    _need_cross()
+    exe = tmp_path_factory.getbasetemp() / "t_neoverse_v1"
+    if not exe.exists():
+        exe = _build("aarch64-linux-gnu-gcc", "-mcpu=neoverse-v1", exe.with_suffix(".tmp"))
+        exe = exe.rename(exe.with_suffix(""))
+    qemu = ["qemu-aarch64-static", "-cpu", f"max,sve-default-vector-length={vl_bytes}", "-L", "/usr/aarch64-linux-gnu"]
+    out = _run([*qemu, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    assert f"dispatched 8x8: {dispatched_8x8}\n" in out, out
+    assert ("not usable here: sve256-i8mm\n" in out) == (vl_bytes != 32), out
 
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
@@ -210,3 +242,10 @@ def test_upstream_arm_kernels_read_our_bytes(tmp_path):
     up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack.o")
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat", COMPAT_C, (up,))
     _run_summary([*QEMU, str(exe), "4x4,4x8"])
+    # with SVE at 256-bit vectors upstream's Q4_0_8_8 kernels are SIMD too (its SVE code)
+    march += "+sve"
+    up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack_sve.o")
+    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat_sve", COMPAT_C, (up,))
+    qemu = ["qemu-aarch64-static", "-cpu", "max,sve-default-vector-length=32", "-L", "/usr/aarch64-linux-gnu"]
+    out = _run_summary([*qemu, str(exe), "4x4,4x8,8x8"])
+    assert "upstream 8x8 scalar fallback calls: 0\n" in out, out

@@ -69,6 +69,32 @@ GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params
 // -1 when no such type is involved (ggml decides).
 GGML_EXT_API int ggml_ext_cpu_supports_op(const struct ggml_tensor * op);
 
+// ---- IQ4_NL quantizer (plain IQ4_NL, ggml type 20; ggml_ext/src/iq4_nl_quant.c) ----
+
+// How each weight counts in the squared error the per-block scale search minimises:
+// w_i = imatrix[col] (1 without one) times f(x_i), sigma2 = mean x^2 of the 32-weight block.
+enum ggml_ext_iq4_nl_weighting {
+    GGML_EXT_IQ4_NL_W_DEFAULT   = 0,  // the measured best: see docs/BENCHMARKS.md (IQ4_NL quality)
+    GGML_EXT_IQ4_NL_W_ONE       = 1,  // f = 1 (plain squared error)
+    GGML_EXT_IQ4_NL_W_X2        = 2,  // f = x^2
+    GGML_EXT_IQ4_NL_W_SQRT_S2X2 = 3,  // f = sqrt(sigma2 + x^2)
+    GGML_EXT_IQ4_NL_W_S2X2      = 4,  // f = sigma2 + x^2
+};
+
+// Float rows (nrows x n_per_row, n_per_row a multiple of 32) -> block_iq4_nl bytes (fp16 d +
+// 16 bytes of nibbles per 32 weights, ggml's layout), row r at dst + r * (n_per_row / 32 * 18).
+// imatrix: n_per_row importances (llama-imatrix's mean squared activations) or NULL.
+// Per block the scale is the exact minimiser of the weighted squared error over all scales
+// (then the best of the nearest fp16 values), d is clamped to fp16's range so it stays finite.
+// Returns the bytes written; 0 when n_per_row is not a multiple of 32, or when src (or
+// imatrix) holds a NaN or infinity, or imatrix a negative value.
+GGML_EXT_API size_t ggml_ext_quantize_iq4_nl(const float * src, void * dst, int64_t nrows, int64_t n_per_row,
+                                             const float * imatrix);
+
+// The same with an explicit weighting (enum ggml_ext_iq4_nl_weighting); 0 for an unknown one.
+GGML_EXT_API size_t ggml_ext_quantize_iq4_nl_weighted(const float * src, void * dst, int64_t nrows,
+                                                      int64_t n_per_row, const float * imatrix, int weighting);
+
 #ifdef __cplusplus
 }
 #endif

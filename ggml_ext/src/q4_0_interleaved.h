@@ -144,7 +144,7 @@ GGML_EXT_API void ggml_ext_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const
 
 // --- every compiled-in implementation, for tests and benchmarks ---
 // Index 0 is the scalar reference ("generic"), which has every entry; later entries
-// are SIMD ("neon-dotprod", "neon-i8mm", "avx2", "avx512-vnni") and may leave an entry
+// are SIMD ("neon-dotprod", "neon-i8mm", "sve256-i8mm", "avx2", "avx512-vnni") and may leave an entry
 // NULL, in which case the dispatcher uses the best earlier one.
 struct ggml_ext_q4_0_impl {
     const char *         name;
@@ -153,10 +153,15 @@ struct ggml_ext_q4_0_impl {
     ggml_ext_q8_0_x4_fn  quantize_mat_q8_0_4x8;
     ggml_ext_q4_0_mm_fn  gemv[GGML_EXT_Q4_0_N_LAYOUTS];
     ggml_ext_q4_0_mm_fn  gemm[GGML_EXT_Q4_0_N_LAYOUTS];
+    // NULL: always usable where compiled in; otherwise asked at run time (SVE: the vector
+    // length), and the dispatcher skips the implementation when it returns 0.
+    int (*usable)(void);
 };
 
 GGML_EXT_API int                               ggml_ext_q4_0_impl_count(void);
 GGML_EXT_API const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i);  // NULL out of range
+// Name of the implementation the dispatcher runs for a layout's GEMV (gemm = 0) or GEMM.
+GGML_EXT_API const char * ggml_ext_q4_0_dispatched(enum ggml_ext_q4_0_layout layout, int gemm);
 
 #ifdef __cplusplus
 }

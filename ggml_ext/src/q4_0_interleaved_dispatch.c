@@ -12,6 +12,9 @@ static const struct ggml_ext_q4_0_impl * const impls[] = {
 #ifdef GGML_EXT_Q4_0_NEON_I8MM
     &ggml_ext_q4_0_impl_neon_i8mm,
 #endif
+#ifdef GGML_EXT_Q4_0_SVE_I8MM
+    &ggml_ext_q4_0_impl_sve256_i8mm,
+#endif
 #ifdef GGML_EXT_Q4_0_AVX2
     &ggml_ext_q4_0_impl_avx2,
 #endif
@@ -35,7 +38,7 @@ const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i) {
     do {                                             \
         for (int i = N_IMPLS - 1; i > 0; i--) {      \
             const struct ggml_ext_q4_0_impl * p = impls[i]; \
-            if (p->expr) {                           \
+            if (p->expr && (!p->usable || p->usable())) { \
                 return p->expr;                      \
             }                                        \
         }                                            \
@@ -48,6 +51,19 @@ static ggml_ext_q4_0_mm_fn best_gemv(int layout) {
 
 static ggml_ext_q4_0_mm_fn best_gemm(int layout) {
     BEST(gemm[layout]);
+}
+
+const char * ggml_ext_q4_0_dispatched(enum ggml_ext_q4_0_layout layout, int gemm) {
+    if ((unsigned) layout >= GGML_EXT_Q4_0_N_LAYOUTS) {
+        return NULL;
+    }
+    for (int i = N_IMPLS - 1; i > 0; i--) {
+        const struct ggml_ext_q4_0_impl * p = impls[i];
+        if ((gemm ? p->gemm[layout] : p->gemv[layout]) && (!p->usable || p->usable())) {
+            return p->name;
+        }
+    }
+    return impls[0]->name;
 }
 
 static ggml_ext_q8_0_row_fn best_quantize_row(void) {

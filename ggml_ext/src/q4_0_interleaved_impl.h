@@ -13,6 +13,9 @@
 #    if defined(__ARM_FEATURE_MATMUL_INT8)
 #        define GGML_EXT_Q4_0_NEON_I8MM 1
 #    endif
+#    if defined(__ARM_FEATURE_SVE) && defined(__ARM_FEATURE_SVE_MATMUL_INT8)
+#        define GGML_EXT_Q4_0_SVE_I8MM 1  // usable only with 256-bit vectors (arm/q4_0_interleaved_sve.c)
+#    endif
 #endif
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #    define GGML_EXT_Q4_0_AVX2 1
@@ -59,6 +62,9 @@ GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotp
 #endif
 #ifdef GGML_EXT_Q4_0_NEON_I8MM
 GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm;
+#endif
+#ifdef GGML_EXT_Q4_0_SVE_I8MM
+GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_sve256_i8mm;
 #endif
 #ifdef GGML_EXT_Q4_0_AVX2
 GGML_EXT_API extern const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2;

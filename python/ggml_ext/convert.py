@@ -8,7 +8,8 @@ From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
     import ggml_ext
     ggml_ext.convert("hf-folder", "model.gguf", "f16")
 
-Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, and ggml-ext's interleaved
+Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (ggml-ext's quantizer;
+``--imatrix FILE`` for importance weights), and ggml-ext's interleaved
 q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
 ``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). Errors print ``error: ...`` and exit 1, leaving no output file.
 """
@@ -23,7 +24,7 @@ import types
 
 __all__ = ["convert", "add_arguments", "main"]
 
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8")
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8")
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002
@@ -40,6 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep", action="append", default=[], metavar="PATTERN=TYPE",
                    help="type for the weight matrices whose GGUF name matches the glob PATTERN "
                         "(e.g. 'blk.*.attn_v.weight=q8_0'); repeatable, first match wins")
+    p.add_argument("--imatrix", default=None, metavar="FILE",
+                   help="importance matrix from llama-imatrix / `ggml-ext imatrix` (GGUF or legacy .dat): "
+                        "used for every quantized matrix, as llama-quantize --imatrix")
+    p.add_argument("--iq4-nl-weighting", default="default",
+                   choices=("default", "one", "x2", "sqrt_s2x2", "s2x2"),
+                   help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2)")
     p.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
     p.add_argument("--name", default=None, help="general.name (default: from config.json or the folder name)")
     p.add_argument("-t", "--threads", type=int, default=None, help="quantization threads (default: all cores)")
@@ -81,7 +88,8 @@ def main(args: argparse.Namespace) -> int:
         previous = {}
     try:
         result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
-                         threads=args.threads, vocab_only=args.vocab_only, progress=progress, warn=warn)
+                         threads=args.threads, vocab_only=args.vocab_only, imatrix=args.imatrix,
+                         iq4_nl_weighting=args.iq4_nl_weighting, progress=progress, warn=warn)
     except ConversionError as e:
         if bar is not None:
             bar.close()

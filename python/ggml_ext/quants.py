@@ -15,7 +15,8 @@ Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
 ``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
-``ggml_ext_repack_q4_0`` and ``ggml_ext_unpack_q4_0`` of our own sources.
+``ggml_ext_repack_q4_0``, ``ggml_ext_unpack_q4_0`` and ``ggml_ext_quantize_iq4_nl_weighted``
+of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
 rows are copied as they are.
 
@@ -24,7 +25,14 @@ The interleaved Q4_0 types (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) go through the same
 their row count must be divisible by the interleave factor N.
 :func:`repack_q4_0` / :func:`unpack_q4_0` turn Q4_0 tensor bytes into an
 interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``).
+
+IQ4_NL is the exception to "ggml's own bytes": by default it goes through ggml-ext's
+quantizer (``ggml_ext_quantize_iq4_nl_weighted``: per block the exact minimiser of the
+importance-weighted squared error, same block layout), ``quantizer="ggml"`` picks
+ggml's ``quantize_iq4_nl``. Rows with NaN or infinity are refused with
+:class:`QuantError` on our path (ggml's would write garbage scales).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -40,8 +48,14 @@ from . import _locate, ggml_types
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
     "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
-    "INTERLEAVED", "repack_q4_0", "unpack_q4_0",
+    "INTERLEAVED", "repack_q4_0", "unpack_q4_0", "IQ4_NL_WEIGHTINGS",
 ]
+
+#: ggml-ext IQ4_NL error weightings (enum ggml_ext_iq4_nl_weighting): each weight's error counts
+#: imatrix[col] (1 without one) times 1, x^2, sqrt(sigma2 + x^2) or sigma2 + x^2 (sigma2: the
+#: block's mean x^2); "default" is sqrt_s2x2 (docs/BENCHMARKS.md, IQ4_NL quality).
+IQ4_NL_WEIGHTINGS = {"default": 0, "one": 1, "x2": 2, "sqrt_s2x2": 3, "s2x2": 4}
+IQ4_NL_ID = 20
 
 #: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout)
 INTERLEAVED = {"Q4_0_4_4": 0, "Q4_0_4_8": 1, "Q4_0_8_8": 2}
@@ -82,6 +96,9 @@ def library() -> ctypes.CDLL:
     for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0):
         fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
+    lib.ggml_ext_quantize_iq4_nl_weighted.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                      ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.ggml_ext_quantize_iq4_nl_weighted.restype = ctypes.c_size_t
     return lib
 
 
@@ -157,16 +174,38 @@ def _as_rows(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
+def _check_finite(rows: np.ndarray, imatrix: np.ndarray | None) -> None:
+    if not np.isfinite(rows).all():
+        bad = np.argwhere(~np.isfinite(rows))
+        r, c = (int(v) for v in bad[0])
+        raise QuantError(f"rows hold {len(bad)} NaN or infinite values (first at row {r}, column {c}); "
+                         "refusing to quantize")
+    if imatrix is not None and not (np.isfinite(imatrix).all() and (imatrix >= 0).all()):
+        raise QuantError("imatrix holds NaN, infinite or negative values; refusing to quantize")
+
+
 def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray | None = None,
-                       threads: int | None = None) -> int:
+                       threads: int | None = None, quantizer: str | None = None,
+                       weighting: str = "default") -> int:
     """Quantize float32 ``rows`` (n_rows x n_per_row) into the uint8 buffer ``out``.
 
     ``out`` must be C-contiguous and hold at least ``n_rows * row_size(t, n_per_row)``
     bytes. Rows are independent, so they are split over ``threads`` (default: all
     cores) and the result does not depend on the split. Returns the bytes written.
+
+    ``quantizer``: ``None`` (ggml-ext's for IQ4_NL, ggml's for every other type),
+    ``"ggml"`` or ``"ggml-ext"`` (IQ4_NL only); ``weighting``: a key of
+    :data:`IQ4_NL_WEIGHTINGS` for ggml-ext's IQ4_NL quantizer.
     """
     tid = type_id(t)
     _producible(tid)
+    if quantizer not in (None, "ggml", "ggml-ext"):
+        raise QuantError(f"unknown quantizer {quantizer!r}; choose 'ggml' or 'ggml-ext'")
+    ext = tid == IQ4_NL_ID and quantizer != "ggml"
+    if quantizer == "ggml-ext" and not ext:
+        raise QuantError(f"ggml-ext has its own quantizer for IQ4_NL only, not {type_name(tid)}")
+    if weighting not in IQ4_NL_WEIGHTINGS:
+        raise QuantError(f"unknown IQ4_NL weighting {weighting!r}; choose from {', '.join(IQ4_NL_WEIGHTINGS)}")
     rows = _as_rows(rows)
     n_rows, n_per_row = rows.shape
     rs = row_size(tid, n_per_row)
@@ -183,13 +222,19 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
             raise QuantError(f"imatrix must have {n_per_row} values, got shape {imatrix.shape}")
     elif requires_imatrix(tid):
         raise QuantError(f"{type_name(tid)} needs an importance matrix")
+    if ext:
+        _check_finite(rows, imatrix)
     _init(tid)
     lib = library()
     src = rows.ctypes.data
     dst = out.ctypes.data
     im = imatrix.ctypes.data if imatrix is not None else None
+    mode = IQ4_NL_WEIGHTINGS[weighting]
 
     def run(r0: int, r1: int) -> int:
+        if ext:
+            return int(lib.ggml_ext_quantize_iq4_nl_weighted(src + r0 * n_per_row * 4, dst + r0 * rs, r1 - r0,
+                                                             n_per_row, im, mode))
         # start = r0 * n_per_row: ggml writes row r at dst + r * row_size.
         return int(lib.ggml_quantize_chunk(tid, src, dst, r0 * n_per_row, r1 - r0, n_per_row, im))
 
@@ -208,12 +253,13 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
     return written
 
 
-def quantize(rows: np.ndarray, t, imatrix: np.ndarray | None = None, threads: int | None = None) -> np.ndarray:
+def quantize(rows: np.ndarray, t, imatrix: np.ndarray | None = None, threads: int | None = None,
+             quantizer: str | None = None, weighting: str = "default") -> np.ndarray:
     """Quantize float32 rows to type ``t``; returns uint8 of shape (n_rows, row_size)."""
     rows = _as_rows(rows)
     n_rows, n_per_row = rows.shape
     out = np.empty((n_rows, row_size(t, n_per_row)), dtype=np.uint8)
-    quantize_rows_into(t, rows, out, imatrix=imatrix, threads=threads)
+    quantize_rows_into(t, rows, out, imatrix=imatrix, threads=threads, quantizer=quantizer, weighting=weighting)
     return out
 
 

@@ -2,12 +2,15 @@
 
     ggml-ext repack model-q4_0.gguf model-q4_0_8_8.gguf --layout 8x8
     ggml-ext repack model-q4_0.gguf model-fast.gguf              # --layout auto: best for this CPU
+    ggml-ext repack model-q4_0.gguf model-g3.gguf --target graviton3   # best for another CPU
     ggml-ext repack model-q4_0_8_8.gguf model-q4_0.gguf --layout q4_0
 
 Layouts (ggml-ext's restored types, byte-compatible with llama.cpp's 2024 files):
 ``4x4`` = Q4_0_4_4 (Arm NEON dotprod), ``4x8`` = Q4_0_4_8 (Arm i8mm), ``8x8`` =
 Q4_0_8_8 (x86 AVX2, Arm SVE-256). ``auto`` picks from this machine's CPU: AVX2 ->
-8x8, i8mm -> 4x8, dotprod -> 4x4. ``q4_0`` turns interleaved tensors back into Q4_0.
+8x8, SVE with 256-bit vectors and i8mm -> 8x8, i8mm -> 4x8, dotprod -> 4x4; ``--target``
+picks for a named CPU instead (ggml_ext.targets, docs/ARM.md). ``q4_0`` turns
+interleaved tensors back into Q4_0.
 
 An interleaved tensor has exactly the size of the Q4_0 tensor it came from, so the
 output is the input file with each converted tensor's type id and data rewritten in
@@ -32,7 +35,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _atomic, gguf_reader, quants
+from . import _atomic, gguf_reader, quants, targets
 
 __all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
@@ -71,14 +74,27 @@ def _cpu_features() -> set[str]:
     return feats
 
 
-def auto_layout(features: set[str] | None = None, machine: str | None = None) -> str:
-    """The layout whose kernels this CPU runs fastest: x86 AVX2 -> 8x8, Arm i8mm -> 4x8, dotprod -> 4x4."""
+def _sve_vector_bytes() -> int | None:
+    """The SVE vector length Linux gives new processes, in bytes (None without SVE)."""
+    try:
+        return int(Path("/proc/sys/abi/sve_default_vector_length").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def auto_layout(features: set[str] | None = None, machine: str | None = None, sve_bytes: int | None = None) -> str:
+    """The layout whose kernels this CPU runs fastest: x86 AVX2 -> 8x8; Arm SVE-256 with i8mm
+    -> 8x8, i8mm -> 4x8, dotprod -> 4x4 (the choices of ggml_ext.targets for the named CPUs)."""
     feats = _cpu_features() if features is None else features
     machine = (machine or platform.machine()).lower()
     if machine in ("x86_64", "amd64", "i686", "i386"):
         if "avx2" in feats:
             return "8x8"
     elif machine in ("aarch64", "arm64"):
+        if sve_bytes is None and features is None:
+            sve_bytes = _sve_vector_bytes()
+        if {"sve", "svei8mm"} <= feats and sve_bytes == 32:
+            return "8x8"
         if "i8mm" in feats:
             return "4x8"
         if "asimddp" in feats:
@@ -102,8 +118,16 @@ def _file_type_offset(header: bytes) -> int | None:
 
 
 def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "auto", *,  # noqa: A002
-           force: bool = False) -> RepackResult:
-    """Rewrite ``input``'s Q4_0 matrices as ``layout`` (or, for ``layout="q4_0"``, interleaved ones as Q4_0)."""
+           force: bool = False, target: str | None = None) -> RepackResult:
+    """Rewrite ``input``'s Q4_0 matrices as ``layout`` (or, for ``layout="q4_0"``, interleaved ones as Q4_0).
+    ``target`` (a ggml_ext.targets name, with ``layout="auto"``) picks the layout for that CPU."""
+    if target is not None:
+        if layout != "auto":
+            raise RepackError(f"--target {target} chooses the layout: give --layout {layout} or --target, not both")
+        try:
+            layout = targets.target(target).layout
+        except ValueError as e:
+            raise RepackError(str(e)) from None
     layout = auto_layout() if layout == "auto" else layout
     if layout not in LAYOUTS:
         raise RepackError(f"unknown layout {layout!r}; choose from auto, {', '.join(LAYOUTS)}")
@@ -180,12 +204,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layout", default="auto", choices=["auto", *LAYOUTS], type=str.lower,
                    help="4x4 (Q4_0_4_4), 4x8 (Q4_0_4_8), 8x8 (Q4_0_8_8), auto (from this CPU), "
                         "q4_0 (back to plain Q4_0); default auto")
+    p.add_argument("--target", metavar="CPU", type=str.lower,
+                   help="choose the layout for this CPU instead of the one running: " + ", ".join(
+                       f"{t.name} ({t.layout})" for t in targets.TARGETS.values()) + " (docs/ARM.md)")
     p.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        result = repack(args.input, args.output, args.layout, force=args.force)
+        result = repack(args.input, args.output, args.layout, force=args.force, target=args.target)
     except RepackError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -75,6 +75,11 @@ static void * xmalloc(size_t n) {
     return p;
 }
 
+// Compiled in and runnable on this CPU (SVE-256 code is not, with other vector lengths).
+static int usable(const struct ggml_ext_q4_0_impl * im) {
+    return !im->usable || im->usable();
+}
+
 static const int LN[3] = { 4, 4, 8 };
 static const int LB[3] = { 4, 8, 8 };
 static const char * LNAME[3] = { "4x4", "4x8", "8x8" };
@@ -226,7 +231,7 @@ static void test_ggml_fixture(const char * path) {
         // and every compiled-in activation quantizer gives the same Q8_0 bytes
         for (int i = 1; i < ggml_ext_q4_0_impl_count(); i++) {
             const struct ggml_ext_q4_0_impl * im = ggml_ext_q4_0_impl_get(i);
-            if (im->quantize_row_q8_0) {
+            if (im->quantize_row_q8_0 && usable(im)) {
                 memset(mq8, 0, (size_t) nb * sizeof(*mq8));
                 im->quantize_row_q8_0(x, mq8, n);
                 check(memcmp(mq8, q8, (size_t) nb * sizeof(*q8)) == 0, "%s Q8_0 identical to ggml's", im->name);
@@ -380,6 +385,9 @@ static void test_activation_quantizers(void) {
         }
         for (int i = 1; i < ggml_ext_q4_0_impl_count(); i++) {
             const struct ggml_ext_q4_0_impl * im = ggml_ext_q4_0_impl_get(i);
+            if (!usable(im)) {
+                continue;
+            }
             if (im->quantize_row_q8_0) {
                 memset(rows2, 0, (size_t) 4 * nb * sizeof(*rows2));
                 im->quantize_row_q8_0(x, rows2, 4 * k);
@@ -553,6 +561,9 @@ static void test_kernels(void) {
                 run_and_check(&p, gen->gemm[L], 1, NULL, ref_m, what);
                 for (int i = 1; i < ggml_ext_q4_0_impl_count(); i++) {
                     const struct ggml_ext_q4_0_impl * im = ggml_ext_q4_0_impl_get(i);
+                    if (!usable(im)) {
+                        continue;
+                    }
                     snprintf(what, sizeof(what), "%s %s %s", im->name, LNAME[L], exact_mode ? "exact" : "random");
                     if (im->gemv[L]) {
                         run_and_check(&p, im->gemv[L], 0, exact_mode ? ref_v : NULL, out, what);
@@ -644,11 +655,24 @@ int main(int argc, char ** argv) {
             return 2;
         }
     }
+    // usable implementations; compiled-in ones this CPU cannot run; what the dispatcher picks
     printf("implementations:");
     for (int i = 0; i < ggml_ext_q4_0_impl_count(); i++) {
-        printf(" %s", ggml_ext_q4_0_impl_get(i)->name);
+        if (usable(ggml_ext_q4_0_impl_get(i))) {
+            printf(" %s", ggml_ext_q4_0_impl_get(i)->name);
+        }
+    }
+    printf("\nnot usable here:");
+    for (int i = 0; i < ggml_ext_q4_0_impl_count(); i++) {
+        if (!usable(ggml_ext_q4_0_impl_get(i))) {
+            printf(" %s", ggml_ext_q4_0_impl_get(i)->name);
+        }
     }
     printf("\n");
+    for (int L = 0; L < GGML_EXT_Q4_0_N_LAYOUTS; L++) {
+        printf("dispatched %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) L, 0),
+               ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) L, 1));
+    }
     test_fp16();
     test_reference_quantizers();
     if (fixture) {

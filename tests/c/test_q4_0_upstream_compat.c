@@ -4,7 +4,8 @@
 // rows, and agree with our scalar reference; our scalar GEMM also reads the activations
 // that upstream's own quantize_mat interleaved.
 // Upstream kernels that fall back to its scalar code on this target are skipped (x86:
-// only Q4_0_8_8 has SIMD kernels; Arm without SVE: Q4_0_4_4 and Q4_0_4_8).
+// only Q4_0_8_8 has SIMD kernels; Arm without SVE: Q4_0_4_4 and Q4_0_4_8; Arm with SVE
+// run at 256-bit vectors: all three).
 //
 // usage: test_q4_0_upstream_compat LAYOUT[,LAYOUT...]   (4x4, 4x8, 8x8)
 // Agreement: |upstream - ours| and |upstream - exact| <= (nb + 4) * 2^-22 * T, with
@@ -37,13 +38,28 @@ float ggml_table_f32_e8m0_half[1 << 8];
 void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 
+static int n_generic_calls;  // printed: 0 proves upstream's own SIMD 8x8 code ran
+
 void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    n_generic_calls++;
     ggml_ext_q4_0_impl_get(0)->gemv[GGML_EXT_Q4_0_8_8](n, s, bs, vx, vy, nr, nc);
 }
 
 void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    n_generic_calls++;
     ggml_ext_q4_0_impl_get(0)->gemm[GGML_EXT_Q4_0_8_8](n, s, bs, vx, vy, nr, nc);
 }
+
+#if defined(__ARM_FEATURE_SVE)
+#    include <arm_sve.h>
+// ggml-cpu's SVE vector length in bytes: upstream's Q4_0_8_8 kernels run their SVE code
+// only where it is 32 (QK8_0), as ours do.
+int ggml_cpu_get_sve_cnt(void);
+
+int ggml_cpu_get_sve_cnt(void) {
+    return (int) svcntb();
+}
+#endif
 
 static ggml_ext_q4_0_mm_fn const up_gemv[3] = { ggml_gemv_q4_0_4x4_q8_0, ggml_gemv_q4_0_4x8_q8_0, ggml_gemv_q4_0_8x8_q8_0 };
 static const ggml_ext_q4_0_mm_fn up_gemm[3] = { ggml_gemm_q4_0_4x4_q8_0, ggml_gemm_q4_0_4x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
@@ -174,6 +190,7 @@ int main(int argc, char ** argv) {
             check_shape(L, nbs[i], N * (1 + i) + (i % 2 ? 16 : 0), 4 * (1 + i) + (i >= 2 ? 16 : 0));
         }
     }
+    printf("upstream 8x8 scalar fallback calls: %d\n", n_generic_calls);
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed || !n_passed ? 1 : 0;
 }

@@ -124,10 +124,19 @@ static void interleave_blocks(const ggml_ext_block_q4_0 * const * in, int N, int
     for (int r = 0; r < N; r++) {
         d[r] = in[r]->d;
     }
+    // whole chunks as one word (B is 4 or 8): the runtime repack of every Q4_0 weight at load runs this
     for (int i = 0; i < N * 16 / B; i++) {
         const uint8_t * src = in[i % N]->qs + (i / N) * B;
-        for (int j = 0; j < B; j++) {
-            qs[i * B + j] = src[j] ^ 0x88;
+        if (B == 8) {
+            uint64_t v;
+            memcpy(&v, src, 8);
+            v ^= 0x8888888888888888ull;
+            memcpy(qs + i * 8, &v, 8);
+        } else {
+            uint32_t v;
+            memcpy(&v, src, 4);
+            v ^= 0x88888888u;
+            memcpy(qs + i * 4, &v, 4);
         }
     }
 }

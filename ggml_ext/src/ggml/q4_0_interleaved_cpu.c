@@ -9,6 +9,7 @@
 #include "ggml-cpu-impl.h"
 
 #include "../q4_0_interleaved.h"
+#include "q4_0_runtime_repack.h"
 
 static int layout_of(enum ggml_type type) {
     return (int) type >= 31 && (int) type <= 33 ? (int) type - 31 : -1;
@@ -29,13 +30,20 @@ int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
 }
 
 bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
-    const struct ggml_tensor * src0 = dst->src[0];
-    const struct ggml_tensor * src1 = dst->src[1];
-
-    const int layout = layout_of(src0->type);
+    const int layout = layout_of(dst->src[0]->type);
     if (layout < 0) {
         return false;
     }
+    ggml_ext_cpu_mul_mat_q4_0_layout(params, dst, layout);
+    return true;
+}
+
+// src0's bytes are in `layout` whatever its type says (types 31-33, or a Q4_0 weight that the
+// runtime repack put in our layout): both paths run this same code, hence the same numbers.
+void ggml_ext_cpu_mul_mat_q4_0_layout(const struct ggml_compute_params * params, struct ggml_tensor * dst, int layout) {
+    const struct ggml_tensor * src0 = dst->src[0];
+    const struct ggml_tensor * src1 = dst->src[1];
+
     const struct ggml_ext_q4_0_layout_traits * lt = ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout);
 
     GGML_TENSOR_BINARY_OP_LOCALS
@@ -82,7 +90,7 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
     const int64_t c0     = (ith * groups) / nth * lt->nrows;
     const int64_t c1     = ((ith + 1) * groups) / nth * lt->nrows;
     if (c0 >= c1) {
-        return true;
+        return;
     }
     const size_t w_row = (size_t) (ne00 / GGML_EXT_QK4_0) * sizeof(ggml_ext_block_q4_0);
     const char * w     = (const char *) src0->data + c0 * w_row;  // row groups are whole N-row slices
@@ -100,5 +108,4 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
             }
         }
     }
-    return true;
 }

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Perplexity at about 4.5 bits per weight: Q4_0, Q4_1, IQ4_NL by ggml's quantizer and
+IQ4_NL by ggml-ext's, each without and with an importance matrix, beside the f16 file.
+
+  scripts/bench_iq4_nl_quality.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
+                                  [--weightings default] [--threads N] [--json OUT]
+
+For each model:
+* f16: SmolLM2 from our converter (the dequantized HF folder); Gemma-3-270M (only a
+  Q4_K_M GGUF is shipped) dequantized to F16 by our llama-quantize --allow-requantize, so
+  its "f16" is the Q4_K_M model's quality;
+* an imatrix of the f16 file on wiki-train (`ggml-ext imatrix`, --imatrix-chunks x 512 tokens);
+* Q4_0, Q4_1, IQ4_NL: our llama-quantize from the f16 file (ggml's quantizers, llama.cpp's
+  mix for each file type), with and without --imatrix;
+* IQ4_NL ours: the IQ4_NL file above with every IQ4_NL tensor re-quantized from the f16
+  file's values by ggml-ext's quantizer (same imatrix), so the tensor types, sizes and the
+  other tensors' bytes are identical and only the IQ4_NL quantizer differs;
+* perplexity of each by our llama-perplexity on wiki-test, ctx 512, --chunks windows.
+
+Files go to <cache>/models/iq4nl-bench/ and are reused when present. Prints a markdown
+table (PPL +/- stderr, ratio to f16, bits per weight of all tensors and of the layers' matrices).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from default_models import default_model  # noqa: E402
+
+from ggml_ext import assets, cache, imatrix, quants, tools  # noqa: E402
+from ggml_ext.gguf_reader import read_gguf  # noqa: E402
+
+
+def work_dir() -> Path:
+    d = cache.cache_root() / "models" / "iq4nl-bench"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def run(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, env=tools.tool_env(), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+
+
+def f16_file(model: str) -> Path:
+    if model == "smollm2":
+        return default_model("f16")
+    out = work_dir() / "gemma3-270m-f16.gguf"
+    if not out.exists():
+        src = assets.path("gemma3-270m-gguf")
+        tmp = out.with_suffix(".tmp")
+        run(tools.command("llama-quantize", "--allow-requantize", src, tmp, "F16"))
+        tmp.replace(out)
+    return out
+
+
+def quantize_ggml(f16: Path, out: Path, ftype: str, im: Path | None, threads: int | None) -> Path:
+    if not out.exists():
+        tmp = out.with_suffix(".tmp")
+        args = (["--imatrix", str(im)] if im else []) + [str(f16), str(tmp), ftype]
+        if threads:
+            args.append(str(threads))
+        run(tools.command("llama-quantize", *args))
+        tmp.replace(out)
+    return out
+
+
+def requantize_iq4_nl(f16: Path, template: Path, out: Path, im: Path | None, weighting: str,
+                      threads: int | None) -> Path:
+    """template (an IQ4_NL file of llama-quantize) with its IQ4_NL tensors re-made by ggml-ext from f16."""
+    if out.exists():
+        return out
+    src, tpl = read_gguf(f16), read_gguf(template)
+    imx = imatrix.load(im) if im else None
+    tmp = out.with_suffix(".tmp")
+    tmp.write_bytes(template.read_bytes())
+    with open(f16, "rb") as fs, open(tmp, "r+b") as fo:
+        for t in tpl.tensors:
+            if t.type_name != "IQ4_NL":
+                continue
+            s = src.tensor(t.name)
+            dtype = {"F16": np.float16, "F32": np.float32}[s.type_name]
+            fs.seek(s.file_offset)
+            x = np.frombuffer(fs.read(s.nbytes), dtype=dtype)
+            rows = x.astype(np.float32).reshape(-1, s.shape[0])
+            w = imx.for_tensor(t.name, s.shape[0]) if imx else None
+            q = quants.quantize(rows, "IQ4_NL", imatrix=w, threads=threads, weighting=weighting)
+            assert q.nbytes == t.nbytes, (t.name, q.nbytes, t.nbytes)
+            fo.seek(t.file_offset)
+            fo.write(q.tobytes())
+    tmp.replace(out)
+    return out
+
+
+def blk_bpw(g) -> float:
+    """Bits per weight of the layers' matrices (blk.*, 2-D): what the file type changes."""
+    ts = [t for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2]
+    return sum(t.nbytes for t in ts) * 8 / sum(t.n_elements for t in ts)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--chunks", type=int, default=20, help="perplexity windows of 512 tokens")
+    ap.add_argument("--imatrix-chunks", type=int, default=32)
+    ap.add_argument("--weightings", default="default", help="ggml-ext IQ4_NL weightings to run, comma separated")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--json", default=None, help="write the results here too")
+    a = ap.parse_args()
+    text = assets.path("wiki-test")
+    results = []
+    for model in a.models.split(","):
+        f16 = f16_file(model)
+        wd = work_dir()
+        im = wd / f"{model}-wiki-train-{a.imatrix_chunks}.imatrix"
+        if not im.exists():
+            t0 = time.time()
+            imatrix.make(f16, im, assets.path("wiki-train"), chunks=a.imatrix_chunks, threads=a.threads)
+            print(f"# {model}: imatrix in {time.time() - t0:.0f} s", file=sys.stderr)
+        files = [("f16", "-", f16)]
+        for use_im in (False, True):
+            tag = "imatrix" if use_im else "none"
+            suffix = f"-im{a.imatrix_chunks}" if use_im else ""
+            for ftype in ("Q4_0", "Q4_1", "IQ4_NL"):
+                p = quantize_ggml(f16, wd / f"{model}-{ftype}{suffix}.gguf", ftype, im if use_im else None, a.threads)
+                files.append((f"{ftype} (ggml)", tag, p))
+            for w in a.weightings.split(","):
+                p = requantize_iq4_nl(f16, wd / f"{model}-IQ4_NL{suffix}.gguf",
+                                      wd / f"{model}-IQ4_NL-ggml-ext-{w}{suffix}.gguf", im if use_im else None, w,
+                                      a.threads)
+                files.append((f"IQ4_NL (ggml-ext, {w})", tag, p))
+        base = None
+        for label, tag, p in files:
+            t0 = time.time()
+            r = tools.perplexity(p, text, n_ctx=512, chunks=a.chunks, threads=a.threads)
+            g = read_gguf(p)
+            row = {"model": model, "quant": label, "imatrix": tag, "ppl": r.ppl, "stderr": r.stderr,
+                   "bpw": g.bits_per_weight(), "bpw_blk": blk_bpw(g), "n_ctx": r.n_ctx, "chunks": r.n_chunks,
+                   "tokens_scored": r.n_tokens_scored, "file": p.name, "seconds": round(time.time() - t0, 1)}
+            base = base or r.ppl
+            row["ratio_f16"] = r.ppl / base
+            results.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; wiki-test, ctx 512, {a.chunks} chunks")
+    print("| model | quantization | imatrix | bits/weight (all / blk matrices) | PPL | ratio to f16 |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['model']} | {r['quant']} | {r['imatrix']} | {r['bpw']:.2f} / {r['bpw_blk']:.2f} | "
+              f"{r['ppl']:.4f} +/- "
+              f"{r['stderr']:.4f} | {r['ratio_f16']:.4f} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
