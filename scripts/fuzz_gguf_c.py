@@ -251,11 +251,7 @@ def replay(target: str, files: list[Path]) -> int:
 SAN_MARKERS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "SUMMARY: UndefinedBehavior")
 # Hostile files that still fail in this build, with why; each must keep failing (else: remove it here).
 # The build keeps assert() on (no NDEBUG), which the release build compiles out.
-KNOWN = {
-    "rope freq base 0": "ggml-cpu/ops.cpp soft_max assert(!isnan): RoPE with base 0 makes NaN attention scores; the "
-                        "release build (NDEBUG) decodes NaN logits without a crash; a load-time check of "
-                        "rope.freq_base is not written yet",
-}
+KNOWN: dict[str, str] = {}
 
 
 def hostile(subset: int | None, jobs: int) -> dict:

@@ -262,7 +262,10 @@ def _build_cases(tmp: Path) -> None:
                                         "refuse")
     CASES["rms_epsilon NaN"] = (model(kv={"llama.attention.layer_norm_rms_epsilon": ("add_float32", float("nan"))}),
                                 "refuse")
-    CASES["rope freq base 0"] = (model(kv={"llama.rope.freq_base": ("add_float32", 0.0)}), "survive")
+    # RoPE base 0 / NaN or a negative scaling factor: NaN attention scores (soft_max asserts); patch 0010 refuses
+    CASES["rope freq base 0"] = (model(kv={"llama.rope.freq_base": ("add_float32", 0.0)}), "refuse")
+    CASES["rope freq base NaN"] = (model(kv={"llama.rope.freq_base": ("add_float32", float("nan"))}), "refuse")
+    CASES["rope scaling factor -1"] = (model(kv={"llama.rope.scaling.factor": ("add_float32", -1.0)}), "refuse")
     CASES["no embedding_length"] = (model(drop_kv={"llama.embedding_length"}), "refuse")
     CASES["no block_count"] = (model(drop_kv={"llama.block_count"}), "refuse")
     CASES["no tokenizer"] = (model(drop_kv={"tokenizer.ggml.model", "tokenizer.ggml.tokens",

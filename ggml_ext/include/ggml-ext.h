@@ -34,7 +34,8 @@ GGML_EXT_API bool ggml_ext_has_cuda(void);
 // Model checks for the loader: NULL when the values are usable, else a message
 // naming the bad GGUF key (valid until the next call on the same thread).
 GGML_EXT_API const char * ggml_ext_check_block_count(uint32_t n_layer, uint32_t max_layers);
-GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, float f_norm_rms_eps);
+GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, float f_norm_rms_eps,
+                                                  float rope_freq_base, float rope_freq_scale);
 
 // ---- hooks of the patched ggml (ggml_ext/patches): interleaved Q4_0 types 31-33 ----
 // Types are passed as int (enum ggml_type values) so this header does not need ggml.h.
