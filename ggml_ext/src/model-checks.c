@@ -14,15 +14,6 @@ const char * ggml_ext_check_block_count(uint32_t n_layer, uint32_t max_layers) {
         snprintf(message, sizeof(message), "invalid block_count %u (must be 1..%u)", n_layer, max_layers);
         return message;
     }
-    // RoPE with base 0 (or NaN) turns every attention score into NaN: soft_max asserts, or the logits are NaN
-    if (!isfinite(rope_freq_base) || rope_freq_base <= 0.0f) {
-        snprintf(message, sizeof(message), "invalid rope.freq_base %g (must be finite and > 0)", rope_freq_base);
-        return message;
-    }
-    if (!isfinite(rope_freq_scale) || rope_freq_scale <= 0.0f) {
-        snprintf(message, sizeof(message), "invalid RoPE frequency scale %g (must be finite and > 0)", rope_freq_scale);
-        return message;
-    }
     return NULL;
 }
 
@@ -44,11 +35,11 @@ const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, floa
     }
     // RoPE with base 0 (or NaN) turns every attention score into NaN: soft_max asserts, or the logits are NaN
     if (!isfinite(rope_freq_base) || rope_freq_base <= 0.0f) {
-        snprintf(message, sizeof(message), "invalid rope.freq_base %g (must be finite and > 0)", rope_freq_base);
+        snprintf(message, sizeof(message), "invalid rope.freq_base %g (must be finite and > 0)", (double) rope_freq_base);
         return message;
     }
     if (!isfinite(rope_freq_scale) || rope_freq_scale <= 0.0f) {
-        snprintf(message, sizeof(message), "invalid RoPE frequency scale %g (must be finite and > 0)", rope_freq_scale);
+        snprintf(message, sizeof(message), "invalid RoPE frequency scale %g (must be finite and > 0)", (double) rope_freq_scale);
         return message;
     }
     return NULL;
