@@ -10,6 +10,8 @@ interleaved layout.
 - armv8-a build under `-cpu cortex-a53` (no dotprod, no i8mm): a Q4_0_8_8 file runs on our
   scalar kernels. The kernels are chosen from the compiler's target flags
   (q4_0_interleaved_impl.h), so "any file on any CPU" means a build for that CPU's baseline.
+- armv8.6-a+dotprod+i8mm+sve build under `-cpu max` with 256-bit SVE vectors (Graviton3's
+  width): a Q4_0_8_8 file runs our SVE-256 GEMV and SVE SMMLA GEMM and answers "Paris".
 - llama-perplexity on 2 windows of 128 tokens: Q4_0_4_8 (our i8mm GEMM) within 1% of plain
   Q4_0 (upstream's runtime repack into the same layout) under qemu, and plain Q4_0 under qemu
   within 1.5% of our native x86 build.
@@ -49,6 +51,9 @@ BASELINE_FILES = ("Q4_0_8_8",)
 LAYOUTS = {"Q4_0_4_4": "4x4", "Q4_0_4_8": "4x8", "Q4_0_8_8": "8x8"}
 FAST = "armv8.6-a+dotprod+i8mm"   # scripts/build_aarch64.sh's default
 BASELINE = "armv8-a"
+SVE = "armv8.6-a+dotprod+i8mm+sve"
+SVE256_CPU = "max,sve-default-vector-length=32"   # bytes: Graviton3's 256-bit SVE
+OURS_SVE = {"gemv_q4_0_8x8_sve256", "gemm_q4_0_8x8_sve256"}
 # Which of our kernels each layout must run (GEMV: one activation row; GEMM: the prompt).
 OURS_FAST = {
     "Q4_0_4_4": {"gemv_q4_0_4x4_dotprod", "gemm_q4_0_4x4_dotprod"},
@@ -57,7 +62,7 @@ OURS_FAST = {
 }
 OURS_BASELINE = {name: {f"gemv_{lay}_generic", f"gemm_{lay}_generic"} for name, lay in LAYOUTS.items()}
 # Our kernel entry points (arm/ and generic/) and upstream's repack GEMV/GEMM for Q4_0.
-TRACED = re.compile(r"^(gem[mv]_(q4_0_)?[48]x[48]_(dotprod|i8mm|generic)|ggml_gem[mv]_q4_0_[48]x[48]_q8_0)$")
+TRACED = re.compile(r"^(gem[mv]_(q4_0_)?[48]x[48]_(dotprod|i8mm|generic|sve256)|ggml_gem[mv]_q4_0_[48]x[48]_q8_0)$")
 UPSTREAM = re.compile(r"^ggml_gem[mv]_q4_0_")
 
 
@@ -90,6 +95,11 @@ def fast_bin() -> Path:
 @pytest.fixture(scope="module")
 def baseline_bin() -> Path:
     return _build(BASELINE)
+
+
+@pytest.fixture(scope="module")
+def sve_bin() -> Path:
+    return _build(SVE)
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +170,8 @@ def _qemu_cli(bin_dir: Path, cpu: str, model: Path, tmp: Path) -> tuple[str, set
     exe = bin_dir / "llama-cli"
     syms = _symbols(exe)
     assert len(syms) >= 6, f"kernel symbols not found in {exe}: {sorted(syms)}"
-    log, out = tmp / f"{model.stem}-{cpu}.in_asm", tmp / f"{model.stem}-{cpu}.txt"
+    tag = re.sub(r"[^A-Za-z0-9_.-]", "_", cpu)
+    log, out = tmp / f"{model.stem}-{tag}.in_asm", tmp / f"{model.stem}-{tag}.txt"
     ranges = ",".join(f"{a:#x}+{s:#x}" for a, s in syms.values())
     cmd = ["qemu-aarch64-static", "-cpu", cpu, "-d", "in_asm", "-dfilter", ranges, "-D", str(log), str(exe),
            *_cli_args(model, out, QEMU_THREADS)]
@@ -177,13 +188,14 @@ def _qemu_ppl(bin_dir: Path, model: Path, text: Path) -> float:
 
 
 @pytest.fixture(scope="module")
-def qemu(fast_bin, baseline_bin, models, text_slice, tmp_path_factory):
+def qemu(fast_bin, baseline_bin, sve_bin, models, text_slice, tmp_path_factory):
     """Every qemu run of the module at once, one per core (each single-threaded: ggml's spinning
     worker threads only slow qemu down on a shared machine). Values are results or the exception."""
     tmp = tmp_path_factory.mktemp("arm_qemu")
     jobs = {("max", name): (_qemu_cli, fast_bin, "max", path, tmp) for name, path in models.items()}
     jobs.update({("cortex-a53", name): (_qemu_cli, baseline_bin, "cortex-a53", models[name], tmp)
                  for name in BASELINE_FILES})
+    jobs[("sve256", "Q4_0_8_8")] = (_qemu_cli, sve_bin, SVE256_CPU, models["Q4_0_8_8"], tmp)
     jobs.update({("ppl", name): (_qemu_ppl, fast_bin, models[name], text_slice) for name in PPL_FILES})
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         futures = {key: pool.submit(*job) for key, job in jobs.items()}
@@ -285,6 +297,15 @@ def test_baseline_build_on_a_cpu_without_dotprod(qemu, name):
           f"{answer == _get(qemu, ('max', name))[0]}")
     assert OURS_BASELINE[name] <= ran, f"expected {sorted(OURS_BASELINE[name])} to run, traced {sorted(ran)}"
     assert not {f for f in ran if not f.endswith("_generic")}, f"a SIMD kernel ran: {sorted(ran)}"
+    assert "Paris" in answer, answer
+
+
+def test_sve256_kernels_run_a_q4_0_8_8_file(qemu):
+    """+sve build, 256-bit vectors: the dispatcher takes our SVE kernels (only at that width)."""
+    answer, ran = _get(qemu, ("sve256", "Q4_0_8_8"))
+    print(f"\nQ4_0_8_8 (qemu -cpu {SVE256_CPU}, {SVE}): {answer!r}")
+    assert OURS_SVE <= ran, f"expected {sorted(OURS_SVE)} to run, traced {sorted(ran)}"
+    assert not {f for f in ran if UPSTREAM.match(f) or f.endswith("_generic")}, sorted(ran)
     assert "Paris" in answer, answer
 
 
