@@ -1,4 +1,4 @@
-// ggml-cpu side of the interleaved Q4_0 types 31-33: mul_mat through our GEMV/GEMM kernels
+// ggml-cpu side of the interleaved Q4_0 types 31-33 and IQ4_NL types 36-38: mul_mat through our GEMV/GEMM kernels
 // on ggml's threadpool, called from the hook at the top of ggml_compute_forward_mul_mat.
 //
 // Every thread first quantizes its share of src1 into the work buffer (whose size ggml
@@ -8,10 +8,13 @@
 // columns) in multiples of N and runs the GEMM on the 4-row groups, the GEMV on the rest.
 #include "ggml-cpu-impl.h"
 
-#include "../q4_0_interleaved.h"
+#include "../iq4_nl_interleaved.h"
 
 static int layout_of(enum ggml_type type) {
-    return (int) type >= 31 && (int) type <= 33 ? (int) type - 31 : -1;
+    if ((int) type >= 31 && (int) type <= 33) {
+        return (int) type - 31;
+    }
+    return (int) type >= 36 && (int) type <= 38 ? (int) type - 36 : -1;
 }
 
 int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
@@ -36,7 +39,10 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
     if (layout < 0) {
         return false;
     }
-    const struct ggml_ext_q4_0_layout_traits * lt = ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout);
+    // the activation side (Q8_0, interleaved by 4) is the same for both families
+    const struct ggml_ext_q4_0_layout_traits * lt = (int) src0->type >= 36
+                                                        ? ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) layout)
+                                                        : ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout);
 
     GGML_TENSOR_BINARY_OP_LOCALS
 
