@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Build and run the interleaved Q4_0 kernel microbenchmark (scripts/bench_q4_0_kernels.c).
+"""Build and run the interleaved Q4_0 / IQ4_NL kernel microbenchmark (scripts/bench_q4_0_kernels.c).
 
     python3 scripts/bench_q4_0_kernels.py [--no-ggml] [--march native] [-- bench args...]
+    python3 scripts/bench_q4_0_kernels.py -- --family iq4_nl     # the interleaved IQ4_NL kernels
 
 Compiles ggml_ext's Q4_0 sources with the benchmark (gcc -O2 -march=native) into a
 temporary folder; with the installed package's libggml it also times ggml's own Q4_0
@@ -52,7 +53,10 @@ def ggml_prefix() -> Path | None:
 ARM_MARCH = "armv8.6-a+dotprod+i8mm"
 ARM_OURS = ["gemv_q4_0_4x4_dotprod", "gemv_q4_0_4x8_dotprod", "gemv_q4_0_8x8_dotprod", "gemm_q4_0_4x4_dotprod",
             "gemm_q4_0_4x8_i8mm", "gemm_q4_0_8x8_i8mm", "gemm_q4_0_4x8_dotprod", "gemm_q4_0_8x8_dotprod"]
+ARM_OURS += ["gemv_iq4_nl_4x4_dotprod", "gemv_iq4_nl_4x8_dotprod", "gemv_iq4_nl_8x8_dotprod", "gemm_iq4_nl_4x4_dotprod",
+             "gemm_iq4_nl_4x8_i8mm", "gemm_iq4_nl_8x8_i8mm", "gemm_iq4_nl_4x8_dotprod", "gemm_iq4_nl_8x8_dotprod"]
 ARM_UPSTREAM = [f"ggml_{k}_q4_0_{l}_q8_0" for k in ("gemv", "gemm") for l in ("4x4", "4x8", "8x8")]
+ARM_UPSTREAM += [f"ggml_{k}_iq4_nl_4x4_q8_0" for k in ("gemv", "gemm")]
 
 
 def innermost_dot_loops(obj: Path, fn: str) -> list[tuple[int, int, int]]:

@@ -15,7 +15,8 @@ Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
 ``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
-``ggml_ext_repack_q4_0`` and ``ggml_ext_unpack_q4_0`` of our own sources.
+``ggml_ext_repack_q4_0``, ``ggml_ext_unpack_q4_0``, ``ggml_ext_repack_iq4_nl`` and
+``ggml_ext_unpack_iq4_nl`` of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
 rows are copied as they are.
 
@@ -23,7 +24,9 @@ The interleaved Q4_0 types (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) go through the same
 ``ggml_quantize_chunk`` (our patched ggml hands them to ggml-ext's quantizer);
 their row count must be divisible by the interleave factor N.
 :func:`repack_q4_0` / :func:`unpack_q4_0` turn Q4_0 tensor bytes into an
-interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``).
+interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``). The interleaved
+IQ4_NL types (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) likewise, with plain IQ4_NL as the
+source (:func:`repack_iq4_nl` / :func:`unpack_iq4_nl`).
 """
 from __future__ import annotations
 
@@ -40,11 +43,13 @@ from . import _locate, ggml_types
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
     "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
-    "INTERLEAVED", "repack_q4_0", "unpack_q4_0",
+    "INTERLEAVED", "INTERLEAVED_IQ4_NL", "repack_q4_0", "unpack_q4_0", "repack_iq4_nl", "unpack_iq4_nl",
 ]
 
 #: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout)
 INTERLEAVED = {"Q4_0_4_4": 0, "Q4_0_4_8": 1, "Q4_0_8_8": 2}
+#: interleaved IQ4_NL type name -> the same layout numbers
+INTERLEAVED_IQ4_NL = {"IQ4_NL_4_4": 0, "IQ4_NL_4_8": 1, "IQ4_NL_8_8": 2}
 
 
 class QuantError(ValueError):
@@ -79,7 +84,7 @@ def library() -> ctypes.CDLL:
     lib.ggml_validate_row_data.restype = ctypes.c_bool
     lib.ggml_ext_format_version.argtypes = []
     lib.ggml_ext_format_version.restype = ctypes.c_int
-    for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0):
+    for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0, lib.ggml_ext_repack_iq4_nl, lib.ggml_ext_unpack_iq4_nl):
         fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
     return lib
@@ -104,7 +109,7 @@ def _producible(tid: int) -> None:
     info = ggml_types.find_type(tid)
     if info is None:
         raise QuantError(ggml_types.describe_id(tid))
-    if info.kind != "stock" and info.name not in INTERLEAVED:
+    if info.kind != "stock" and info.name not in INTERLEAVED and info.name not in INTERLEAVED_IQ4_NL:
         raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
     if info.name in ("I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"):
         raise QuantError(f"{info.name} is not a storage type ggml_quantize_chunk produces")
@@ -225,14 +230,15 @@ def validate(t, data: np.ndarray | bytes) -> bool:
 
 def _layout_call(fn_name: str, t, src: np.ndarray, n_rows: int, n_per_row: int) -> np.ndarray:
     name = ggml_types.find_type(type_id(t)).name if ggml_types.find_type(type_id(t)) else str(t)
-    if name not in INTERLEAVED:
-        raise QuantError(f"{name} is not an interleaved Q4_0 type ({', '.join(INTERLEAVED)})")
+    layouts, plain = (INTERLEAVED_IQ4_NL, "IQ4_NL") if fn_name.endswith("iq4_nl") else (INTERLEAVED, "Q4_0")
+    if name not in layouts:
+        raise QuantError(f"{name} is not an interleaved {plain} type ({', '.join(layouts)})")
     src = np.ascontiguousarray(np.frombuffer(src, dtype=np.uint8) if isinstance(src, (bytes, bytearray)) else src)
-    need = n_rows * row_size("Q4_0", n_per_row)
+    need = n_rows * row_size(plain, n_per_row)
     if src.nbytes != need:
-        raise QuantError(f"{src.nbytes} bytes are not a {n_rows} x {n_per_row} Q4_0 tensor ({need} bytes)")
+        raise QuantError(f"{src.nbytes} bytes are not a {n_rows} x {n_per_row} {plain} tensor ({need} bytes)")
     out = np.empty(need, dtype=np.uint8)
-    rc = getattr(library(), fn_name)(INTERLEAVED[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
+    rc = getattr(library(), fn_name)(layouts[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
     if rc == -2:
         raise QuantError(f"{name} needs a row count divisible by {ggml_types.type_by_name(name).row_group}; "
                          f"this tensor has {n_rows} rows")
@@ -249,3 +255,13 @@ def repack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
 def unpack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
     """Interleaved type ``t`` bytes -> the Q4_0 bytes they were made from (lossless inverse of repack_q4_0)."""
     return _layout_call("ggml_ext_unpack_q4_0", t, data, n_rows, n_per_row)
+
+
+def repack_iq4_nl(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """IQ4_NL bytes of an ``n_rows`` x ``n_per_row`` tensor -> the same tensor in interleaved type ``t`` (IQ4_NL_N_B)."""
+    return _layout_call("ggml_ext_repack_iq4_nl", t, data, n_rows, n_per_row)
+
+
+def unpack_iq4_nl(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """Interleaved IQ4_NL type ``t`` bytes -> the IQ4_NL bytes they were made from (lossless inverse of repack_iq4_nl)."""
+    return _layout_call("ggml_ext_unpack_iq4_nl", t, data, n_rows, n_per_row)
