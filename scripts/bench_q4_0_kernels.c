@@ -179,12 +179,14 @@ int main(int argc, char ** argv) {
     int tokens = 512, reps = 7, gemm_reps = 3;
     int shapes[8][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 } };  // M (rows) x K
     int n_shapes     = 4;
-    int iq4          = 0;  // --family iq4_nl
+    int fam0 = 0, fam1 = 0;  // --family: q4_0 (0), iq4_nl (1) or both (0 and 1, same run)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             tokens = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--family") && i + 1 < argc) {
-            iq4 = !strcmp(argv[++i], "iq4_nl");
+            i++;
+            fam0 = !strcmp(argv[i], "iq4_nl");
+            fam1 = strcmp(argv[i], "q4_0") != 0;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemm-reps") && i + 1 < argc) {
@@ -199,7 +201,7 @@ int main(int argc, char ** argv) {
                 n_shapes++;
             }
         } else {
-            fprintf(stderr, "usage: %s [--family q4_0|iq4_nl] [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--family q4_0|iq4_nl|both] [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...]\n", argv[0]);
             return 2;
         }
     }
@@ -235,6 +237,7 @@ int main(int argc, char ** argv) {
         ggml_ext_quantize_row_q8_0(x, a1, K);
         const double bytes = (double) nblk * sizeof(*w);
 
+        for (int iq4 = fam0; iq4 <= fam1; iq4++)
         for (int L = 0; L < GGML_EXT_Q4_0_N_LAYOUTS; L++) {
             const struct ggml_ext_q4_0_layout_traits * tr = iq4 ? ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) L)
                                                                 : ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
@@ -301,7 +304,7 @@ int main(int argc, char ** argv) {
 #endif
         }
 #ifdef WITH_GGML
-        {
+        for (int iq4 = fam0; iq4 <= fam1; iq4++) {
             const enum ggml_type gt = iq4 ? GGML_TYPE_IQ4_NL : GGML_TYPE_Q4_0;
             const double tv = time_ggml(gt, ggml_backend_cpu_buffer_type(), w, x, K, M, 1, reps);
             const double tm = time_ggml(gt, ggml_backend_cpu_buffer_type(), w, x, K, M, tokens, gemm_reps);

@@ -1,4 +1,5 @@
-"""Interleaved Q4_0 kernels (ggml_ext/src/q4_0_interleaved*): the C test program
+"""Interleaved Q4_0 and IQ4_NL kernels (ggml_ext/src/q4_0_interleaved*, iq4_nl_interleaved.h,
+one library: the IQ4_NL kernels are the Q4_0 ones with a table-lookup weight decode): the C test program
 tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
 scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
 cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a).
