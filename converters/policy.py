@@ -33,6 +33,9 @@ For output type T (``--type``):
   weight matrix of the blocks (``blk.*``) whose row count ``ne[1]`` divides by the
   layout's N (4, 4, 8) gets the interleaved type; any other Q4_0 tensor stays
   Q4_0 -- ``token_embd.weight`` always, since ``get_rows`` needs a plain type.
+* **iq4_nl**: the q4_0 family's policy with IQ4_NL.
+* **iq4_nl_4_4, iq4_nl_4_8, iq4_nl_8_8** (restored interleaved IQ4_NL): the iq4_nl
+  policy, then the interleave rule of the Q4_0 layouts for the matrices it makes IQ4_NL.
 
 ``--keep PATTERN=TYPE`` (repeatable) overrides the choice for weight matrices whose
 GGUF name matches the shell glob PATTERN (``fnmatch``; the first matching rule
@@ -56,18 +59,21 @@ __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep",
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
                 "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_0_4_4": "Q4_0_4_4", "q4_0_4_8": "Q4_0_4_8",
-                "q4_0_8_8": "Q4_0_8_8", "iq4_nl": "IQ4_NL"}
-#: interleaved Q4_0 types -> rows per interleaved group (N)
-INTERLEAVED_ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8}
+                "q4_0_8_8": "Q4_0_8_8", "iq4_nl": "IQ4_NL", "iq4_nl_4_4": "IQ4_NL_4_4", "iq4_nl_4_8": "IQ4_NL_4_8",
+                "iq4_nl_8_8": "IQ4_NL_8_8"}
+#: interleaved types -> rows per interleaved group (N)
+INTERLEAVED_ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8, "IQ4_NL_4_4": 4, "IQ4_NL_4_8": 4, "IQ4_NL_8_8": 8}
 #: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
 KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
-#: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8.
+#: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8;
+#: interleaved IQ4_NL never had an ftype of its own: 25, MOSTLY_IQ4_NL.
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
-              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35, "iq4_nl": 25}
+              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35, "iq4_nl": 25, "iq4_nl_4_4": 25, "iq4_nl_4_8": 25,
+              "iq4_nl_8_8": 25}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
          "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
-         "Q4_0_4_4": 32, "Q4_0_4_8": 32, "Q4_0_8_8": 32}
+         "Q4_0_4_4": 32, "Q4_0_4_8": 32, "Q4_0_8_8": 32, "IQ4_NL_4_4": 32, "IQ4_NL_4_8": 32, "IQ4_NL_8_8": 32}
 _FLOAT = {"F32", "F16", "BF16"}
 
 
@@ -127,8 +133,10 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
     default = OUTPUT_TYPES[out_type]
     n = INTERLEAVED_ROWS.get(default)
     if n is not None:
-        t = choose_type(name, shape, "q4_0", has_output=has_output)
-        if t == "Q4_0" and name.startswith("blk.") and len(shape) == 2 and shape[1] % n == 0:
+        plain = "iq4_nl" if default.startswith("IQ4_NL") else "q4_0"
+        t = choose_type(name, shape, plain, has_output=has_output, n_gqa=n_gqa, n_layer=n_layer,
+                        has_imatrix=has_imatrix)
+        if t == OUTPUT_TYPES[plain] and name.startswith("blk.") and len(shape) == 2 and shape[1] % n == 0:
             return default
         return t
     if default in _FLOAT:

@@ -1,4 +1,5 @@
-// Microbenchmark of the interleaved Q4_0 kernels, one thread: GEMV (one token) and GEMM
+// Microbenchmark of the interleaved Q4_0 kernels (--family iq4_nl: the interleaved
+// IQ4_NL kernels, against ggml's plain and runtime-repacked IQ4_NL), one thread: GEMV (one token) and GEMM
 // (--tokens, default 512) on Llama-like weight shapes, for every compiled-in
 // implementation and layout of ours, and, built with -DWITH_GGML against our installed
 // ggml, for ggml's own paths through the public graph API: plain Q4_0 (vec_dot) and the
@@ -13,8 +14,8 @@
 //
 // Built with -DWITH_UPSTREAM and linked with the pinned llama.cpp tree's own
 // ggml/src/ggml-cpu/arch/x86/repack.cpp (compiled unmodified, same -march), it also times
-// upstream's Q4_0_8_8 kernels on the very same interleaved bytes (x86 upstream has no
-// 4x4/4x8 kernels) and checks that their outputs agree with ours.
+// upstream's Q4_0_8_8 (or IQ4_NL 8x8) kernels on the very same interleaved bytes (x86
+// upstream has no 4x4/4x8 kernels) and checks that their outputs agree with ours.
 //
 // --roofline (x86) measures, in the same run, what the kernels are held against: the int8
 // multiply-accumulate peak of one core (independent chains of vpdpbusd zmm, the
@@ -28,6 +29,7 @@
 //
 // Built and run by scripts/bench_q4_0_kernels.py.
 #define _GNU_SOURCE  // clock_gettime, posix_memalign, sysconf(_SC_LEVEL3_CACHE_SIZE) under -std=c11
+#include "iq4_nl_interleaved.h"
 #include "q4_0_interleaved_impl.h"
 
 #include <math.h>
@@ -51,6 +53,8 @@
 // from the pinned tree's arch/x86/repack.cpp, and the fp16 tables its object refers to
 void  ggml_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 void  ggml_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void  ggml_gemv_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void  ggml_gemm_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 float ggml_table_f32_f16[1 << 16];
 float ggml_table_f32_e8m0_half[1 << 8];
 #endif
@@ -157,15 +161,15 @@ static ggml_backend_buffer_type_t repack_buft(void) {
     return NULL;
 }
 
-// Time of ggml_mul_mat(W (Q4_0, M x K, in buft), X (f32, T x K)) on one CPU thread.
-static double time_ggml(ggml_backend_buffer_type_t buft, const ggml_ext_block_q4_0 * w, const float * x, int K, int M,
+// Time of ggml_mul_mat(W (type, M x K, in buft), X (f32, T x K)) on one CPU thread.
+static double time_ggml(enum ggml_type type, ggml_backend_buffer_type_t buft, const ggml_ext_block_q4_0 * w, const float * x, int K, int M,
                         int T, int reps) {
     ggml_backend_t backend = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(backend, 1);
     struct ggml_init_params ip = { ggml_tensor_overhead() * 4 + ggml_graph_overhead(), NULL, true };
     struct ggml_context *   cw = ggml_init(ip);
     struct ggml_context *   cx = ggml_init(ip);
-    struct ggml_tensor *    W  = ggml_new_tensor_2d(cw, GGML_TYPE_Q4_0, K, M);
+    struct ggml_tensor *    W  = ggml_new_tensor_2d(cw, type, K, M);
     struct ggml_tensor *    X  = ggml_new_tensor_2d(cx, GGML_TYPE_F32, K, T);
     struct ggml_tensor *    Y  = ggml_mul_mat(cx, W, X);
     struct ggml_cgraph *    gf = ggml_new_graph(cx);
@@ -560,9 +564,14 @@ int main(int argc, char ** argv) {
     int shapes[16][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 } };  // M (rows) x K
     int n_shapes      = 4;
     int do_roofline   = 0;
+    int fam0 = 0, fam1 = 0;  // --family: q4_0 (0), iq4_nl (1) or both (0 and 1, same run)
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--tokens") && i + 1 < argc) {
             tokens = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--family") && i + 1 < argc) {
+            i++;
+            fam0 = !strcmp(argv[i], "iq4_nl");
+            fam1 = strcmp(argv[i], "q4_0") != 0;
         } else if (!strcmp(argv[i], "--reps") && i + 1 < argc) {
             reps = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--gemm-reps") && i + 1 < argc) {
@@ -579,7 +588,7 @@ int main(int argc, char ** argv) {
         } else if (!strcmp(argv[i], "--roofline")) {
             do_roofline = 1;
         } else {
-            fprintf(stderr, "usage: %s [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...] [--roofline]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--family q4_0|iq4_nl|both] [--tokens T] [--reps R] [--gemm-reps R] [--shape MxK ...] [--roofline]\n", argv[0]);
             return 2;
         }
     }
@@ -618,30 +627,38 @@ int main(int argc, char ** argv) {
         ggml_ext_quantize_row_q8_0(x, a1, K);
         const double bytes = (double) nblk * sizeof(*w);
 
+        for (int iq4 = fam0; iq4 <= fam1; iq4++)
         for (int L = 0; L < GGML_EXT_Q4_0_N_LAYOUTS; L++) {
-            const struct ggml_ext_q4_0_layout_traits * tr = ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
+            const struct ggml_ext_q4_0_layout_traits * tr = iq4 ? ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) L)
+                                                                : ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
             if (M % tr->nrows) {
                 continue;
             }
-            ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, wi, w, M, K);
+            if (iq4) {  // random bytes are valid IQ4_NL blocks too
+                ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, wi, w, M, K);
+            } else {
+                ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, wi, w, M, K);
+            }
             for (int t = 0; t < tokens / 4; t++) {
                 tr->quantize_mat(x + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
             }
             for (int i = 0; i < ggml_ext_q4_0_impl_count(); i++) {
                 const struct ggml_ext_q4_0_impl * im = ggml_ext_q4_0_impl_get(i);
-                if (!im->gemv[L] && !im->gemm[L]) {
+                const ggml_ext_q4_0_mm_fn gemv = iq4 ? im->gemv_iq4_nl[L] : im->gemv[L];
+                const ggml_ext_q4_0_mm_fn gemm = iq4 ? im->gemm_iq4_nl[L] : im->gemm[L];
+                if (!gemv && !gemm) {
                     continue;
                 }
                 char what[64];
                 snprintf(what, sizeof(what), "ours %s %s", tr->name, im->name);
                 double   tv = 0, tm = 0;
-                ours_ctx c  = { im->gemv[L] ? im->gemv[L] : NULL, K, M, 1, out, wi, a1 };
+                ours_ctx c  = { gemv, K, M, 1, out, wi, a1 };
                 if (c.fn) {
                     tv = best_time(run_ours, &c, i == 0 ? 3 : reps);
                 }
                 const int tm_tokens = i == 0 ? 4 : tokens;
-                if (im->gemm[L]) {
-                    ours_ctx g = { im->gemm[L], K, M, tm_tokens, out, wi, ax };
+                if (gemm) {
+                    ours_ctx g = { gemm, K, M, tm_tokens, out, wi, ax };
                     tm         = best_time(run_ours, &g, i == 0 ? 1 : gemm_reps);
                 }
                 if (i == 0) {  // the scalar GEMM ran on 4 tokens: scale its time to all of them
@@ -657,15 +674,16 @@ int main(int argc, char ** argv) {
 #ifdef WITH_UPSTREAM
             if (L == GGML_EXT_Q4_0_8_8) {
                 float *  ref = xmalloc((size_t) tokens * M * sizeof(float));
-                ours_ctx v   = { ggml_gemv_q4_0_8x8_q8_0, K, M, 1, out, wi, a1 };
-                ours_ctx g   = { ggml_gemm_q4_0_8x8_q8_0, K, M, tokens, out, wi, ax };
+                ours_ctx v   = { iq4 ? ggml_gemv_iq4_nl_8x8_q8_0 : ggml_gemv_q4_0_8x8_q8_0, K, M, 1, out, wi, a1 };
+                ours_ctx g   = { iq4 ? ggml_gemm_iq4_nl_8x8_q8_0 : ggml_gemm_q4_0_8x8_q8_0, K, M, tokens, out, wi, ax };
                 const double tv = best_time(run_ours, &v, reps);
                 tr->gemv(K, ref, (size_t) M, wi, a1, 1, M);
                 const double dv = max_rel_diff(out, ref, M);
                 const double tm = best_time(run_ours, &g, gemm_reps);
                 tr->gemm(K, ref, (size_t) M, wi, ax, tokens, M);
                 const double dm = max_rel_diff(out, ref, (size_t) tokens * M);
-                print_row(shape, "upstream q4_0_8x8 kernels (pinned tree)", tv, bytes, tm, 2.0 * M * K * tokens);
+                print_row(shape, iq4 ? "upstream iq4_nl_8x8 kernels (pinned tree)" : "upstream q4_0_8x8 kernels (pinned tree)",
+                          tv, bytes, tm, 2.0 * M * K * tokens);
                 if (dv > 1e-5 || dm > 1e-5) {
                     fprintf(stderr, "upstream and ours differ on %s: GEMV %.3g, GEMM %.3g of the largest output\n", shape,
                             dv, dm);
@@ -676,15 +694,18 @@ int main(int argc, char ** argv) {
 #endif
         }
 #ifdef WITH_GGML
-        {
-            const double tv = time_ggml(ggml_backend_cpu_buffer_type(), w, x, K, M, 1, reps);
-            const double tm = time_ggml(ggml_backend_cpu_buffer_type(), w, x, K, M, tokens, gemm_reps);
-            print_row(shape, "ggml Q4_0 (vec_dot, mul_mat node)", tv, bytes, tm, 2.0 * M * K * tokens);
+        for (int iq4 = fam0; iq4 <= fam1; iq4++) {
+            const enum ggml_type gt = iq4 ? GGML_TYPE_IQ4_NL : GGML_TYPE_Q4_0;
+            const double tv = time_ggml(gt, ggml_backend_cpu_buffer_type(), w, x, K, M, 1, reps);
+            const double tm = time_ggml(gt, ggml_backend_cpu_buffer_type(), w, x, K, M, tokens, gemm_reps);
+            print_row(shape, iq4 ? "ggml IQ4_NL (vec_dot, mul_mat node)" : "ggml Q4_0 (vec_dot, mul_mat node)", tv, bytes, tm,
+                      2.0 * M * K * tokens);
             ggml_backend_buffer_type_t rb = repack_buft();
             if (rb) {
-                const double rv = time_ggml(rb, w, x, K, M, 1, reps);
-                const double rm = time_ggml(rb, w, x, K, M, tokens, gemm_reps);
-                print_row(shape, "ggml CPU_REPACK Q4_0 (mul_mat node)", rv, bytes, rm, 2.0 * M * K * tokens);
+                const double rv = time_ggml(gt, rb, w, x, K, M, 1, reps);
+                const double rm = time_ggml(gt, rb, w, x, K, M, tokens, gemm_reps);
+                print_row(shape, iq4 ? "ggml CPU_REPACK IQ4_NL (mul_mat node)" : "ggml CPU_REPACK Q4_0 (mul_mat node)", rv,
+                          bytes, rm, 2.0 * M * K * tokens);
             }
         }
 #endif

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Build and run the interleaved Q4_0 kernel microbenchmark (scripts/bench_q4_0_kernels.c).
+"""Build and run the interleaved Q4_0 / IQ4_NL kernel microbenchmark (scripts/bench_q4_0_kernels.c).
 
     python3 scripts/bench_q4_0_kernels.py [--no-ggml] [--march native] [-- bench args...]
+    python3 scripts/bench_q4_0_kernels.py -- --family iq4_nl     # the interleaved IQ4_NL kernels
 
 Compiles ggml_ext's Q4_0 sources with the benchmark (gcc -O2 -march=native) into a
 temporary folder; with the installed package's libggml it also times ggml's own Q4_0
@@ -83,8 +84,11 @@ ARM_SVE_MARCH = "armv8.6-a+dotprod+i8mm+sve"  # what -mcpu=neoverse-v1 enables f
 ARM_OLD_MARCH = "armv8.2-a+dotprod"             # the old Q4_0 x Q8_0 path: SDOT, no i8mm
 ARM_OURS = ["gemv_q4_0_4x4_dotprod", "gemv_q4_0_4x8_dotprod", "gemv_q4_0_8x8_dotprod", "gemm_q4_0_4x4_dotprod",
             "gemm_q4_0_4x8_i8mm", "gemm_q4_0_8x8_i8mm", "gemm_q4_0_4x8_dotprod", "gemm_q4_0_8x8_dotprod"]
+ARM_OURS += ["gemv_iq4_nl_4x4_dotprod", "gemv_iq4_nl_4x8_dotprod", "gemv_iq4_nl_8x8_dotprod", "gemm_iq4_nl_4x4_dotprod",
+             "gemm_iq4_nl_4x8_i8mm", "gemm_iq4_nl_8x8_i8mm", "gemm_iq4_nl_4x8_dotprod", "gemm_iq4_nl_8x8_dotprod"]
 ARM_OURS_SVE = ["gemv_q4_0_8x8_sve256", "gemm_q4_0_8x8_sve256"]
 ARM_UPSTREAM = [f"ggml_{k}_q4_0_{l}_q8_0" for k in ("gemv", "gemm") for l in ("4x4", "4x8", "8x8")]
+ARM_UPSTREAM += [f"ggml_{k}_iq4_nl_4x4_q8_0" for k in ("gemv", "gemm")]
 ARM_OLD = ["ggml_vec_dot_q4_0_q8_0"]
 # int8 multiply-accumulates per instruction: NEON (v registers) SDOT 16, SMMLA 32; SVE (z
 # registers) at 256 bits, the only vector length our and upstream's SVE kernels run at: 32, 64

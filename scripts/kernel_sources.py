@@ -1,4 +1,4 @@
-"""The C files of the standalone interleaved Q4_0 kernel library, for the kernel
+"""The C files of the standalone interleaved Q4_0 / IQ4_NL kernel library, for the kernel
 tests and benchmarks that compile it outside the CMake build (natively and for
 aarch64). The CMake build lists the same files in cmake/ggml-ext-sources.cmake,
 split between ggml-base and ggml-cpu."""

@@ -1,4 +1,5 @@
-"""Interleaved Q4_0 kernels (ggml_ext/src/q4_0_interleaved*): the C test program
+"""Interleaved Q4_0 and IQ4_NL kernels (ggml_ext/src/q4_0_interleaved*, iq4_nl_interleaved.h,
+one library: the IQ4_NL kernels are the Q4_0 ones with a table-lookup weight decode): the C test program
 tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
 scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
 cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a; and a
@@ -11,8 +12,8 @@ dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
 
 Byte compatibility with llama.cpp's interleaved files: tests/c/test_q4_0_upstream_compat.c
 links the pinned tree's own arch/{x86,arm}/repack.cpp (compiled as is) and runs upstream's
-SIMD kernels on our repacked weights (x86: Q4_0_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm, and
-with SVE at 256 bits also Q4_0_8_8).
+SIMD kernels on our repacked weights (x86: Q4_0_8_8, IQ4_NL_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm,
+IQ4_NL_4_4, and with SVE at 256 bits also Q4_0_8_8).
 Builds go to pytest's tmp dir.
 """
 from __future__ import annotations
@@ -228,7 +229,7 @@ def test_upstream_x86_kernels_read_our_bytes(tmp_path):
         pytest.skip("upstream's x86 Q4_0_8_8 kernels need AVX2")
     up = _build_upstream_repack("g++", "x86", "native", tmp_path / "upstream_x86_repack.o")
     exe = _build("gcc", "native", tmp_path / "t_compat", COMPAT_C, (up,))
-    _run_summary([str(exe), "8x8"])
+    _run_summary([str(exe), "8x8,iq4_nl_8x8"])
 
 
 @pytest.mark.qemu
@@ -241,7 +242,7 @@ def test_upstream_arm_kernels_read_our_bytes(tmp_path):
     march = "armv8.6-a+dotprod+i8mm"
     up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack.o")
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / "t_compat", COMPAT_C, (up,))
-    _run_summary([*QEMU, str(exe), "4x4,4x8"])
+    _run_summary([*QEMU, str(exe), "4x4,4x8,iq4_nl_4x4"])
     # with SVE at 256-bit vectors upstream's Q4_0_8_8 kernels are SIMD too (its SVE code)
     march += "+sve"
     up = _build_upstream_repack("aarch64-linux-gnu-g++", "arm", march, tmp_path / "upstream_arm_repack_sve.o")

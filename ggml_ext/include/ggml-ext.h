@@ -37,11 +37,12 @@ GGML_EXT_API const char * ggml_ext_check_block_count(uint32_t n_layer, uint32_t 
 GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, float f_norm_rms_eps,
                                                   float rope_freq_base, float rope_freq_scale);
 
-// ---- hooks of the patched ggml (ggml_ext/patches): interleaved Q4_0 types 31-33 ----
+// ---- hooks of the patched ggml (ggml_ext/patches): interleaved Q4_0 types 31-33 and
+// interleaved IQ4_NL types 36-38 ----
 // Types are passed as int (enum ggml_type values) so this header does not need ggml.h.
 
-// Rows interleaved per group (4 or 8) for type ids 31-33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8),
-// 0 for any other type.
+// Rows interleaved per group (4 or 8) for type ids 31-33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8)
+// and 36-38 (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8), 0 for any other type.
 GGML_EXT_API int ggml_ext_type_row_group(int type);
 
 // NULL when a tensor of `type` and shape `ne` (ggml order, 4 dims) is acceptable,
@@ -55,16 +56,21 @@ GGML_EXT_API const char * ggml_ext_check_tensor_shape(int type, const int64_t * 
 GGML_EXT_API size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows,
                                             int64_t n_per_row);
 
-// ggml_validate_row_data for types 31-33: whole interleaved blocks, finite fp16 deltas.
+// The same for types 36-38, with ggml_quantize_chunk's importance matrix (n_per_row
+// values, or NULL): plain IQ4_NL quantization of the rows, then the interleave.
+GGML_EXT_API size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start,
+                                                    int64_t nrows, int64_t n_per_row, const float * imatrix);
+
+// ggml_validate_row_data for types 31-33 and 36-38: whole interleaved blocks, finite fp16 deltas.
 GGML_EXT_API bool ggml_ext_validate_row_data(int type, const void * data, size_t nbytes);
 
-// ggml-cpu's mul_mat for types 31-33 (src0), F32 src1 and dst, on ggml's threadpool.
+// ggml-cpu's mul_mat for types 31-33 and 36-38 (src0), F32 src1 and dst, on ggml's threadpool.
 // Returns false, having done nothing, for any other src0 type.
 struct ggml_compute_params;
 struct ggml_tensor;
 GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 
-// ggml-cpu's supports_op for ops that involve types 31-33 (as a source or as the result):
+// ggml-cpu's supports_op for ops that involve types 31-33 or 36-38 (as a source or as the result):
 // 1 for what ggml_ext_cpu_mul_mat runs (MUL_MAT of one 2-D interleaved matrix, F32
 // activations and result), 0 for anything else (get_rows, copies, mul_mat_id, ...),
 // -1 when no such type is involved (ggml decides).

@@ -153,6 +153,9 @@ struct ggml_ext_q4_0_impl {
     ggml_ext_q8_0_x4_fn  quantize_mat_q8_0_4x8;
     ggml_ext_q4_0_mm_fn  gemv[GGML_EXT_Q4_0_N_LAYOUTS];
     ggml_ext_q4_0_mm_fn  gemm[GGML_EXT_Q4_0_N_LAYOUTS];
+    // interleaved IQ4_NL (iq4_nl_interleaved.h): same layouts and activations, table decode
+    ggml_ext_q4_0_mm_fn  gemv_iq4_nl[GGML_EXT_Q4_0_N_LAYOUTS];
+    ggml_ext_q4_0_mm_fn  gemm_iq4_nl[GGML_EXT_Q4_0_N_LAYOUTS];
     // NULL: always usable where compiled in; otherwise asked at run time (SVE: the vector
     // length), and the dispatcher skips the implementation when it returns 0.
     int (*usable)(void);

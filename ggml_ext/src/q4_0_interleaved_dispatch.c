@@ -1,7 +1,8 @@
-// Dispatch for the interleaved Q4_0 family: every compiled-in implementation, best last;
+// Dispatch for the interleaved Q4_0 and IQ4_NL families: every compiled-in implementation, best last;
 // each entry point runs the best one that has the kernel, the scalar reference at worst.
 // The choice follows the compiler's target flags (q4_0_interleaved_impl.h), as ggml's
 // own CPU variants do: a build for a CPU runs on it, with any layout.
+#include "iq4_nl_interleaved.h"
 #include "q4_0_interleaved_impl.h"
 
 static const struct ggml_ext_q4_0_impl * const impls[] = {
@@ -51,6 +52,14 @@ static ggml_ext_q4_0_mm_fn best_gemv(int layout) {
 
 static ggml_ext_q4_0_mm_fn best_gemm(int layout) {
     BEST(gemm[layout]);
+}
+
+static ggml_ext_q4_0_mm_fn best_gemv_iq4_nl(int layout) {
+    BEST(gemv_iq4_nl[layout]);
+}
+
+static ggml_ext_q4_0_mm_fn best_gemm_iq4_nl(int layout) {
+    BEST(gemm_iq4_nl[layout]);
 }
 
 const char * ggml_ext_q4_0_dispatched(enum ggml_ext_q4_0_layout layout, int gemm) {
@@ -114,6 +123,30 @@ void ggml_ext_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, c
     best_gemm(GGML_EXT_Q4_0_8_8)(n, s, bs, vx, vy, nr, nc);
 }
 
+void ggml_ext_gemv_iq4_nl_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv_iq4_nl(GGML_EXT_Q4_0_4_4)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_iq4_nl_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm_iq4_nl(GGML_EXT_Q4_0_4_4)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemv_iq4_nl_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv_iq4_nl(GGML_EXT_Q4_0_4_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_iq4_nl_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm_iq4_nl(GGML_EXT_Q4_0_4_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemv_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemv_iq4_nl(GGML_EXT_Q4_0_8_8)(n, s, bs, vx, vy, nr, nc);
+}
+
+void ggml_ext_gemm_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    best_gemm_iq4_nl(GGML_EXT_Q4_0_8_8)(n, s, bs, vx, vy, nr, nc);
+}
+
 static const struct ggml_ext_q4_0_layout_traits traits[GGML_EXT_Q4_0_N_LAYOUTS] = {
     { "Q4_0_4_4", 31, 4, 4, sizeof(ggml_ext_block_q4_0x4), ggml_ext_quantize_mat_q8_0_4x4, ggml_ext_gemv_q4_0_4x4_q8_0,
       ggml_ext_gemm_q4_0_4x4_q8_0 },
@@ -125,4 +158,17 @@ static const struct ggml_ext_q4_0_layout_traits traits[GGML_EXT_Q4_0_N_LAYOUTS] 
 
 const struct ggml_ext_q4_0_layout_traits * ggml_ext_q4_0_layout_traits(enum ggml_ext_q4_0_layout layout) {
     return (unsigned) layout < GGML_EXT_Q4_0_N_LAYOUTS ? &traits[layout] : NULL;
+}
+
+static const struct ggml_ext_q4_0_layout_traits traits_iq4_nl[GGML_EXT_Q4_0_N_LAYOUTS] = {
+    { "IQ4_NL_4_4", 36, 4, 4, sizeof(ggml_ext_block_q4_0x4), ggml_ext_quantize_mat_q8_0_4x4, ggml_ext_gemv_iq4_nl_4x4_q8_0,
+      ggml_ext_gemm_iq4_nl_4x4_q8_0 },
+    { "IQ4_NL_4_8", 37, 4, 8, sizeof(ggml_ext_block_q4_0x4), ggml_ext_quantize_mat_q8_0_4x8, ggml_ext_gemv_iq4_nl_4x8_q8_0,
+      ggml_ext_gemm_iq4_nl_4x8_q8_0 },
+    { "IQ4_NL_8_8", 38, 8, 8, sizeof(ggml_ext_block_q4_0x8), ggml_ext_quantize_mat_q8_0_4x8, ggml_ext_gemv_iq4_nl_8x8_q8_0,
+      ggml_ext_gemm_iq4_nl_8x8_q8_0 },
+};
+
+const struct ggml_ext_q4_0_layout_traits * ggml_ext_iq4_nl_layout_traits(enum ggml_ext_q4_0_layout layout) {
+    return (unsigned) layout < GGML_EXT_Q4_0_N_LAYOUTS ? &traits_iq4_nl[layout] : NULL;
 }

@@ -11,7 +11,7 @@ from . import __version__
 # Verbs in PASSTHROUGH hand every later argument to the llama.cpp tool they wrap.
 PASSTHROUGH = {"bench"}
 VERBS = {
-    "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF (f32/f16/bf16/q8_0/q4_0/q4_1/q5_0/q5_1/iq4_nl/q4_0_4_4/q4_0_4_8/q4_0_8_8)"),
+    "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF (f32/f16/bf16/q8_0/q4_0/q4_1/q5_0/q5_1/q4_0_4_4/q4_0_4_8/q4_0_8_8/iq4_nl/iq4_nl_4_4/iq4_nl_4_8/iq4_nl_8_8)"),
     "imatrix": ("ggml_ext.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
     "repack": ("ggml_ext.repack", "rewrite a GGUF's Q4_0 matrices in an interleaved layout (4x4/4x8/8x8/auto), or back"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),

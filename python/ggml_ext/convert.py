@@ -24,7 +24,8 @@ import types
 
 __all__ = ["convert", "add_arguments", "main"]
 
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8")
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8", "iq4_nl",
+         "iq4_nl_4_4", "iq4_nl_4_8", "iq4_nl_8_8")
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002

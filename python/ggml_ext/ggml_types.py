@@ -112,9 +112,9 @@ _ENTRIES: tuple[TypeInfo, ...] = (
     _t(31, "Q4_0_4_4", 32, 18, "q4_0_4x4", kind="legacy", row_group=4, note="Q4_0 rows interleaved by 4, 4-byte chunks, quants ^ 0x88"),
     _t(32, "Q4_0_4_8", 32, 18, "q4_0_4x8", kind="legacy", row_group=4, note="Q4_0 rows interleaved by 4, 8-byte chunks, quants ^ 0x88"),
     _t(33, "Q4_0_8_8", 32, 18, "q4_0_8x8", kind="legacy", row_group=8, note="Q4_0 rows interleaved by 8, 8-byte chunks, quants ^ 0x88"),
-    _t(36, "IQ4_NL_4_4", 32, 18, kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 4-byte chunks"),
-    _t(37, "IQ4_NL_4_8", 32, 18, kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 8-byte chunks"),
-    _t(38, "IQ4_NL_8_8", 32, 18, kind="legacy", row_group=8, note="IQ4_NL rows interleaved by 8, 8-byte chunks"),
+    _t(36, "IQ4_NL_4_4", 32, 18, "iq4_nl_4x4", kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 4-byte chunks"),
+    _t(37, "IQ4_NL_4_8", 32, 18, "iq4_nl_4x8", kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 8-byte chunks"),
+    _t(38, "IQ4_NL_8_8", 32, 18, "iq4_nl_8x8", kind="legacy", row_group=8, note="IQ4_NL rows interleaved by 8, 8-byte chunks"),
     # --- ggml-ext's own ids (100..119): none yet ---
 )
 

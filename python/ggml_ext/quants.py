@@ -15,8 +15,8 @@ Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
 ``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
-``ggml_ext_repack_q4_0``, ``ggml_ext_unpack_q4_0`` and ``ggml_ext_quantize_iq4_nl_weighted``
-of our own sources.
+``ggml_ext_repack_q4_0``, ``ggml_ext_unpack_q4_0``, ``ggml_ext_repack_iq4_nl``,
+``ggml_ext_unpack_iq4_nl`` and ``ggml_ext_quantize_iq4_nl_weighted`` of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
 rows are copied as they are.
 
@@ -24,7 +24,9 @@ The interleaved Q4_0 types (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8) go through the same
 ``ggml_quantize_chunk`` (our patched ggml hands them to ggml-ext's quantizer);
 their row count must be divisible by the interleave factor N.
 :func:`repack_q4_0` / :func:`unpack_q4_0` turn Q4_0 tensor bytes into an
-interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``).
+interleaved layout and back, losslessly (``ggml_ext_repack_q4_0``). The interleaved
+IQ4_NL types (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8) likewise, with plain IQ4_NL as the
+source (:func:`repack_iq4_nl` / :func:`unpack_iq4_nl`).
 
 IQ4_NL is the exception to "ggml's own bytes": by default it goes through ggml-ext's
 quantizer (``ggml_ext_quantize_iq4_nl_weighted``: per block the exact minimiser of the
@@ -48,7 +50,8 @@ from . import _locate, ggml_types
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
     "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
-    "INTERLEAVED", "repack_q4_0", "unpack_q4_0", "IQ4_NL_WEIGHTINGS",
+    "INTERLEAVED", "INTERLEAVED_IQ4_NL", "repack_q4_0", "unpack_q4_0", "repack_iq4_nl", "unpack_iq4_nl",
+    "IQ4_NL_WEIGHTINGS",
 ]
 
 #: ggml-ext IQ4_NL error weightings (enum ggml_ext_iq4_nl_weighting): each weight's error counts
@@ -59,6 +62,8 @@ IQ4_NL_ID = 20
 
 #: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout)
 INTERLEAVED = {"Q4_0_4_4": 0, "Q4_0_4_8": 1, "Q4_0_8_8": 2}
+#: interleaved IQ4_NL type name -> the same layout numbers
+INTERLEAVED_IQ4_NL = {"IQ4_NL_4_4": 0, "IQ4_NL_4_8": 1, "IQ4_NL_8_8": 2}
 
 
 class QuantError(ValueError):
@@ -93,7 +98,7 @@ def library() -> ctypes.CDLL:
     lib.ggml_validate_row_data.restype = ctypes.c_bool
     lib.ggml_ext_format_version.argtypes = []
     lib.ggml_ext_format_version.restype = ctypes.c_int
-    for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0):
+    for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0, lib.ggml_ext_repack_iq4_nl, lib.ggml_ext_unpack_iq4_nl):
         fn.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
         fn.restype = ctypes.c_int
     lib.ggml_ext_quantize_iq4_nl_weighted.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
@@ -121,7 +126,7 @@ def _producible(tid: int) -> None:
     info = ggml_types.find_type(tid)
     if info is None:
         raise QuantError(ggml_types.describe_id(tid))
-    if info.kind != "stock" and info.name not in INTERLEAVED:
+    if info.kind != "stock" and info.name not in INTERLEAVED and info.name not in INTERLEAVED_IQ4_NL:
         raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
     if info.name in ("I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"):
         raise QuantError(f"{info.name} is not a storage type ggml_quantize_chunk produces")
@@ -193,15 +198,17 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
     bytes. Rows are independent, so they are split over ``threads`` (default: all
     cores) and the result does not depend on the split. Returns the bytes written.
 
-    ``quantizer``: ``None`` (ggml-ext's for IQ4_NL, ggml's for every other type),
-    ``"ggml"`` or ``"ggml-ext"`` (IQ4_NL only); ``weighting``: a key of
+    ``quantizer``: ``None`` (ggml-ext's for IQ4_NL and the interleaved IQ4_NL types — plain
+    IQ4_NL then repacked —, ggml's for every other type), ``"ggml"`` or ``"ggml-ext"``
+    (IQ4_NL types only); ``weighting``: a key of
     :data:`IQ4_NL_WEIGHTINGS` for ggml-ext's IQ4_NL quantizer.
     """
     tid = type_id(t)
     _producible(tid)
     if quantizer not in (None, "ggml", "ggml-ext"):
         raise QuantError(f"unknown quantizer {quantizer!r}; choose 'ggml' or 'ggml-ext'")
-    ext = tid == IQ4_NL_ID and quantizer != "ggml"
+    interleaved_iq4 = type_name(tid) in INTERLEAVED_IQ4_NL
+    ext = (tid == IQ4_NL_ID or interleaved_iq4) and quantizer != "ggml"
     if quantizer == "ggml-ext" and not ext:
         raise QuantError(f"ggml-ext has its own quantizer for IQ4_NL only, not {type_name(tid)}")
     if weighting not in IQ4_NL_WEIGHTINGS:
@@ -222,6 +229,13 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
             raise QuantError(f"imatrix must have {n_per_row} values, got shape {imatrix.shape}")
     elif requires_imatrix(tid):
         raise QuantError(f"{type_name(tid)} needs an importance matrix")
+    if ext and interleaved_iq4:
+        # plain IQ4_NL by our quantizer (weighting honoured, NaN refused), then the lossless interleave:
+        # the bytes of repack(convert --type iq4_nl)
+        plain = np.empty(need, dtype=np.uint8)
+        quantize_rows_into(IQ4_NL_ID, rows, plain, imatrix=imatrix, threads=threads, weighting=weighting)
+        out.reshape(-1)[:need] = repack_iq4_nl(tid, plain, n_rows, n_per_row).reshape(-1)
+        return need
     if ext:
         _check_finite(rows, imatrix)
     _init(tid)
@@ -271,14 +285,15 @@ def validate(t, data: np.ndarray | bytes) -> bool:
 
 def _layout_call(fn_name: str, t, src: np.ndarray, n_rows: int, n_per_row: int) -> np.ndarray:
     name = ggml_types.find_type(type_id(t)).name if ggml_types.find_type(type_id(t)) else str(t)
-    if name not in INTERLEAVED:
-        raise QuantError(f"{name} is not an interleaved Q4_0 type ({', '.join(INTERLEAVED)})")
+    layouts, plain = (INTERLEAVED_IQ4_NL, "IQ4_NL") if fn_name.endswith("iq4_nl") else (INTERLEAVED, "Q4_0")
+    if name not in layouts:
+        raise QuantError(f"{name} is not an interleaved {plain} type ({', '.join(layouts)})")
     src = np.ascontiguousarray(np.frombuffer(src, dtype=np.uint8) if isinstance(src, (bytes, bytearray)) else src)
-    need = n_rows * row_size("Q4_0", n_per_row)
+    need = n_rows * row_size(plain, n_per_row)
     if src.nbytes != need:
-        raise QuantError(f"{src.nbytes} bytes are not a {n_rows} x {n_per_row} Q4_0 tensor ({need} bytes)")
+        raise QuantError(f"{src.nbytes} bytes are not a {n_rows} x {n_per_row} {plain} tensor ({need} bytes)")
     out = np.empty(need, dtype=np.uint8)
-    rc = getattr(library(), fn_name)(INTERLEAVED[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
+    rc = getattr(library(), fn_name)(layouts[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
     if rc == -2:
         raise QuantError(f"{name} needs a row count divisible by {ggml_types.type_by_name(name).row_group}; "
                          f"this tensor has {n_rows} rows")
@@ -295,3 +310,13 @@ def repack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
 def unpack_q4_0(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
     """Interleaved type ``t`` bytes -> the Q4_0 bytes they were made from (lossless inverse of repack_q4_0)."""
     return _layout_call("ggml_ext_unpack_q4_0", t, data, n_rows, n_per_row)
+
+
+def repack_iq4_nl(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """IQ4_NL bytes of an ``n_rows`` x ``n_per_row`` tensor -> the same tensor in interleaved type ``t`` (IQ4_NL_N_B)."""
+    return _layout_call("ggml_ext_repack_iq4_nl", t, data, n_rows, n_per_row)
+
+
+def unpack_iq4_nl(t, data, n_rows: int, n_per_row: int) -> np.ndarray:
+    """Interleaved IQ4_NL type ``t`` bytes -> the IQ4_NL bytes they were made from (lossless inverse of repack_iq4_nl)."""
+    return _layout_call("ggml_ext_unpack_iq4_nl", t, data, n_rows, n_per_row)

@@ -1,16 +1,21 @@
-"""`ggml-ext repack`: a GGUF file's Q4_0 weight matrices in an interleaved layout, or back.
+"""`ggml-ext repack`: a GGUF file's Q4_0 or IQ4_NL weight matrices in an interleaved layout, or back.
 
     ggml-ext repack model-q4_0.gguf model-q4_0_8_8.gguf --layout 8x8
     ggml-ext repack model-q4_0.gguf model-fast.gguf              # --layout auto: best for this CPU
     ggml-ext repack model-q4_0.gguf model-g3.gguf --target graviton3   # best for another CPU
     ggml-ext repack model-q4_0_8_8.gguf model-q4_0.gguf --layout q4_0
+    ggml-ext repack model-iq4_nl.gguf model-iq4_nl_8_8.gguf --layout 8x8
+    ggml-ext repack model-iq4_nl_8_8.gguf model-iq4_nl.gguf --layout iq4_nl
 
 Layouts (ggml-ext's restored types, byte-compatible with llama.cpp's 2024 files):
 ``4x4`` = Q4_0_4_4 (Arm NEON dotprod), ``4x8`` = Q4_0_4_8 (Arm i8mm), ``8x8`` =
 Q4_0_8_8 (x86 AVX2, Arm SVE-256). ``auto`` picks from this machine's CPU: AVX2 ->
 8x8, SVE with 256-bit vectors and i8mm -> 8x8, i8mm -> 4x8, dotprod -> 4x4; ``--target``
-picks for a named CPU instead (ggml_ext.targets, docs/ARM.md). ``q4_0`` turns
-interleaved tensors back into Q4_0.
+picks for a named CPU instead (ggml_ext.targets, docs/ARM.md). ``q4_0`` turns interleaved
+Q4_0 tensors back into Q4_0.
+IQ4_NL matrices take the same layouts (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8: the same
+interleave without the XOR); ``iq4_nl`` turns them back. A layout applies to the Q4_0
+and the IQ4_NL matrices of a file alike.
 
 An interleaved tensor has exactly the size of the Q4_0 tensor it came from, so the
 output is the input file with each converted tensor's type id and data rewritten in
@@ -20,7 +25,8 @@ repacking then unpacking gives back the original file. The tensors converted are
 by the layout's N; ``token_embd.weight`` stays Q4_0 because llama.cpp reads it with
 ``get_rows``, which needs a plain type. ``general.file_type`` follows: 2 (mostly Q4_0)
 becomes 33/34/35 (the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8, what ``convert --type
-q4_0_8_8`` writes) and back; any other value is left as it was.
+q4_0_8_8`` writes) and back; any other value is left as it was (interleaved IQ4_NL
+never had a file type of its own: an IQ4_NL file stays 25, MOSTLY_IQ4_NL).
 The files are loaded (and mmap-ed, no copy) by our llama.cpp only.
 """
 from __future__ import annotations
@@ -39,8 +45,10 @@ from . import _atomic, gguf_reader, quants, targets
 
 __all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
-#: --layout value -> target ggml type name
-LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8", "q4_0": "Q4_0"}
+#: --layout value -> target ggml type name (of a Q4_0 matrix; IQ4_NL ones: IQ4_LAYOUTS)
+LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8", "q4_0": "Q4_0", "iq4_nl": "IQ4_NL"}
+IQ4_LAYOUTS = {"4x4": "IQ4_NL_4_4", "4x8": "IQ4_NL_4_8", "8x8": "IQ4_NL_8_8"}
+_ROWS = {"4x4": 4, "4x8": 4, "8x8": 8}
 #: general.file_type (llama_ftype) of a file mostly of each type
 FILE_TYPES = {"Q4_0": 2, "Q4_0_4_4": 33, "Q4_0_4_8": 34, "Q4_0_8_8": 35}
 
@@ -142,22 +150,24 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
     except (OSError, gguf_reader.GGUFError) as e:
         raise RepackError(f"{src}: {e}") from None
 
-    result = RepackResult(out, target)
-    jobs = []
+    result = RepackResult(out, target if layout in ("q4_0", "iq4_nl") else f"{target}/{IQ4_LAYOUTS[layout]}")
+    jobs = []  # (tensor, from type, to type)
     for t in info.tensors:
         if not _candidate(t.name) or len(t.shape) != 2:
             continue
-        if target == "Q4_0":
-            if t.type_name in quants.INTERLEAVED:
-                jobs.append((t, t.type_name))
+        if layout in ("q4_0", "iq4_nl"):
+            if t.type_name in (quants.INTERLEAVED if layout == "q4_0" else quants.INTERLEAVED_IQ4_NL):
+                jobs.append((t, t.type_name, target))
             continue
-        if t.type_name != "Q4_0":
+        if t.type_name not in ("Q4_0", "IQ4_NL"):
             continue
-        n = 8 if target == "Q4_0_8_8" else 4
+        n = _ROWS[layout]
         if t.shape[1] % n:
             result.kept.append(f"{t.name}: {t.shape[1]} rows, not a multiple of {n}")
             continue
-        jobs.append((t, target))
+        jobs.append((t, t.type_name, target if t.type_name == "Q4_0" else IQ4_LAYOUTS[layout]))
+    if jobs and layout not in ("q4_0", "iq4_nl"):
+        result.type_name = "/".join(sorted({to for _, _, to in jobs}))
 
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = _atomic.temp_file(out)   # named for this process; removes a dead run's leftover
@@ -168,21 +178,26 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
             mm = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ) if info.file_size else None
             try:
                 ft_at = _file_type_offset(mm[:info.data_offset]) if mm is not None else None
-                if jobs and ft_at is not None:
+                q4_jobs = [j for j in jobs if "Q4_0" in (j[1], j[2])]
+                if q4_jobs and ft_at is not None:
                     old = struct.unpack("<I", mm[ft_at:ft_at + 4])[0]
                     if old in FILE_TYPES.values() and old != FILE_TYPES[target]:
                         fout.seek(ft_at)
                         fout.write(struct.pack("<I", FILE_TYPES[target]))
-                for t, from_type in jobs:
+                for t, from_type, to_type in jobs:
                     data = mm[t.file_offset:t.file_offset + t.nbytes]
-                    if target == "Q4_0":
+                    if to_type == "Q4_0":
                         new = quants.unpack_q4_0(from_type, data, t.shape[1], t.shape[0])
+                    elif to_type == "IQ4_NL":
+                        new = quants.unpack_iq4_nl(from_type, data, t.shape[1], t.shape[0])
+                    elif from_type == "IQ4_NL":
+                        new = quants.repack_iq4_nl(to_type, data, t.shape[1], t.shape[0])
                     else:
-                        new = quants.repack_q4_0(target, data, t.shape[1], t.shape[0])
+                        new = quants.repack_q4_0(to_type, data, t.shape[1], t.shape[0])
                     fout.seek(t.file_offset)
                     fout.write(new.tobytes())
                     fout.seek(t.type_field_offset)
-                    fout.write(struct.pack("<i", quants.type_id(target)))
+                    fout.write(struct.pack("<i", quants.type_id(to_type)))
                     result.converted.append(t.name)
             finally:
                 if mm is not None:
@@ -199,11 +214,12 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("input", metavar="IN.gguf", help="GGUF file with Q4_0 (or, for --layout q4_0, interleaved) matrices")
+    p.add_argument("input", metavar="IN.gguf",
+                   help="GGUF file with Q4_0 or IQ4_NL (or, for --layout q4_0/iq4_nl, interleaved) matrices")
     p.add_argument("output", metavar="OUT.gguf", help="file to write")
     p.add_argument("--layout", default="auto", choices=["auto", *LAYOUTS], type=str.lower,
-                   help="4x4 (Q4_0_4_4), 4x8 (Q4_0_4_8), 8x8 (Q4_0_8_8), auto (from this CPU), "
-                        "q4_0 (back to plain Q4_0); default auto")
+                   help="4x4 (Q4_0_4_4 / IQ4_NL_4_4), 4x8 (Q4_0_4_8 / IQ4_NL_4_8), 8x8 (Q4_0_8_8 / IQ4_NL_8_8), "
+                        "auto (from this CPU), q4_0 / iq4_nl (back to the plain type); default auto")
     p.add_argument("--target", metavar="CPU", type=str.lower,
                    help="choose the layout for this CPU instead of the one running: " + ", ".join(
                        f"{t.name} ({t.layout})" for t in targets.TARGETS.values()) + " (docs/ARM.md)")

@@ -1,4 +1,5 @@
-// Tests of the interleaved Q4_0 family (ggml_ext/src/q4_0_interleaved*): every compiled-in
+// Tests of the interleaved Q4_0 and IQ4_NL families (ggml_ext/src/q4_0_interleaved*,
+// iq4_nl_interleaved.h; fam 0 and 1 below): every compiled-in
 // SIMD kernel against the scalar reference on many shapes (odd block counts, more blocks
 // than one x86 chunk, output strides), layout transforms against FORMATS.md, repack round
 // trips, refused shapes, and optionally ggml's own Q4_0/Q8_0 output (--ggml-fixture FILE,
@@ -13,6 +14,7 @@
 // exact) checks bit for bit against the scalar reference.
 //
 // Prints "N passed, M failed"; exits 1 on any failure.
+#include "iq4_nl_interleaved.h"
 #include "q4_0_interleaved_impl.h"
 
 #include <math.h>
@@ -358,6 +360,84 @@ static void test_layouts(void) {
           "unknown layout refused");
 }
 
+// IQ4_NL: the same placement without XOR, round trips, dequantize through kvalues, refusals.
+static void test_layouts_iq4_nl(void) {
+    static const int8_t kv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+    check(memcmp(kv, ggml_ext_kvalues_iq4nl, 16) == 0, "IQ4_NL kvalues as FORMATS.md");
+    for (int L = 0; L < 3; L++) {
+        const int N = LN[L], B = LB[L];
+        const struct ggml_ext_q4_0_layout_traits * tr = ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) L);
+        char name[16];
+        snprintf(name, sizeof(name), "IQ4_NL_%d_%d", N, B);
+        check(tr && tr->nrows == N && tr->chunk == B && tr->block_size == (size_t) N * 18 && tr->type_id == 36 + L &&
+                  !strcmp(tr->name, name) && tr->gemv && tr->gemm && tr->quantize_mat,
+              "iq4_nl %s traits", LNAME[L]);
+        const int64_t nrows = 3 * N, ncols = 224, nb = ncols / 32;
+        const size_t  nblk  = (size_t) (nrows * nb);
+        ggml_ext_block_iq4_nl * src  = xmalloc(nblk * sizeof(*src));
+        ggml_ext_block_iq4_nl * back = xmalloc(nblk * sizeof(*src));
+        uint8_t *               il   = xmalloc(nblk * sizeof(*src));
+        float *                 y0   = xmalloc((size_t) (nrows * ncols) * sizeof(float));
+        float *                 y1   = xmalloc((size_t) (nrows * ncols) * sizeof(float));
+        random_q4_0(src, nblk);
+        const int rc  = ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, il, src, nrows, ncols);
+        int       misplaced = 0;
+        for (int64_t g = 0; g < nrows / N; g++) {
+            for (int64_t b = 0; b < nb; b++) {
+                const uint8_t * blk = il + (size_t) (g * nb + b) * N * 18;
+                for (int r = 0; r < N; r++) {
+                    const ggml_ext_block_iq4_nl * s = &src[(g * N + r) * nb + b];
+                    misplaced += memcmp(blk + 2 * r, &s->d, 2) != 0;
+                    for (int j = 0; j < 16; j++) {
+                        misplaced += blk[interleaved_offset(N, B, r, j)] != s->qs[j];
+                    }
+                }
+            }
+        }
+        const int rc2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_q4_0_layout) L, back, il, nrows, ncols);
+        check(rc == 0 && rc2 == 0 && misplaced == 0 && memcmp(src, back, nblk * sizeof(*src)) == 0,
+              "iq4_nl %s repack: layout as FORMATS.md, no XOR (%d misplaced), lossless round trip", LNAME[L], misplaced);
+        int bad_dq = 0;
+        for (size_t i = 0; i < nblk; i++) {  // dequantize against the table, independently
+            float d = ggml_ext_fp16_to_fp32(src[i].d), v[32];
+            ggml_ext_dequantize_row_iq4_nl(&src[i], v, 32);
+            for (int j = 0; j < 16; j++) {
+                bad_dq += v[j] != d * kv[src[i].qs[j] & 15] || v[j + 16] != d * kv[src[i].qs[j] >> 4];
+            }
+        }
+        check(bad_dq == 0, "iq4_nl dequantize_row: %d values off d * kvalues[q]", bad_dq);
+        ggml_ext_dequantize_row_iq4_nl(src, y0, nrows * ncols);
+        const int rc3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_q4_0_layout) L, il, y1, nrows, ncols);
+        check(rc3 == 0 && memcmp(y0, y1, (size_t) (nrows * ncols) * sizeof(float)) == 0,
+              "iq4_nl %s dequantize(interleaved) == dequantize(IQ4_NL)", LNAME[L]);
+        const int64_t bad_rows[] = { 0, -N, N - 1, N + 1, N + N / 2, 2, 3 * N - 2 };
+        for (size_t i = 0; i < sizeof(bad_rows) / sizeof(bad_rows[0]); i++) {
+            const int64_t nr = bad_rows[i];
+            if (nr > 0 && nr % N == 0) {
+                continue;
+            }
+            memset(il, 0xa5, nblk * sizeof(*src));
+            const int r1 = ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, il, src, nr, 32);
+            const int r2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_q4_0_layout) L, (ggml_ext_block_iq4_nl *) il, src, nr, 32);
+            const int r3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_q4_0_layout) L, src, y0, nr, 32);
+            int untouched = 1;
+            for (size_t k = 0; k < nblk * sizeof(*src); k++) {
+                untouched &= il[k] == 0xa5;
+            }
+            check(r1 == GGML_EXT_Q4_0_ERR_ROWS && r2 == r1 && r3 == r1 && untouched, "iq4_nl %s refuses %lld rows", LNAME[L],
+                  (long long) nr);
+        }
+        check(ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, il, src, N, 48) == GGML_EXT_Q4_0_ERR_COLS,
+              "iq4_nl %s refuses row lengths not a multiple of 32", LNAME[L]);
+        free(src);
+        free(back);
+        free(il);
+        free(y0);
+        free(y1);
+    }
+    check(ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) 3) == NULL, "iq4_nl unknown layout refused");
+}
+
 // ---------------------------------------------------------------- activation quantizers
 
 static void test_activation_quantizers(void) {
@@ -416,6 +496,7 @@ static void test_activation_quantizers(void) {
 // ---------------------------------------------------------------- GEMV / GEMM
 
 typedef struct {
+    int                     fam;           // 0: Q4_0, 1: IQ4_NL
     int                     L, nb, nc, nr;  // nr: activation rows (GEMM: multiple of 4)
     ggml_ext_block_q4_0 *   w;             // nc rows of nb Q4_0 blocks
     uint8_t *               wi;            // the same, interleaved
@@ -428,8 +509,12 @@ static int nibble(const ggml_ext_block_q4_0 * b, int k) {
     return (k < 16 ? (b->qs[k] & 0x0f) : (b->qs[k - 16] >> 4)) - 8;
 }
 
-static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_mode) {
-    p->L = L, p->nb = nb, p->nc = nc, p->nr = nr;
+static int weight(int fam, const ggml_ext_block_q4_0 * b, int k) {  // the integer weight k of a block
+    return fam ? ggml_ext_kvalues_iq4nl[nibble(b, k) + 8] : nibble(b, k);
+}
+
+static void problem_init(problem * p, int fam, int L, int nb, int nc, int nr, int exact_mode) {
+    p->fam = fam, p->L = L, p->nb = nb, p->nc = nc, p->nr = nr;
     p->w     = xmalloc((size_t) nc * nb * sizeof(*p->w));
     p->wi    = xmalloc((size_t) nc * nb * sizeof(*p->w));
     p->a     = xmalloc((size_t) nr * nb * sizeof(*p->a));
@@ -438,15 +523,21 @@ static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_m
     p->bound = xmalloc((size_t) nr * nc * sizeof(double));
     const int K = 32 * nb;
     if (exact_mode) {  // deltas 1 or 2, activations in [-15, 15] (long rows: [-7, 7]): every float sum exact
-        const int amax = nb > 512 ? 7 : 15;
+        // IQ4_NL weights reach 127: keep 4 * 127 * amax * 32 * nb below 2^24 (longest rows:
+        // deltas 1, activations in [-1, 1])
+        int       amax = nb > 512 ? 7 : 15;
+        const int dvar = !fam || nb <= 1032 / 4;
+        if (fam) {
+            amax = dvar ? (1032 / nb < 15 ? 1032 / nb : 15) : 1;
+        }
         for (int i = 0; i < nc * nb; i++) {
-            p->w[i].d = ggml_ext_fp32_to_fp16(rnd() & 1 ? 2.0f : 1.0f);
+            p->w[i].d = ggml_ext_fp32_to_fp16(dvar && rnd() & 1 ? 2.0f : 1.0f);
             for (int j = 0; j < 16; j++) {
                 p->w[i].qs[j] = (uint8_t) rnd();
             }
         }
         for (int i = 0; i < nr * nb; i++) {
-            p->a[i].d = ggml_ext_fp32_to_fp16(rnd() & 1 ? 2.0f : 1.0f);
+            p->a[i].d = ggml_ext_fp32_to_fp16(dvar && rnd() & 1 ? 2.0f : 1.0f);
             for (int j = 0; j < 32; j++) {
                 p->a[i].qs[j] = (int8_t) ((int) (rnd() % (2 * amax + 1)) - amax);
             }
@@ -457,13 +548,25 @@ static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_m
             x[i] = rnd_gauss() * (rnd() % 64 == 0 ? 20.0f : 1.0f) * (float) (1 + i / K % 3);
         }
         ggml_ext_quantize_row_q4_0_ref(x, p->w, (int64_t) nc * K);
+        if (fam) {  // IQ4_NL: the same deltas, every nibble random (any byte is a valid IQ4_NL pair)
+            for (int i = 0; i < nc * nb; i++) {
+                p->w[i].d = ggml_ext_fp32_to_fp16(ggml_ext_fp16_to_fp32(p->w[i].d) / 16);
+                for (int j = 0; j < 16; j++) {
+                    p->w[i].qs[j] = (uint8_t) rnd();
+                }
+            }
+        }
         for (int i = 0; i < nr * K; i++) {
             x[i] = rnd_gauss() * (float) (1 << (i / 32 % 4)) * (rnd() % 128 == 0 ? 30.0f : 1.0f);
         }
         ggml_ext_quantize_row_q8_0_ref(x, p->a, (int64_t) nr * K);
         free(x);
     }
-    ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, p->wi, p->w, nc, K);
+    if (fam) {
+        ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, p->wi, p->w, nc, K);
+    } else {
+        ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, p->wi, p->w, nc, K);
+    }
     for (int t = 0; t < nr / 4; t++) {
         interleave_q8_0(p->a + (size_t) 4 * t * nb, nb, LB[L], p->ax + (size_t) t * nb);
     }
@@ -476,8 +579,8 @@ static void problem_init(problem * p, int L, int nb, int nc, int nr, int exact_m
                 const double                sc = (double) ggml_ext_fp16_to_fp32(wb->d) * ggml_ext_fp16_to_fp32(ab->d);
                 long                        s = 0, sa = 0;
                 for (int k = 0; k < 32; k++) {
-                    s += nibble(wb, k) * ab->qs[k];
-                    sa += labs((long) nibble(wb, k) * ab->qs[k]);
+                    s += weight(fam, wb, k) * ab->qs[k];
+                    sa += labs((long) weight(fam, wb, k) * ab->qs[k]);
                 }
                 e += sc * (double) s;
                 t += fabs(sc) * (double) sa;
@@ -539,8 +642,10 @@ static void test_kernels(void) {
     // x86 GEMM column block (1100)
     static const int nbs[] = { 1, 2, 3, 5, 7, 17, 33, 64, 129, 131, 257, 1100 };
     char             what[96];
+    for (int fam = 0; fam < 2; fam++)
     for (int L = 0; L < 3; L++) {
         const int N = LN[L];
+        const char * F = fam ? "iq4_nl" : "q4_0";
         for (int exact_mode = 1; exact_mode >= 0; exact_mode--) {
             for (size_t ni = 0; ni < sizeof(nbs) / sizeof(nbs[0]); ni++) {
                 const int nb = nbs[ni];
@@ -550,32 +655,35 @@ static void test_kernels(void) {
                 static const int nrs[] = { 4, 8, 12, 20, 36 };
                 const int        nr    = nrs[ni % 5];
                 problem   p;
-                problem_init(&p, L, nb, nc, nr, exact_mode);
+                problem_init(&p, fam, L, nb, nc, nr, exact_mode);
                 const size_t out_n = (size_t) nr * (nc + 3);
                 float *      ref_v = xmalloc(out_n * sizeof(float));
                 float *      ref_m = xmalloc(out_n * sizeof(float));
                 float *      out   = xmalloc(out_n * sizeof(float));
                 const struct ggml_ext_q4_0_impl * gen = ggml_ext_q4_0_impl_get(0);
-                snprintf(what, sizeof(what), "generic %s %s", LNAME[L], exact_mode ? "exact" : "random");
-                run_and_check(&p, gen->gemv[L], 0, NULL, ref_v, what);
-                run_and_check(&p, gen->gemm[L], 1, NULL, ref_m, what);
+                snprintf(what, sizeof(what), "generic %s %s %s", F, LNAME[L], exact_mode ? "exact" : "random");
+                run_and_check(&p, fam ? gen->gemv_iq4_nl[L] : gen->gemv[L], 0, NULL, ref_v, what);
+                run_and_check(&p, fam ? gen->gemm_iq4_nl[L] : gen->gemm[L], 1, NULL, ref_m, what);
                 for (int i = 1; i < ggml_ext_q4_0_impl_count(); i++) {
                     const struct ggml_ext_q4_0_impl * im = ggml_ext_q4_0_impl_get(i);
                     if (!usable(im)) {
                         continue;
                     }
-                    snprintf(what, sizeof(what), "%s %s %s", im->name, LNAME[L], exact_mode ? "exact" : "random");
-                    if (im->gemv[L]) {
-                        run_and_check(&p, im->gemv[L], 0, exact_mode ? ref_v : NULL, out, what);
+                    snprintf(what, sizeof(what), "%s %s %s %s", im->name, F, LNAME[L], exact_mode ? "exact" : "random");
+                    const ggml_ext_q4_0_mm_fn gv = fam ? im->gemv_iq4_nl[L] : im->gemv[L];
+                    const ggml_ext_q4_0_mm_fn gm = fam ? im->gemm_iq4_nl[L] : im->gemm[L];
+                    if (gv) {
+                        run_and_check(&p, gv, 0, exact_mode ? ref_v : NULL, out, what);
                     }
-                    if (im->gemm[L]) {
-                        run_and_check(&p, im->gemm[L], 1, exact_mode ? ref_m : NULL, out, what);
+                    if (gm) {
+                        run_and_check(&p, gm, 1, exact_mode ? ref_m : NULL, out, what);
                     }
                 }
                 if (ni % 4 == 0) {  // the dispatched entry points
                     const struct ggml_ext_q4_0_layout_traits * tr =
-                        ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
-                    snprintf(what, sizeof(what), "dispatched %s %s", LNAME[L], exact_mode ? "exact" : "random");
+                        fam ? ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) L)
+                            : ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
+                    snprintf(what, sizeof(what), "dispatched %s %s %s", F, LNAME[L], exact_mode ? "exact" : "random");
                     run_and_check(&p, tr->gemv, 0, exact_mode ? ref_v : NULL, out, what);
                     run_and_check(&p, tr->gemm, 1, exact_mode ? ref_m : NULL, out, what);
                 }
@@ -600,15 +708,25 @@ static void test_end_to_end(void) {
     for (int i = 0; i < R * K; i++) {
         X[i] = rnd_gauss();
     }
+    for (int fam = 0; fam < 2; fam++)
     for (int L = 0; L < 3; L++) {
         uint8_t *               wi = xmalloc((size_t) M * K / 32 * 18);
         ggml_ext_block_q8_0 *   a  = xmalloc((size_t) R * K / 32 * sizeof(*a));
         ggml_ext_block_q8_0x4 * ax = xmalloc((size_t) R / 4 * K / 32 * sizeof(*ax));
         float *                 ad = xmalloc((size_t) R * K * sizeof(float));
         float *                 sv = xmalloc((size_t) R * M * sizeof(float)), *sm = xmalloc((size_t) R * M * sizeof(float));
-        const struct ggml_ext_q4_0_layout_traits * tr = ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
-        ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_q4_0_layout) L, W, wi, M, K);
-        ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_q4_0_layout) L, wi, Wd, M, K);
+        const struct ggml_ext_q4_0_layout_traits * tr = fam ? ggml_ext_iq4_nl_layout_traits((enum ggml_ext_q4_0_layout) L)
+                                                            : ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) L);
+        if (fam) {  // random IQ4_NL blocks (no quantizer in this library)
+            ggml_ext_block_iq4_nl * q = xmalloc((size_t) M * K / 32 * sizeof(*q));
+            random_q4_0(q, (size_t) M * K / 32);
+            ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, wi, q, M, K);
+            ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_q4_0_layout) L, wi, Wd, M, K);
+            free(q);
+        } else {
+            ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_q4_0_layout) L, W, wi, M, K);
+            ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_q4_0_layout) L, wi, Wd, M, K);
+        }
         ggml_ext_quantize_row_q8_0(X, a, (int64_t) R * K);
         for (int t = 0; t < R / 4; t++) {
             tr->quantize_mat(X + (size_t) 4 * t * K, ax + (size_t) t * K / 32, K);
@@ -679,6 +797,7 @@ int main(int argc, char ** argv) {
         test_ggml_fixture(fixture);
     }
     test_layouts();
+    test_layouts_iq4_nl();
     test_activation_quantizers();
     test_kernels();
     test_end_to_end();

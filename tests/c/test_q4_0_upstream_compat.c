@@ -7,10 +7,14 @@
 // only Q4_0_8_8 has SIMD kernels; Arm without SVE: Q4_0_4_4 and Q4_0_4_8; Arm with SVE
 // run at 256-bit vectors: all three).
 //
-// usage: test_q4_0_upstream_compat LAYOUT[,LAYOUT...]   (4x4, 4x8, 8x8)
+// The same for interleaved IQ4_NL (ggml_ext_repack_iq4_nl) against upstream's IQ4_NL
+// kernels: iq4_nl_8x8 (x86 AVX2), iq4_nl_4x4 (Arm dotprod).
+//
+// usage: test_q4_0_upstream_compat LAYOUT[,LAYOUT...]   (4x4, 4x8, 8x8, iq4_nl_4x4, iq4_nl_8x8)
 // Agreement: |upstream - ours| and |upstream - exact| <= (nb + 4) * 2^-22 * T, with
 // T = sum |dw da w a| (all accumulate exact integer block sums, in different float orders).
 // Prints "N passed, M failed"; exits 1 on any failure.
+#include "iq4_nl_interleaved.h"
 #include "q4_0_interleaved_impl.h"
 
 #include <math.h>
@@ -26,6 +30,10 @@ WEAK void ggml_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, 
 WEAK void ggml_gemm_q4_0_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 WEAK void ggml_gemm_q4_0_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 WEAK void ggml_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemv_iq4_nl_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemm_iq4_nl_4x4_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemv_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+WEAK void ggml_gemm_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 WEAK void ggml_quantize_mat_q8_0_4x4(const float * x, void * vy, int64_t k);
 WEAK void ggml_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k);
 
@@ -63,6 +71,8 @@ int ggml_cpu_get_sve_cnt(void) {
 
 static ggml_ext_q4_0_mm_fn const up_gemv[3] = { ggml_gemv_q4_0_4x4_q8_0, ggml_gemv_q4_0_4x8_q8_0, ggml_gemv_q4_0_8x8_q8_0 };
 static const ggml_ext_q4_0_mm_fn up_gemm[3] = { ggml_gemm_q4_0_4x4_q8_0, ggml_gemm_q4_0_4x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
+static ggml_ext_q4_0_mm_fn const up_gemv_iq4[3] = { ggml_gemv_iq4_nl_4x4_q8_0, NULL, ggml_gemv_iq4_nl_8x8_q8_0 };
+static ggml_ext_q4_0_mm_fn const up_gemm_iq4[3] = { ggml_gemm_iq4_nl_4x4_q8_0, NULL, ggml_gemm_iq4_nl_8x8_q8_0 };
 
 static int n_passed, n_failed;
 
@@ -85,13 +95,17 @@ static int nibble(const ggml_ext_block_q4_0 * b, int k) {
     return (k < 16 ? (b->qs[k] & 0x0f) : (b->qs[k - 16] >> 4)) - 8;
 }
 
+static int weight(int fam, const ggml_ext_block_q4_0 * b, int k) {
+    return fam ? ggml_ext_kvalues_iq4nl[nibble(b, k) + 8] : nibble(b, k);
+}
+
 // activation byte k of row r in an interleaved group (chunk B)
 static int8_t act_x4(const ggml_ext_block_q8_0x4 * blk, int B, int r, int k) {
     return blk->qs[((k / B) * 4 + r) * B + k % B];
 }
 
 // One shape: nc weight rows, nr activation rows, nb blocks. GEMV on every row, GEMM on all.
-static void check_shape(int L, int nb, int nc, int nr) {
+static void check_shape(int fam, int L, int nb, int nc, int nr) {
     const int B = L == 0 ? 4 : 8, K = 32 * nb;
     float *   xw = xmalloc((size_t) nc * K * sizeof(float)), *xa = xmalloc((size_t) nr * K * sizeof(float));
     for (int i = 0; i < nc * K; i++) {
@@ -106,7 +120,18 @@ static void check_shape(int L, int nb, int nc, int nr) {
     ggml_ext_block_q8_0x4 * ax = xmalloc((size_t) nr / 4 * nb * sizeof(*ax));
     float *                 so = xmalloc((size_t) nr * nc * sizeof(float)), *su = xmalloc((size_t) nr * nc * sizeof(float));
     ggml_ext_quantize_row_q4_0_ref(xw, w, (int64_t) nc * K);
-    ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, wi, w, nc, K);
+    if (fam) {  // IQ4_NL: the same deltas / 16, random nibbles
+        for (int i = 0; i < nc * nb; i++) {
+            w[i].d = ggml_ext_fp32_to_fp16(ggml_ext_fp16_to_fp32(w[i].d) / 16);
+            for (int j = 0; j < 16; j++) {
+                rndf();
+                w[i].qs[j] = (uint8_t) (rng_state >> 24);
+            }
+        }
+        ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) L, wi, w, nc, K);
+    } else {
+        ggml_ext_repack_q4_0((enum ggml_ext_q4_0_layout) L, wi, w, nc, K);
+    }
     ggml_ext_quantize_row_q8_0_ref(xa, a, (int64_t) nr * K);
     for (int t = 0; t < nr / 4; t++) {  // upstream's own activation interleaving
         (B == 4 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)(xa + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
@@ -117,12 +142,16 @@ static void check_shape(int L, int nb, int nc, int nr) {
         for (int i = 0; i < nr * nc; i++) {
             so[i] = su[i] = NAN;
         }
-        (gemm ? gen->gemm[L] : gen->gemv[L])(K, so, (size_t) nc, wi, act, nr, nc);
+        if (fam) {
+            (gemm ? gen->gemm_iq4_nl[L] : gen->gemv_iq4_nl[L])(K, so, (size_t) nc, wi, act, nr, nc);
+        } else {
+            (gemm ? gen->gemm[L] : gen->gemv[L])(K, so, (size_t) nc, wi, act, nr, nc);
+        }
         if (gemm) {
-            up_gemm[L](K, su, (size_t) nc, wi, act, nr, nc);
+            (fam ? up_gemm_iq4 : up_gemm)[L](K, su, (size_t) nc, wi, act, nr, nc);
         } else {
             for (int y = 0; y < nr; y++) {  // upstream's GEMV: one activation row per call
-                up_gemv[L](K, su + (size_t) y * nc, (size_t) nc, wi, a + (size_t) y * nb, 1, nc);
+                (fam ? up_gemv_iq4 : up_gemv)[L](K, su + (size_t) y * nc, (size_t) nc, wi, a + (size_t) y * nb, 1, nc);
             }
         }
         int bad = 0;
@@ -135,8 +164,8 @@ static void check_shape(int L, int nb, int nc, int nr) {
                     long sa = 0, sd = 0;
                     for (int k = 0; k < 32; k++) {
                         const int8_t q = gemm ? act_x4(&ax[(size_t) (y / 4) * nb + b], B, y % 4, k) : a[(size_t) y * nb + b].qs[k];
-                        sa += labs((long) nibble(wb, k) * q);
-                        sd += (long) nibble(wb, k) * q;
+                        sa += labs((long) weight(fam, wb, k) * q);
+                        sd += (long) weight(fam, wb, k) * q;
                     }
                     const double sc = (double) ggml_ext_fp16_to_fp32(wb->d) * ggml_ext_fp16_to_fp32(da);
                     t += fabs(sc) * (double) sa;
@@ -149,8 +178,8 @@ static void check_shape(int L, int nb, int nc, int nr) {
         }
         if (bad) {
             n_failed++;
-            fprintf(stderr, "FAIL: upstream %s %s nb=%d nc=%d nr=%d: %d outputs disagree with ours or the exact matmul\n",
-                    gemm ? "gemm" : "gemv", L == 0 ? "4x4" : L == 1 ? "4x8" : "8x8", nb, nc, nr, bad);
+            fprintf(stderr, "FAIL: upstream %s %s%s nb=%d nc=%d nr=%d: %d outputs disagree with ours or the exact matmul\n",
+                    gemm ? "gemm" : "gemv", fam ? "iq4_nl " : "", L == 0 ? "4x4" : L == 1 ? "4x8" : "8x8", nb, nc, nr, bad);
         } else {
             n_passed++;
         }
@@ -167,27 +196,34 @@ static void check_shape(int L, int nb, int nc, int nr) {
 
 int main(int argc, char ** argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s LAYOUT[,LAYOUT...] (4x4, 4x8, 8x8)\n", argv[0]);
+        fprintf(stderr, "usage: %s LAYOUT[,LAYOUT...] (4x4, 4x8, 8x8, iq4_nl_4x4, iq4_nl_8x8)\n", argv[0]);
         return 2;
     }
     for (int h = 0; h < (1 << 16); h++) {
         ggml_table_f32_f16[h] = ggml_ext_fp16_to_fp32((ggml_ext_fp16_t) h);
     }
-    static const char * names[3] = { "4x4", "4x8", "8x8" };
+    static const char * names[6] = { "4x4", "4x8", "8x8", "iq4_nl_4x4", "iq4_nl_4x8", "iq4_nl_8x8" };
     static const int    nbs[]    = { 1, 3, 17, 129 };
-    for (int L = 0; L < 3; L++) {
-        if (!strstr(argv[1], names[L])) {
+    for (int F = 0; F < 6; F++) {
+        const int fam = F / 3, L = F % 3;
+        int       wanted = 0;  // exact comma-separated names
+        for (const char * p = argv[1]; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            const size_t n = strlen(names[F]);
+            wanted |= !strncmp(p, names[F], n) && (p[n] == ',' || p[n] == '\0');
+        }
+        if (!wanted) {
             continue;
         }
         const int N = L == 2 ? 8 : 4;
-        if (!up_gemv[L] || !up_gemm[L] || !(L == 0 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)) {
+        if (!(fam ? up_gemv_iq4 : up_gemv)[L] || !(fam ? up_gemm_iq4 : up_gemm)[L] ||
+            !(L == 0 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)) {
             n_failed++;
-            fprintf(stderr, "FAIL: the upstream object has no %s kernels on this target\n", names[L]);
+            fprintf(stderr, "FAIL: the upstream object has no %s kernels on this target\n", names[F]);
             continue;
         }
         for (int i = 0; i < 4; i++) {
             // column counts around upstream's 16-column and row counts around its 16-row tiles
-            check_shape(L, nbs[i], N * (1 + i) + (i % 2 ? 16 : 0), 4 * (1 + i) + (i >= 2 ? 16 : 0));
+            check_shape(fam, L, nbs[i], N * (1 + i) + (i % 2 ? 16 : 0), 4 * (1 + i) + (i >= 2 ? 16 : 0));
         }
     }
     printf("upstream 8x8 scalar fallback calls: %d\n", n_generic_calls);

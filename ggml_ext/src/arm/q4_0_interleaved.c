@@ -2,6 +2,7 @@
 // GEMV and GEMM for all three layouts with SDOT (vdotq_laneq_s32 for Q4_0_4_4, whose 4-byte
 // chunks meet one activation lane each; vdotq_s32 against 8-byte broadcasts for the B = 8
 // layouts). SMMLA GEMMs: q4_0_interleaved_i8mm.c. Scalar twins: ../generic/.
+// Interleaved IQ4_NL runs the same kernels with fam = 1 (TBL decode, see the header).
 #include "q4_0_interleaved_arm.h"
 
 #if defined(GGML_EXT_Q4_0_NEON_DOTPROD)
@@ -93,19 +94,19 @@ typedef struct {
     int8x16_t lo[4], hi[4];
 } w4x4;
 
-INLINE w4x4 load_4x4(const uint8_t * qs) {
+INLINE w4x4 load_4x4(int fam, const uint8_t * qs) {
     w4x4 w;
     GGML_EXT_UNROLL
     for (int k = 0; k < 4; k++) {
         const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * k);
-        w.lo[k]           = lo16(b);
-        w.hi[k]           = hi16(b);
+        w.lo[k]           = wlo(fam, b);
+        w.hi[k]           = whi(fam, b);
     }
     return w;
 }
 
 // G row groups (4 columns each) at once, sharing the activation loads and their delta.
-INLINE void gemv_4x4_pass(int G, const ggml_ext_block_q4_0x4 * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
+INLINE void gemv_4x4_pass(int fam, int G, const ggml_ext_block_q4_0x4 * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
     float32x4_t acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
     for (int b = 0; b < nb; b++) {
         // activation dword k (bytes 4k..) of each half is lane k: a plain load
@@ -115,7 +116,7 @@ INLINE void gemv_4x4_pass(int G, const ggml_ext_block_q4_0x4 * w, int nb, const 
         GGML_EXT_UNROLL
         for (int gi = 0; gi < G; gi++) {
             const ggml_ext_block_q4_0x4 * wg = w + (size_t) gi * nb + b;
-            const w4x4                    wb = load_4x4(wg->qs);
+            const w4x4                    wb = load_4x4(fam, wg->qs);
             int32x4_t                     p  = vdotq_laneq_s32(vdupq_n_s32(0), wb.lo[0], al, 0);
             p                                = vdotq_laneq_s32(p, wb.lo[1], al, 1);
             p                                = vdotq_laneq_s32(p, wb.lo[2], al, 2);
@@ -124,7 +125,7 @@ INLINE void gemv_4x4_pass(int G, const ggml_ext_block_q4_0x4 * w, int nb, const 
             q                                = vdotq_laneq_s32(q, wb.hi[1], ah, 1);
             q                                = vdotq_laneq_s32(q, wb.hi[2], ah, 2);
             q                                = vdotq_laneq_s32(q, wb.hi[3], ah, 3);
-            acc[gi] = vfmaq_f32(acc[gi], vcvtq_n_f32_s32(vaddq_s32(p, q), 4), vmulq_f32(load_d4(wg->d), da));
+            acc[gi] = vfmaq_f32(acc[gi], wcvt(fam, vaddq_s32(p, q)), vmulq_f32(load_d4(wg->d), da));
         }
     }
     for (int gi = 0; gi < G; gi++) {
@@ -132,17 +133,17 @@ INLINE void gemv_4x4_pass(int G, const ggml_ext_block_q4_0x4 * w, int nb, const 
     }
 }
 
-static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+INLINE void gemv_4x4_dotprod(int fam, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int nb = n / 32, ng = nc / 4;
     for (int y = 0; y < nr; y++) {
         const ggml_ext_block_q8_0 *   a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
         const ggml_ext_block_q4_0x4 * w = (const ggml_ext_block_q4_0x4 *) vx;
         int                           g = 0;
         for (; g + 2 <= ng; g += 2) {
-            gemv_4x4_pass(2, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
+            gemv_4x4_pass(fam, 2, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
         }
         if (g < ng) {
-            gemv_4x4_pass(1, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
+            gemv_4x4_pass(fam, 1, w + (size_t) g * nb, nb, a, s + (size_t) y * bs + (size_t) g * 4);
         }
     }
 }
@@ -150,7 +151,7 @@ static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, 
 // Activations interleaved with B = 4: line k holds dword k of rows 0-3 in lanes 0-3,
 // so one activation line feeds the same SDOT by lane for all four rows. T tiles of four
 // rows (T = 1, 2) share each unpacked weight block.
-INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
+INLINE void gemm_4x4_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
                            size_t bs) {
     float32x4_t acc[4][4];
     GGML_EXT_UNROLL
@@ -161,7 +162,7 @@ INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
         }
     }
     for (int b = 0; b < nb; b++) {
-        const w4x4        wb = load_4x4(w[b].qs);
+        const w4x4        wb = load_4x4(fam, w[b].qs);
         const float32x4_t dw = load_d4(w[b].d);
         GGML_EXT_UNROLL
         for (int t = 0; t < T; t++) {
@@ -188,10 +189,10 @@ INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
                 p[3]               = vdotq_laneq_s32(p[3], wb.hi[k], ah, 3);
             }
             const float32x4_t da = load_d4(at->d);
-            acc[t][0] = vfmaq_f32(acc[t][0], vcvtq_n_f32_s32(p[0], 4), vmulq_laneq_f32(dw, da, 0));
-            acc[t][1] = vfmaq_f32(acc[t][1], vcvtq_n_f32_s32(p[1], 4), vmulq_laneq_f32(dw, da, 1));
-            acc[t][2] = vfmaq_f32(acc[t][2], vcvtq_n_f32_s32(p[2], 4), vmulq_laneq_f32(dw, da, 2));
-            acc[t][3] = vfmaq_f32(acc[t][3], vcvtq_n_f32_s32(p[3], 4), vmulq_laneq_f32(dw, da, 3));
+            acc[t][0] = vfmaq_f32(acc[t][0], wcvt(fam, p[0]), vmulq_laneq_f32(dw, da, 0));
+            acc[t][1] = vfmaq_f32(acc[t][1], wcvt(fam, p[1]), vmulq_laneq_f32(dw, da, 1));
+            acc[t][2] = vfmaq_f32(acc[t][2], wcvt(fam, p[2]), vmulq_laneq_f32(dw, da, 2));
+            acc[t][3] = vfmaq_f32(acc[t][3], wcvt(fam, p[3]), vmulq_laneq_f32(dw, da, 3));
         }
     }
     for (int t = 0; t < T; t++) {
@@ -202,15 +203,35 @@ INLINE void gemm_4x4_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
 }
 
 INLINE void tile_4x4_16rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+    gemm_4x4_tiles(0, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
 }
 
 INLINE void tile_4x4_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+    gemm_4x4_tiles(0, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_iq4_nl_4x4_16rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x4_tiles(1, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_iq4_nl_4x4_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x4_tiles(1, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_4x4_dotprod(0, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     ggml_ext_q4_0_arm_gemm_driver(4, 4, tile_4x4_16rows, tile_4x4_4rows, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_4x4_dotprod(1, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(4, 4, tile_iq4_nl_4x4_16rows, tile_iq4_nl_4x4_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
 // ---------------------------------------------------------------- B = 8 layouts, SDOT
@@ -222,12 +243,12 @@ typedef struct {
     int8x16_t lo[8], hi[8];  // per line
 } wb8;
 
-INLINE void load_b8(const uint8_t * qs, int N, wb8 * w) {
+INLINE void load_b8(int fam, const uint8_t * qs, int N, wb8 * w) {
     GGML_EXT_UNROLL
     for (int i = 0; i < N; i++) {  // N columns x 16 bytes = N lines
         const int8x16_t b = vld1q_s8((const int8_t *) qs + 16 * i);
-        w->lo[i]          = lo16(b);
-        w->hi[i]          = hi16(b);
+        w->lo[i]          = wlo(fam, b);
+        w->hi[i]          = whi(fam, b);
     }
 }
 
@@ -246,7 +267,7 @@ INLINE int32x4_t dot_b8(const wb8 * w, int N, int h, const int8x16_t A[4]) {
 
 // G row groups at once (eight columns: one Q4_0_8_8 group or two Q4_0_4_8 groups, or a
 // last lone Q4_0_4_8 group), sharing the activation broadcasts and their delta.
-INLINE void gemv_b8_pass(int N, int G, const uint8_t * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
+INLINE void gemv_b8_pass(int fam, int N, int G, const uint8_t * w, int nb, const ggml_ext_block_q8_0 * a, float * out) {
     const size_t blk    = (size_t) N * sizeof(ggml_ext_block_q4_0);
     const int    quads  = G * N / 4;  // columns / 4
     float32x4_t  acc[2] = { vdupq_n_f32(0.0f), vdupq_n_f32(0.0f) };
@@ -257,11 +278,11 @@ INLINE void gemv_b8_pass(int N, int G, const uint8_t * w, int nb, const ggml_ext
         for (int gi = 0; gi < G; gi++) {
             const uint8_t * wg = w + ((size_t) gi * nb + b) * blk;
             wb8             wb;
-            load_b8(wg + 2 * N, N, &wb);
+            load_b8(fam, wg + 2 * N, N, &wb);
             GGML_EXT_UNROLL
             for (int h = 0; h < N / 4; h++) {
                 const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) wg + 4 * h), da);
-                acc[gi + h]          = vfmaq_f32(acc[gi + h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
+                acc[gi + h]          = vfmaq_f32(acc[gi + h], wcvt(fam, dot_b8(&wb, N, h, A)), sc);
             }
         }
     }
@@ -270,7 +291,7 @@ INLINE void gemv_b8_pass(int N, int G, const uint8_t * w, int nb, const ggml_ext
     }
 }
 
-INLINE void gemv_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+INLINE void gemv_b8_dotprod(int fam, int N, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int    nb   = n / 32, ng = nc / N, step = 8 / N;
     const size_t gblk = (size_t) nb * N * sizeof(ggml_ext_block_q4_0);  // bytes of one row group
     for (int y = 0; y < nr; y++) {
@@ -278,17 +299,17 @@ INLINE void gemv_b8_dotprod(int N, int n, float * s, size_t bs, const void * vx,
         const uint8_t *             w = (const uint8_t *) vx;
         int                         g = 0;
         for (; g + step <= ng; g += step) {
-            gemv_b8_pass(N, step, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
+            gemv_b8_pass(fam, N, step, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
         }
         if (g < ng) {
-            gemv_b8_pass(N, 1, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
+            gemv_b8_pass(fam, N, 1, w + g * gblk, nb, a, s + (size_t) y * bs + (size_t) g * N);
         }
     }
 }
 
 // Activations interleaved with B = 8: chunk c of row r at qs + 8 (4c + r). One tile of
 // four rows x N columns.
-INLINE void gemm_tile_b8_dotprod(int N, const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+INLINE void gemm_tile_b8_dotprod(int fam, int N, const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
     const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
     float32x4_t  acc[4][2];
     for (int r = 0; r < 4; r++) {
@@ -296,7 +317,7 @@ INLINE void gemm_tile_b8_dotprod(int N, const ggml_ext_block_q8_0x4 * a, int nb,
     }
     for (int b = 0; b < nb; b++, w += blk) {
         wb8 wb;
-        load_b8(w + 2 * N, N, &wb);
+        load_b8(fam, w + 2 * N, N, &wb);
         float da[4];
         vst1q_f32(da, load_d4(a[b].d));
         const int8_t * q = a[b].qs;
@@ -307,7 +328,7 @@ INLINE void gemm_tile_b8_dotprod(int N, const ggml_ext_block_q8_0x4 * a, int nb,
             GGML_EXT_UNROLL
             for (int h = 0; h < N / 4; h++) {
                 const float32x4_t sc = vmulq_f32(load_d4((const ggml_ext_fp16_t *) w + 4 * h), dar);
-                acc[r][h]            = vfmaq_f32(acc[r][h], vcvtq_n_f32_s32(dot_b8(&wb, N, h, A), 4), sc);
+                acc[r][h]            = vfmaq_f32(acc[r][h], wcvt(fam, dot_b8(&wb, N, h, A)), sc);
             }
         }
     }
@@ -318,28 +339,52 @@ INLINE void gemm_tile_b8_dotprod(int N, const ggml_ext_block_q8_0x4 * a, int nb,
     }
 }
 
-INLINE void tile_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(4, a, nb, w, s, bs);
-}
-
-INLINE void tile_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(8, a, nb, w, s, bs);
+INLINE void tile_q4_0_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(0, 4, a, nb, w, s, bs);
 }
 
 static void gemv_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(8, n, s, bs, vx, vy, nr, nc);
+    gemv_b8_dotprod(0, 4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_4x8_dotprod, tile_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_q4_0_4x8_dotprod, tile_q4_0_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
+}
+
+INLINE void tile_q4_0_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(0, 8, a, nb, w, s, bs);
+}
+
+static void gemv_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_b8_dotprod(0, 8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_8x8_dotprod, tile_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_q4_0_8x8_dotprod, tile_q4_0_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
+}
+
+INLINE void tile_iq4_nl_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(1, 4, a, nb, w, s, bs);
+}
+
+static void gemv_iq4_nl_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_b8_dotprod(1, 4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_iq4_nl_4x8_dotprod, tile_iq4_nl_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
+}
+
+INLINE void tile_iq4_nl_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_tile_b8_dotprod(1, 8, a, nb, w, s, bs);
+}
+
+static void gemv_iq4_nl_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_b8_dotprod(1, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_iq4_nl_8x8_dotprod, tile_iq4_nl_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {
@@ -349,6 +394,8 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_neon,
     .gemv                  = { gemv_q4_0_4x4_dotprod, gemv_q4_0_4x8_dotprod, gemv_q4_0_8x8_dotprod },
     .gemm                  = { gemm_q4_0_4x4_dotprod, gemm_q4_0_4x8_dotprod, gemm_q4_0_8x8_dotprod },
+    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_dotprod, gemv_iq4_nl_4x8_dotprod, gemv_iq4_nl_8x8_dotprod },
+    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_dotprod, gemm_iq4_nl_4x8_dotprod, gemm_iq4_nl_8x8_dotprod },
 };
 
 #else

@@ -22,6 +22,30 @@ INLINE int8x16_t hi16(int8x16_t b) {  // high nibble weights times 16
     return vandq_s8(b, vdupq_n_s8((int8_t) 0xf0));
 }
 
+// The kernels serve both families through fam (a constant after inlining): 0 = Q4_0 as
+// above, 1 = IQ4_NL, whose plain nibbles index kvalues with one TBL each (vqtbl1q_s8)
+// and whose products need no division.
+static const int8_t ggml_ext_arm_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
+                                                       1,    13,   25,  38,  53,  69,  89,  113 };
+
+INLINE int8x16_t wlo(int fam, int8x16_t b) {  // low nibble weights (Q4_0: times 16)
+    if (fam) {
+        return vqtbl1q_s8(vld1q_s8(ggml_ext_arm_kvalues_iq4nl), vandq_u8(vreinterpretq_u8_s8(b), vdupq_n_u8(0x0f)));
+    }
+    return lo16(b);
+}
+
+INLINE int8x16_t whi(int fam, int8x16_t b) {  // high nibble weights (Q4_0: times 16)
+    if (fam) {
+        return vqtbl1q_s8(vld1q_s8(ggml_ext_arm_kvalues_iq4nl), vshrq_n_u8(vreinterpretq_u8_s8(b), 4));
+    }
+    return hi16(b);
+}
+
+INLINE float32x4_t wcvt(int fam, int32x4_t p) {  // integer dot product -> float (Q4_0: / 16, exact)
+    return fam ? vcvtq_f32_s32(p) : vcvtq_n_f32_s32(p, 4);
+}
+
 INLINE float32x4_t load_d4(const ggml_ext_fp16_t * d) {
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(d)));
 }

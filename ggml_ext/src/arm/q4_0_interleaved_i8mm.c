@@ -3,6 +3,7 @@
 // bytes, exactly the 8-byte chunk pairs the B = 8 layouts store. GEMV stays on SDOT
 // (q4_0_interleaved.c): with one activation row half of every SMMLA would be wasted,
 // leaving the same useful work per instruction. Scalar twins: ../generic/.
+// Interleaved IQ4_NL: the same GEMMs with fam = 1 (TBL decode, q4_0_interleaved_arm.h).
 #include "q4_0_interleaved_arm.h"
 
 #if defined(GGML_EXT_Q4_0_NEON_I8MM)
@@ -14,13 +15,13 @@
 
 // The four SMMLA of one block for rows 2rp, 2rp+1 (A: the block's 8 activation lines) and
 // columns 2cp, 2cp+1 (unpacked lines: weights 0-7, 8-15, 16-23, 24-31), scaled.
-INLINE float32x4_t mmla_block(float32x4_t acc, const int8x16_t A[8], int rp, int8x16_t wl0, int8x16_t wl1, int8x16_t wh0,
+INLINE float32x4_t mmla_block(int fam, float32x4_t acc, const int8x16_t A[8], int rp, int8x16_t wl0, int8x16_t wl1, int8x16_t wh0,
                               int8x16_t wh1, float32x4_t scale) {
     int32x4_t p = vmmlaq_s32(vdupq_n_s32(0), A[rp], wl0);
     p           = vmmlaq_s32(p, A[2 + rp], wl1);
     p           = vmmlaq_s32(p, A[4 + rp], wh0);
     p           = vmmlaq_s32(p, A[6 + rp], wh1);
-    return vfmaq_f32(acc, vcvtq_n_f32_s32(p, 4), scale);
+    return vfmaq_f32(acc, wcvt(fam, p), scale);
 }
 
 INLINE void load_act_lines(const ggml_ext_block_q8_0x4 * a, int8x16_t A[8], float32x4_t dap[2]) {
@@ -40,7 +41,7 @@ INLINE void store_mmla(float * s, size_t bs, float32x4_t acc01, float32x4_t acc2
 
 // Q4_0_4_8: T tiles of four rows (T = 1, 2) x 4 columns; the unpacked block (8 registers)
 // serves all 4T rows.
-INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
+INLINE void gemm_4x8_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int nb, const ggml_ext_block_q4_0x4 * w, float * s,
                            size_t bs) {
     float32x4_t acc[2][2][2];  // [tile][rp][cp]
     GGML_EXT_UNROLL
@@ -55,7 +56,7 @@ INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
         for (int cp = 0; cp < 2; cp++) {
             const int8x16_t l0 = vld1q_s8((const int8_t *) w[b].qs + 16 * cp);        // chunk 0
             const int8x16_t l1 = vld1q_s8((const int8_t *) w[b].qs + 16 * (2 + cp));  // chunk 1
-            wl0[cp] = lo16(l0), wh0[cp] = hi16(l0), wl1[cp] = lo16(l1), wh1[cp] = hi16(l1);
+            wl0[cp] = wlo(fam, l0), wh0[cp] = whi(fam, l0), wl1[cp] = wlo(fam, l1), wh1[cp] = whi(fam, l1);
             const float32x2_t d2 = cp ? vget_high_f32(dw) : vget_low_f32(dw);
             dwp[cp]              = vcombine_f32(d2, d2);  // [w 2cp, w 2cp+1] twice
         }
@@ -74,7 +75,7 @@ INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
                 }
                 GGML_EXT_UNROLL
                 for (int cp = 0; cp < 2; cp++) {
-                    acc[t][rp][cp] = mmla_block(acc[t][rp][cp], A, rp, wl0[cp], wl1[cp], wh0[cp], wh1[cp],
+                    acc[t][rp][cp] = mmla_block(fam, acc[t][rp][cp], A, rp, wl0[cp], wl1[cp], wh0[cp], wh1[cp],
                                                 vmulq_f32(dwp[cp], dap));
                 }
             }
@@ -88,20 +89,32 @@ INLINE void gemm_4x8_tiles(int T, const ggml_ext_block_q8_0x4 * a, int nb, const
 }
 
 INLINE void tile_4x8_8rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+    gemm_4x8_tiles(0, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
 }
 
 INLINE void tile_4x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+    gemm_4x8_tiles(0, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_iq4_nl_4x8_8rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x8_tiles(1, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
+}
+
+INLINE void tile_iq4_nl_4x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    gemm_4x8_tiles(1, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
 }
 
 static void gemm_q4_0_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     ggml_ext_q4_0_arm_gemm_driver(4, 2, tile_4x8_8rows, tile_4x8_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
+static void gemm_iq4_nl_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(4, 2, tile_iq4_nl_4x8_8rows, tile_iq4_nl_4x8_4rows, n, s, bs, vx, vy, nr, nc);
+}
+
 // Q4_0_8_8: one tile of four rows x 8 columns (8 accumulators); the block is unpacked one
 // column pair at a time (a whole unpacked block would take 16 registers).
-INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w8, float * s, size_t bs) {
+INLINE void tile_8x8_4rows_f(int fam, const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w8, float * s, size_t bs) {
     const ggml_ext_block_q4_0x8 * w = (const ggml_ext_block_q4_0x8 *) w8;
     float32x4_t                   acc[2][4];
     GGML_EXT_UNROLL
@@ -121,7 +134,7 @@ INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_
             const float32x4_t dwp = vcombine_f32(d2, d2);
             GGML_EXT_UNROLL
             for (int rp = 0; rp < 2; rp++) {
-                acc[rp][cp] = mmla_block(acc[rp][cp], A, rp, lo16(l0), lo16(l1), hi16(l0), hi16(l1), vmulq_f32(dwp, dap[rp]));
+                acc[rp][cp] = mmla_block(fam, acc[rp][cp], A, rp, wlo(fam, l0), wlo(fam, l1), whi(fam, l0), whi(fam, l1), vmulq_f32(dwp, dap[rp]));
             }
         }
     }
@@ -131,8 +144,20 @@ INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_
     }
 }
 
+INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    tile_8x8_4rows_f(0, a, nb, w, s, bs);
+}
+
+INLINE void tile_iq4_nl_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
+    tile_8x8_4rows_f(1, a, nb, w, s, bs);
+}
+
 static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_8x8_4rows, tile_8x8_4rows, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_iq4_nl_8x8_4rows, tile_iq4_nl_8x8_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
@@ -142,6 +167,8 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
     .quantize_mat_q8_0_4x8 = NULL,
     .gemv                  = { NULL, NULL, NULL },  // SDOT: see the top of this file
     .gemm                  = { NULL, gemm_q4_0_4x8_i8mm, gemm_q4_0_8x8_i8mm },
+    .gemv_iq4_nl           = { NULL, NULL, NULL },
+    .gemm_iq4_nl           = { NULL, gemm_iq4_nl_4x8_i8mm, gemm_iq4_nl_8x8_i8mm },
 };
 
 #else

@@ -1,5 +1,8 @@
-// Scalar reference for the interleaved Q4_0 family: Q4_0/Q8_0 reference quantizers,
-// the layout transforms, and the twin of every SIMD kernel. Plain C11, any CPU.
+// Scalar reference for the interleaved Q4_0 and IQ4_NL families: Q4_0/Q8_0 reference
+// quantizers, the layout transforms, and the twin of every SIMD kernel. Plain C11, any CPU.
+// The two families share everything but the weight decode: Q4_0 stores bytes XOR 0x88
+// (nibble - 8 as two's complement), IQ4_NL stores plain nibbles that index kvalues.
+#include "../iq4_nl_interleaved.h"
 #include "../q4_0_interleaved_impl.h"
 
 #include <math.h>
@@ -49,6 +52,19 @@ void ggml_ext_dequantize_row_q4_0(const ggml_ext_block_q4_0 * x, float * y, int6
         for (int j = 0; j < QK / 2; j++) {
             y[i * QK + j]          = (float) ((x[i].qs[j] & 0x0f) - 8) * d;
             y[i * QK + j + QK / 2] = (float) ((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+const int8_t ggml_ext_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+
+void ggml_ext_dequantize_row_iq4_nl(const ggml_ext_block_iq4_nl * x, float * y, int64_t k) {
+    const int64_t nb = k / QK;
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = ggml_ext_fp16_to_fp32(x[i].d);
+        for (int j = 0; j < QK / 2; j++) {
+            y[i * QK + j]          = d * ggml_ext_kvalues_iq4nl[x[i].qs[j] & 0x0f];
+            y[i * QK + j + QK / 2] = d * ggml_ext_kvalues_iq4nl[x[i].qs[j] >> 4];
         }
     }
 }
@@ -116,9 +132,13 @@ static int check_shape(enum ggml_ext_q4_0_layout layout, int64_t nrows, int64_t 
     return 0;
 }
 
+// XOR applied to stored quant bytes: Q4_0 0x88, IQ4_NL none.
+#define XOR_Q4_0   0x88
+#define XOR_IQ4_NL 0x00
+
 // N blocks (one per row of a group, same block column) -> one interleaved block:
-// N deltas, then chunk i = bytes [(i/N)*B, +B) of row i%N, XOR 0x88.
-static void interleave_blocks(const ggml_ext_block_q4_0 * const * in, int N, int B, uint8_t * out) {
+// N deltas, then chunk i = bytes [(i/N)*B, +B) of row i%N, XOR x.
+static void interleave_blocks(const ggml_ext_block_q4_0 * const * in, int N, int B, uint8_t x, uint8_t * out) {
     ggml_ext_fp16_t * d  = (ggml_ext_fp16_t *) out;
     uint8_t *         qs = out + N * sizeof(ggml_ext_fp16_t);
     for (int r = 0; r < N; r++) {
@@ -130,18 +150,18 @@ static void interleave_blocks(const ggml_ext_block_q4_0 * const * in, int N, int
         if (B == 8) {
             uint64_t v;
             memcpy(&v, src, 8);
-            v ^= 0x8888888888888888ull;
+            v ^= 0x0101010101010101ull * x;
             memcpy(qs + i * 8, &v, 8);
         } else {
             uint32_t v;
             memcpy(&v, src, 4);
-            v ^= 0x88888888u;
+            v ^= 0x01010101u * x;
             memcpy(qs + i * 4, &v, 4);
         }
     }
 }
 
-static void deinterleave_block(const uint8_t * in, int N, int B, ggml_ext_block_q4_0 * const * out) {
+static void deinterleave_block(const uint8_t * in, int N, int B, uint8_t x, ggml_ext_block_q4_0 * const * out) {
     const ggml_ext_fp16_t * d  = (const ggml_ext_fp16_t *) in;
     const uint8_t *         qs = in + N * sizeof(ggml_ext_fp16_t);
     for (int r = 0; r < N; r++) {
@@ -150,13 +170,13 @@ static void deinterleave_block(const uint8_t * in, int N, int B, ggml_ext_block_
     for (int i = 0; i < N * 16 / B; i++) {
         uint8_t * dst = out[i % N]->qs + (i / N) * B;
         for (int j = 0; j < B; j++) {
-            dst[j] = qs[i * B + j] ^ 0x88;
+            dst[j] = qs[i * B + j] ^ x;
         }
     }
 }
 
-int ggml_ext_repack_q4_0(enum ggml_ext_q4_0_layout layout, void * dst, const ggml_ext_block_q4_0 * src, int64_t nrows,
-                         int64_t ncols) {
+static int repack_blocks(enum ggml_ext_q4_0_layout layout, uint8_t x, void * dst, const ggml_ext_block_q4_0 * src,
+                         int64_t nrows, int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
         return err;
@@ -171,15 +191,15 @@ int ggml_ext_repack_q4_0(enum ggml_ext_q4_0_layout layout, void * dst, const ggm
             for (int r = 0; r < N; r++) {
                 in[r] = src + (g * N + r) * nb + b;
             }
-            interleave_blocks(in, N, B, out);
+            interleave_blocks(in, N, B, x, out);
             out += (size_t) N * sizeof(ggml_ext_block_q4_0);
         }
     }
     return 0;
 }
 
-int ggml_ext_unpack_q4_0(enum ggml_ext_q4_0_layout layout, ggml_ext_block_q4_0 * dst, const void * src, int64_t nrows,
-                         int64_t ncols) {
+static int unpack_blocks(enum ggml_ext_q4_0_layout layout, uint8_t x, ggml_ext_block_q4_0 * dst, const void * src,
+                         int64_t nrows, int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
         return err;
@@ -194,11 +214,31 @@ int ggml_ext_unpack_q4_0(enum ggml_ext_q4_0_layout layout, ggml_ext_block_q4_0 *
             for (int r = 0; r < N; r++) {
                 out[r] = dst + (g * N + r) * nb + b;
             }
-            deinterleave_block(in, N, B, out);
+            deinterleave_block(in, N, B, x, out);
             in += (size_t) N * sizeof(ggml_ext_block_q4_0);
         }
     }
     return 0;
+}
+
+int ggml_ext_repack_q4_0(enum ggml_ext_q4_0_layout layout, void * dst, const ggml_ext_block_q4_0 * src, int64_t nrows,
+                         int64_t ncols) {
+    return repack_blocks(layout, XOR_Q4_0, dst, src, nrows, ncols);
+}
+
+int ggml_ext_unpack_q4_0(enum ggml_ext_q4_0_layout layout, ggml_ext_block_q4_0 * dst, const void * src, int64_t nrows,
+                         int64_t ncols) {
+    return unpack_blocks(layout, XOR_Q4_0, dst, src, nrows, ncols);
+}
+
+int ggml_ext_repack_iq4_nl(enum ggml_ext_q4_0_layout layout, void * dst, const ggml_ext_block_iq4_nl * src, int64_t nrows,
+                           int64_t ncols) {
+    return repack_blocks(layout, XOR_IQ4_NL, dst, src, nrows, ncols);
+}
+
+int ggml_ext_unpack_iq4_nl(enum ggml_ext_q4_0_layout layout, ggml_ext_block_iq4_nl * dst, const void * src, int64_t nrows,
+                           int64_t ncols) {
+    return unpack_blocks(layout, XOR_IQ4_NL, dst, src, nrows, ncols);
 }
 
 int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const float * x, void * dst, int64_t nrows,
@@ -219,15 +259,15 @@ int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const f
                 ggml_ext_quantize_row_q4_0_ref(x + (g * N + r) * ncols + b * QK, &blocks[r], QK);
                 in[r] = &blocks[r];
             }
-            interleave_blocks(in, N, B, out);
+            interleave_blocks(in, N, B, XOR_Q4_0, out);
             out += (size_t) N * sizeof(ggml_ext_block_q4_0);
         }
     }
     return 0;
 }
 
-int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const void * src, float * y, int64_t nrows,
-                                         int64_t ncols) {
+static int dequantize_interleaved(enum ggml_ext_q4_0_layout layout, uint8_t x, const void * src, float * y, int64_t nrows,
+                                  int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
         return err;
@@ -243,14 +283,28 @@ int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const
             for (int r = 0; r < N; r++) {
                 out[r] = &blocks[r];
             }
-            deinterleave_block(in, N, B, out);
+            deinterleave_block(in, N, B, x, out);
             for (int r = 0; r < N; r++) {
-                ggml_ext_dequantize_row_q4_0(&blocks[r], y + (g * N + r) * ncols + b * QK, QK);
+                if (x == XOR_Q4_0) {
+                    ggml_ext_dequantize_row_q4_0(&blocks[r], y + (g * N + r) * ncols + b * QK, QK);
+                } else {
+                    ggml_ext_dequantize_row_iq4_nl(&blocks[r], y + (g * N + r) * ncols + b * QK, QK);
+                }
             }
             in += (size_t) N * sizeof(ggml_ext_block_q4_0);
         }
     }
     return 0;
+}
+
+int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_q4_0_layout layout, const void * src, float * y, int64_t nrows,
+                                         int64_t ncols) {
+    return dequantize_interleaved(layout, XOR_Q4_0, src, y, nrows, ncols);
+}
+
+int ggml_ext_dequantize_iq4_nl_interleaved(enum ggml_ext_q4_0_layout layout, const void * src, float * y, int64_t nrows,
+                                           int64_t ncols) {
+    return dequantize_interleaved(layout, XOR_IQ4_NL, src, y, nrows, ncols);
 }
 
 // ---------------------------------------------------------------- kernels
@@ -262,20 +316,22 @@ static inline int8_t act_byte(const int8_t * a, int AB, int r, int k) {
 }
 
 // Integer dot product of weight row j of an interleaved block with activation row r.
-// The XORed nibble is q - 8 in two's complement: (byte << 4) and (byte & 0xF0), read as
-// int8, are the two weights times 16; divide once at the end.
-static inline int32_t dot_interleaved(const uint8_t * qs, int N, int B, int j, const int8_t * a, int AB, int r) {
-    int32_t sum16 = 0;
+// Q4_0 (kv NULL): the XORed nibble is q - 8 in two's complement: (byte << 4) and
+// (byte & 0xF0), read as int8, are the two weights times 16; divide once at the end.
+// IQ4_NL: the nibbles index kv.
+static inline int32_t dot_interleaved(const uint8_t * qs, int N, int B, int j, const int8_t * a, int AB, int r,
+                                      const int8_t * kv) {
+    int32_t sum = 0;
     for (int k = 0; k < QK / 2; k++) {
         const uint8_t byte = qs[((k / B) * N + j) * B + k % B];  // weights k and k + 16 of row j
-        const int     lo   = (int8_t) (uint8_t) (byte << 4);
-        const int     hi   = (int8_t) (byte & 0xf0);
-        sum16 += lo * act_byte(a, AB, r, k) + hi * act_byte(a, AB, r, k + QK / 2);
+        const int     lo   = kv ? kv[byte & 0x0f] : (int8_t) (uint8_t) (byte << 4);
+        const int     hi   = kv ? kv[byte >> 4] : (int8_t) (byte & 0xf0);
+        sum += lo * act_byte(a, AB, r, k) + hi * act_byte(a, AB, r, k + QK / 2);
     }
-    return sum16 / 16;  // exact: every term is a multiple of 16
+    return kv ? sum : sum / 16;  // Q4_0: exact, every term is a multiple of 16
 }
 
-static void gemv_generic(int N, int B, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+static void gemv_generic(const int8_t * kv, int N, int B, int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int    nb        = n / QK;
     const size_t blk_bytes = (size_t) N * sizeof(ggml_ext_block_q4_0);
     for (int y = 0; y < nr; y++) {
@@ -287,7 +343,7 @@ static void gemv_generic(int N, int B, int n, float * s, size_t bs, const void *
                 const ggml_ext_fp16_t * d   = (const ggml_ext_fp16_t *) blk;
                 const float             da  = ggml_ext_fp16_to_fp32(a[b].d);
                 for (int j = 0; j < N; j++) {
-                    const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, 0, 0);
+                    const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, 0, 0, kv);
                     sumf[j] += (float) sumi * (ggml_ext_fp16_to_fp32(d[j]) * da);
                 }
             }
@@ -299,7 +355,7 @@ static void gemv_generic(int N, int B, int n, float * s, size_t bs, const void *
 }
 
 // Activations: nr/4 groups of nb ggml_ext_block_q8_0x4 interleaved with chunk AB.
-static void gemm_generic(int N, int B, int AB, int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
+static void gemm_generic(const int8_t * kv, int N, int B, int AB, int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
                          int nc) {
     const int    nb        = n / QK;
     const size_t blk_bytes = (size_t) N * sizeof(ggml_ext_block_q4_0);
@@ -313,7 +369,7 @@ static void gemm_generic(int N, int B, int AB, int n, float * s, size_t bs, cons
                 for (int r = 0; r < 4; r++) {
                     const float da = ggml_ext_fp16_to_fp32(a[b].d[r]);
                     for (int j = 0; j < N; j++) {
-                        const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, AB, r);
+                        const int32_t sumi = dot_interleaved(blk + N * 2, N, B, j, a[b].qs, AB, r, kv);
                         sumf[r][j] += (float) sumi * (ggml_ext_fp16_to_fp32(d[j]) * da);
                     }
                 }
@@ -328,27 +384,51 @@ static void gemm_generic(int N, int B, int AB, int n, float * s, size_t bs, cons
 }
 
 static void gemv_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_generic(4, 4, n, s, bs, vx, vy, nr, nc);
+    gemv_generic(NULL, 4, 4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_generic(4, 8, n, s, bs, vx, vy, nr, nc);
+    gemv_generic(NULL, 4, 8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_generic(8, 8, n, s, bs, vx, vy, nr, nc);
+    gemv_generic(NULL, 8, 8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_generic(4, 4, 4, n, s, bs, vx, vy, nr, nc);
+    gemm_generic(NULL, 4, 4, 4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_generic(4, 8, 8, n, s, bs, vx, vy, nr, nc);
+    gemm_generic(NULL, 4, 8, 8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemm_generic(8, 8, 8, n, s, bs, vx, vy, nr, nc);
+    gemm_generic(NULL, 8, 8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(ggml_ext_kvalues_iq4nl, 4, 4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x4_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(ggml_ext_kvalues_iq4nl, 4, 4, 4, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(ggml_ext_kvalues_iq4nl, 4, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(ggml_ext_kvalues_iq4nl, 4, 8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemv_generic(ggml_ext_kvalues_iq4nl, 8, 8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_8x8_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    gemm_generic(ggml_ext_kvalues_iq4nl, 8, 8, 8, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_generic = {
@@ -358,4 +438,6 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_generic = {
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_generic,
     .gemv                  = { gemv_4x4_generic, gemv_4x8_generic, gemv_8x8_generic },
     .gemm                  = { gemm_4x4_generic, gemm_4x8_generic, gemm_8x8_generic },
+    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_generic, gemv_iq4_nl_4x8_generic, gemv_iq4_nl_8x8_generic },
+    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_generic, gemm_iq4_nl_4x8_generic, gemm_iq4_nl_8x8_generic },
 };

@@ -1,4 +1,4 @@
-// ggml-cpu side of the interleaved Q4_0 types 31-33: mul_mat through our GEMV/GEMM kernels
+// ggml-cpu side of the interleaved Q4_0 types 31-33 and IQ4_NL types 36-38: mul_mat through our GEMV/GEMM kernels
 // on ggml's threadpool, called from the hook at the top of ggml_compute_forward_mul_mat.
 //
 // Every thread first quantizes its share of src1 into the work buffer (whose size ggml
@@ -8,12 +8,19 @@
 // columns) in multiples of N and runs the GEMM on the 4-row groups, the GEMV on the rest.
 #include "ggml-cpu-impl.h"
 
+#include "../iq4_nl_interleaved.h"
 #include "../q4_0_interleaved.h"
 #include "q4_0_runtime_repack.h"
 
 static int layout_of(enum ggml_type type) {
-    return (int) type >= 31 && (int) type <= 33 ? (int) type - 31 : -1;
+    if ((int) type >= 31 && (int) type <= 33) {
+        return (int) type - 31;
+    }
+    return (int) type >= 36 && (int) type <= 38 ? (int) type - 36 : -1;
 }
+
+static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
+                                const struct ggml_ext_q4_0_layout_traits * lt);
 
 int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
     bool involved = layout_of(op->type) >= 0;
@@ -34,17 +41,23 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
     if (layout < 0) {
         return false;
     }
-    ggml_ext_cpu_mul_mat_q4_0_layout(params, dst, layout);
+    // the activation side (Q8_0, interleaved by 4) is the same for both families
+    const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) layout;
+    mul_mat_interleaved(params, dst,
+                        (int) dst->src[0]->type >= 36 ? ggml_ext_iq4_nl_layout_traits(l) : ggml_ext_q4_0_layout_traits(l));
     return true;
 }
 
 // src0's bytes are in `layout` whatever its type says (types 31-33, or a Q4_0 weight that the
 // runtime repack put in our layout): both paths run this same code, hence the same numbers.
 void ggml_ext_cpu_mul_mat_q4_0_layout(const struct ggml_compute_params * params, struct ggml_tensor * dst, int layout) {
+    mul_mat_interleaved(params, dst, ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout));
+}
+
+static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
+                                const struct ggml_ext_q4_0_layout_traits * lt) {
     const struct ggml_tensor * src0 = dst->src[0];
     const struct ggml_tensor * src1 = dst->src[1];
-
-    const struct ggml_ext_q4_0_layout_traits * lt = ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout);
 
     GGML_TENSOR_BINARY_OP_LOCALS
 

@@ -6,6 +6,11 @@
 // -8 * sum(a) term comes from the activation table (q4_0_interleaved_x86.h).
 // Q4_0_4_8 and Q4_0_8_8 keep two int32 lanes per column (the two 4-byte halves of each
 // 8-byte chunk) through the float accumulation and add them once at the end.
+//
+// Interleaved IQ4_NL runs the same kernels with fam = 1: one pshufb per 32 bytes decodes
+// the nibbles to the signed kvalues, and as |kvalue| * |a| pairs can reach 2 * 127 * 127,
+// each pmaddubsw takes |w| and sign(a, w) and is widened to int32 at once (pmaddwd);
+// no correction term.
 #include "q4_0_interleaved_x86.h"
 
 #if defined(GGML_EXT_Q4_0_AVX2)
@@ -83,19 +88,43 @@ static void quantize_mat_q8_0_4x8_avx2(const float * x, void * vy, int64_t k) {
 
 // ---------------------------------------------------------------- weights
 
-// The original Q4_0 nibbles (0..15) of 32 stored bytes.
-INLINE void unpack(const uint8_t * p, __m256i * lo, __m256i * hi) {
+// 32 stored bytes -> weights. fam 0 (Q4_0): the original nibbles (0..15); fam 1
+// (IQ4_NL): kvalues[nibble] (signed).
+INLINE void unpack(int fam, const uint8_t * p, __m256i * lo, __m256i * hi) {
     const __m256i m = _mm256_set1_epi8(0x0f);
+    if (fam) {
+        const __m256i tbl = _mm256_broadcastsi128_si256(ggml_ext_iq4_nl_table(0));
+        const __m256i raw = _mm256_loadu_si256((const __m256i *) p);
+        *lo               = _mm256_shuffle_epi8(tbl, _mm256_and_si256(raw, m));
+        *hi               = _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(raw, 4), m));
+        return;
+    }
     const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) p), _mm256_set1_epi8((char) 0x88));
     *lo             = _mm256_and_si256(u, m);
     *hi             = _mm256_and_si256(_mm256_srli_epi16(u, 4), m);
 }
 
-// Four u8 x s8 products summed per int32 lane pair of bytes... (4 x 2 x 15 x 128 < 2^15).
-INLINE __m256i dot4(__m256i w0, __m256i a0, __m256i w1, __m256i a1, __m256i w2, __m256i a2, __m256i w3, __m256i a3) {
+// IQ4_NL: s8 x s8 byte pairs summed into int16 (|sum| <= 2 * 127 * 127), then int32.
+INLINE __m256i dot2_s8(__m256i w, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(a, w)), _mm256_set1_epi16(1));
+}
+
+// Four byte products summed per int32 lane. Q4_0: u8 x s8, summed in int16 first
+// (4 x 2 x 15 x 128 < 2^15); IQ4_NL: s8 x s8.
+INLINE __m256i dot4(int fam, __m256i w0, __m256i a0, __m256i w1, __m256i a1, __m256i w2, __m256i a2, __m256i w3,
+                    __m256i a3) {
+    if (fam) {
+        return _mm256_add_epi32(_mm256_add_epi32(dot2_s8(w0, a0), dot2_s8(w1, a1)),
+                                _mm256_add_epi32(dot2_s8(w2, a2), dot2_s8(w3, a3)));
+    }
     const __m256i p = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w0, a0), _mm256_maddubs_epi16(w1, a1)),
                                        _mm256_add_epi16(_mm256_maddubs_epi16(w2, a2), _mm256_maddubs_epi16(w3, a3)));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// The correction term of a lane (Q4_0), none for IQ4_NL.
+INLINE __m256i add_corr(int fam, __m256i p, __m256i corr) {
+    return fam ? p : _mm256_add_epi32(p, corr);
 }
 
 // B = 8: four columns (half h of H) of one block: chunk c of column j at qs + 32 (c H + h) + 8 j.
@@ -103,16 +132,16 @@ typedef struct {
     __m256i lo0, hi0, lo1, hi1;
 } half_b8;
 
-INLINE half_b8 load_half_b8(const uint8_t * qs, int H, int h) {
+INLINE half_b8 load_half_b8(int fam, const uint8_t * qs, int H, int h) {
     half_b8 w;
-    unpack(qs + 32 * h, &w.lo0, &w.hi0);
-    unpack(qs + 32 * (H + h), &w.lo1, &w.hi1);
+    unpack(fam, qs + 32 * h, &w.lo0, &w.hi0);
+    unpack(fam, qs + 32 * (H + h), &w.lo1, &w.hi1);
     return w;
 }
 
 // A[c]: activation bytes 8c..8c+7 in every 64-bit lane. Result: two int32 lanes per column.
-INLINE __m256i dot_half_b8(const half_b8 * w, const __m256i A[4]) {
-    return dot4(w->lo0, A[0], w->lo1, A[1], w->hi0, A[2], w->hi1, A[3]);
+INLINE __m256i dot_half_b8(int fam, const half_b8 * w, const __m256i A[4]) {
+    return dot4(fam, w->lo0, A[0], w->lo1, A[1], w->hi0, A[2], w->hi1, A[3]);
 }
 
 // Weight deltas of one block as floats (H = 1: four, in the low half).
@@ -140,7 +169,7 @@ INLINE void store4(float * out, __m128 v, int add) {
 
 // ---------------------------------------------------------------- Q4_0_4_8 / Q4_0_8_8
 
-INLINE void gemv_group_b8(int H, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+INLINE void gemv_group_b8(int fam, int H, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
                           int add) {
     const int    N      = 4 * H;
     const size_t blk    = (size_t) N * sizeof(ggml_ext_block_q4_0);
@@ -153,8 +182,8 @@ INLINE void gemv_group_b8(int H, const act_sums * t, const ggml_ext_block_q8_0 *
         const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
         GGML_EXT_UNROLL
         for (int h = 0; h < H; h++) {
-            const half_b8 wh = load_half_b8(w + 2 * N, H, h);
-            const __m256i p  = _mm256_add_epi32(dot_half_b8(&wh, A), corr);
+            const half_b8 wh = load_half_b8(fam, w + 2 * N, H, h);
+            const __m256i p  = add_corr(fam, dot_half_b8(fam, &wh, A), corr);
             acc[h]           = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_permutevar8x32_ps(sc, pair_idx(h)), acc[h]);
         }
     }
@@ -166,7 +195,7 @@ INLINE void gemv_group_b8(int H, const act_sums * t, const ggml_ext_block_q8_0 *
 // Four activation rows x four columns at a time: for Q4_0_8_8 the two column halves are
 // separate passes over the blocks, so that 4 accumulators + 4 weight vectors fit the 16
 // AVX2 registers (the activations, re-read by the second pass, stay in L1).
-INLINE void gemm_tile_b8(int H, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w0, int kn, float * s,
+INLINE void gemm_tile_b8(int fam, int H, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w0, int kn, float * s,
                          size_t bs, int add) {
     const int    N   = 4 * H;
     const size_t blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
@@ -174,14 +203,14 @@ INLINE void gemm_tile_b8(int H, const act_sums_x4 * t, const ggml_ext_block_q8_0
         const uint8_t * w      = w0;
         __m256          acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
         for (int b = 0; b < kn; b++, w += blk) {
-            const half_b8  wh = load_half_b8(w + 2 * N, H, h);
+            const half_b8  wh = load_half_b8(fam, w + 2 * N, H, h);
             const __m256   sp = _mm256_permutevar8x32_ps(load_scales(w, H), pair_idx(h));
             const int8_t * q  = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
             GGML_EXT_UNROLL
             for (int r = 0; r < 4; r++) {
                 const __m256i A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
                                        ggml_ext_q4_0_bcast64(q + 8 * (8 + r)), ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
-                const __m256i p    = _mm256_add_epi32(dot_half_b8(&wh, A), ggml_ext_q4_0_bcast64(t[b].pair[r]));
+                const __m256i p    = add_corr(fam, dot_half_b8(fam, &wh, A), ggml_ext_q4_0_bcast64(t[b].pair[r]));
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(t[b].d[r])), acc[r]);
             }
         }
@@ -191,22 +220,44 @@ INLINE void gemm_tile_b8(int H, const act_sums_x4 * t, const ggml_ext_block_q8_0
     }
 }
 
-static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_b8(1, t, a, w, kn, out, add);
-}
-
-static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_b8(2, t, a, w, kn, out, add);
+static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_b8(0, 1, t, a, w, kn, out, add);
 }
 
 static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
                           size_t bs, int add) {
-    gemm_tile_b8(1, t, a, w, kn, s, bs, add);
+    gemm_tile_b8(0, 1, t, a, w, kn, s, bs, add);
+}
+
+static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_b8(0, 2, t, a, w, kn, out, add);
 }
 
 static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
                           size_t bs, int add) {
-    gemm_tile_b8(2, t, a, w, kn, s, bs, add);
+    gemm_tile_b8(0, 2, t, a, w, kn, s, bs, add);
+}
+
+static void gemv_group_4x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_b8(1, 1, t, a, w, kn, out, add);
+}
+
+static void gemm_tile_4x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_b8(1, 1, t, a, w, kn, s, bs, add);
+}
+
+static void gemv_group_8x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_b8(1, 2, t, a, w, kn, out, add);
+}
+
+static void gemm_tile_8x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_b8(1, 2, t, a, w, kn, s, bs, add);
 }
 
 // ---------------------------------------------------------------- Q4_0_4_4
@@ -214,21 +265,22 @@ static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
 // 32-bit lane l of a 32-byte load of a block's quants holds column l%4, bytes 4(l/4)..,
 // so lanes 0-3 meet activation dwords 0, 2, 4, 6 and lanes 4-7 dwords 1, 3, 5, 7.
 // A[k]: activation dwords 2k (lanes 0-3) and 2k+1 (lanes 4-7); k = 0, 1 low nibbles.
-INLINE __m128i dot_4x4(const __m256i W[4], const __m256i A[4]) {
-    const __m256i p = dot4(W[0], A[0], W[2], A[1], W[1], A[2], W[3], A[3]);
+INLINE __m128i dot_4x4(int fam, const __m256i W[4], const __m256i A[4]) {
+    const __m256i p = dot4(fam, W[0], A[0], W[2], A[1], W[1], A[2], W[3], A[3]);
     return _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
 }
 
-INLINE void load_4x4(const uint8_t * qs, __m256i W[4]) {
-    unpack(qs, &W[0], &W[1]);       // bytes 0-7: low nibbles (weights 0-7), high (16-23)
-    unpack(qs + 32, &W[2], &W[3]);  // bytes 8-15: weights 8-15, 24-31
+INLINE void load_4x4(int fam, const uint8_t * qs, __m256i W[4]) {
+    unpack(fam, qs, &W[0], &W[1]);       // bytes 0-7: low nibbles (weights 0-7), high (16-23)
+    unpack(fam, qs + 32, &W[2], &W[3]);  // bytes 8-15: weights 8-15, 24-31
 }
 
 INLINE __m256i dword_pair_idx(int lo, int hi) {
     return _mm256_setr_epi32(lo, lo, lo, lo, hi, hi, hi, hi);
 }
 
-static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+INLINE void gemv_group_4x4_f(int fam, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn,
+                            float * out, int add) {
     const size_t blk = sizeof(ggml_ext_block_q4_0x4);
     __m128       acc = _mm_setzero_ps();
     for (int b = 0; b < kn; b++, w += blk) {
@@ -238,21 +290,22 @@ static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, co
                                _mm256_permutevar8x32_epi32(v, dword_pair_idx(4, 5)),
                                _mm256_permutevar8x32_epi32(v, dword_pair_idx(6, 7)) };
         __m256i       W[4];
-        load_4x4(w + 8, W);
-        const __m128i p  = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(t[b].full));
+        load_4x4(fam, w + 8, W);
+        const __m128i d4 = dot_4x4(fam, W, A);
+        const __m128i p  = fam ? d4 : _mm_add_epi32(d4, _mm_set1_epi32(t[b].full));
         const __m128  sc = _mm_mul_ps(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w)), _mm_set1_ps(t[b].d));
         acc              = _mm_fmadd_ps(_mm_cvtepi32_ps(p), sc, acc);
     }
     store4(out, acc, add);
 }
 
-static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
+INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn,
+                            float * s, size_t bs, int add) {
     const size_t blk    = sizeof(ggml_ext_block_q4_0x4);
     __m128       acc[4] = { _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps(), _mm_setzero_ps() };
     for (int b = 0; b < kn; b++, w += blk) {
         __m256i W[4];
-        load_4x4(w + 8, W);
+        load_4x4(fam, w + 8, W);
         const __m128 dw = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *) w));
         // 32-byte load k holds dwords 2k (rows 0-3) and 2k+1 (rows 0-3) of the activations
         __m256i      V[4];
@@ -265,7 +318,8 @@ static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
             const __m256i idx  = dword_pair_idx(r, 4 + r);
             const __m256i A[4] = { _mm256_permutevar8x32_epi32(V[0], idx), _mm256_permutevar8x32_epi32(V[1], idx),
                                    _mm256_permutevar8x32_epi32(V[2], idx), _mm256_permutevar8x32_epi32(V[3], idx) };
-            const __m128i p    = _mm_add_epi32(dot_4x4(W, A), _mm_set1_epi32(t[b].full[r][0]));
+            const __m128i d4   = dot_4x4(fam, W, A);
+            const __m128i p    = fam ? d4 : _mm_add_epi32(d4, _mm_set1_epi32(t[b].full[r][0]));
             acc[r]             = _mm_fmadd_ps(_mm_cvtepi32_ps(p), _mm_mul_ps(dw, _mm_set1_ps(t[b].d[r])), acc[r]);
         }
     }
@@ -276,28 +330,72 @@ static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
 
 // ---------------------------------------------------------------- entry points
 
+static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_4x4_f(0, t, a, w, kn, out, add);
+}
+
+static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x4_f(0, t, a, w, kn, s, bs, add);
+}
+
+static void gemv_group_4x4_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
+                            int add) {
+    gemv_group_4x4_f(1, t, a, w, kn, out, add);
+}
+
+static void gemm_tile_4x4_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x4_f(1, t, a, w, kn, s, bs, add);
+}
+
 static void gemv_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8_iq, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2 = {
@@ -307,6 +405,8 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2 = {
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_avx2,
     .gemv                  = { gemv_q4_0_4x4_avx2, gemv_q4_0_4x8_avx2, gemv_q4_0_8x8_avx2 },
     .gemm                  = { gemm_q4_0_4x4_avx2, gemm_q4_0_4x8_avx2, gemm_q4_0_8x8_avx2 },
+    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_avx2, gemv_iq4_nl_4x8_avx2, gemv_iq4_nl_8x8_avx2 },
+    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_avx2, gemm_iq4_nl_4x8_avx2, gemm_iq4_nl_8x8_avx2 },
 };
 
 #else

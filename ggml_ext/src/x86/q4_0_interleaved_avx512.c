@@ -5,6 +5,10 @@
 // whose sums are formed once at the end. The int32 accumulator of a block starts at the
 // -8 * sum(a) correction of its lanes (table in q4_0_interleaved_x86.h).
 // Activation quantizers are the AVX2 ones. Scalar twins: ../generic/.
+//
+// Interleaved IQ4_NL runs the same kernels (fam = 1): the nibbles index kvalues + 128
+// (1..241, unsigned) with one vpshufb each instead of the XOR, and the correction is
+// -128 * sum(a) (tables built with m = 128); everything else is shared.
 #include "q4_0_interleaved_x86.h"
 
 #if defined(GGML_EXT_Q4_0_AVX512VNNI)
@@ -14,11 +18,18 @@
 typedef ggml_ext_q4_0_act_sums    act_sums;
 typedef ggml_ext_q4_0_act_sums_x4 act_sums_x4;
 
-// The original Q4_0 nibbles (0..15) of 64 stored bytes: (x ^ 0x88) & 0x0f in one ternlog.
-INLINE void unpack(const uint8_t * p, __m512i * lo, __m512i * hi) {
+// 64 stored bytes -> unsigned weights for vpdpbusd. fam 0 (Q4_0): the original nibbles
+// (0..15), (x ^ 0x88) & 0x0f in one ternlog. fam 1 (IQ4_NL): kvalues[nibble] + 128.
+INLINE void unpack(int fam, const uint8_t * p, __m512i * lo, __m512i * hi) {
     const __m512i raw = _mm512_loadu_si512((const void *) p);
-    const __m512i x88 = _mm512_set1_epi8((char) 0x88);
     const __m512i m   = _mm512_set1_epi8(0x0f);
+    if (fam) {
+        const __m512i tbl = _mm512_broadcast_i32x4(ggml_ext_iq4_nl_table(1));
+        *lo               = _mm512_shuffle_epi8(tbl, _mm512_and_si512(raw, m));
+        *hi               = _mm512_shuffle_epi8(tbl, _mm512_and_si512(_mm512_srli_epi16(raw, 4), m));
+        return;
+    }
+    const __m512i x88 = _mm512_set1_epi8((char) 0x88);
     *lo               = _mm512_ternarylogic_epi32(raw, x88, m, 0x28);  // (a ^ b) & c
     *hi               = _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, 4), x88, m, 0x28);
 }
@@ -84,14 +95,14 @@ INLINE __m512 scales8(const uint8_t * blk) {
     return _mm512_permutexvar_ps(_mm512_loadu_si512(idx_pairs8), _mm512_castps256_ps512(d));
 }
 
-static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+INLINE void gemv_group_8x8_f(int fam, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t blk = sizeof(ggml_ext_block_q4_0x8);
     __m512       acc = _mm512_setzero_ps();
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q = a[b].qs;
         __m512i        W[4];
-        unpack(w + 16, &W[0], &W[1]);
-        unpack(w + 80, &W[2], &W[3]);
+        unpack(fam, w + 16, &W[0], &W[1]);
+        unpack(fam, w + 80, &W[2], &W[3]);
         const __m512i p  = dot_8x8(W, bcast64(t[b].pair), bcast64(q), bcast64(q + 8), bcast64(q + 16), bcast64(q + 24));
         const __m512  sc = _mm512_mul_ps(scales8(w), _mm512_set1_ps(t[b].d));
         acc              = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, acc);
@@ -99,15 +110,15 @@ static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, co
     store_pairs8(out, acc, add);
 }
 
-static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+INLINE void gemm_tile_8x8_f(int fam, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
                           size_t bs, int add) {
     const size_t blk    = sizeof(ggml_ext_block_q4_0x8);
     __m512       acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
         __m512i        W[4];
-        unpack(w + 16, &W[0], &W[1]);
-        unpack(w + 80, &W[2], &W[3]);
+        unpack(fam, w + 16, &W[0], &W[1]);
+        unpack(fam, w + 80, &W[2], &W[3]);
         const __m512 sc = scales8(w);
         GGML_EXT_UNROLL
         for (int r = 0; r < 4; r++) {
@@ -137,7 +148,7 @@ INLINE __m512i corr_4x8(const int32_t quad[4]) {  // lanes 0-7: quad 0, 1; lanes
     return _mm512_permutexvar_epi64(_mm512_loadu_si512(idx_halves), load128(quad));
 }
 
-static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+INLINE void gemv_group_4x8_f(int fam, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
     const __m512i ih  = _mm512_loadu_si512(idx_halves);
     const __m512i ip  = _mm512_loadu_si512(idx_pairs4);
@@ -145,7 +156,7 @@ static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, co
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q = a[b].qs;
         __m512i        lo, hi;
-        unpack(w + 8, &lo, &hi);
+        unpack(fam, w + 8, &lo, &hi);
         const __m512i p  = dot_4x8(corr_4x8(t[b].quad), lo, _mm512_permutexvar_epi64(ih, load128(q)), hi,
                                    _mm512_permutexvar_epi64(ih, load128(q + 16)));
         const __m512  sc = _mm512_permutexvar_ps(ip, scales4(w, t[b].d));
@@ -154,7 +165,7 @@ static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, co
     store_pairs4(out, acc, add);
 }
 
-static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+INLINE void gemm_tile_4x8_f(int fam, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
                           size_t bs, int add) {
     const size_t  blk    = sizeof(ggml_ext_block_q4_0x4);
     const __m512i ip     = _mm512_loadu_si512(idx_pairs4);
@@ -164,7 +175,7 @@ static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
         const __m512i Q0 = _mm512_loadu_si512((const void *) a[b].qs);
         const __m512i Q1 = _mm512_loadu_si512((const void *) (a[b].qs + 64));
         __m512i       lo, hi;
-        unpack(w + 8, &lo, &hi);
+        unpack(fam, w + 8, &lo, &hi);
         const __m512 dw = _mm512_permutexvar_ps(ip, scales4(w, 1.0f));
         GGML_EXT_UNROLL
         for (int r = 0; r < 4; r++) {
@@ -185,14 +196,14 @@ static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
 // l/4, high nibbles dword l/4 + 4. Column c sums lanes c, 4+c, 8+c, 12+c.
 static const int32_t idx_quads[16] = { 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3 };
 
-static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+INLINE void gemv_group_4x4_f(int fam, const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
     const size_t  blk = sizeof(ggml_ext_block_q4_0x4);
     const __m512i iq  = _mm512_loadu_si512(idx_quads);
     __m512        acc = _mm512_setzero_ps();
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q = a[b].qs;
         __m512i        lo, hi;
-        unpack(w + 8, &lo, &hi);
+        unpack(fam, w + 8, &lo, &hi);
         __m512i p       = _mm512_permutexvar_epi32(iq, load128(t[b].quad));
         p               = _mm512_dpbusd_epi32(p, lo, _mm512_permutexvar_epi32(iq, load128(q)));
         p               = _mm512_dpbusd_epi32(p, hi, _mm512_permutexvar_epi32(iq, load128(q + 16)));
@@ -202,7 +213,7 @@ static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, co
     store_quads4(out, acc, add);
 }
 
-static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
                           size_t bs, int add) {
     const size_t  blk    = sizeof(ggml_ext_block_q4_0x4);
     const __m512i iq     = _mm512_loadu_si512(idx_quads);
@@ -212,7 +223,7 @@ static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
         const __m512i Q0 = _mm512_loadu_si512((const void *) a[b].qs);
         const __m512i Q1 = _mm512_loadu_si512((const void *) (a[b].qs + 64));
         __m512i       lo, hi;
-        unpack(w + 8, &lo, &hi);
+        unpack(fam, w + 8, &lo, &hi);
         const __m512 dw = _mm512_broadcast_f32x4(_mm512_castps512_ps128(scales4(w, 1.0f)));
         GGML_EXT_UNROLL
         for (int r = 0; r < 4; r++) {
@@ -230,28 +241,106 @@ static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a
 
 // ---------------------------------------------------------------- entry points
 
+static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_8x8_f(0, t, a, w, kn, out, add);
+}
+
+static void gemv_group_8x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_8x8_f(1, t, a, w, kn, out, add);
+}
+
+static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_4x8_f(0, t, a, w, kn, out, add);
+}
+
+static void gemv_group_4x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_4x8_f(1, t, a, w, kn, out, add);
+}
+
+static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_4x4_f(0, t, a, w, kn, out, add);
+}
+
+static void gemv_group_4x4_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
+    gemv_group_4x4_f(1, t, a, w, kn, out, add);
+}
+
+static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_8x8_f(0, t, a, w, kn, s, bs, add);
+}
+
+static void gemm_tile_8x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_8x8_f(1, t, a, w, kn, s, bs, add);
+}
+
+static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x8_f(0, t, a, w, kn, s, bs, add);
+}
+
+static void gemm_tile_4x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x8_f(1, t, a, w, kn, s, bs, add);
+}
+
+static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x4_f(0, t, a, w, kn, s, bs, add);
+}
+
+static void gemm_tile_4x4_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
+                          size_t bs, int add) {
+    gemm_tile_4x4_f(1, t, a, w, kn, s, bs, add);
+}
+
 static void gemv_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemv_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
 }
 
 static void gemm_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, 128, gemv_group_4x4_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 4, 128, gemm_tile_4x4_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(4, 128, gemv_group_4x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(4, 8, 128, gemm_tile_4x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemv_iq4_nl_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemv_driver(8, 128, gemv_group_8x8_iq, n, s, bs, vx, vy, nr, nc);
+}
+
+static void gemm_iq4_nl_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
+    ggml_ext_q4_0_gemm_driver(8, 8, 128, gemm_tile_8x8_iq, n, s, bs, vx, vy, nr, nc);
 }
 
 const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni = {
@@ -261,6 +350,8 @@ const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni = {
     .quantize_mat_q8_0_4x8 = NULL,
     .gemv                  = { gemv_q4_0_4x4_avx512, gemv_q4_0_4x8_avx512, gemv_q4_0_8x8_avx512 },
     .gemm                  = { gemm_q4_0_4x4_avx512, gemm_q4_0_4x8_avx512, gemm_q4_0_8x8_avx512 },
+    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_avx512, gemv_iq4_nl_4x8_avx512, gemv_iq4_nl_8x8_avx512 },
+    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_avx512, gemm_iq4_nl_4x8_avx512, gemm_iq4_nl_8x8_avx512 },
 };
 
 #else

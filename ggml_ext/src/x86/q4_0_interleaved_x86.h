@@ -1,4 +1,4 @@
-// Shared by the x86 kernels of the interleaved Q4_0 family (AVX2 and AVX-512 VNNI).
+// Shared by the x86 kernels of the interleaved Q4_0 and IQ4_NL families (AVX2, AVX-512 VNNI).
 //
 // x86 has no signed x signed byte dot product below AVX-VNNI-INT8, but it has
 // unsigned x signed (pmaddubsw, vpdpbusd). XORing a stored byte with 0x88 gives back the
@@ -6,7 +6,9 @@
 // The -8 * sum(a) terms depend on the activations only: they are computed once per
 // block and activation row into a table and reused by every column group, split the way
 // the kernels' int32 lanes split a block (so every lane holds an exact partial dot
-// product). The same table carries the activation deltas as floats.
+// product). The same table carries the activation deltas as floats. IQ4_NL kernels that
+// use vpdpbusd store kvalues + 128 (1..241) and need -128 * sum(a) instead: the table's
+// multiplier m is 8 or 128 (a kernel that needs no correction ignores it).
 //
 // GEMV tables cover up to KC_GEMV blocks (the whole row in practice: a chunked row would
 // be read in strided pieces, which halves the memory bandwidth). GEMM tables cover
@@ -25,7 +27,7 @@
 #    define GGML_EXT_Q4_0_COLBLOCK_BYTES (256 * 1024)
 
 // dword l of a 32-byte activation row is bytes 4l..4l+3, P_l its sum.
-// quad[g] = -8 (P_g + P_{g+4}), pair[e] = quad[e] + quad[e+2], full = -8 * sum(a).
+// quad[g] = -m (P_g + P_{g+4}), pair[e] = quad[e] + quad[e+2], full = -m * sum(a).
 
 // One activation row, one block (GEMV).
 typedef struct {
@@ -49,17 +51,17 @@ static inline __m256i ggml_ext_q4_0_dword_sums(__m256i v) {
     return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
 }
 
-static inline __m256i ggml_ext_q4_0_times_minus8(__m256i v) {
-    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(v, 3));
+static inline __m256i ggml_ext_q4_0_times_minus(__m256i v, int m) {
+    return _mm256_mullo_epi32(v, _mm256_set1_epi32(-m));
 }
 
 // Table for nb plain Q8_0 blocks of one activation row.
-static inline void ggml_ext_q4_0_prep_row(const ggml_ext_block_q8_0 * a, int nb, ggml_ext_q4_0_act_sums * t) {
+static inline void ggml_ext_q4_0_prep_row(const ggml_ext_block_q8_0 * a, int nb, int m, ggml_ext_q4_0_act_sums * t) {
     for (int b = 0; b < nb; b++) {
         int32_t P[8];
         _mm256_storeu_si256((__m256i *) P, ggml_ext_q4_0_dword_sums(_mm256_loadu_si256((const __m256i *) a[b].qs)));
         for (int g = 0; g < 4; g++) {
-            t[b].quad[g] = -8 * (P[g] + P[g + 4]);
+            t[b].quad[g] = -m * (P[g] + P[g + 4]);
         }
         t[b].pair[0] = t[b].quad[0] + t[b].quad[2];
         t[b].pair[1] = t[b].quad[1] + t[b].quad[3];
@@ -71,7 +73,8 @@ static inline void ggml_ext_q4_0_prep_row(const ggml_ext_block_q8_0 * a, int nb,
 // Table for nb blocks of four rows interleaved with chunk B = 4 or 8. The four 32-byte
 // loads of a block give dword sums D[v]; B = 8: D[v] holds chunk v (P_2v, P_2v+1) of rows
 // 0-3 as [r0 r0 r1 r1 r2 r2 r3 r3]; B = 4: D[v] holds P_2v of rows 0-3, then P_2v+1.
-static inline void ggml_ext_q4_0_prep_x4(const ggml_ext_block_q8_0x4 * a, int nb, int B, ggml_ext_q4_0_act_sums_x4 * t) {
+static inline void ggml_ext_q4_0_prep_x4(const ggml_ext_block_q8_0x4 * a, int nb, int B, int m,
+                                         ggml_ext_q4_0_act_sums_x4 * t) {
     const __m256i rows_pairs = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);  // B = 4 -> B = 8 lane order
     for (int b = 0; b < nb; b++) {
         __m256i D[4];
@@ -85,8 +88,8 @@ static inline void ggml_ext_q4_0_prep_x4(const ggml_ext_block_q8_0x4 * a, int nb
             q01 = _mm256_permutevar8x32_epi32(q01, rows_pairs);
             q23 = _mm256_permutevar8x32_epi32(q23, rows_pairs);
         }
-        q01                = ggml_ext_q4_0_times_minus8(q01);
-        q23                = ggml_ext_q4_0_times_minus8(q23);
+        q01                = ggml_ext_q4_0_times_minus(q01, m);
+        q23                = ggml_ext_q4_0_times_minus(q23, m);
         const __m256i pair = _mm256_add_epi32(q01, q23);
         const __m256i full = _mm256_add_epi32(pair, _mm256_shuffle_epi32(pair, 0xb1));
         const __m256i lo   = _mm256_unpacklo_epi64(q01, q23);  // rows 0 and 2: quad0..3
@@ -118,7 +121,8 @@ typedef void (*ggml_ext_q4_0_gemv_group_fn)(const ggml_ext_q4_0_act_sums * t, co
 typedef void (*ggml_ext_q4_0_gemm_tile_fn)(const ggml_ext_q4_0_act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,
                                            const uint8_t * w, int kn, float * s, size_t bs, int add);
 
-static inline void ggml_ext_q4_0_gemv_driver(int N, ggml_ext_q4_0_gemv_group_fn group, int n, float * s, size_t bs,
+// m: the correction multiplier of the tables (8 or 128, see the top).
+static inline void ggml_ext_q4_0_gemv_driver(int N, int m, ggml_ext_q4_0_gemv_group_fn group, int n, float * s, size_t bs,
                                              const void * vx, const void * vy, int nr, int nc) {
     const int              nb  = n / 32;
     const size_t           blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
@@ -127,7 +131,7 @@ static inline void ggml_ext_q4_0_gemv_driver(int N, ggml_ext_q4_0_gemv_group_fn 
         const ggml_ext_block_q8_0 * a = (const ggml_ext_block_q8_0 *) vy + (size_t) y * nb;
         for (int kb = 0; kb < nb; kb += GGML_EXT_Q4_0_KC_GEMV) {
             const int kn = ggml_ext_q4_0_min(GGML_EXT_Q4_0_KC_GEMV, nb - kb);
-            ggml_ext_q4_0_prep_row(a + kb, kn, t);
+            ggml_ext_q4_0_prep_row(a + kb, kn, m, t);
             for (int g = 0; g < nc / N; g++) {
                 group(t, a + kb, (const uint8_t *) vx + ((size_t) g * nb + kb) * blk, kn, s + (size_t) y * bs + (size_t) g * N,
                       kb > 0);
@@ -137,8 +141,8 @@ static inline void ggml_ext_q4_0_gemv_driver(int N, ggml_ext_q4_0_gemv_group_fn 
 }
 
 // Column blocks outermost: a block's weights stay in L2 while all tiles pass over them.
-static inline void ggml_ext_q4_0_gemm_driver(int N, int B, ggml_ext_q4_0_gemm_tile_fn tile, int n, float * s, size_t bs,
-                                             const void * vx, const void * vy, int nr, int nc) {
+static inline void ggml_ext_q4_0_gemm_driver(int N, int B, int m, ggml_ext_q4_0_gemm_tile_fn tile, int n, float * s,
+                                             size_t bs, const void * vx, const void * vy, int nr, int nc) {
     const int                 nb  = n / 32, ng = nc / N;
     const size_t              blk = (size_t) N * sizeof(ggml_ext_block_q4_0);
     const int                 GB  = ggml_ext_q4_0_colblock(nb, blk);
@@ -149,7 +153,7 @@ static inline void ggml_ext_q4_0_gemm_driver(int N, int B, ggml_ext_q4_0_gemm_ti
             const ggml_ext_block_q8_0x4 * a = (const ggml_ext_block_q8_0x4 *) vy + (size_t) ti * nb;
             for (int kb = 0; kb < nb; kb += GGML_EXT_Q4_0_KC_GEMM) {
                 const int kn = ggml_ext_q4_0_min(GGML_EXT_Q4_0_KC_GEMM, nb - kb);
-                ggml_ext_q4_0_prep_x4(a + kb, kn, B, t);
+                ggml_ext_q4_0_prep_x4(a + kb, kn, B, m, t);
                 for (int g = g0; g < g1; g++) {
                     tile(t, a + kb, (const uint8_t *) vx + ((size_t) g * nb + kb) * blk, kn,
                          s + (size_t) 4 * ti * bs + (size_t) g * N, bs, kb > 0);
@@ -163,6 +167,13 @@ static inline __m256i ggml_ext_q4_0_bcast64(const void * p) {
     int64_t v;
     memcpy(&v, p, sizeof(v));
     return _mm256_set1_epi64x(v);
+}
+
+// The IQ4_NL table in every 128-bit lane, for pshufb: kvalues (signed), or kvalues + 128
+// (unsigned, for vpdpbusd).
+static inline __m128i ggml_ext_iq4_nl_table(int plus128) {
+    const __m128i kv = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    return plus128 ? _mm_xor_si128(kv, _mm_set1_epi8((char) 0x80)) : kv;  // + 128 mod 256 == ^ 0x80
 }
 
 #endif  // GGML_EXT_Q4_0_AVX2
