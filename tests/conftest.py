@@ -83,3 +83,19 @@ def q4_0_files(tmp_path_factory) -> dict:
             assert r.converted and not r.kept
             out["converted", name] = r.converted
     return out
+
+
+@pytest.fixture(scope="session")
+def iq4_nl_files(tmp_path_factory) -> dict:
+    """The default model as IQ4_NL (our converter: ggml-ext's quantizer, llama.cpp's IQ4_NL mix)
+    and `ggml-ext repack`-ed into each interleaved layout: {"iq4_nl": path, "IQ4_NL_4_4" | ...: path}."""
+    import ggml_ext
+    from ggml_ext import assets, repack
+    d = tmp_path_factory.mktemp("iq4_nl-files")
+    out = {"iq4_nl": d / "smollm2-iq4_nl.gguf"}
+    ggml_ext.convert(assets.path("smollm2-hf"), out["iq4_nl"], "iq4_nl")
+    for layout, name in repack.IQ4_LAYOUTS.items():
+        out[name] = d / f"smollm2-{name.lower()}.gguf"
+        r = repack.repack(out["iq4_nl"], out[name], layout)
+        assert r.converted and not r.kept
+    return out

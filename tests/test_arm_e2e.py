@@ -7,6 +7,8 @@ interleaved layout.
   "Paris"; qemu's translation log (-d in_asm, filtered to the kernels' address ranges) shows
   that our NEON dotprod GEMVs and dotprod / i8mm GEMMs ran on the interleaved files and
   upstream's runtime-repack kernels did not, and the reverse for plain Q4_0.
+- the same for IQ4_NL (our converter) and its interleaved layouts: our table-lookup (TBL)
+  dotprod GEMVs and i8mm GEMMs run the IQ4_NL_4_4 / 4_8 / 8_8 files, "Paris" each time.
 - armv8-a build under `-cpu cortex-a53` (no dotprod, no i8mm): a Q4_0_8_8 file runs on our
   scalar kernels. The kernels are chosen from the compiler's target flags
   (q4_0_interleaved_impl.h), so "any file on any CPU" means a build for that CPU's baseline.
@@ -60,10 +62,17 @@ OURS_FAST = {
     "Q4_0_4_8": {"gemv_q4_0_4x8_dotprod", "gemm_q4_0_4x8_i8mm"},
     "Q4_0_8_8": {"gemv_q4_0_8x8_dotprod", "gemm_q4_0_8x8_i8mm"},
 }
+IQ4_LAYOUTS = {"IQ4_NL_4_4": "4x4", "IQ4_NL_4_8": "4x8", "IQ4_NL_8_8": "8x8"}
+OURS_FAST_IQ4 = {
+    "IQ4_NL_4_4": {"gemv_iq4_nl_4x4_dotprod", "gemm_iq4_nl_4x4_dotprod"},
+    "IQ4_NL_4_8": {"gemv_iq4_nl_4x8_dotprod", "gemm_iq4_nl_4x8_i8mm"},
+    "IQ4_NL_8_8": {"gemv_iq4_nl_8x8_dotprod", "gemm_iq4_nl_8x8_i8mm"},
+}
 OURS_BASELINE = {name: {f"gemv_{lay}_generic", f"gemm_{lay}_generic"} for name, lay in LAYOUTS.items()}
 # Our kernel entry points (arm/ and generic/) and upstream's repack GEMV/GEMM for Q4_0.
-TRACED = re.compile(r"^(gem[mv]_(q4_0_)?[48]x[48]_(dotprod|i8mm|generic|sve256)|ggml_gem[mv]_q4_0_[48]x[48]_q8_0)$")
-UPSTREAM = re.compile(r"^ggml_gem[mv]_q4_0_")
+TRACED = re.compile(r"^(gem[mv]_(q4_0_|iq4_nl_)?[48]x[48]_(dotprod|i8mm|generic|sve256)"
+                    r"|ggml_gem[mv]_(q4_0|iq4_nl)_[48]x[48]_q8_0)$")
+UPSTREAM = re.compile(r"^ggml_gem[mv]_(q4_0|iq4_nl)_")
 
 
 def _missing_tools() -> list[str]:
@@ -103,8 +112,9 @@ def sve_bin() -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory) -> dict[str, Path]:
-    """The default model converted to Q4_0 by our converter, and repacked into each layout."""
+def models(tmp_path_factory, iq4_nl_files) -> dict[str, Path]:
+    """The default model converted to Q4_0 by our converter, and repacked into each layout; the
+    same for IQ4_NL (conftest's iq4_nl_files)."""
     import ggml_ext
     from ggml_ext import assets, repack
     d = tmp_path_factory.mktemp("arm_models")
@@ -113,6 +123,8 @@ def models(tmp_path_factory) -> dict[str, Path]:
     for name, layout in LAYOUTS.items():
         out[name] = d / f"smollm2-{name.lower()}.gguf"
         repack.repack(out["Q4_0"], out[name], layout)
+    out["IQ4_NL"] = iq4_nl_files["iq4_nl"]
+    out.update({name: iq4_nl_files[name] for name in IQ4_LAYOUTS})
     return out
 
 
@@ -264,6 +276,17 @@ def test_build_refuses_a_bad_march():
                        text=True, env={**tools.tool_env(), "PYTHON": sys.executable}, timeout=60)
     assert r.returncode == 2 and "bad -march 'armv8-a; true'" in r.stderr, r.stderr
     assert not r.stdout
+
+
+@pytest.mark.parametrize("name", ["IQ4_NL", *IQ4_LAYOUTS])
+def test_iq4_nl_files_answer_under_qemu_cpu_max(qemu, name):
+    answer, ran = _get(qemu, ("max", name))
+    plain = _get(qemu, ("max", "IQ4_NL"))[0]
+    print(f"\n{name} (qemu -cpu max, {FAST}): {answer!r}\n  same text as IQ4_NL under qemu: {answer == plain}")
+    assert "Paris" in answer, answer
+    if name in OURS_FAST_IQ4:
+        assert OURS_FAST_IQ4[name] <= ran, f"expected {sorted(OURS_FAST_IQ4[name])} to run, traced {sorted(ran)}"
+        assert not {f for f in ran if UPSTREAM.match(f) or f.endswith("_generic")}, sorted(ran)
 
 
 @pytest.mark.parametrize("name", ["Q4_0", *LAYOUTS])

@@ -104,17 +104,8 @@ def test_loader_refuses_rows_that_do_not_divide(tmp_path):
 # ---------------------------------------------------------------- the default model, end to end
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    import ggml_ext
-    from ggml_ext import assets
-    d = tmp_path_factory.mktemp("iq4_nl_interleaved")
-    out = {"iq4_nl": d / "smollm2-iq4_nl.gguf"}
-    ggml_ext.convert(assets.path("smollm2-hf"), out["iq4_nl"], "iq4_nl")
-    for layout, name in LAYOUTS.items():
-        out[name] = d / f"smollm2-{name.lower()}.gguf"
-        r = repack.repack(out["iq4_nl"], out[name], layout)
-        assert r.converted and not r.kept
-    return out
+def files(iq4_nl_files):
+    return iq4_nl_files
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))

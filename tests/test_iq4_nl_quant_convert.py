@@ -46,10 +46,8 @@ def work(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def iq4(work, threads) -> Path:
-    out = work / "smol-iq4_nl.gguf"
-    convert(assets.path("smollm2-hf"), out, "iq4_nl", threads=threads)
-    return out
+def iq4(iq4_nl_files) -> Path:
+    return iq4_nl_files["iq4_nl"]
 
 
 @pytest.fixture(scope="module")
