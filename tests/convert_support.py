@@ -256,3 +256,11 @@ def read_tensor_bytes(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes
             f.seek(t.file_offset)
             out[t.name] = (t.type_name, t.shape, f.read(t.nbytes))
     return out
+
+
+def default_sigint() -> None:
+    """preexec_fn for a child that must take Ctrl-C: a job started in the background by a
+    non-interactive shell (CI, nohup) inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt; a real terminal's Ctrl-C reaches the converter with the default."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -157,7 +157,8 @@ def test_cli_verb_writes_atomically_and_refuses_to_overwrite(tmp_path):
 def test_interrupt_leaves_no_file(tmp_path):
     out = tmp_path / "m.gguf"
     proc = subprocess.Popen([sys.executable, "-m", "ggml_ext.cli", "convert", str(cs.default_hf()), "-o", str(out),
-                             "--type", "f32"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--type", "f32"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=cs.default_sigint)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir()):
         time.sleep(0.02)  # wait until it is writing

@@ -33,6 +33,8 @@ import pytest
 from ggml_ext import _atomic
 from ggml_ext.gguf_reader import read_gguf
 
+import convert_support as cs
+
 N_TENSORS = 272       # SmolLM2-135M: 30 layers x 9 + token_embd + output_norm
 KILL_AFTER = 8 << 20  # bytes in the temp file before the signal: well inside the data section
 
@@ -57,7 +59,8 @@ def temps(folder: Path, out_name: str) -> list[Path]:
 
 def start_and_signal(cmd: list[str], folder: Path, out_name: str, sig: int, before: set[Path] = frozenset()):
     """Start a conversion, wait until its temp file holds KILL_AFTER bytes, send `sig`; returns (rc, stderr, tmp)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=cs.default_sigint)
     deadline = time.monotonic() + 60
     tmp = None
     try:

@@ -5,6 +5,7 @@
 // Built and run by tests/test_q4_0_interleaved_gguf.py against our installed libggml.
 #include "ggml.h"
 #include "ggml-cpu.h"
+#include "ggml-ext.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,7 +29,13 @@ static double run(enum ggml_type plain, enum ggml_type t, int K, int M, int N, i
     }
     struct ggml_tensor * wq = ggml_new_tensor_2d(ctx, plain, K, M);
     struct ggml_tensor * wi = ggml_new_tensor_2d(ctx, t, K, M);
-    ggml_quantize_chunk(plain, w, wq->data, 0, M, K, NULL);
+    // the interleaved IQ4_NL types quantize with ggml-ext's IQ4_NL quantizer (then repack): the
+    // plain reference must hold the same weights, so it takes that quantizer too, not ggml's
+    if (plain == GGML_TYPE_IQ4_NL) {
+        ggml_ext_quantize_iq4_nl(w, wq->data, M, K, NULL);
+    } else {
+        ggml_quantize_chunk(plain, w, wq->data, 0, M, K, NULL);
+    }
     ggml_quantize_chunk(t, w, wi->data, 0, M, K, NULL);
 
     struct ggml_tensor * x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, K, N, planes);
