@@ -8,6 +8,7 @@
         -dict=tests/fuzz/converter.dict -artifact_prefix=/tmp/ccrash-
     python scripts/fuzz_converter_inputs.py /tmp/ccrash-XXXX       # replay one input
     python scripts/fuzz_converter_inputs.py --unpack INPUT DIR     # an input as the model folder it stands for
+    python scripts/fuzz_converter_inputs.py --minimize CRASH OUT   # a smaller input with the same exception type
 
 One input is one Hugging Face model folder: a first byte choosing the output
 type, then the files of SLOTS in order, separated by SEP (an empty slot: no
@@ -100,6 +101,90 @@ def test_one_input(data: bytes) -> None:
     out = check_one(data)
     if out is not None:
         out.unlink()
+
+
+# --------------------------------------------------------------------------- minimizing
+
+
+def _failure(data: bytes) -> str | None:
+    """The crash of `data` as "ExceptionType" (None if it passes)."""
+    try:
+        test_one_input(data)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__name__
+    return None
+
+
+def _json_candidates(obj):
+    """obj with one key or list element removed, or one nested value simplified, outermost first."""
+    if isinstance(obj, dict):
+        for k in list(obj):
+            yield {kk: v for kk, v in obj.items() if kk != k}
+        for k, v in obj.items():
+            for c in _json_candidates(v):
+                yield {**obj, k: c}
+    elif isinstance(obj, list):
+        for i in range(len(obj)):
+            yield obj[:i] + obj[i + 1:]
+        for i, v in enumerate(obj):
+            for c in _json_candidates(v):
+                yield obj[:i] + [c] + obj[i + 1:]
+    elif isinstance(obj, int) and not isinstance(obj, bool) and obj > 1:
+        yield 1
+
+
+def _safetensors_candidates(data: bytes):
+    """A well-formed safetensors file with one tensor fewer (its data dropped)."""
+    import struct
+    try:
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        body = data[8 + n:]
+        entries = [(k, v) for k, v in header.items() if k != "__metadata__"]
+        for drop in range(len(entries)):
+            new, chunks, at = {}, [], 0
+            for i, (k, v) in enumerate(entries):
+                if i == drop:
+                    continue
+                b, e = v["data_offsets"]
+                chunks.append(body[b:e])
+                new[k] = {**v, "data_offsets": [at, at + e - b]}
+                at += e - b
+            raw = json.dumps(new).encode()
+            yield struct.pack("<Q", len(raw)) + raw + b"".join(chunks)
+    except (ValueError, TypeError, KeyError, AttributeError, struct.error):
+        return
+
+
+def minimize(data: bytes) -> bytes:
+    """A smaller input with the same kind of crash: slots dropped, JSON files pruned key by key.
+
+    libFuzzer's -minimize_crash re-runs the script by its #! line, without atheris; this runs in-process.
+    """
+    want = _failure(data)
+    assert want is not None, "the input does not crash"
+    out_type, files = split(data)
+    changed = True
+    while changed:
+        changed = False
+        for name in list(files):
+            trial = {n: b for n, b in files.items() if n != name}
+            if _failure(join(out_type, trial)) == want:
+                files, changed = trial, True
+        for name in list(files):
+            if name.endswith(".json"):
+                try:
+                    cands = (json.dumps(c, ensure_ascii=False).encode() for c in _json_candidates(json.loads(files[name])))
+                except ValueError:
+                    continue
+            else:
+                cands = _safetensors_candidates(files[name])
+            for cand in cands:
+                trial = {**files, name: cand}
+                if _failure(join(out_type, trial)) == want:
+                    files, changed = trial, True
+                    break
+    return join(out_type, files)
 
 
 # --------------------------------------------------------------------------- seeds
@@ -299,6 +384,11 @@ def main() -> None:
         return
     if len(sys.argv) == 4 and sys.argv[1] == "--unpack":
         print(unpack(Path(sys.argv[2]).read_bytes(), Path(sys.argv[3])))
+        return
+    if len(sys.argv) == 4 and sys.argv[1] == "--minimize":
+        small = minimize(Path(sys.argv[2]).read_bytes())
+        Path(sys.argv[3]).write_bytes(small)
+        print(f"{sys.argv[3]}: {len(small)} bytes, {_failure(small)}")
         return
     atheris.Setup(sys.argv, test_one_input)
     atheris.Fuzz()
