@@ -328,6 +328,10 @@ def _llama3_rope_freqs(hp: HParams) -> list[tuple[str, np.ndarray]]:
     factor = _rope_num(rp, "factor", 8.0)
     low, high = _rope_num(rp, "low_freq_factor", 1.0), _rope_num(rp, "high_freq_factor", 4.0)
     old_ctx = _rope_num(rp, "original_max_position_embeddings", 8192.0)
+    if not (base > 0 and factor > 0 and old_ctx > 0 and 0 < low < high):
+        raise ConversionError(f"config.json: llama3 RoPE scaling needs rope_theta, factor and "
+                              f"original_max_position_embeddings > 0 and 0 < low_freq_factor < high_freq_factor "
+                              f"(got {base}, {factor}, {old_ctx}, {low}, {high})")
     low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
     divisors = []
     for i in range(0, dim, 2):

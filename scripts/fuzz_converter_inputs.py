@@ -5,7 +5,7 @@
     python scripts/fuzz_converter_inputs.py --make-seeds tests/fuzz/converter_seeds   # (re)build the seeds
     mkdir -p /tmp/ccorpus && cp tests/fuzz/converter_seeds/* /tmp/ccorpus/
     python scripts/fuzz_converter_inputs.py /tmp/ccorpus -max_total_time=600 -timeout=20 -rss_limit_mb=2048 \\
-        -dict=tests/fuzz/converter.dict -artifact_prefix=/tmp/ccrash-
+        -artifact_prefix=/tmp/ccrash-
     python scripts/fuzz_converter_inputs.py /tmp/ccrash-XXXX       # replay one input
     python scripts/fuzz_converter_inputs.py --unpack INPUT DIR     # an input as the model folder it stands for
     python scripts/fuzz_converter_inputs.py --minimize CRASH OUT   # a smaller input with the same exception type
