@@ -428,7 +428,8 @@ def _gemma2_meta(hp: HParams) -> Meta:
     meta.append(("gemma2.attn_logit_softcapping", "f32", _float(attn_cap, "config.json: attn_logit_softcapping")))
     final_cap = hp.get("final_logit_softcapping", default=None)
     if final_cap is not None:
-        meta.append(("gemma2.final_logit_softcapping", "f32", _float(final_cap, "config.json: final_logit_softcapping")))
+        meta.append(("gemma2.final_logit_softcapping", "f32",
+                     _float(final_cap, "config.json: final_logit_softcapping")))
     return meta + _swa_meta("gemma2", hp)
 
 
@@ -445,7 +446,8 @@ def _gemma3_meta(hp: HParams) -> Meta:
     meta.append(("gemma3.rope.freq_base_swa", "f32", _rope_num(local, "rope_theta")))
     final_cap = hp.get("final_logit_softcapping", default=None)
     if final_cap is not None:
-        meta.append(("gemma3.final_logit_softcapping", "f32", _float(final_cap, "config.json: final_logit_softcapping")))
+        meta.append(("gemma3.final_logit_softcapping", "f32",
+                     _float(final_cap, "config.json: final_logit_softcapping")))
     return meta + _swa_meta("gemma3", hp)
 
 
@@ -487,7 +489,8 @@ def _phi3_meta(hp: HParams) -> Meta:
     rp = hp.rope()
     orig = rp.get("original_max_position_embeddings", hp.get("original_max_position_embeddings", default=None))
     if orig is not None:
-        meta.append(("phi3.rope.scaling.original_context_length", "u32", _int(orig, "original_max_position_embeddings")))
+        meta.append(("phi3.rope.scaling.original_context_length", "u32",
+                     _int(orig, "original_max_position_embeddings")))
     kind = (rp.get("rope_type") or "default").lower()
     if kind in ("longrope", "su"):
         if orig is None:

@@ -12,9 +12,9 @@
 
 One input is one Hugging Face model folder: a first byte choosing the output
 type, then the files of SLOTS in order, separated by SEP (an empty slot: no
-such file).  Each input is written to a folder on tmpfs (reused) and converted
-by `ggml_ext.converters.convert` into a GGUF file there, which our reader must
-then parse with the planned tensors.  The property: convert() succeeds or
+such file).  Each input is written to a fresh folder on tmpfs (removed after
+it) and converted by `ggml_ext.converters.convert` into a GGUF file there,
+which our reader must then parse with the planned tensors.  The property: convert() succeeds or
 raises ConversionError with a message; any other exception (KeyError,
 TypeError, struct.error, MemoryError, RecursionError...) is a crash, and so is
 a hang (libFuzzer's -timeout).  A crash found here belongs in
@@ -33,7 +33,7 @@ import atheris
 
 with atheris.instrument_imports(include=["ggml_ext.converters"]):
     from ggml_ext.converters import OUTPUT_TYPES, ConversionError, convert
-from ggml_ext.gguf_reader import read_gguf
+from ggml_ext.gguf_reader import GGUFFile, read_gguf
 
 SEP = b"\n@@ggml-ext-fuzz-file@@\n"
 SLOTS = ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
@@ -53,18 +53,7 @@ def join(out_type: str, files: dict[str, bytes]) -> bytes:
     return bytes([TYPES.index(out_type)]) + SEP.join(files.get(n, b"") for n in SLOTS).rstrip(SEP)
 
 
-_WORK: Path | None = None
-
-
-def _workdir() -> Path:
-    """One folder for the whole run, on tmpfs where there is one; removed at exit."""
-    global _WORK
-    if _WORK is None:
-        base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        _WORK = Path(tempfile.mkdtemp(prefix="ggml-ext-fuzz-convert-", dir=base))
-        import atexit
-        atexit.register(shutil.rmtree, _WORK, True)
-    return _WORK
+_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def unpack(data: bytes, folder: Path) -> str:
@@ -80,27 +69,28 @@ def unpack(data: bytes, folder: Path) -> str:
     return out_type
 
 
-def check_one(data: bytes) -> Path | None:
-    """Convert the input's folder; the output file, None if refused with ConversionError."""
-    work = _workdir()
-    out_type = unpack(data, work / "model")
-    out = work / "out.gguf"
+def check_one(data: bytes) -> GGUFFile | None:
+    """Convert the input's folder; the output as our reader reads it, None if refused with ConversionError."""
+    work = Path(tempfile.mkdtemp(prefix="ggml-ext-fuzz-convert-", dir=_TMP))  # tmpfs: about 0.1 ms
     try:
-        result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None)
-    except ConversionError as e:
-        assert str(e), "ConversionError without a message"
-        assert not out.exists(), "a refused conversion left an output file"
-        return None
-    g = read_gguf(out)                     # what we write, our reader reads
-    assert len(g.tensors) == result.n_tensors
-    assert g.kv["general.architecture"] == result.gguf_architecture
-    return out
+        out_type = unpack(data, work / "model")
+        out = work / "out.gguf"
+        try:
+            result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None)
+        except ConversionError as e:
+            assert str(e), "ConversionError without a message"
+            assert not out.exists(), "a refused conversion left an output file"
+            return None
+        g = read_gguf(out)                     # what we write, our reader reads
+        assert len(g.tensors) == result.n_tensors
+        assert g.kv["general.architecture"] == result.gguf_architecture
+        return g
+    finally:
+        shutil.rmtree(work, ignore_errors=True)   # libFuzzer ends with exit(): no atexit clean-up
 
 
 def test_one_input(data: bytes) -> None:
-    out = check_one(data)
-    if out is not None:
-        out.unlink()
+    check_one(data)
 
 
 # --------------------------------------------------------------------------- minimizing
@@ -174,7 +164,8 @@ def minimize(data: bytes) -> bytes:
         for name in list(files):
             if name.endswith(".json"):
                 try:
-                    cands = (json.dumps(c, ensure_ascii=False).encode() for c in _json_candidates(json.loads(files[name])))
+                    obj = json.loads(files[name])
+                    cands = (json.dumps(c, ensure_ascii=False).encode() for c in _json_candidates(obj))
                 except ValueError:
                     continue
             else:

@@ -47,9 +47,8 @@ def test_committed_inputs_are_small():
 def test_seeds_convert(harness):
     """Every seed is a model folder the converter turns into a GGUF file our reader reads back."""
     for p in sorted(SEEDS.iterdir()):
-        out = harness.check_one(p.read_bytes())
-        assert out is not None, f"{p.name} was refused"
-        out.unlink()
+        g = harness.check_one(p.read_bytes())
+        assert g is not None and len(g.tensors) > 10, f"{p.name} was refused"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in REGRESSIONS.iterdir()))
