@@ -49,6 +49,32 @@ __all__ = ["Arch", "ARCHS", "HParams", "Plan", "find_arch", "supported_architect
 
 Meta = list[tuple[str, str, Any]]  # (key, GGUF value type, value)
 _MISSING = object()
+_U31 = 2**31 - 1
+_MAX_LAYERS = 512  # llama.cpp's LLAMA_MAX_LAYERS
+
+
+def _int(v: Any, what: str, lo: int = 1, hi: int = _U31) -> int:
+    """``v`` as an int in lo..hi (an integral float is accepted), else a ConversionError."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+        raise ConversionError(f"{what} must be an integer in {lo}..{hi}, not {v!r}")
+    return v
+
+
+def _float(v: Any, what: str) -> float:
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        raise ConversionError(f"{what} must be a finite number, not {v!r}")
+    return float(v)
+
+
+def _rope_num(rp: dict, key: str, default: Any = _MISSING) -> float:
+    """A number of the RoPE parameters (rope_scaling / rope_parameters)."""
+    if rp.get(key) is None:
+        if default is _MISSING:
+            raise ConversionError(f"config.json: RoPE scaling {rp.get('rope_type')!r} has no {key}")
+        return default
+    return _float(rp[key], f"config.json: RoPE parameter {key}")
 
 
 class HParams:
@@ -66,45 +92,63 @@ class HParams:
             raise ConversionError(f"config.json has no {' / '.join(keys)}")
         return default
 
+    def get_int(self, *keys: str, default: Any = _MISSING, lo: int = 1, hi: int = 0) -> Any:
+        """An integer value in lo..hi (hi 0: what fits GGUF's u32 and llama.cpp's int32); the default as it is."""
+        v = self.get(*keys, default=default)
+        return v if v is default else _int(v, f"config.json: {keys[0]}", lo, hi or _U31)
+
+    def get_float(self, *keys: str, default: Any = _MISSING) -> Any:
+        """A finite number, as float; the default as it is."""
+        v = self.get(*keys, default=default)
+        return v if v is default else _float(v, f"config.json: {keys[0]}")
+
     @property
     def n_layer(self) -> int:
-        return int(self.get("num_hidden_layers"))
+        return self.get_int("num_hidden_layers", hi=_MAX_LAYERS)
 
     @property
     def n_embd(self) -> int:
-        return int(self.get("hidden_size"))
+        return self.get_int("hidden_size")
 
     @property
     def n_head(self) -> int:
-        return int(self.get("num_attention_heads"))
+        return self.get_int("num_attention_heads")
 
     @property
     def n_head_kv(self) -> int:
-        return int(self.get("num_key_value_heads", default=self.n_head))
+        return self.get_int("num_key_value_heads", default=self.n_head)
 
     @property
     def head_dim(self) -> int:
-        hd = self.get("head_dim", default=None)
-        return int(hd) if hd is not None else self.n_embd // self.n_head
+        hd = self.get_int("head_dim", default=None)
+        hd = hd if hd is not None else self.n_embd // self.n_head
+        if hd < 2 or hd % 2:
+            raise ConversionError(f"config.json: head dimension {hd} (head_dim, or hidden_size / "
+                                  "num_attention_heads) must be even and at least 2 for RoPE")
+        return hd
 
     @property
     def n_ff(self) -> int:
-        return int(self.get("intermediate_size"))
+        return self.get_int("intermediate_size")
 
     @property
     def vocab_size(self) -> int:
-        return int(self.get("vocab_size"))
+        return self.get_int("vocab_size")
 
     def rope(self, kind: str = "full_attention") -> dict[str, Any]:
         """RoPE parameters of one attention kind, from ``rope_parameters`` (transformers 5)
         or the older ``rope_theta`` / ``rope_scaling`` / ``rope_local_base_freq``."""
         rp = self.cfg.get("rope_parameters")
         if isinstance(rp, dict) and ("full_attention" in rp or "sliding_attention" in rp):
-            out = dict(rp.get(kind) or rp.get("full_attention") or {})
+            out = rp.get(kind) or rp.get("full_attention") or {}
         elif isinstance(rp, dict):
-            out = dict(rp)
+            out = rp
         else:
-            out = dict(self.cfg.get("rope_scaling") or {})
+            out = self.cfg.get("rope_scaling") or {}
+        if not isinstance(out, dict):
+            raise ConversionError(f"config.json: the RoPE parameters are not a JSON object: {out!r}")
+        out = dict(out)
+        if not isinstance(rp, dict):
             theta = self.cfg.get("rope_theta")
             if kind == "sliding_attention" and self.cfg.get("rope_local_base_freq") is not None:
                 out = {"rope_theta": self.cfg["rope_local_base_freq"]}  # scaling applies to global layers only
@@ -112,6 +156,8 @@ class HParams:
                 out.setdefault("rope_theta", theta)
         if "rope_type" not in out and "type" in out:
             out["rope_type"] = out["type"]
+        if not isinstance(out.get("rope_type") or "", str):
+            raise ConversionError(f"config.json: RoPE type {out['rope_type']!r} is not a string")
         out.setdefault("rope_theta", 10000.0)
         return out
 
@@ -151,7 +197,7 @@ class Arch:
         return None
 
 
-_LAYER_RE = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
+_LAYER_RE = re.compile(r"^model\.layers\.([0-9]{1,9})\.(.+)$")
 _IGNORE_COMMON = (r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$", r"^model\.rotary_emb\.inv_freq$")
 
 _GLOBAL = {
@@ -207,17 +253,17 @@ def _common_meta(arch: str, hp: HParams, rope_dims: int | None = None) -> Meta:
     p = f"{arch}."
     meta: Meta = [
         (p + "vocab_size", "u32", hp.vocab_size),
-        (p + "context_length", "u32", int(hp.get("max_position_embeddings"))),
+        (p + "context_length", "u32", hp.get_int("max_position_embeddings")),
         (p + "embedding_length", "u32", hp.n_embd),
         (p + "block_count", "u32", hp.n_layer),
         (p + "feed_forward_length", "u32", hp.n_ff),
         (p + "attention.head_count", "u32", hp.n_head),
         (p + "attention.head_count_kv", "u32", hp.n_head_kv),
-        (p + "attention.layer_norm_rms_epsilon", "f32", float(hp.get("rms_norm_eps"))),
+        (p + "attention.layer_norm_rms_epsilon", "f32", hp.get_float("rms_norm_eps")),
         (p + "attention.key_length", "u32", hp.head_dim),
         (p + "attention.value_length", "u32", hp.head_dim),
         (p + "rope.dimension_count", "u32", rope_dims if rope_dims is not None else hp.head_dim),
-        (p + "rope.freq_base", "f32", float(hp.rope()["rope_theta"])),
+        (p + "rope.freq_base", "f32", _rope_num(hp.rope(), "rope_theta")),
     ]
     return meta + _rope_scaling_meta(arch, hp)
 
@@ -227,17 +273,17 @@ def _rope_scaling_meta(arch: str, hp: HParams) -> Meta:
     kind = (rp.get("rope_type") or "default").lower()
     p = f"{arch}.rope.scaling."
     if kind == "linear":
-        return [(p + "type", "str", "linear"), (p + "factor", "f32", float(rp["factor"]))]
+        return [(p + "type", "str", "linear"), (p + "factor", "f32", _rope_num(rp, "factor"))]
     if kind == "yarn":
         orig = rp.get("original_max_position_embeddings", hp.get("original_max_position_embeddings", default=None))
         if orig is None:
             raise ConversionError("YaRN RoPE scaling without original_max_position_embeddings")
-        meta: Meta = [(p + "type", "str", "yarn"), (p + "factor", "f32", float(rp["factor"])),
-                      (p + "original_context_length", "u32", int(orig))]
+        meta: Meta = [(p + "type", "str", "yarn"), (p + "factor", "f32", _rope_num(rp, "factor")),
+                      (p + "original_context_length", "u32", _int(orig, "original_max_position_embeddings"))]
         for hf_key, key in (("extrapolation_factor", "yarn_ext_factor"), ("attention_factor", "yarn_attn_factor"),
                             ("beta_fast", "yarn_beta_fast"), ("beta_slow", "yarn_beta_slow")):
             if rp.get(hf_key) is not None:
-                meta.append((p + key, "f32", float(rp[hf_key])))
+                meta.append((p + key, "f32", _rope_num(rp, hf_key)))
         return meta
     return []
 
@@ -247,7 +293,7 @@ def _check_attention_scale(hp: HParams, big_layers: int, name: str) -> None:
     # largest model (identified by its layer count); transformers uses query_pre_attn_scalar**-0.5.
     scalar = hp.get("query_pre_attn_scalar", default=None)
     used = hp.n_embd // hp.n_head if hp.n_layer == big_layers else hp.head_dim
-    if scalar is not None and float(scalar) != float(used):
+    if scalar is not None and _float(scalar, "config.json: query_pre_attn_scalar") != float(used):
         raise ConversionError(f"{name}: query_pre_attn_scalar={scalar}, but llama.cpp's {name} scales queries by "
                               f"1/sqrt({used}) for a {hp.n_layer}-layer model; the converted file would not "
                               "give transformers' answers")
@@ -263,6 +309,8 @@ def _layer_types(hp: HParams) -> list[str] | None:
     lt = hp.get("layer_types", default=None)
     if lt is None:
         return None
+    if not isinstance(lt, list):
+        raise ConversionError("config.json: layer_types is not a list")
     if len(lt) != hp.n_layer:
         raise ConversionError(f"config.json: layer_types has {len(lt)} entries for {hp.n_layer} layers")
     return list(lt)
@@ -276,10 +324,14 @@ def _llama3_rope_freqs(hp: HParams) -> list[tuple[str, np.ndarray]]:
     if (rp.get("rope_type") or "").lower() != "llama3":
         return []
     dim = hp.head_dim
-    base = float(rp["rope_theta"])
-    factor = float(rp.get("factor", 8.0))
-    low, high = float(rp.get("low_freq_factor", 1.0)), float(rp.get("high_freq_factor", 4.0))
-    old_ctx = float(rp.get("original_max_position_embeddings", 8192))
+    base = _rope_num(rp, "rope_theta")
+    factor = _rope_num(rp, "factor", 8.0)
+    low, high = _rope_num(rp, "low_freq_factor", 1.0), _rope_num(rp, "high_freq_factor", 4.0)
+    old_ctx = _rope_num(rp, "original_max_position_embeddings", 8192.0)
+    if not (base > 0 and factor > 0 and old_ctx > 0 and 0 < low < high):
+        raise ConversionError(f"config.json: llama3 RoPE scaling needs rope_theta, factor and "
+                              f"original_max_position_embeddings > 0 and 0 < low_freq_factor < high_freq_factor "
+                              f"(got {base}, {factor}, {old_ctx}, {low}, {high})")
     low_wavelen, high_wavelen = old_ctx / low, old_ctx / high
     divisors = []
     for i in range(0, dim, 2):
@@ -296,8 +348,8 @@ def _llama3_rope_freqs(hp: HParams) -> list[tuple[str, np.ndarray]]:
 
 
 def _llama_meta(hp: HParams) -> Meta:
-    sw = hp.get("sliding_window", default=None)
-    if sw is not None and int(sw) < int(hp.get("max_position_embeddings")):
+    sw = hp.get_int("sliding_window", default=None, lo=0)
+    if sw is not None and sw < hp.get_int("max_position_embeddings"):
         hp.warn(f"sliding_window={sw} is ignored by llama.cpp's llama graph: results differ from transformers "
                 f"for contexts longer than {sw} tokens")
     return _common_meta("llama", hp)
@@ -349,16 +401,16 @@ def _qwen3() -> Arch:
 def _swa_meta(arch: str, hp: HParams) -> Meta:
     types = _layer_types(hp)
     meta: Meta = []
-    sw = hp.get("sliding_window", default=None)
+    sw = hp.get_int("sliding_window", default=None, lo=0)
     if types is not None:
         pattern = [t == "sliding_attention" for t in types]
         if any(pattern):
             if sw is None:
                 raise ConversionError("layer_types has sliding layers but config.json has no sliding_window")
-            meta.append((f"{arch}.attention.sliding_window", "u32", int(sw)))
+            meta.append((f"{arch}.attention.sliding_window", "u32", sw))
         meta.append((f"{arch}.attention.sliding_window_pattern", "array[bool]", pattern))
     elif sw is not None:
-        meta.append((f"{arch}.attention.sliding_window", "u32", int(sw)))
+        meta.append((f"{arch}.attention.sliding_window", "u32", sw))
     return meta
 
 
@@ -373,10 +425,11 @@ def _gemma2_meta(hp: HParams) -> Meta:
     if types is not None and "sliding_attention" in types and hp.get("sliding_window", default=None) is None:
         raise ConversionError("gemma2: sliding layers without sliding_window")
     meta = _common_meta("gemma2", hp)
-    meta.append(("gemma2.attn_logit_softcapping", "f32", float(attn_cap)))
+    meta.append(("gemma2.attn_logit_softcapping", "f32", _float(attn_cap, "config.json: attn_logit_softcapping")))
     final_cap = hp.get("final_logit_softcapping", default=None)
     if final_cap is not None:
-        meta.append(("gemma2.final_logit_softcapping", "f32", float(final_cap)))
+        meta.append(("gemma2.final_logit_softcapping", "f32",
+                     _float(final_cap, "config.json: final_logit_softcapping")))
     return meta + _swa_meta("gemma2", hp)
 
 
@@ -390,10 +443,11 @@ def _gemma3_meta(hp: HParams) -> Meta:
     if (local.get("rope_type") or "default").lower() != "default":
         raise ConversionError("gemma3: RoPE scaling on sliding-window layers is not supported by llama.cpp")
     meta = _common_meta("gemma3", hp)
-    meta.append(("gemma3.rope.freq_base_swa", "f32", float(local["rope_theta"])))
+    meta.append(("gemma3.rope.freq_base_swa", "f32", _rope_num(local, "rope_theta")))
     final_cap = hp.get("final_logit_softcapping", default=None)
     if final_cap is not None:
-        meta.append(("gemma3.final_logit_softcapping", "f32", float(final_cap)))
+        meta.append(("gemma3.final_logit_softcapping", "f32",
+                     _float(final_cap, "config.json: final_logit_softcapping")))
     return meta + _swa_meta("gemma3", hp)
 
 
@@ -422,7 +476,10 @@ def _gemma3() -> Arch:
 
 def _phi3_rope_dims(hp: HParams) -> int:
     factor = hp.rope().get("partial_rotary_factor", hp.get("partial_rotary_factor", default=1.0))
-    return int(float(factor) * hp.n_embd) // hp.n_head
+    factor = _float(factor, "config.json: partial_rotary_factor")
+    if not 0 < factor <= 1:
+        raise ConversionError(f"config.json: partial_rotary_factor {factor} is not in (0, 1]")
+    return int(factor * hp.n_embd) // hp.n_head
 
 
 def _phi3_meta(hp: HParams) -> Meta:
@@ -432,19 +489,22 @@ def _phi3_meta(hp: HParams) -> Meta:
     rp = hp.rope()
     orig = rp.get("original_max_position_embeddings", hp.get("original_max_position_embeddings", default=None))
     if orig is not None:
-        meta.append(("phi3.rope.scaling.original_context_length", "u32", int(orig)))
+        meta.append(("phi3.rope.scaling.original_context_length", "u32",
+                     _int(orig, "original_max_position_embeddings")))
     kind = (rp.get("rope_type") or "default").lower()
     if kind in ("longrope", "su"):
-        ctx = int(hp.get("max_position_embeddings"))
-        scale = ctx / int(orig)
-        attn_factor = math.sqrt(1 + math.log(scale) / math.log(int(orig))) if scale > 1.0 else 1.0
+        if orig is None:
+            raise ConversionError("phi3 longrope without original_max_position_embeddings")
+        ctx, orig = hp.get_int("max_position_embeddings"), _int(orig, "original_max_position_embeddings", lo=2)
+        scale = ctx / orig
+        attn_factor = math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0
         if rp.get("attention_factor") is not None:
-            attn_factor = float(rp["attention_factor"])
+            attn_factor = _rope_num(rp, "attention_factor")
         meta.append(("phi3.rope.scaling.attn_factor", "f32", float(attn_factor)))
-    sw = hp.get("sliding_window", default=None)
+    sw = hp.get_int("sliding_window", default=None, lo=0)
     if sw is not None:
-        meta.append(("phi3.attention.sliding_window", "u32", int(sw)))
-        if int(sw) < int(hp.get("max_position_embeddings")):
+        meta.append(("phi3.attention.sliding_window", "u32", sw))
+        if sw < hp.get_int("max_position_embeddings"):
             hp.warn(f"phi3: sliding_window={sw} is ignored by llama.cpp (its phi3 graph disables it): results "
                     f"differ from transformers for contexts longer than {sw} tokens")
     return meta
@@ -456,8 +516,10 @@ def _phi3_longrope(hp: HParams) -> list[tuple[str, np.ndarray]]:
         return []
     long_f, short_f = rp.get("long_factor"), rp.get("short_factor")
     half = _phi3_rope_dims(hp) // 2
-    if long_f is None or short_f is None or len(long_f) != half or len(short_f) != half:
+    if not (isinstance(long_f, list) and isinstance(short_f, list) and len(long_f) == len(short_f) == half):
         raise ConversionError(f"phi3 longrope needs long_factor and short_factor of {half} values each")
+    long_f = [_float(x, "config.json: long_factor") for x in long_f]
+    short_f = [_float(x, "config.json: short_factor") for x in short_f]
     return [("rope_factors_long.weight", np.asarray(long_f, dtype=np.float32)),
             ("rope_factors_short.weight", np.asarray(short_f, dtype=np.float32))]
 
@@ -489,7 +551,7 @@ def find_arch(config: dict[str, Any]) -> Arch:
         raise ConversionError("config.json has no 'architectures' list; supported: "
                               + ", ".join(supported_architectures()))
     for n in names:
-        if n in ARCHS:
+        if isinstance(n, str) and n in ARCHS:
             return ARCHS[n]
     raise ConversionError(f"unsupported architecture {', '.join(map(str, names))}; supported: "
                           + ", ".join(supported_architectures()))

@@ -86,7 +86,7 @@ class ConversionResult:
 
 
 def _layer_key(arch: Arch, hf_name: str) -> tuple[str, int | None]:
-    m = re.match(r"^model\.layers\.(\d+)\.(.+)$", hf_name)
+    m = re.match(r"^model\.layers\.([0-9]{1,9})\.(.+)$", hf_name)
     if m and hf_name not in arch.global_map:
         return m.group(2), int(m.group(1))
     return hf_name, None

@@ -164,8 +164,7 @@ class Checkpoint:
                         raise ConversionError(f"tensor {name!r} is in both {tensors[name].file.name} and {p.name}")
                     tensors[name] = ref
             if st_index.is_file():
-                wmap = _load_json(st_index, "model.safetensors.index.json").get("weight_map", {})
-                for name, fname in wmap.items():
+                for name, fname in self._weight_map(st_index).items():
                     if name not in tensors:
                         raise ConversionError(f"{st_index.name} lists tensor {name!r} in {fname}, "
                                               f"but that file does not hold it")
@@ -181,9 +180,7 @@ class Checkpoint:
     def _shards(self, index: Path, single: Path) -> list[Path]:
         if not index.is_file():
             return [single]
-        wmap = _load_json(index, index.name).get("weight_map")
-        if not isinstance(wmap, dict) or not wmap:
-            raise ConversionError(f"{index}: no weight_map")
+        wmap = self._weight_map(index)
         files = []
         for name in sorted(set(wmap.values())):
             p = self.folder / name
@@ -193,6 +190,16 @@ class Checkpoint:
                 raise ConversionError(f"{index} names shard {name}, which is missing")
             files.append(p)
         return files
+
+    @staticmethod
+    def _weight_map(index: Path) -> dict[str, str]:
+        data = _load_json(index, index.name)
+        wmap = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(wmap, dict) or not wmap:
+            raise ConversionError(f"{index}: no weight_map")
+        if not all(isinstance(v, str) for v in wmap.values()):
+            raise ConversionError(f"{index}: weight_map values must be file names")
+        return wmap
 
     def _torch_index(self, files: list[Path]) -> dict[str, TensorRef]:
         torch = _torch()

@@ -159,12 +159,54 @@ def _token_text(v: Any) -> str | None:
     return None
 
 
+def _check_json_shape(path: Path, obj: Any, shape: Any, where: str = "") -> None:
+    """Raise ConversionError unless ``obj`` fits ``shape``: a type, a tuple of types, a dict of key -> shape
+    (keys optional; None always allowed), or a one-element list (a list of that shape)."""
+    if isinstance(shape, dict):
+        if not isinstance(obj, dict):
+            raise ConversionError(f"{path}: {where or 'the file'} is not a JSON object")
+        for k, sub in shape.items():
+            if obj.get(k) is not None:
+                _check_json_shape(path, obj[k], sub, f"{where}.{k}" if where else k)
+    elif isinstance(shape, list):
+        if not isinstance(obj, list):
+            raise ConversionError(f"{path}: {where} is not a JSON list")
+        for i, e in enumerate(obj):
+            _check_json_shape(path, e, shape[0], f"{where}[{i}]")
+    elif not isinstance(obj, shape) or (isinstance(obj, bool) and shape is int):
+        raise ConversionError(f"{path}: {where} has the wrong type ({type(obj).__name__})")
+
+
+# What the code below reads of tokenizer.json and tokenizer_config.json, and of what type.
+_NODE = {"type": str, "pretokenizers": [dict], "normalizers": [dict], "decoders": [dict], "processors": [dict],
+         "pattern": dict, "single": [dict]}
+_TOK_JSON_SHAPE = {
+    "model": {"type": str, "vocab": dict, "merges": list, "unk_token": str},
+    "added_tokens": [{"id": int, "content": str}],
+    "normalizer": _NODE, "pre_tokenizer": _NODE, "post_processor": _NODE, "decoder": _NODE,
+}
+_TOK_CFG_SHAPE = {"added_tokens_decoder": dict}
+
+
+def _check_tokenizer_json(path: Path, tok_json: Any) -> None:
+    _check_json_shape(path, tok_json, _TOK_JSON_SHAPE)
+    for t, i in ((tok_json.get("model") or {}).get("vocab") or {}).items():
+        if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+            raise ConversionError(f"{path}: token {t!r} has id {i!r}, not a non-negative integer")
+    for a in tok_json.get("added_tokens") or []:
+        if a.get("id") is None or a["id"] < 0 or a.get("content") is None:
+            raise ConversionError(f"{path}: added token {a!r} needs a non-negative id and a content string")
+
+
 def load_vocab(folder: Path, config: dict[str, Any], n_vocab: int, warn: Callable[[str], None]) -> Vocab:
     """The tokenizer of ``folder`` for a model with ``n_vocab`` embedding rows."""
     tok_cfg_path = folder / "tokenizer_config.json"
     tok_cfg = _json(tok_cfg_path) if tok_cfg_path.is_file() else {}
+    _check_json_shape(tok_cfg_path, tok_cfg, _TOK_CFG_SHAPE)
     tok_json_path = folder / "tokenizer.json"
     tok_json = _json(tok_json_path) if tok_json_path.is_file() else None
+    if tok_json is not None:
+        _check_tokenizer_json(tok_json_path, tok_json)
     if (folder / "tokenizer.model").is_file():
         v = _sentencepiece(folder, tok_cfg, tok_json, n_vocab, warn)
     elif tok_json is not None and _is_sentencepiece_json(tok_json):
@@ -231,7 +273,7 @@ def _merges(folder: Path, model: dict) -> list[tuple[str, str]]:
     for m in model.get("merges") or []:
         if isinstance(m, str) and " " in m:
             a, b = m.split(" ", 1)
-        elif isinstance(m, (list, tuple)) and len(m) == 2:
+        elif isinstance(m, (list, tuple)) and len(m) == 2 and all(isinstance(x, str) for x in m):
             a, b = m
         else:
             raise ConversionError(f"{folder / 'tokenizer.json'}: malformed merge {m!r}")
@@ -295,8 +337,11 @@ def check_hash(folder: Path) -> str | None:
         from tokenizers import Tokenizer
     except ImportError:
         return None
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    ids = tok.encode(CHECK_TEXT).ids
+    try:
+        tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        ids = tok.encode(CHECK_TEXT).ids
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exception for a bad file
+        raise ConversionError(f"{folder / 'tokenizer.json'}: the tokenizers library cannot use it ({e})") from None
     return hashlib.sha256(str(ids).encode()).hexdigest()
 
 
@@ -379,6 +424,8 @@ def _sentencepiece(folder: Path, tok_cfg: dict, tok_json: dict | None, n_vocab: 
         for text, i in _json(added_path).items():
             put_added(int(i), text, _looks_special(text))
     for i, data in (tok_cfg.get("added_tokens_decoder") or {}).items():
+        if not (isinstance(data, dict) and i.isdecimal()):
+            raise ConversionError(f"{folder / 'tokenizer_config.json'}: added_tokens_decoder entry {i!r} is malformed")
         text = data.get("content")
         if isinstance(text, str):
             put_added(int(i), text, bool(data.get("special")) or _looks_special(text))
@@ -480,9 +527,12 @@ def _chat_template(v: Vocab, folder: Path, tok_cfg: dict) -> None:
     if tmpl is None and (folder / "chat_template.jinja").is_file():
         tmpl = (folder / "chat_template.jinja").read_text(encoding="utf-8")
     if tmpl is None and (folder / "chat_template.json").is_file():
-        tmpl = _json(folder / "chat_template.json").get("chat_template")
+        data = _json(folder / "chat_template.json")
+        tmpl = data.get("chat_template") if isinstance(data, dict) else None
     if isinstance(tmpl, list):
         for entry in tmpl:
+            if not isinstance(entry, dict):
+                continue
             name, text = entry.get("name"), entry.get("template")
             if not isinstance(name, str) or not isinstance(text, str):
                 continue

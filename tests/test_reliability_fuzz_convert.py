@@ -1,0 +1,92 @@
+"""Fuzzing smoke run of the converter's inputs (scripts/fuzz_converter_inputs.py, atheris) and replay of its
+seeds and regressions (tests/fuzz/converter_seeds/, tests/fuzz/converter_regressions/).
+
+The smoke run is short (15 s) and starts from a copy of the committed seeds, so
+the committed corpus never grows.  Longer runs: docs/RELIABILITY.md.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "fuzz_converter_inputs.py"
+SEEDS = REPO / "tests" / "fuzz" / "converter_seeds"
+REGRESSIONS = REPO / "tests" / "fuzz" / "converter_regressions"
+SMOKE_SECONDS = 15
+
+
+def _atheris_or_skip():
+    if importlib.util.find_spec("atheris") is None:
+        pytest.skip("atheris is not installed (`.venv/bin/pip install atheris`; wheels for CPython 3.8-3.12)")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    _atheris_or_skip()
+    spec = importlib.util.spec_from_file_location("fuzz_converter_inputs", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fuzz_converter_inputs"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_committed_inputs_are_small():
+    seeds = list(SEEDS.iterdir())
+    assert len(seeds) >= 4
+    assert sum(p.stat().st_size for p in seeds) < 200_000
+    assert sum(p.stat().st_size for p in REGRESSIONS.iterdir()) < 200_000
+
+
+def test_seeds_convert(harness):
+    """Every seed is a model folder the converter turns into a GGUF file our reader reads back."""
+    for p in sorted(SEEDS.iterdir()):
+        g = harness.check_one(p.read_bytes())
+        assert g is not None and len(g.tensors) > 10, f"{p.name} was refused"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in REGRESSIONS.iterdir()))
+def test_regression_is_refused_cleanly(harness, name):
+    """What the fuzzer found: each is now refused with a ConversionError (no other exception)."""
+    assert harness.check_one((REGRESSIONS / name).read_bytes()) is None
+
+
+def test_seeds_are_reproducible(harness, tmp_path):
+    """--make-seeds writes the committed seeds byte for byte (so they can be regenerated, not hand-edited)."""
+    pytest.importorskip("safetensors")
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--make-seeds", str(tmp_path)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    made = sorted(p.name for p in tmp_path.iterdir())
+    assert made == sorted(p.name for p in SEEDS.iterdir())
+    for name in made:
+        assert (tmp_path / name).read_bytes() == (SEEDS / name).read_bytes(), name
+
+
+def test_fuzz_smoke(tmp_path):
+    _atheris_or_skip()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(SEEDS, corpus)
+    n_seeds = len(list(corpus.iterdir()))
+    r = subprocess.run([sys.executable, str(SCRIPT), str(corpus), f"-max_total_time={SMOKE_SECONDS}", "-timeout=20",
+                        "-rss_limit_mb=2048", "-print_final_stats=1", f"-artifact_prefix={tmp_path}/crash-"],
+                       capture_output=True, text=True, timeout=SMOKE_SECONDS + 90, cwd=tmp_path)
+    crashes = sorted(tmp_path.glob("crash-*")) + sorted(tmp_path.glob("timeout-*")) + sorted(tmp_path.glob("oom-*"))
+    log = r.stdout + r.stderr
+    assert r.returncode == 0 and not crashes, (
+        f"fuzzer found a crash ({[c.name for c in crashes]}): shrink it with --minimize, fix the converter, "
+        f"add it to tests/fuzz/converter_regressions/\n{log[-3000:]}")
+    m = re.search(r"Done (\d+) runs in (\d+) second", log)
+    assert m, log[-2000:]
+    runs, secs = int(m.group(1)), int(m.group(2))
+    grown = len(list(corpus.iterdir()))
+    print(f"\natheris converter: {runs} execs in {secs} s ({runs // max(secs, 1)}/s), "
+          f"corpus {n_seeds} -> {grown}, 0 crashes")
+    assert runs > 1000
