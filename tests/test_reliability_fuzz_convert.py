@@ -7,13 +7,13 @@ the committed corpus never grows.  Longer runs: docs/RELIABILITY.md.
 from __future__ import annotations
 
 import importlib.util
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import atheris_smoke
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "fuzz_converter_inputs.py"
@@ -72,21 +72,6 @@ def test_seeds_are_reproducible(harness, tmp_path):
 
 def test_fuzz_smoke(tmp_path):
     _atheris_or_skip()
-    corpus = tmp_path / "corpus"
-    shutil.copytree(SEEDS, corpus)
-    n_seeds = len(list(corpus.iterdir()))
-    r = subprocess.run([sys.executable, str(SCRIPT), str(corpus), f"-max_total_time={SMOKE_SECONDS}", "-timeout=20",
-                        "-rss_limit_mb=2048", "-print_final_stats=1", f"-artifact_prefix={tmp_path}/crash-"],
-                       capture_output=True, text=True, timeout=SMOKE_SECONDS + 90, cwd=tmp_path)
-    crashes = sorted(tmp_path.glob("crash-*")) + sorted(tmp_path.glob("timeout-*")) + sorted(tmp_path.glob("oom-*"))
-    log = r.stdout + r.stderr
-    assert r.returncode == 0 and not crashes, (
-        f"fuzzer found a crash ({[c.name for c in crashes]}): shrink it with --minimize, fix the converter, "
-        f"add it to tests/fuzz/converter_regressions/\n{log[-3000:]}")
-    m = re.search(r"Done (\d+) runs in (\d+) second", log)
-    assert m, log[-2000:]
-    runs, secs = int(m.group(1)), int(m.group(2))
-    grown = len(list(corpus.iterdir()))
-    print(f"\natheris converter: {runs} execs in {secs} s ({runs // max(secs, 1)}/s), "
-          f"corpus {n_seeds} -> {grown}, 0 crashes")
-    assert runs > 1000
+    atheris_smoke.run(SCRIPT, SEEDS, tmp_path, SMOKE_SECONDS, ["-timeout=20", "-rss_limit_mb=2048"], "converter",
+                      "shrink it with --minimize, fix the converter, add it to tests/fuzz/converter_regressions/",
+                      timeout_slack=90)
