@@ -76,12 +76,11 @@ def q4_0_files(tmp_path_factory) -> dict:
     d = tmp_path_factory.mktemp("q4_0-files")
     out: dict = {"q4_0": d / "smollm2-q4_0.gguf"}
     ggml_ext.convert(assets.path("smollm2-hf"), out["q4_0"], "q4_0")
-    for layout, name in repack.LAYOUTS.items():
-        if name not in ("Q4_0", "IQ4_NL"):
-            out[name] = d / f"smollm2-{name.lower()}.gguf"
-            r = repack.repack(out["q4_0"], out[name], layout)
-            assert r.converted and not r.kept
-            out["converted", name] = r.converted
+    for layout, name in repack.Q4_0_LAYOUTS.items():
+        out[name] = d / f"smollm2-{name.lower()}.gguf"
+        r = repack.repack(out["q4_0"], out[name], layout)
+        assert r.converted and not r.kept
+        out["converted", name] = r.converted
     return out
 
 

@@ -43,11 +43,13 @@ from pathlib import Path
 
 from . import _atomic, gguf_reader, quants, targets
 
-__all__ = ["LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
+__all__ = ["LAYOUTS", "Q4_0_LAYOUTS", "IQ4_LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
-#: --layout value -> target ggml type name (of a Q4_0 matrix; IQ4_NL ones: IQ4_LAYOUTS)
-LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8", "q4_0": "Q4_0", "iq4_nl": "IQ4_NL"}
+#: interleaved layout -> the type a Q4_0 / an IQ4_NL matrix becomes
+Q4_0_LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
 IQ4_LAYOUTS = {"4x4": "IQ4_NL_4_4", "4x8": "IQ4_NL_4_8", "8x8": "IQ4_NL_8_8"}
+#: --layout value -> target ggml type name (of a Q4_0 matrix for the interleaved ones)
+LAYOUTS = {**Q4_0_LAYOUTS, "q4_0": "Q4_0", "iq4_nl": "IQ4_NL"}
 _ROWS = {"4x4": 4, "4x8": 4, "8x8": 8}
 #: general.file_type (llama_ftype) of a file mostly of each type
 FILE_TYPES = {"Q4_0": 2, "Q4_0_4_4": 33, "Q4_0_4_8": 34, "Q4_0_8_8": 35}
@@ -139,7 +141,7 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
     layout = auto_layout() if layout == "auto" else layout
     if layout not in LAYOUTS:
         raise RepackError(f"unknown layout {layout!r}; choose from auto, {', '.join(LAYOUTS)}")
-    target = LAYOUTS[layout]
+    to_type = LAYOUTS[layout]
     src, out = Path(input), Path(output)
     if out.exists() and not force:
         raise RepackError(f"{out} exists (use --force to replace it)")
@@ -150,14 +152,14 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
     except (OSError, gguf_reader.GGUFError) as e:
         raise RepackError(f"{src}: {e}") from None
 
-    result = RepackResult(out, target if layout in ("q4_0", "iq4_nl") else f"{target}/{IQ4_LAYOUTS[layout]}")
+    result = RepackResult(out, to_type if layout in ("q4_0", "iq4_nl") else f"{to_type}/{IQ4_LAYOUTS[layout]}")
     jobs = []  # (tensor, from type, to type)
     for t in info.tensors:
         if not _candidate(t.name) or len(t.shape) != 2:
             continue
         if layout in ("q4_0", "iq4_nl"):
             if t.type_name in (quants.INTERLEAVED if layout == "q4_0" else quants.INTERLEAVED_IQ4_NL):
-                jobs.append((t, t.type_name, target))
+                jobs.append((t, t.type_name, to_type))
             continue
         if t.type_name not in ("Q4_0", "IQ4_NL"):
             continue
@@ -165,7 +167,7 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
         if t.shape[1] % n:
             result.kept.append(f"{t.name}: {t.shape[1]} rows, not a multiple of {n}")
             continue
-        jobs.append((t, t.type_name, target if t.type_name == "Q4_0" else IQ4_LAYOUTS[layout]))
+        jobs.append((t, t.type_name, to_type if t.type_name == "Q4_0" else IQ4_LAYOUTS[layout]))
     if jobs and layout not in ("q4_0", "iq4_nl"):
         result.type_name = "/".join(sorted({to for _, _, to in jobs}))
 
@@ -181,9 +183,9 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
                 q4_jobs = [j for j in jobs if "Q4_0" in (j[1], j[2])]
                 if q4_jobs and ft_at is not None:
                     old = struct.unpack("<I", mm[ft_at:ft_at + 4])[0]
-                    if old in FILE_TYPES.values() and old != FILE_TYPES[target]:
+                    if old in FILE_TYPES.values() and old != FILE_TYPES[to_type]:
                         fout.seek(ft_at)
-                        fout.write(struct.pack("<I", FILE_TYPES[target]))
+                        fout.write(struct.pack("<I", FILE_TYPES[to_type]))
                 for t, from_type, to_type in jobs:
                     data = mm[t.file_offset:t.file_offset + t.nbytes]
                     if to_type == "Q4_0":

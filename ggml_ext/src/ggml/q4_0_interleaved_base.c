@@ -20,13 +20,6 @@ static int layout_of(int type) {
     return type >= 36 && type <= 38 ? type - 36 : -1;
 }
 
-// Plain IQ4_NL rows, then repacked: ggml-ext's quantizer (iq4_nl_quant.c, the exact per-block
-// scale search) — the one the converter's plain iq4_nl uses, so interleaved = repack(plain).
-static size_t quantize_plain_iq4_nl(const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                                    const float * imatrix) {
-    return ggml_ext_quantize_iq4_nl(src, dst, nrows, n_per_row, imatrix);
-}
-
 int ggml_ext_type_row_group(int type) {
     const int layout = layout_of(type);
     return layout < 0 ? 0 : layout_rows[layout];
@@ -97,7 +90,8 @@ size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, 
     }
     char * out = (char *) dst + first * row_bytes;
     for (int64_t g = 0; g < nrows / n; g++) {
-        const size_t q = quantize_plain_iq4_nl(src + start + g * n * n_per_row, tmp, n, n_per_row, imatrix);
+        // plain IQ4_NL by ggml-ext's quantizer (the converter's iq4_nl), then the lossless interleave
+        const size_t q = ggml_ext_quantize_iq4_nl(src + start + g * n * n_per_row, tmp, n, n_per_row, imatrix);
         const int rc = q == (size_t) n * row_bytes
                            ? ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) layout, out + g * n * row_bytes, tmp, n, n_per_row)
                            : -1;
