@@ -26,3 +26,36 @@ def test_cli_info_build():
     proc = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "info", "--build"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "0c1e57098" in proc.stdout and "CPU features" in proc.stdout
+
+
+# The implementations ggml_ext_dispatched_kernel can name (ggml_ext/src/*/q4_0_interleaved*.c).
+KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm"}
+
+
+def test_dispatched_kernels_agree_with_the_build_features():
+    """Every interleaved type reports a GEMV and a GEMM kernel, consistent with the SIMD features
+    ggml's own CPU backend says this build was compiled with (the same compiler macros decide ours;
+    tests/c/test_q4_0_interleaved.c checks that each report names the kernel that runs)."""
+    b = build_info.get()
+    assert set(b.kernels) == set(build_info.INTERLEAVED_TYPES.values())
+    used = {k for pair in b.kernels.values() for k in pair}
+    assert used <= KERNELS, used
+    cpu = b.backends["CPU"]
+    simd = ({"avx2", "avx512-vnni"} if all(cpu.get(f) == "1" for f in ("AVX2", "FMA", "F16C"))
+            else {"neon-dotprod", "neon-i8mm", "sve256-i8mm"} if cpu.get("DOTPROD") == "1" else set())
+    if cpu.get("AVX512_VNNI") != "1":
+        simd.discard("avx512-vnni")
+    if cpu.get("MATMUL_INT8") != "1":
+        simd -= {"neon-i8mm", "sve256-i8mm"}
+    if simd:  # each family has a SIMD GEMV and GEMM for every layout on x86 and with dotprod
+        assert used <= simd, (used, cpu)
+    else:     # no SIMD kernel compiled in: everything on the scalar reference
+        assert used == {"generic"}, (used, cpu)
+
+
+def test_cli_info_build_names_the_kernels_and_the_scalar_fallback():
+    proc = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "info", "--build"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    for name, (gemv, gemm) in build_info.get().kernels.items():
+        show = {k: f"{k} (scalar fallback)" if k == "generic" else k for k in (gemv, gemm)}
+        assert f"\n{name:<18}kernels: gemv {show[gemv]}, gemm {show[gemm]}\n" in proc.stdout, proc.stdout

@@ -96,6 +96,24 @@ def _run(cmd: list[str], expect_impls: str) -> str:
     return out
 
 
+def _same(name: str) -> dict[str, tuple[str, str]]:
+    """One implementation for the GEMV and GEMM of every layout."""
+    return {lay: (name, name) for lay in ("4x4", "4x8", "8x8")}
+
+
+# neon-i8mm has only the B = 8 GEMMs; the GEMVs and the 4x4 GEMM stay on SDOT
+NEON_I8MM = {"4x4": ("neon-dotprod", "neon-dotprod"), "4x8": ("neon-dotprod", "neon-i8mm"),
+             "8x8": ("neon-dotprod", "neon-i8mm")}
+
+
+def _assert_dispatched(out: str, q4_0: dict[str, tuple[str, str]], iq4_nl: dict[str, tuple[str, str]]) -> None:
+    """The program's "dispatched FAMILY LAYOUT: gemv X, gemm Y" lines are these, for both families
+    (the program itself checks that each named kernel is the one its entry points run)."""
+    for fam, table in (("q4_0", q4_0), ("iq4_nl", iq4_nl)):
+        for lay, (gemv, gemm) in table.items():
+            assert f"dispatched {fam} {lay}: gemv {gemv}, gemm {gemm}\n" in out, out
+
+
 def _fixture_floats(rng: np.random.Generator) -> np.ndarray:
     """Blocks that exercise every rounding decision of the Q4_0 and Q8_0 references."""
     blocks = [
@@ -166,6 +184,8 @@ def test_native_every_simd_kernel(tmp_path, ggml_fixture):
     exe = _build("gcc", "native", tmp_path / "t_native")
     out = _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+    best = _same(impls.split()[-1])  # every x86 implementation has all twelve kernels
+    _assert_dispatched(out, best, best)
 
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
@@ -174,7 +194,9 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     if "avx2" in impls and "avx2" not in _cpu_flags():
         pytest.skip("this CPU has no AVX2")
     exe = _build("gcc", march, tmp_path / f"t_{march}")
-    _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    out = _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    best = _same(impls.split()[-1])  # x86-64: the scalar fallback for everything
+    _assert_dispatched(out, best, best)
 
 
 def _need_cross() -> None:
@@ -185,33 +207,35 @@ def _need_cross() -> None:
 
 @pytest.mark.qemu
 @pytest.mark.parametrize(
-    "march,impls",
+    "march,impls,dispatched",
     [
-        ("armv8.6-a+dotprod+i8mm", "generic neon-dotprod neon-i8mm"),
-        ("armv8.2-a+dotprod", "generic neon-dotprod"),  # B = 8 GEMM without i8mm
-        ("armv8-a", "generic"),                         # scalar fallback for every layout
+        ("armv8.6-a+dotprod+i8mm", "generic neon-dotprod neon-i8mm", NEON_I8MM),
+        ("armv8.2-a+dotprod", "generic neon-dotprod", _same("neon-dotprod")),  # B = 8 GEMM without i8mm
+        ("armv8-a", "generic", _same("generic")),                              # scalar fallback for every layout
     ],
 )
-def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls):
+def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls, dispatched):
     _need_cross()
     exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
     out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
+    _assert_dispatched(out, dispatched, dispatched)
 
 
 # SVE-256 Q4_0_8_8 kernels (arm/q4_0_interleaved_sve.c): built for Neoverse V1, run by qemu
-# with 32-byte vectors they are tested against the scalar reference and dispatched; with
-# 16- and 64-byte vectors (Neoverse V2, A64FX) the same binary must not use them.
+# with 32-byte vectors they are tested against the scalar reference and dispatched for Q4_0_8_8
+# (IQ4_NL_8_8 has no SVE kernel: it stays on NEON); with 16- and 64-byte vectors (Neoverse V2,
+# A64FX) the same binary must not use them.
 @pytest.mark.qemu
 @pytest.mark.parametrize(
-    "vl_bytes,impls,dispatched_8x8",
+    "vl_bytes,impls,q4_0_8x8",
     [
-        (32, "generic neon-dotprod neon-i8mm sve256-i8mm", "gemv sve256-i8mm, gemm sve256-i8mm"),
-        (16, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
-        (64, "generic neon-dotprod neon-i8mm", "gemv neon-dotprod, gemm neon-i8mm"),
+        (32, "generic neon-dotprod neon-i8mm sve256-i8mm", ("sve256-i8mm", "sve256-i8mm")),
+        (16, "generic neon-dotprod neon-i8mm", NEON_I8MM["8x8"]),
+        (64, "generic neon-dotprod neon-i8mm", NEON_I8MM["8x8"]),
     ],
 )
-def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls, dispatched_8x8):
+def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls, q4_0_8x8):
     _need_cross()
     exe = tmp_path_factory.getbasetemp() / "t_neoverse_v1"
     if not exe.exists():
@@ -219,7 +243,7 @@ def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls,
         exe = exe.rename(exe.with_suffix(""))
     qemu = ["qemu-aarch64-static", "-cpu", f"max,sve-default-vector-length={vl_bytes}", "-L", "/usr/aarch64-linux-gnu"]
     out = _run([*qemu, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
-    assert f"dispatched 8x8: {dispatched_8x8}\n" in out, out
+    _assert_dispatched(out, {**NEON_I8MM, "8x8": q4_0_8x8}, NEON_I8MM)
     assert ("not usable here: sve256-i8mm\n" in out) == (vl_bytes != 32), out
 
 

@@ -76,6 +76,13 @@ GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params
 // -1 when no such type is involved (ggml decides).
 GGML_EXT_API int ggml_ext_cpu_supports_op(const struct ggml_tensor * op);
 
+// Which kernel implementation ggml-cpu's mul_mat runs on this CPU for type 31-33 or 36-38:
+// its GEMV (gemm = 0: activation rows left over after groups of four) or its GEMM (gemm != 0:
+// groups of four rows). "generic" is the portable scalar C reference (the scalar fallback
+// where this build for this CPU has no SIMD kernel for the entry); otherwise "neon-dotprod",
+// "neon-i8mm", "sve256-i8mm", "avx2" or "avx512-vnni". NULL for any other type.
+GGML_EXT_API const char * ggml_ext_dispatched_kernel(int type, int gemm);
+
 // ---- IQ4_NL quantizer (plain IQ4_NL, ggml type 20; ggml_ext/src/iq4_nl_quant.c) ----
 
 // How each weight counts in the squared error the per-block scale search minimises:

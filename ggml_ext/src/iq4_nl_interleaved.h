@@ -46,6 +46,10 @@ GGML_EXT_API void ggml_ext_gemm_iq4_nl_4x4_q8_0(int n, float * s, size_t bs, con
 GGML_EXT_API void ggml_ext_gemm_iq4_nl_4x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 GGML_EXT_API void ggml_ext_gemm_iq4_nl_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 
+// Name of the implementation the dispatcher runs on this CPU for a layout's GEMV (gemm = 0)
+// or GEMM of interleaved IQ4_NL ("generic" is the scalar reference); NULL for an unknown layout.
+GGML_EXT_API const char * ggml_ext_iq4_nl_dispatched(enum ggml_ext_q4_0_layout layout, int gemm);
+
 #ifdef __cplusplus
 }
 #endif

@@ -163,7 +163,10 @@ struct ggml_ext_q4_0_impl {
 
 GGML_EXT_API int                               ggml_ext_q4_0_impl_count(void);
 GGML_EXT_API const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i);  // NULL out of range
-// Name of the implementation the dispatcher runs for a layout's GEMV (gemm = 0) or GEMM.
+// Name of the implementation the dispatcher runs on this CPU for a layout's GEMV (gemm = 0)
+// or GEMM of interleaved Q4_0 ("generic" is the scalar reference); NULL for an unknown layout.
+// ggml_ext_iq4_nl_dispatched (iq4_nl_interleaved.h) and ggml_ext_dispatched_kernel (ggml-ext.h)
+// answer the same for IQ4_NL.
 GGML_EXT_API const char * ggml_ext_q4_0_dispatched(enum ggml_ext_q4_0_layout layout, int gemm);
 
 #ifdef __cplusplus

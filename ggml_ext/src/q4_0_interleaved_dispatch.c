@@ -1,5 +1,6 @@
 // Dispatch for the interleaved Q4_0 and IQ4_NL families: every compiled-in implementation, best last;
-// each entry point runs the best one that has the kernel, the scalar reference at worst.
+// each entry point runs the best usable one that has the kernel, the scalar reference at worst
+// (an implementation may lack an entry: sve256-i8mm has only Q4_0_8_8, neon-i8mm only the B = 8 GEMMs).
 // The choice follows the compiler's target flags (q4_0_interleaved_impl.h), as ggml's
 // own CPU variants do: a build for a CPU runs on it, with any layout.
 #include "iq4_nl_interleaved.h"
@@ -34,7 +35,7 @@ const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i) {
     return i >= 0 && i < N_IMPLS ? impls[i] : NULL;
 }
 
-// The best implementation's pointer for one entry (generic always has it).
+// The best usable implementation's pointer for one activation quantizer (generic always has it).
 #define BEST(expr)                                   \
     do {                                             \
         for (int i = N_IMPLS - 1; i > 0; i--) {      \
@@ -46,33 +47,59 @@ const struct ggml_ext_q4_0_impl * ggml_ext_q4_0_impl_get(int i) {
         return impls[0]->expr;                       \
     } while (0)
 
+// One GEMV/GEMM entry of one family and layout.
+static ggml_ext_q4_0_mm_fn entry(const struct ggml_ext_q4_0_impl * p, int iq4_nl, int layout, int gemm) {
+    if (iq4_nl) {
+        return gemm ? p->gemm_iq4_nl[layout] : p->gemv_iq4_nl[layout];
+    }
+    return gemm ? p->gemm[layout] : p->gemv[layout];
+}
+
+// The implementation that runs an entry: the best usable one that has it, the scalar
+// reference (generic, which has every entry) at worst. The kernels and the reports below
+// both ask this one function, so a report names what runs.
+static const struct ggml_ext_q4_0_impl * pick(int iq4_nl, int layout, int gemm) {
+    for (int i = N_IMPLS - 1; i > 0; i--) {
+        const struct ggml_ext_q4_0_impl * p = impls[i];
+        if (entry(p, iq4_nl, layout, gemm) && (!p->usable || p->usable())) {
+            return p;
+        }
+    }
+    return impls[0];
+}
+
 static ggml_ext_q4_0_mm_fn best_gemv(int layout) {
-    BEST(gemv[layout]);
+    return pick(0, layout, 0)->gemv[layout];
 }
 
 static ggml_ext_q4_0_mm_fn best_gemm(int layout) {
-    BEST(gemm[layout]);
+    return pick(0, layout, 1)->gemm[layout];
 }
 
 static ggml_ext_q4_0_mm_fn best_gemv_iq4_nl(int layout) {
-    BEST(gemv_iq4_nl[layout]);
+    return pick(1, layout, 0)->gemv_iq4_nl[layout];
 }
 
 static ggml_ext_q4_0_mm_fn best_gemm_iq4_nl(int layout) {
-    BEST(gemm_iq4_nl[layout]);
+    return pick(1, layout, 1)->gemm_iq4_nl[layout];
 }
 
 const char * ggml_ext_q4_0_dispatched(enum ggml_ext_q4_0_layout layout, int gemm) {
-    if ((unsigned) layout >= GGML_EXT_Q4_0_N_LAYOUTS) {
-        return NULL;
+    return (unsigned) layout < GGML_EXT_Q4_0_N_LAYOUTS ? pick(0, layout, gemm != 0)->name : NULL;
+}
+
+const char * ggml_ext_iq4_nl_dispatched(enum ggml_ext_q4_0_layout layout, int gemm) {
+    return (unsigned) layout < GGML_EXT_Q4_0_N_LAYOUTS ? pick(1, layout, gemm != 0)->name : NULL;
+}
+
+const char * ggml_ext_dispatched_kernel(int type, int gemm) {
+    if (type >= 31 && type <= 33) {
+        return ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) (type - 31), gemm);
     }
-    for (int i = N_IMPLS - 1; i > 0; i--) {
-        const struct ggml_ext_q4_0_impl * p = impls[i];
-        if ((gemm ? p->gemm[layout] : p->gemv[layout]) && (!p->usable || p->usable())) {
-            return p->name;
-        }
+    if (type >= 36 && type <= 38) {
+        return ggml_ext_iq4_nl_dispatched((enum ggml_ext_q4_0_layout) (type - 36), gemm);
     }
-    return impls[0]->name;
+    return NULL;
 }
 
 static ggml_ext_q8_0_row_fn best_quantize_row(void) {

@@ -24,12 +24,37 @@ class BuildInfo:
     lib_dir: str = ""
     bin_dir: str = ""
     tools: list[str] = field(default_factory=list)
+    # interleaved type name -> (GEMV kernel, GEMM kernel) that ggml-cpu runs on this CPU;
+    # empty when the library predates ggml_ext_dispatched_kernel
+    kernels: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+# The interleaved types our kernels run: ggml type id -> name.
+INTERLEAVED_TYPES = {31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8", 36: "IQ4_NL_4_4", 37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8"}
+# What ggml_ext_dispatched_kernel calls the portable C reference: the scalar fallback.
+SCALAR = "generic"
 
 
 @lru_cache(maxsize=None)
 def _libllama() -> ctypes.CDLL:
     # RTLD_GLOBAL so the ggml libraries it pulls in are shared with later loads.
     return ctypes.CDLL(str(_locate.library("llama")), mode=ctypes.RTLD_GLOBAL)
+
+
+def dispatched_kernels() -> dict[str, tuple[str, str]]:
+    """{type name: (GEMV, GEMM)}: the kernel implementation ggml-cpu's mul_mat runs for each interleaved
+    type on this CPU, as its dispatcher reports it ("generic" is the scalar C reference; else the ISA:
+    "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm"). {} for a build without the report."""
+    lib = ctypes.CDLL(str(_locate.library("ggml-cpu")), mode=ctypes.RTLD_GLOBAL)
+    fn = getattr(lib, "ggml_ext_dispatched_kernel", None)
+    if fn is None:
+        return {}
+    fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]
+    return {name: (fn(t, 0).decode(), fn(t, 1).decode()) for t, name in INTERLEAVED_TYPES.items()}
+
+
+def _kernel_text(name: str) -> str:
+    return f"{name} (scalar fallback)" if name == SCALAR else name
 
 
 def _parse_system_info(text: str) -> dict[str, dict[str, str]]:
@@ -71,6 +96,7 @@ def get() -> BuildInfo:
         lib_dir=str(_locate.lib_dir()),
         bin_dir=str(bin_dir),
         tools=sorted(p.name for p in bin_dir.iterdir()) if bin_dir.is_dir() else [],
+        kernels=dispatched_kernels(),
     )
 
 
@@ -88,5 +114,12 @@ def report() -> str:
             continue
         on = [k for k, v in feats.items() if v not in ("0", "")]
         lines.append(f"{backend + ' features':<18}{' '.join(on) if on else '-'}")
+    # which of our kernels runs each interleaved type here (plain Q4_0 files that the x86 runtime
+    # repack puts into our Q4_0_8_8 layout run the Q4_0_8_8 ones)
+    if b.kernels:
+        for name, (gemv, gemm) in b.kernels.items():
+            lines.append(f"{name:<18}kernels: gemv {_kernel_text(gemv)}, gemm {_kernel_text(gemm)}")
+    else:
+        lines.append("kernels           not reported by this build (it predates ggml_ext_dispatched_kernel)")
     lines += [f"libraries         {b.lib_dir}", f"tools             {b.bin_dir}", f"                  {' '.join(b.tools)}"]
     return "\n".join(lines)

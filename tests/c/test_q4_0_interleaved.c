@@ -696,6 +696,71 @@ static void test_kernels(void) {
     }
 }
 
+// The dispatch report (ggml_ext_q4_0_dispatched, ggml_ext_iq4_nl_dispatched and the public
+// ggml_ext_dispatched_kernel) names the kernel that runs: the named implementation is usable
+// here and has the entry, no better usable one has it (the rule of the dispatcher's table,
+// best last), and its own entry gives the dispatched entry point's output bit for bit (random
+// data, so implementations that sum in another order differ in the last bits).
+static const struct ggml_ext_q4_0_impl * impl_named(const char * name) {
+    for (int i = 0; name && i < ggml_ext_q4_0_impl_count(); i++) {
+        if (!strcmp(ggml_ext_q4_0_impl_get(i)->name, name)) {
+            return ggml_ext_q4_0_impl_get(i);
+        }
+    }
+    return NULL;
+}
+
+static ggml_ext_q4_0_mm_fn impl_entry(const struct ggml_ext_q4_0_impl * im, int fam, int L, int gemm) {
+    return fam ? (gemm ? im->gemm_iq4_nl[L] : im->gemv_iq4_nl[L]) : (gemm ? im->gemm[L] : im->gemv[L]);
+}
+
+static void test_dispatch_report(void) {
+    for (int fam = 0; fam < 2; fam++)
+    for (int L = 0; L < 3; L++) {
+        const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) L;
+        const struct ggml_ext_q4_0_layout_traits * tr = fam ? ggml_ext_iq4_nl_layout_traits(l) : ggml_ext_q4_0_layout_traits(l);
+        problem p;
+        problem_init(&p, fam, L, 33, 2 * LN[L], 8, 0);
+        const size_t n    = (size_t) p.nr * (p.nc + 3);
+        float *      got  = xmalloc(n * sizeof(float));
+        float *      want = xmalloc(n * sizeof(float));
+        for (int gemm = 0; gemm < 2; gemm++) {
+            const char * name = fam ? ggml_ext_iq4_nl_dispatched(l, gemm) : ggml_ext_q4_0_dispatched(l, gemm);
+            const char * pub  = ggml_ext_dispatched_kernel(tr->type_id, gemm);
+            check(name && pub && !strcmp(name, pub), "%s %s: dispatched_kernel(%d) says %s, the family's report %s",
+                  tr->name, gemm ? "gemm" : "gemv", tr->type_id, pub ? pub : "NULL", name ? name : "NULL");
+            const struct ggml_ext_q4_0_impl * im = impl_named(name);
+            if (!im || !usable(im) || !impl_entry(im, fam, L, gemm)) {
+                check(0, "%s %s: reported %s, which cannot run it here", tr->name, gemm ? "gemm" : "gemv",
+                      name ? name : "NULL");
+                continue;
+            }
+            int better = 0;
+            for (int i = ggml_ext_q4_0_impl_count() - 1; ggml_ext_q4_0_impl_get(i) != im; i--) {
+                better += usable(ggml_ext_q4_0_impl_get(i)) && impl_entry(ggml_ext_q4_0_impl_get(i), fam, L, gemm);
+            }
+            check(!better, "%s %s: reported %s, but a better usable implementation has the kernel", tr->name,
+                  gemm ? "gemm" : "gemv", name);
+            const void * act = gemm ? (const void *) p.ax : (const void *) p.a;
+            memset(got, 0, n * sizeof(float));
+            memset(want, 0, n * sizeof(float));
+            (gemm ? tr->gemm : tr->gemv)(32 * p.nb, got, p.nc + 3, p.wi, act, p.nr, p.nc);
+            impl_entry(im, fam, L, gemm)(32 * p.nb, want, p.nc + 3, p.wi, act, p.nr, p.nc);
+            check(!memcmp(got, want, n * sizeof(float)), "%s %s: the dispatched entry point's output is not %s's",
+                  tr->name, gemm ? "gemm" : "gemv", name);
+        }
+        free(got);
+        free(want);
+        problem_free(&p);
+    }
+    for (int t = 0; t < 64; t++) {  // every other type: no report
+        if (!((t >= 31 && t <= 33) || (t >= 36 && t <= 38))) {
+            check(!ggml_ext_dispatched_kernel(t, 0) && !ggml_ext_dispatched_kernel(t, 1),
+                  "dispatched_kernel(%d) is not NULL", t);
+        }
+    }
+}
+
 // End to end: floats -> interleaved weights and Q8_0 activations through the public
 // entry points, against a float matmul of the dequantized values.
 static void test_end_to_end(void) {
@@ -788,8 +853,11 @@ int main(int argc, char ** argv) {
     }
     printf("\n");
     for (int L = 0; L < GGML_EXT_Q4_0_N_LAYOUTS; L++) {
-        printf("dispatched %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) L, 0),
-               ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) L, 1));
+        const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) L;
+        printf("dispatched q4_0 %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_q4_0_dispatched(l, 0),
+               ggml_ext_q4_0_dispatched(l, 1));
+        printf("dispatched iq4_nl %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_iq4_nl_dispatched(l, 0),
+               ggml_ext_iq4_nl_dispatched(l, 1));
     }
     test_fp16();
     test_reference_quantizers();
@@ -800,6 +868,7 @@ int main(int argc, char ** argv) {
     test_layouts_iq4_nl();
     test_activation_quantizers();
     test_kernels();
+    test_dispatch_report();
     test_end_to_end();
     printf("%d passed, %d failed\n", n_passed, n_failed);
     return n_failed ? 1 : 0;
