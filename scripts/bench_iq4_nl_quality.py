@@ -17,7 +17,9 @@ For each model:
   other tensors' bytes are identical and only the IQ4_NL quantizer differs;
 * perplexity of each by our llama-perplexity on wiki-test, ctx 512, --chunks windows.
 
-Files go to <cache>/models/iq4nl-bench/ and are reused when present. Prints a markdown
+Files go to <cache>/models/iq4nl-bench/, keyed by recipe (tool, arguments, imatrix, build and
+code digest, sources' sha256: scripts/default_models.py `cached`), each with a sidecar JSON
+saying what it is; a file is reused only for the same recipe. Prints a markdown
 table (PPL +/- stderr, ratio to f16, bits per weight of all tensors and of the layers' matrices).
 """
 from __future__ import annotations
@@ -34,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from default_models import default_model  # noqa: E402
+from default_models import atomic_output, cached, default_model, source, tool  # noqa: E402
 
 from ggml_ext import assets, cache, imatrix, quants, tools  # noqa: E402
 from ggml_ext.gguf_reader import read_gguf  # noqa: E402
@@ -55,36 +57,67 @@ def run(cmd: list[str]) -> None:
 def f16_file(model: str) -> Path:
     if model == "smollm2":
         return default_model("f16")
-    out = work_dir() / "gemma3-270m-f16.gguf"
-    if not out.exists():
-        src = assets.path("gemma3-270m-gguf")
-        tmp = out.with_suffix(".tmp")
-        run(tools.command("llama-quantize", "--allow-requantize", src, tmp, "F16"))
-        tmp.replace(out)
-    return out
+    src = assets.path("gemma3-270m-gguf")
+    recipe = {"model": "gemma3-270m", "type": "F16", **tool("llama-quantize"), "args": ["--allow-requantize", "F16"],
+              "imatrix": None, "source": source(src)}
+
+    def make(out: Path) -> None:
+        with atomic_output(out) as tmp:
+            run(tools.command("llama-quantize", "--allow-requantize", src, tmp, "F16"))
+
+    return cached("gemma3-270m-F16", f"our llama-quantize --allow-requantize F16 of {src.name} (dequantized Q4_K_M)",
+                  recipe, make, work_dir())
 
 
-def quantize_ggml(f16: Path, out: Path, ftype: str, im: Path | None, threads: int | None) -> Path:
-    if not out.exists():
-        tmp = out.with_suffix(".tmp")
-        args = (["--imatrix", str(im)] if im else []) + [str(f16), str(tmp), ftype]
-        if threads:
-            args.append(str(threads))
-        run(tools.command("llama-quantize", *args))
-        tmp.replace(out)
-    return out
+def imatrix_file(model: str, f16: Path, chunks: int, threads: int | None) -> Path:
+    """`ggml-ext imatrix` of the f16 file on wiki-train, chunks x 512 tokens."""
+    text = assets.path("wiki-train")
+    recipe = {"model": model, "type": "imatrix", **tool("llama-imatrix"), "args": ["--chunks", chunks, "-c", 512],
+              "source": source(f16), "text": source(text)}
+
+    def make(out: Path) -> None:
+        t0 = time.time()
+        imatrix.make(f16, out, text, chunks=chunks, threads=threads, force=True)
+        print(f"# {model}: imatrix in {time.time() - t0:.0f} s", file=sys.stderr)
+
+    return cached(f"{model}-wiki-train-{chunks}", f"ggml-ext imatrix --chunks {chunks} of {f16.name} on wiki-train",
+                  recipe, make, work_dir(), suffix=".imatrix")
 
 
-def requantize_iq4_nl(f16: Path, template: Path, out: Path, im: Path | None, weighting: str,
+def quantize_ggml(model: str, f16: Path, ftype: str, im: Path | None, threads: int | None) -> Path:
+    """Our llama-quantize (ggml's quantizers, llama.cpp's mix) of the f16 file, with --imatrix im if given.
+    The thread count is not in the recipe: rows are quantized independently, so the bytes are the same."""
+    recipe = {"model": model, "type": ftype, **tool("llama-quantize"), "args": [ftype],
+              "imatrix": source(im) if im else None, "source": source(f16)}
+
+    def make(out: Path) -> None:
+        with atomic_output(out) as tmp:
+            args = (["--imatrix", str(im)] if im else []) + [str(f16), str(tmp), ftype]
+            run(tools.command("llama-quantize", *args, *([str(threads)] if threads else [])))
+
+    stem = f"{model}-{ftype}" + ("-imatrix" if im else "")
+    return cached(stem, f"our llama-quantize {ftype} of {f16.name}" + (f" with --imatrix {im.name}" if im else ""),
+                  recipe, make, work_dir())
+
+
+def requantize_iq4_nl(model: str, f16: Path, template: Path, im: Path | None, weighting: str,
                       threads: int | None) -> Path:
     """template (an IQ4_NL file of llama-quantize) with its IQ4_NL tensors re-made by ggml-ext from f16."""
-    if out.exists():
-        return out
+    # the tool: this script's _requantize, through ggml_ext.quants
+    recipe = {"model": model, "type": "IQ4_NL", **tool("ggml_ext.quants", [Path(__file__).resolve()]),
+              "args": ["--weighting", weighting], "imatrix": source(im) if im else None, "source": source(f16),
+              "template": source(template)}
+    stem = f"{model}-IQ4_NL-ggml-ext-{weighting}" + ("-imatrix" if im else "")
+    what = (f"{template.name} with every IQ4_NL tensor re-quantized from {f16.name} by ggml-ext's quantizer "
+            f"(weighting {weighting}" + (f", imatrix {im.name})" if im else ")"))
+    return cached(stem, what, recipe, lambda out: _requantize(f16, template, out, im, weighting, threads), work_dir())
+
+
+def _requantize(f16: Path, template: Path, out: Path, im: Path | None, weighting: str, threads: int | None) -> None:
     src, tpl = read_gguf(f16), read_gguf(template)
     imx = imatrix.load(im) if im else None
-    tmp = out.with_suffix(".tmp")
-    tmp.write_bytes(template.read_bytes())
-    with open(f16, "rb") as fs, open(tmp, "r+b") as fo:
+    with atomic_output(out) as tmp, open(f16, "rb") as fs, open(tmp, "r+b") as fo:
+        fo.write(template.read_bytes())
         for t in tpl.tensors:
             if t.type_name != "IQ4_NL":
                 continue
@@ -98,8 +131,6 @@ def requantize_iq4_nl(f16: Path, template: Path, out: Path, im: Path | None, wei
             assert q.nbytes == t.nbytes, (t.name, q.nbytes, t.nbytes)
             fo.seek(t.file_offset)
             fo.write(q.tobytes())
-    tmp.replace(out)
-    return out
 
 
 def blk_bpw(g) -> float:
@@ -121,23 +152,16 @@ def main() -> int:
     results = []
     for model in a.models.split(","):
         f16 = f16_file(model)
-        wd = work_dir()
-        im = wd / f"{model}-wiki-train-{a.imatrix_chunks}.imatrix"
-        if not im.exists():
-            t0 = time.time()
-            imatrix.make(f16, im, assets.path("wiki-train"), chunks=a.imatrix_chunks, threads=a.threads)
-            print(f"# {model}: imatrix in {time.time() - t0:.0f} s", file=sys.stderr)
+        im = imatrix_file(model, f16, a.imatrix_chunks, a.threads)
         files = [("f16", "-", f16)]
         for use_im in (False, True):
             tag = "imatrix" if use_im else "none"
-            suffix = f"-im{a.imatrix_chunks}" if use_im else ""
             for ftype in ("Q4_0", "Q4_1", "IQ4_NL"):
-                p = quantize_ggml(f16, wd / f"{model}-{ftype}{suffix}.gguf", ftype, im if use_im else None, a.threads)
+                p = quantize_ggml(model, f16, ftype, im if use_im else None, a.threads)
                 files.append((f"{ftype} (ggml)", tag, p))
+            template = files[-1][2]  # the IQ4_NL file of llama-quantize just made
             for w in a.weightings.split(","):
-                p = requantize_iq4_nl(f16, wd / f"{model}-IQ4_NL{suffix}.gguf",
-                                      wd / f"{model}-IQ4_NL-ggml-ext-{w}{suffix}.gguf", im if use_im else None, w,
-                                      a.threads)
+                p = requantize_iq4_nl(model, f16, template, im if use_im else None, w, a.threads)
                 files.append((f"IQ4_NL (ggml-ext, {w})", tag, p))
         base = None
         for label, tag, p in files:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fetch_llama_cpp  # noqa: E402
-from default_models import default_model, repacked_q4_0  # noqa: E402
+from default_models import NAME, default_model, label, repacked_q4_0  # noqa: E402
 
 from ggml_ext import tools  # noqa: E402
 
@@ -54,13 +54,13 @@ def run_bench(binary: list[str], env: dict | None, model: Path, a: argparse.Name
 
 def key(r: dict) -> tuple:
     test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
-    return (Path(r["model_filename"]).stem.split("Instruct-")[-1], test, r["n_threads"], int(bool(r.get("repack", 1))))
+    return (label(Path(r["model_filename"])), test, r["n_threads"], int(bool(r.get("repack", 1))))
 
 
 def machine_line(a: argparse.Namespace) -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                platform.processor())
-    return (f"machine: {cpu}, {os.cpu_count()} logical CPUs; model {default_model('f16').stem[:-4]}; "
+    return (f"machine: {cpu}, {os.cpu_count()} logical CPUs; model {NAME}; "
             f"{a.rounds} rounds x llama-bench -r {a.reps}, samples pooled (mean ± stdev)")
 
 
@@ -110,7 +110,7 @@ def main() -> int:
     builds = {"upstream": ([str(upstream_bin() / "llama-bench")], None),
               "ours": (tools.command("llama-bench"), tools.tool_env())}
     samples: dict[str, dict[tuple, list[float]]] = {"upstream": {}, "ours": {}}
-    extra = [t for t in a.ours_only.split(",") if t]
+    extra = [t.upper() for t in a.ours_only.split(",") if t]  # as label() names the files
     for t in a.types.split(","):
         model = default_model(t)
         runs = [(name, model) for name in builds]
@@ -138,8 +138,8 @@ def main() -> int:
         print("| --- | --- | --- | --- | --- | --- | --- |")
         for k in sorted(k for k in samples["ours"] if k[0] in extra and k[3] == 1):
             o = statistics.mean(samples["ours"][k])
-            off = statistics.mean(samples["upstream"][(a.against, k[1], k[2], 0)])
-            on = statistics.mean(samples["upstream"][(a.against, k[1], k[2], 1)])
+            off = statistics.mean(samples["upstream"][(a.against.upper(), k[1], k[2], 0)])
+            on = statistics.mean(samples["upstream"][(a.against.upper(), k[1], k[2], 1)])
             print(f"| {k[0]} | {k[1]} | {k[2]} | {o:.1f} ± {statistics.pstdev(samples['ours'][k]):.1f} | "
                   f"{off:.1f} | {on:.1f} | {o / max(on, off):.2f} |")
     return 0
