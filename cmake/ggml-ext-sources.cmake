@@ -1,6 +1,7 @@
 # ggml_ext's own sources, added to the targets llama.cpp defines.
-# Arch-specific kernels live in ggml_ext/src/{generic,x86,arm,cuda} and are
-# added to ggml-cpu / ggml-cuda as they arrive.
+# Arch-specific kernels live in ggml_ext/src/{generic,x86,arm} and are added to
+# ggml-cpu. There is no CUDA code of ours: GGML_EXT_CUDA only builds llama.cpp's
+# stock ggml-cuda (and defines GGML_EXT_CUDA for ggml_ext_has_cuda).
 set(GGML_EXT_DIR "${CMAKE_CURRENT_LIST_DIR}/../ggml_ext")
 
 if (NOT DEFINED LLAMA_CPP_COMMIT)

@@ -26,6 +26,7 @@ int ggml_ext_format_version(void) { return GGML_EXT_FORMAT_VERSION; }
 
 const char * ggml_ext_llama_cpp_commit(void) { return GGML_EXT_LLAMA_CPP_COMMIT; }
 
+// GGML_EXT_CUDA is defined when the build includes llama.cpp's stock ggml-cuda (ggml-ext.h).
 bool ggml_ext_has_cuda(void) {
 #ifdef GGML_EXT_CUDA
     return true;
@@ -37,7 +38,7 @@ bool ggml_ext_has_cuda(void) {
 const char * ggml_ext_system_info(void) {
     static char buf[256];
     if (!buf[0]) {
-        snprintf(buf, sizeof(buf), "GGML_EXT : VERSION = %s | FORMAT = %d | ARCH = %s | CUDA = %d | LLAMA_CPP = %s | ",
+        snprintf(buf, sizeof(buf), "GGML_EXT : VERSION = %s | FORMAT = %d | ARCH = %s | CUDA_BACKEND = %d | LLAMA_CPP = %s | ",
                  ggml_ext_version(), ggml_ext_format_version(), GGML_EXT_ARCH, ggml_ext_has_cuda() ? 1 : 0,
                  ggml_ext_llama_cpp_commit());
     }

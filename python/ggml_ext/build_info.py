@@ -1,4 +1,4 @@
-"""What this installation was built with: versions, SIMD features, CUDA, paths.
+"""What this installation was built with: versions, SIMD features, the CUDA backend, our kernels, paths.
 
 Read from the compiled libraries themselves (ctypes), so it reports the build,
 not what the Python package thinks it should be.
@@ -18,7 +18,7 @@ class BuildInfo:
     ggml_ext: str
     format_version: int
     llama_cpp_commit: str
-    cuda: bool
+    cuda: bool  # the build includes llama.cpp's stock CUDA backend (ggml-ext has no CUDA kernels)
     system_info: str
     backends: dict[str, dict[str, str]] = field(default_factory=dict)
     lib_dir: str = ""
@@ -107,7 +107,8 @@ def report() -> str:
         f"ggml-ext          {b.ggml_ext} (python package {b.python_package})",
         f"format version    {b.format_version}",
         f"llama.cpp         {b.llama_cpp_commit} (pinned, patched)",
-        f"CUDA              {'yes' if b.cuda else 'no'}",
+        ("CUDA backend      yes: llama.cpp's stock ggml-cuda; types 31-33 and 36-38 run on the CPU (not offloaded)"
+         if b.cuda else "CUDA backend      no"),
     ]
     for backend, feats in b.backends.items():
         if backend == "GGML_EXT":
