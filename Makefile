@@ -24,23 +24,27 @@ help:
 	@echo "make test   - install everything and run the test suite"
 	@echo "make upstream - build the pristine pinned llama.cpp beside ours (benchmark baseline)"
 
-# Debian packages: ccache (fast rebuilds), patch, and the aarch64 cross toolchain plus
-# qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max).
-# Installed only when missing; needs root or sudo.
+# Debian packages: ccache (fast rebuilds), patch, the aarch64 cross toolchain plus
+# qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max), and clang with its
+# sanitizer/libFuzzer runtimes (scripts/fuzz_gguf_c.py, atheris).
+# Installed only when missing; needs root or sudo. clang is found, not named: any installed
+# clang-N (newest first) or clang that links -fsanitize=fuzzer,address,undefined will do
+# (scripts/find_clang.py); without one, Debian's default `clang` and the matching
+# `libclang-rt-dev` are installed (on Debian 12: clang-14, libclang-rt-14-dev).
 SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
-               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static \
-               clang-14:clang-14 clang-14:libclang-rt-14-dev
-# (clang-14 + its sanitizer/libFuzzer runtimes: scripts/fuzz_gguf_c.py; the runtimes have no command)
+               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static
 system-deps: $(STAMPS)/system-deps
-$(STAMPS)/system-deps: Makefile
+$(STAMPS)/system-deps: Makefile scripts/find_clang.py
 	@mkdir -p $(STAMPS)
 	@missing=""; for c in $(SYSTEM_DEPS); do \
 	  command -v $${c%%:*} >/dev/null || missing="$$missing $${c##*:}"; done; \
+	$(PYTHON) scripts/find_clang.py >/dev/null 2>&1 || missing="$$missing clang libclang-rt-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$missing; \
 	fi
+	@echo "clang for the sanitizer builds: $$($(PYTHON) scripts/find_clang.py)"
 	@touch $@
 
 venv: $(STAMPS)/venv

@@ -13,7 +13,8 @@ ggml_validate_row_data, metadata round trip) and fuzz_llama_vocab (llama_model_l
 vocab_only, then tokenize). The build is clang + ccache into
 ~/.cache/ggml-ext/sanitizer, re-patched and re-configured when its key changes (clang's version,
 the pristine tree, the patch series, every source we compile into the libraries).
-Needs clang-14 and libclang-rt-14-dev (Debian), or another clang with libFuzzer.
+Needs a clang that links -fsanitize=fuzzer,address,undefined: the newest one installed is used
+(scripts/find_clang.py; `make system-deps` installs Debian's clang + libclang-rt-dev when none does).
 """
 from __future__ import annotations
 
@@ -49,11 +50,13 @@ def _log(msg: str) -> None:
 
 
 def find_clang() -> tuple[str, str]:
-    for ver in ("", "-19", "-18", "-17", "-16", "-15", "-14"):
-        cc, cxx = shutil.which(f"clang{ver}"), shutil.which(f"clang++{ver}")
-        if cc and cxx:
-            return cc, cxx
-    raise SystemExit("error: clang not found (Debian: apt-get install clang-14 libclang-rt-14-dev)")
+    """(clang, clang++): the newest installed clang that links libFuzzer + ASan/UBSan (find_clang.py);
+    SystemExit saying which were tried and why each failed."""
+    import find_clang as fc
+    try:
+        return fc.find_clang()
+    except LookupError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def _tool(name: str) -> str:
