@@ -214,6 +214,8 @@ class GGUFWriter:
         if self._fh is not None:
             try:
                 self._fh.close()
+            except OSError:
+                pass  # closing flushes what is buffered, which fails again after a write error (disk full)
             finally:
                 self._fh = None
         if self._tmp is not None:

@@ -11,8 +11,10 @@ What each fault must leave:
   alone.  With `--force` over an existing output, the old output is untouched.
 * SIGINT / SIGTERM / SIGHUP mid-write: the temp file is removed, "interrupted;
   nothing was written", exit 128+signal.
-* disk full (a 20 MiB tmpfs): `error: OUT: No space left on device`, exit 1,
-  no output, no temp file.
+* a write that fails (the file-size limit RLIMIT_FSIZE of 20 MiB: EFBIG): `error: OUT:
+  File too large`, exit 1, no output, no temp file.  Runs unprivileged, everywhere.
+* disk full (a 20 MiB tmpfs in a user + mount namespace, `unshare -Urm`): `error: OUT:
+  No space left on device`, the same; skipped where unprivileged namespaces are off.
 * a shard that is a directory, a FIFO, empty, truncated or a dangling symlink:
   `error: ...`, exit 1, no output, no hang.
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import struct
@@ -168,26 +171,69 @@ def test_interrupt_removes_the_temp_file(hf_dir, tmp_path, sig):
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path):
+FSIZE_LIMIT = 20 << 20   # far below the default model's q8_0 output (about 145 MB)
+
+
+def _limit_file_size():
+    """In the converter child: files may not grow past FSIZE_LIMIT, and the write that would
+    gets EFBIG instead of the default SIGXFSZ (which kills the process)."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_LIMIT, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def test_write_error_file_too_large(hf_dir, tmp_path):
+    """A write that fails mid-data (any OSError, here EFBIG): one clear line naming the output,
+    exit 1, nothing left.  The same path as a full disk, without needing a small file system."""
+    out = tmp_path / "out.gguf"
+    r = subprocess.run(convert_cmd(hf_dir, out), capture_output=True, text=True, timeout=300,
+                       preexec_fn=_limit_file_size)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.strip() == f"error: {out}: File too large", r.stderr
+    assert list(tmp_path.iterdir()) == [], "output or temp file left after the failed write"
+
+
+# Run inside a new user + mount namespace: mount a 20 MiB tmpfs on $1, run the rest of the
+# arguments (the converter) with its stderr in $2, then write what is left on the tmpfs to $3.
+_IN_NAMESPACE = """
+mount -t tmpfs -o size=20m tmpfs "$1" || exit 97
+mnt=$1 err=$2 left=$3
+shift 3
+"$@" >/dev/null 2>"$err"
+rc=$?
+"$0" -c 'import json, os, shutil, sys; print(json.dumps([os.listdir(sys.argv[1]), shutil.disk_usage(sys.argv[1]).used]))' \
+    "$mnt" >"$left"
+exit $rc
+"""
+
+
+@pytest.fixture(scope="module")
+def user_mount_ns(tmp_path_factory):
+    """Skip unless this user may mount a tmpfs in a new user + mount namespace (no root needed)."""
+    d = tmp_path_factory.mktemp("ns-probe")
+    try:
+        r = subprocess.run(["unshare", "-Urm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
+                           capture_output=True, text=True, timeout=30)
+    except FileNotFoundError:
+        pytest.skip("`unshare` (util-linux) is not installed: no tmpfs to fill without root "
+                    "(test_write_error_file_too_large covers the write error)")
+    if r.returncode != 0:
+        pytest.skip("this machine refuses unprivileged user + mount namespaces (`unshare -Urm mount -t tmpfs` "
+                    f"failed: {r.stderr.strip()}); test_write_error_file_too_large covers the write error")
+
+
+def test_disk_full(hf_dir, tmp_path, user_mount_ns):
     mnt = tmp_path / "tmpfs"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root / CAP_SYS_ADMIN): {r.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def test_disk_full(hf_dir, small_tmpfs):
-    out = small_tmpfs / "out.gguf"
-    r = subprocess.run(convert_cmd(hf_dir, out), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1
-    assert r.stderr.strip() == f"error: {out}: No space left on device", r.stderr
-    assert list(small_tmpfs.iterdir()) == [], "output or temp file left on the full file system"
-    assert shutil.disk_usage(small_tmpfs).used < 1 << 20
+    out = mnt / "out.gguf"
+    err, left = tmp_path / "stderr", tmp_path / "left.json"
+    r = subprocess.run(["unshare", "-Urm", "sh", "-c", _IN_NAMESPACE, sys.executable, str(mnt), str(err), str(left),
+                        *convert_cmd(hf_dir, out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 97, f"could not mount the tmpfs: {r.stderr}"
+    assert r.returncode == 1, (r.returncode, r.stderr, err.read_text())
+    assert err.read_text().strip() == f"error: {out}: No space left on device", err.read_text()
+    files, used = json.loads(left.read_text())
+    assert files == [], "output or temp file left on the full file system"
+    assert used < 1 << 20
 
 
 SHARD = "model-00001-of-00001.safetensors"
