@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Coverage-guided fuzzing of the converter's inputs (ggml_ext.converters), with atheris.
 
-    .venv/bin/pip install atheris
+    make install                                      # installs atheris into .venv (a PyPI wheel, or built)
     python scripts/fuzz_converter_inputs.py --make-seeds tests/fuzz/converter_seeds   # (re)build the seeds
     mkdir -p /tmp/ccorpus && cp tests/fuzz/converter_seeds/* /tmp/ccorpus/
     python scripts/fuzz_converter_inputs.py /tmp/ccorpus -max_total_time=600 -timeout=20 -rss_limit_mb=2048 \\
@@ -19,9 +19,14 @@ raises ConversionError with a message; any other exception (KeyError,
 TypeError, struct.error, MemoryError, RecursionError...) is a crash, and so is
 a hang (libFuzzer's -timeout).  A crash found here belongs in
 tests/fuzz/converter_regressions/ (replayed by tests/test_reliability_fuzz_convert.py).
+
+Only the fuzz run needs atheris: imported as a module (the tests' replay of the
+committed inputs through `check_one`) or with --make-seeds, --unpack or
+--minimize, this file does not import it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -29,9 +34,18 @@ import sys
 import tempfile
 from pathlib import Path
 
-import atheris
-
-with atheris.instrument_imports(include=["ggml_ext.converters"]):
+FUZZING = __name__ == "__main__" and sys.argv[1:2] not in (["--make-seeds"], ["--unpack"], ["--minimize"])
+if FUZZING:
+    try:
+        import atheris
+    except ImportError:
+        sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
+                 "atheris`); replaying inputs needs no atheris: tests/test_reliability_fuzz_convert.py")
+    # coverage instrumentation of the converters: they must be first imported here
+    _instrumented = atheris.instrument_imports(include=["ggml_ext.converters"])
+else:
+    _instrumented = contextlib.nullcontext()
+with _instrumented:
     from ggml_ext.converters import OUTPUT_TYPES, ConversionError, convert
 from ggml_ext.gguf_reader import GGUFFile, read_gguf
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Coverage-guided fuzzing of our GGUF reader (ggml_ext.gguf_reader) and `ggml-ext info`, with atheris.
 
-    .venv/bin/pip install atheris                     # wheels on PyPI for CPython 3.8-3.12 (x86_64, aarch64)
+    make install                                      # installs atheris into .venv (a PyPI wheel, or built)
     python scripts/fuzz_gguf_reader.py --make-seeds tests/fuzz/gguf_seeds   # (re)build the seed corpus
     mkdir -p /tmp/corpus && cp tests/fuzz/gguf_seeds/* /tmp/corpus/
     python scripts/fuzz_gguf_reader.py /tmp/corpus -max_total_time=600 -artifact_prefix=/tmp/crash-
@@ -13,16 +13,31 @@ exception is a crash.  Arguments after the script's own are libFuzzer's
 (-runs=N, -max_total_time=S, -max_len=N, ...); the corpus folder grows, so point
 it at a copy, not at the committed seeds.  A crash found here belongs in
 tests/fuzz/regressions/ (replayed by tests/test_reliability_fuzz.py).
+
+Only the fuzz run needs atheris: imported as a module (the tests' replay of the
+committed inputs through `check_one`) or with --make-seeds, this file does not
+import it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
 
-import atheris
-
-with atheris.instrument_imports(include=["ggml_ext.gguf_reader", "ggml_ext.ggml_types", "ggml_ext.info"]):
+FUZZING = __name__ == "__main__" and sys.argv[1:2] != ["--make-seeds"]
+if FUZZING:
+    try:
+        import atheris
+    except ImportError:
+        sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
+                 "atheris`); replaying inputs needs no atheris: tests/test_reliability_fuzz.py")
+    # coverage instrumentation of the modules under test: they must be first imported here
+    _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf_reader", "ggml_ext.ggml_types",
+                                                        "ggml_ext.info"])
+else:
+    _instrumented = contextlib.nullcontext()
+with _instrumented:
     from ggml_ext import info
     from ggml_ext.gguf_reader import GGUFError, GGUFFile, parse_gguf_bytes
 
