@@ -289,11 +289,10 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                     if not (math.isfinite(lo) and math.isfinite(hi)):  # min/max are NaN if any value is
                         bad = int(np.size(x) - np.count_nonzero(np.isfinite(x)))
                         raise ConversionError(f"{what} holds {bad} NaN or infinite values; refusing to convert")
-                    if p.type_name == "F16":
-                        peak = max(hi, -lo)
-                        if peak > _F16_MAX:
-                            raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
-                                                  f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
+                    peak = max(hi, -lo)
+                    if p.type_name == "F16" and peak > _F16_MAX:
+                        raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
+                                              f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
                     rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1)
                     buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
                     weights = None
@@ -309,6 +308,12 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                                                   weighting=iq4_nl_weighting)
                     except quants.QuantError as e:
                         raise ConversionError(f"{what}: {e}") from None
+                    # the f16 block scales of the quantized types (and BF16's own range) can overflow to inf,
+                    # only for values beyond float16's range: ggml's row check finds them (llama.cpp refuses
+                    # such a file when it checks tensors, and computes NaN when it does not)
+                    if peak > _F16_MAX and p.type_name != "F32" and not quants.validate(p.type_name, buf):
+                        raise ConversionError(f"{what} has values up to {peak:g}: too large for {p.type_name} "
+                                              f"(they overflow to inf): use --type f32 or --keep '{p.gguf_name}=f32'")
                     del x, rows
                     writer.write_tensor(buf)
                     del buf

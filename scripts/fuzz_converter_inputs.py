@@ -13,11 +13,16 @@
 One input is one Hugging Face model folder: a first byte choosing the output
 type, then the files of SLOTS in order, separated by SEP (an empty slot: no
 such file).  Each input is written to a fresh folder on tmpfs (removed after
-it) and converted by `ggml_ext.converters.convert` into a GGUF file there,
-which our reader must then parse with the planned tensors.  The property: convert() succeeds or
-raises ConversionError with a message; any other exception (KeyError,
-TypeError, struct.error, MemoryError, RecursionError...) is a crash, and so is
-a hang (libFuzzer's -timeout).  A crash found here belongs in
+it) and converted by `ggml_ext.converters.convert` into a GGUF file there.
+The property: convert() raises ConversionError with a message and leaves no
+file, or it writes a file that round-trips: our reader parses it, its metadata
+and its tensors' names, shapes and types are the converter's plan, every
+tensor's data passes ggml's row validation (no NaN/inf values or scales), F32,
+F16 and BF16 data equals the source tensor in that type bit for bit, and Q8_0 /
+Q4_0 (interleaved too) data dequantizes to the source within one quantization
+step.  Any other exception (KeyError, TypeError, struct.error, MemoryError,
+RecursionError, an AssertionError of these checks...) is a crash, and so is a
+hang (libFuzzer's -timeout).  A crash found here belongs in
 tests/fuzz/converter_regressions/ (replayed by tests/test_reliability_fuzz_convert.py).
 
 Only the fuzz run needs atheris: imported as a module (the tests' replay of the
@@ -34,6 +39,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 FUZZING = __name__ == "__main__" and sys.argv[1:2] not in (["--make-seeds"], ["--unpack"], ["--minimize"])
 if FUZZING:
     try:
@@ -46,8 +53,11 @@ if FUZZING:
 else:
     _instrumented = contextlib.nullcontext()
 with _instrumented:
-    from ggml_ext.converters import OUTPUT_TYPES, ConversionError, convert
-from ggml_ext.gguf_reader import GGUFFile, read_gguf
+    from ggml_ext.converters import OUTPUT_TYPES, ConversionError, ConversionResult, convert, plan
+    from ggml_ext.converters.gguf_writer import _encode_value
+    from ggml_ext.converters.pipeline import _transform
+from ggml_ext import quants
+from ggml_ext.gguf_reader import GGUFFile, TensorInfo, read_gguf
 
 SEP = b"\n@@ggml-ext-fuzz-file@@\n"
 SLOTS = ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
@@ -88,19 +98,83 @@ def check_one(data: bytes) -> GGUFFile | None:
     work = Path(tempfile.mkdtemp(prefix="ggml-ext-fuzz-convert-", dir=_TMP))  # tmpfs: about 0.1 ms
     try:
         out_type = unpack(data, work / "model")
+        options = {}                           # convert()'s options; plan() takes them too
         out = work / "out.gguf"
         try:
-            result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None)
+            result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None, **options)
         except ConversionError as e:
             assert str(e), "ConversionError without a message"
             assert not out.exists(), "a refused conversion left an output file"
             return None
         g = read_gguf(out)                     # what we write, our reader reads
-        assert len(g.tensors) == result.n_tensors
-        assert g.kv["general.architecture"] == result.gguf_architecture
+        check_round_trip(work / "model", out_type, out, g, result, **options)
         return g
     finally:
         shutil.rmtree(work, ignore_errors=True)   # libFuzzer ends with exit(): no atexit clean-up
+
+
+def check_round_trip(model: Path, out_type: str, out: Path, g: GGUFFile, result: ConversionResult,
+                     **options) -> None:
+    """`out` (read as `g`) holds what convert(model, out, out_type, **options) planned: metadata, tensor infos
+    and data."""
+    pl = plan(model, out_type, warn=lambda msg: None, **options)  # headers only: what convert() wrote (deterministic)
+    try:
+        assert g.kv["general.architecture"] == result.gguf_architecture
+        want_kv = {key: (vtype, value) for key, vtype, value in pl.metadata}
+        want_kv["ggml_ext.source_hash"] = ("str", result.source_hash)     # set after the tensors were written
+        assert list(g.kv) == list(want_kv), set(g.kv) ^ set(want_kv)
+        for key, (vtype, value) in want_kv.items():
+            assert g.kv_types[key] == vtype, (key, g.kv_types[key], vtype)
+            # the writer's own encoding of both sides: lists, arrays and numpy values compare alike
+            assert _encode_value(vtype, g.kv[key]) == _encode_value(vtype, value), f"metadata {key} changed"
+        assert len(g.tensors) == len(pl.tensors) == result.n_tensors
+        assert dict(result.type_counts) == {n: s.count for n, s in g.type_histogram().items()}
+        raw = out.read_bytes()                 # tiny models on tmpfs
+        for p, t in zip(pl.tensors, g.tensors):
+            assert (t.name, t.shape, t.type_name) == (p.gguf_name, tuple(reversed(p.shape)), p.type_name), (t, p)
+            data = np.frombuffer(raw, np.uint8, t.nbytes, t.file_offset)
+            assert quants.validate(t.type_id, data), f"{t.name}: NaN or inf in its {t.type_name} data"
+            x = p.data if p.data is not None else pl.checkpoint.load(p.hf_name)
+            _check_values(t, data, _transform(pl.arch, pl.hparams, p, np.asarray(x, dtype=np.float32)))
+    finally:
+        pl.checkpoint.close()
+
+
+_BLOCK_BYTES = {"Q8_0": 34, "Q4_0": 18}   # 32 values: an f16 scale, then 32 int8 / 32 nibbles
+
+
+def _dequantize(type_name: str, data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q8_0 / Q4_0 bytes as float32 values, and each value's |scale| (its quantization step)."""
+    b = data.reshape(-1, _BLOCK_BYTES[type_name])
+    d = b[:, :2].copy().view("<f2").astype(np.float32)
+    if type_name == "Q8_0":
+        q = b[:, 2:].view(np.int8).astype(np.float32)
+    else:                                      # low nibbles are values 0..15 of the block, high ones 16..31
+        q = np.concatenate([b[:, 2:] & 15, b[:, 2:] >> 4], axis=1).astype(np.float32) - 8
+    return (d * q).ravel(), np.broadcast_to(np.abs(d), q.shape).ravel()
+
+
+def _check_values(t: TensorInfo, data: np.ndarray, x: np.ndarray) -> None:
+    """The tensor's data against `x`, the source tensor as convert() handed it to the quantizer."""
+    x = x.astype(np.float32).ravel()           # rows of shape[0] values, as written
+    name = t.type_name
+    if name == "F32":
+        assert np.array_equal(data.view("<u4"), x.view(np.uint32)), f"{t.name}: F32 data differs from the source"
+    elif name == "F16":                        # ggml and numpy both round to nearest even
+        assert np.array_equal(data.view("<u2"), x.astype(np.float16).view(np.uint16)), f"{t.name}: F16 data"
+    elif name == "BF16":                       # ggml_compute_fp32_to_bf16 for finite values
+        u = x.view(np.uint32)
+        bf16 = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+        assert np.array_equal(data.view("<u2"), bf16), f"{t.name}: BF16 data"
+    else:
+        if name in quants.INTERLEAVED:         # Q4_0 rows interleaved: back to plain Q4_0 (lossless)
+            data, name = quants.unpack_q4_0(name, data, t.n_rows, t.shape[0]), "Q4_0"
+        if name in _BLOCK_BYTES:
+            # round to nearest: half a step; Q4_0 clamps the top value (one step); the f16 scale's rounding
+            # adds < 1 %; 2**-16 covers scales that underflow f16 (tiny values)
+            values, step = _dequantize(name, data)
+            err = np.abs(values - x)
+            assert np.all(err <= 1.01 * step + 2.0**-16), f"{t.name}: {name} data is off the source by {err.max():g}"
 
 
 def test_one_input(data: bytes) -> None:
