@@ -89,6 +89,11 @@ def _libs(*names: str) -> list[Path]:
     return [_locate.library(n) for n in names]
 
 
+def _all_libs() -> list[Path]:
+    return sorted(p for p in _locate.lib_dir().iterdir()
+                  if p.is_file() and (".so" in p.name or p.suffix in (".dylib", ".dll")))
+
+
 def _modules(*names: str) -> list[Path]:
     return [_PKG / f"{n}.py" for n in names]
 
@@ -105,9 +110,10 @@ TOOL_FILES: dict[str, Callable[[], list[Path]]] = {
     "ggml-ext repack": lambda: [*_modules("repack", "gguf_reader", "quants", "targets", "ggml_types"),
                                 *_libs("ggml-base")],
     "ggml_ext.quants": lambda: [*_modules("quants", "imatrix", "gguf_reader", "ggml_types"), *_libs("ggml-base")],
-    "llama-quantize": lambda: [_locate.tool("llama-quantize"), *_libs("llama", "ggml", "ggml-base", "ggml-cpu")],
-    "llama-imatrix": lambda: [_locate.tool("llama-imatrix"), *_libs("llama", "ggml", "ggml-base", "ggml-cpu"),
-                              *_modules("imatrix")],
+    # our llama.cpp tools: the binary and every library of the build (the tools are thin mains
+    # over lib<tool>-impl, libllama-common, libllama and the ggml libraries)
+    "llama-quantize": lambda: [_locate.tool("llama-quantize"), *_all_libs()],
+    "llama-imatrix": lambda: [_locate.tool("llama-imatrix"), *_all_libs(), *_modules("imatrix")],
 }
 
 

@@ -198,7 +198,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tensors", action="store_true", help="list every tensor")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--build", action="store_true",
-                        help="describe this build (llama.cpp commit, backends, CPU features)")
+                        help="describe this build (llama.cpp commit, backends, CPU features, the kernel each "
+                             "interleaved type runs on this CPU)")
 
 
 def _build_report() -> tuple[int, str]:
