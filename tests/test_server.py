@@ -2,7 +2,14 @@
 from __future__ import annotations
 
 import json
+import os
+import re
+import select
 import signal
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -81,3 +88,49 @@ def test_bad_request_is_an_error_not_a_crash(server):
 def test_stops_cleanly(default_gguf, threads):
     proc, _ = serve.start(default_gguf, port=0, ctx_size=256, extra=["-t", str(threads)])
     assert serve.stop(proc) in (0, -signal.SIGTERM)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_the_serve_verb_stops_its_server_on(sig, default_gguf, threads, tmp_path):
+    # `ggml-ext serve` as systemd, docker stop or a closed terminal end it: a real signal to the Python process
+    log = open(tmp_path / "serve.log", "w+")
+    cli = subprocess.Popen([sys.executable, "-m", "ggml_ext.cli", "serve", str(default_gguf), "--port", "0",
+                            "-c", "256", "--", "-t", str(threads)],
+                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, text=True)
+    server_pid = None
+    try:
+        # the ready line comes once /health answers; the deadline only guards against a hang
+        ready = ""
+        deadline = time.monotonic() + 180
+        while "ready at" not in ready:
+            assert time.monotonic() < deadline and cli.poll() is None, open(log.name).read()[-3000:]
+            if select.select([cli.stdout], [], [], 1)[0]:
+                ready = cli.stdout.readline()
+        m = re.search(r"\(pid (\d+)\) ready at http://([\d.]+):(\d+)", ready)
+        server_pid, host, port = int(m[1]), m[2], int(m[3])
+        assert _alive(server_pid)
+
+        os.kill(cli.pid, sig)
+        assert cli.wait(60) == 0, open(log.name).read()[-3000:]
+        # stop() has reaped it: no process (nor zombie) of that pid is left
+        assert not _alive(server_pid)
+        with socket.socket() as s:  # the port is free: a new server could listen on it
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT of old connections is no owner
+            s.bind((host, port))
+            s.listen()
+        assert "Traceback" not in open(log.name).read()
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.wait()
+        if server_pid and _alive(server_pid):  # a failed test must not leave an orphan behind
+            os.kill(server_pid, signal.SIGKILL)
+        log.close()

@@ -8,8 +8,11 @@ import sys
 from . import __version__
 
 # verb -> (module, help); each module has add_arguments(parser) and main(args) -> int.
-# Verbs in PASSTHROUGH hand every later argument to the llama.cpp tool they wrap.
+# Verbs in PASSTHROUGH hand every later argument to the llama.cpp tool they wrap; verbs in AFTER_DASHDASH
+# hand it the arguments after "--" (args.extra), split off before argparse, where a catch-all positional
+# would also swallow the verb's own options written after the model (`serve M.gguf --port N`).
 PASSTHROUGH = {"bench"}
+AFTER_DASHDASH = {"serve"}
 VERBS = {
     "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF (f32/f16/bf16/q8_0/q4_0/q4_1/q5_0/q5_1/q4_0_4_4/q4_0_4_8/q4_0_8_8/iq4_nl/iq4_nl_4_4/iq4_nl_4_8/iq4_nl_8_8)"),
     "imatrix": ("ggml_ext.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
@@ -40,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         args = parser.parse_args(argv[:1])
         args.args = argv[1:]
+    elif argv and argv[0] in AFTER_DASHDASH and "--" in argv:
+        i = argv.index("--")
+        args = parser.parse_args(argv[:i])
+        args.extra = argv[i + 1:]
     else:
         args = parser.parse_args(argv)
     if not args.verb:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
-    p.add_argument("extra", nargs=argparse.REMAINDER, help="further llama-server arguments, after --")
+    p.epilog = "Further llama-server arguments go after --, e.g. `ggml-ext serve M.gguf --port 8081 -- -t 4`."
+    p.set_defaults(extra=[])  # cli.main puts what follows "--" here
 
 
 def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: int = 4096,
@@ -38,22 +40,27 @@ def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: i
         extra += ["--path", str(webui)]
     cmd = tools.command("llama-server", "-m", model, "--host", host, "--port", str(port), "-c", str(ctx_size),
                         *extra)
+    # Its own session: a terminal's Ctrl-C or a group kill reaches only us, and stop() sends the server one
+    # SIGTERM (a second one makes llama-server exit at once, skipping its clean shutdown).
     proc = subprocess.Popen(cmd, env=tools.tool_env(), stdout=log or subprocess.DEVNULL,
-                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+                            stderr=subprocess.STDOUT if log else subprocess.DEVNULL, start_new_session=True)
     url = f"http://{host}:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"llama-server exited with code {proc.returncode} before it was ready")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        time.sleep(0.25)
-    stop(proc)
-    raise TimeoutError(f"llama-server did not become ready within {timeout:.0f} s")
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited with code {proc.returncode} before it was ready")
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return proc, url
+            except OSError:
+                pass
+            time.sleep(0.25)
+        raise TimeoutError(f"llama-server did not become ready within {timeout:.0f} s")
+    except BaseException:  # also Ctrl-C or a signal while it loads: never leave it running
+        stop(proc)
+        raise
 
 
 def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
@@ -68,16 +75,41 @@ def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:
     return proc.returncode
 
 
+class Stopped(Exception):
+    """Raised in the main thread by SIGTERM or SIGHUP, as KeyboardInterrupt is by SIGINT."""
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signal.Signals(signum).name)
+
+
 def main(args: argparse.Namespace) -> int:
-    extra = [a for a in args.extra if a != "--"]
+    """Run the server until it exits (its exit code) or until Ctrl-C, SIGTERM (kill, systemd, docker stop)
+    or SIGHUP (the terminal closed) stops it: 0 after a stop by signal."""
+    extra = list(args.extra)
+    # Python's default for SIGTERM/SIGHUP is to die at once, leaving llama-server holding the port.
+    try:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _raise_stopped)
+    except ValueError:  # not the main thread: the caller owns the signals
+        pass
     try:
         proc, url = start(args.model, args.host, args.port, args.ctx_size, extra, log=sys.stderr)
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"llama-server ready at {url}  (web UI: {url}/, OpenAI API: {url}/v1)  Ctrl-C to stop", flush=True)
+    except (KeyboardInterrupt, Stopped):
+        return 0  # start() has stopped the server
+    print(f"llama-server (pid {proc.pid}) ready at {url}  (web UI: {url}/, OpenAI API: {url}/v1)  Ctrl-C to stop",
+          flush=True)
     try:
         return proc.wait()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Stopped):
+        # a second signal must not interrupt the stop (bounded: SIGKILL after stop()'s timeout)
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+        except ValueError:
+            pass
         stop(proc)
         return 0
