@@ -62,9 +62,15 @@ install: system-deps venv
 	$(PIP) install --no-build-isolation ".[convert,test]"
 	$(MAKE) --no-print-directory $(STAMPS)/llama-cpp-python $(STAMPS)/atheris
 
-# The fuzzer for our GGUF reader: a binary wheel where PyPI has one; its smoke test skips without it.
-$(STAMPS)/atheris: $(STAMPS)/venv
-	$(PIP) install -q --only-binary :all: atheris || echo "atheris has no wheel here: the fuzz smoke test will skip"
+# atheris, the coverage-guided fuzzer of the Python fuzz smoke runs: a binary wheel where PyPI has one
+# for this Python, else built from source with the clang that system-deps installs (it needs libFuzzer).
+# If both fail, the smoke runs skip and say why (the replays of the saved inputs never need it).
+$(STAMPS)/atheris: $(STAMPS)/venv $(STAMPS)/system-deps
+	@$(PIP) install -q --only-binary :all: atheris 2>/dev/null || { \
+	  clang=$$(cd scripts && ../$(PY) -c 'import fuzz_gguf_c; print(fuzz_gguf_c.find_clang()[0])' 2>/dev/null || true); \
+	  echo "atheris: no binary wheel for this Python; building it from source with $${clang:-no clang}"; \
+	  CLANG_BIN="$$clang" $(PIP) install -q --no-binary atheris atheris > $(STAMPS)/atheris.log 2>&1 || \
+	  echo "atheris could not be installed (log: $(STAMPS)/atheris.log): the fuzz smoke runs will skip"; }
 	@touch $@
 
 # llama-cpp-python compiles nothing (-DLLAMA_BUILD=OFF); it loads our libllama at run time.
@@ -78,7 +84,9 @@ assets: install
 demo: assets
 	$(PY) scripts/demo.py
 
-test: assets
+# The tests also need the quality-baseline model (Gemma-3-270M, `assets fetch --all`).
+test: install
+	$(CLI) assets fetch --all
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 upstream: venv

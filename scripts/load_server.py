@@ -177,15 +177,17 @@ def hostile_requests(long_prompt_words: int) -> list[tuple[str, bytes]]:
 
 
 def run_load(url: str, clients: int = 8, requests: int = 3, max_tokens: int = 16, timeout: float = 120.0,
-             long_prompt_words: int = 3000, deadline_s: float = 300.0) -> Report:
-    """Run the load against a running server at `url`; returns the report (see Report.passed)."""
+             long_prompt_words: int = 3000, deadline_s: float | None = 300.0) -> Report:
+    """Run the load against a running server at `url`; returns the report (see Report.passed).
+    `deadline_s`: no new request after this long (None: every request is sent; `timeout` per
+    request still guards against a hung server)."""
     status, props = get_json(url, "/props")
     slots = props.get("total_slots") if status == 200 and isinstance(props, dict) else None
     rep = Report(clients, requests, slots)
     results: list[Result] = []
     lock = threading.Lock()
     started = threading.Barrier(clients + 1)
-    stop_at = time.monotonic() + deadline_s
+    stop_at = time.monotonic() + deadline_s if deadline_s is not None else float("inf")
 
     def client(i: int) -> None:
         started.wait()
@@ -221,7 +223,8 @@ def run_load(url: str, clients: int = 8, requests: int = 3, max_tokens: int = 16
     for t in [*threads, h]:
         t.start()
     for t in [*threads, h]:
-        t.join(max(1.0, stop_at - time.monotonic() + timeout))
+        # each client sends `requests` requests of at most `timeout` seconds each
+        t.join(max(1.0, min(stop_at - time.monotonic(), requests * timeout + 60) + timeout))
     rep.wall_s = time.perf_counter() - t0
 
     rep.requests = len(results)

@@ -30,14 +30,16 @@ from ggml_ext.info import format_info, info_dict
 
 REPO = Path(__file__).resolve().parents[1]
 PYDIR = REPO / "python"
-CASE_SECONDS = 2.0      # per hostile case
+# A hang guard, not a speed claim: a hostile count the reader trusted would loop for hours;
+# a real parse of these files takes milliseconds on any machine, so 30 s never fires by chance.
+HANG_SECONDS = 30.0
 PINNED_COMMIT = "0c1e57098"
 
 # ---------------------------------------------------------------- helpers
 
 
 @contextlib.contextmanager
-def time_bound(seconds: float = CASE_SECONDS):
+def time_bound(seconds: float = HANG_SECONDS):
     """Fail (instead of hanging) if the body runs longer than `seconds`."""
     if not hasattr(signal, "setitimer"):
         yield
@@ -368,9 +370,7 @@ hostile("data section past EOF", build([], [tinfo("w", [8, 8], 0, 0)])[:24 + 41 
 @pytest.mark.parametrize("name", list(HOSTILE))
 def test_hostile_handmade(name):
     data, fragments = HOSTILE[name]
-    t0 = time.perf_counter()
-    expect_error(data, *fragments)
-    assert time.perf_counter() - t0 < CASE_SECONDS
+    expect_error(data, *fragments)   # parse_or_error: under the hang guard
 
 
 @pytest.mark.parametrize("name", ["n_tensors 2**60", "n_kv 2**62", "key length 2**63", "value string 2**63",
@@ -432,7 +432,6 @@ def test_truncated_everywhere(model_bytes):
         assert isinstance(r, GGUFError), f"truncated at {cut} of {len(model_bytes)} parsed"
     elapsed = time.perf_counter() - t0
     print(f"\n{len(cuts)} truncations in {elapsed:.2f} s (worst case {worst * 1000:.1f} ms)")
-    assert worst < CASE_SECONDS
 
 
 NASTY = [0, 1, 2**31, 2**32 - 1, 2**32, 2**60, 2**62, 2**63 - 1, 2**63, 2**64 - 1]
@@ -481,7 +480,6 @@ def test_random_corruption(model_bytes):
     print(f"\n{trials} corruptions: {n_err} GGUFError, {n_ok} parsed, {elapsed:.2f} s, "
           f"worst case {worst * 1000:.1f} ms")
     assert n_err > trials // 2
-    assert worst < CASE_SECONDS
 
 
 def test_random_corruption_handmade():

@@ -16,6 +16,7 @@ import subprocess
 import numpy as np
 import pytest
 
+import q4_0_probe
 from ggml_ext import gguf_reader, quants, repack
 from ggml_ext.converters import ConversionError
 from ggml_ext.converters.policy import choose_type, parse_keep
@@ -137,35 +138,17 @@ def test_convert_type_iq4_nl_8_8_writes_the_repacked_bytes(files, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def reference(files, threads):
-    """Plain IQ4_NL: greedy tokens and the logits along them with stock llama.cpp's runtime
-    repack (x86 AVX2: upstream's IQ4_NL 8x8 kernels) and without it (plain vec_dot)."""
-    from test_q4_0_interleaved_gguf import _forced_logits, _greedy_tokens
-    prompt, tokens = _greedy_tokens(files["iq4_nl"], threads)
-    seq = prompt + tokens[:-1]
-    at = slice(len(prompt) - 1, len(seq))
-    ref = _forced_logits(files["iq4_nl"], seq, threads)[at]
-    plain = _forced_logits(files["iq4_nl"], seq, threads, runtime_repack=False)[at]
-    noise = np.abs(plain - ref)
-    return dict(seq=seq, at=at, ref=ref, plain=plain, noise_mean=float(noise.mean()), noise_max=float(noise.max()))
+def reference(files, threads, tmp_path_factory):
+    """Plain IQ4_NL through upstream's code: greedy tokens and the logits along them with stock
+    llama.cpp's runtime repack (x86 AVX2: upstream's IQ4_NL 8x8 kernels) and without it (plain
+    vec_dot); tests/q4_0_probe.py."""
+    return q4_0_probe.stock_reference(files["iq4_nl"], threads, tmp_path_factory.mktemp("iq4_nl-reference"))
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
-def test_logits_along_the_greedy_tokens_match_iq4_nl(files, reference, threads, name):
-    from test_q4_0_interleaved_gguf import _forced_logits
-    ours = _forced_logits(files[name], reference["seq"], threads)[reference["at"]]
-    diff = np.abs(ours - reference["ref"])
-    diff_plain = np.abs(ours - reference["plain"])
-    assert diff.mean() <= 1.5 * reference["noise_mean"], (diff.mean(), reference["noise_mean"])
-    assert diff.max() <= 1.5 * reference["noise_max"], (diff.max(), reference["noise_max"])
-    ref = reference["ref"]
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    clear = (top2[:, 1] - top2[:, 0]) > 0.5
-    assert clear.sum() >= len(ref) // 2
-    assert (ours.argmax(1) == ref.argmax(1))[clear].all()
-    print(f"\n{name}: mean |dlogit| vs stock repack {diff.mean():.4f}, vs stock plain {diff_plain.mean():.4f} "
-          f"(stock paths apart {reference['noise_mean']:.4f}); max {diff.max():.4f} / {diff_plain.max():.4f} "
-          f"({reference['noise_max']:.4f}); identical to stock plain: {bool((diff_plain == 0).all())}")
+def test_logits_along_the_greedy_tokens_match_iq4_nl(files, reference, threads, name, tmp_path):
+    ours = q4_0_probe.run(files[name], threads, tmp_path, seq=reference["seq"])["logits"][reference["at"]]
+    q4_0_probe.assert_close_to_stock(ours, reference, name)
 
 
 def test_iq4_nl_8_8_answers_the_chat_prompt(files, tool_env, threads):

@@ -16,13 +16,15 @@ import subprocess
 import numpy as np
 import pytest
 
+import q4_0_probe
 from ggml_ext import gguf_reader, quants, repack
 from ggml_ext.converters import ConversionError
 from ggml_ext.converters.policy import choose_type
 
 LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
 ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8}
-PROMPT = "The capital of France is"
+# x86 with AVX2: our build's runtime repack takes plain Q4_0 weights into Q4_0_8_8 (patch 0005).
+OUR_RUNTIME_REPACK = platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features()
 
 
 # ---------------------------------------------------------------- registration and quantizer
@@ -175,134 +177,70 @@ def test_repack_target_errors(files, tmp_path, capsys):
     assert not out.exists()
 
 
-def _greedy_tokens(path, threads, n=32):
-    """n greedy tokens (temperature 0): the prompt runs through the GEMM path, each new token the GEMV path."""
-    from ggml_ext.llama_cpp_glue import Llama
-    llm = Llama(path, n_ctx=256, n_threads=threads, seed=0)
-    prompt = llm.tokenize(PROMPT.encode())
-    tokens = []
-    for tok in llm.generate(prompt, temp=0.0, top_k=1, reset=True):
-        tokens.append(int(tok))
-        if len(tokens) == n:
-            break
-    return prompt, tokens
-
-
-def _forced_logits(path, seq, threads, runtime_repack=True):
-    """Logits at every position of ``seq`` in one batch; ``runtime_repack=False`` turns off
-    llama.cpp's extra buffer types (stock Q4_0 then runs ggml's plain vec_dot kernels)."""
-    from ggml_ext.llama_cpp_glue import Llama, load_llama_cpp
-    load_llama_cpp()
-    import llama_cpp.llama as llama_mod
-    default_params = llama_mod.llama_cpp.llama_model_default_params
-
-    def params():
-        p = default_params()
-        p.use_extra_bufts = runtime_repack
-        return p
-
-    llama_mod.llama_cpp.llama_model_default_params = params
-    try:
-        llm = Llama(path, n_ctx=256, n_threads=threads, seed=0, logits_all=True)
-    finally:
-        llama_mod.llama_cpp.llama_model_default_params = default_params
-    llm.reset()
-    llm.eval(seq)
-    return np.array(llm.scores[:len(seq)])
-
-
 @pytest.fixture(scope="module")
-def reference(files, threads):
-    """The Q4_0 file (runtime repack: ours on x86, upstream's elsewhere): 32 greedy tokens, and its
-    logits along them; plus how far the plain vec_dot path of the same file lies from them."""
-    prompt, tokens = _greedy_tokens(files["q4_0"], threads)
-    seq = prompt + tokens[:-1]
-    at = slice(len(prompt) - 1, len(seq))
-    ref = _forced_logits(files["q4_0"], seq, threads)[at]
-    plain = _forced_logits(files["q4_0"], seq, threads, runtime_repack=False)[at]
-    noise = np.abs(plain - ref)
-    return dict(prompt=prompt, tokens=tokens, seq=seq, at=at, ref=ref, noise_mean=float(noise.mean()),
-                noise_max=float(noise.max()))
-
-
-# On x86 AVX2 / AVX-512 the Q4_0 file's weights are runtime-repacked into Q4_0_8_8 and run
-# by our mul_mat (patch 0005): the same kernels as the Q4_0_8_8 file on the same bytes.
-EXACT = {"Q4_0_8_8"} if platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features() else set()
+def reference(files, threads, tmp_path_factory):
+    """The Q4_0 file through upstream's code only (never our kernels): its 32 greedy tokens with
+    upstream's runtime repack and the logits along them, by that path and by the plain vec_dot
+    path (tests/q4_0_probe.py)."""
+    return q4_0_probe.stock_reference(files["q4_0"], threads, tmp_path_factory.mktemp("q4_0-reference"))
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
-def test_logits_along_the_greedy_tokens_match_q4_0(files, reference, threads, name):
-    """Where the Q4_0 file runs the same kernel family (EXACT), the interleaved file computes
-    bit for bit the same: equal logits and greedy tokens. Elsewhere our kernels stay within the
-    distance that separates stock llama.cpp's own two Q4_0 paths and pick the same token
-    wherever the choice is clear.
+def test_logits_along_the_greedy_tokens_match_q4_0(files, reference, threads, name, tmp_path):
+    """Our kernels on each interleaved file stay within the distance that separates stock
+    llama.cpp's own two Q4_0 paths (upstream's repack and plain vec_dot, both in upstream's
+    code: GGML_EXT_RUNTIME_REPACK=0) and pick the same token wherever the choice is clear.
 
-    Why 4x4 / 4x8 are not exact on x86: every kernel sums each block's exact int32 dot product
-    in several lanes, each lane scaled and accumulated in float across the row's blocks and the
-    lanes added at the end; 8x8 keeps 2 lanes per weight row, 4x8 and 4x4 keep 4 (holding
-    different weights), so the float roundings differ in the last bits, and the next layer's
-    Q8_0 activations turn such differences into whole quantization steps.
-    """
-    ours = _forced_logits(files[name], reference["seq"], threads)[reference["at"]]
-    ref = reference["ref"]
-    prompt, greedy = _greedy_tokens(files[name], threads)
-    if name in EXACT:
-        assert greedy == reference["tokens"]
-        assert np.array_equal(ours, ref)
-        return
-    diff = np.abs(ours - ref)
-    assert diff.mean() <= 1.5 * reference["noise_mean"], (diff.mean(), reference["noise_mean"])
-    assert diff.max() <= 1.5 * reference["noise_max"], (diff.max(), reference["noise_max"])
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    clear = (top2[:, 1] - top2[:, 0]) > 0.5
-    assert clear.sum() >= len(ref) // 2
-    assert (ours.argmax(1) == ref.argmax(1))[clear].all()
-    agree = int((ours.argmax(1) == ref.argmax(1)).sum())
+    None of the layouts is bit-identical to upstream: every kernel sums each block's exact
+    int32 dot product in several lanes, each lane scaled and accumulated in float across the
+    row's blocks and the lanes added at the end (8x8 keeps 2 lanes per weight row, 4x8 and 4x4
+    keep 4, upstream's kernels their own split), so the float roundings differ in the last bits,
+    and the next layer's Q8_0 activations turn such differences into whole quantization steps.
+    (On x86 our build's own runtime repack of the Q4_0 file runs the Q4_0_8_8 kernels: bit
+    identity with that file is tests/test_q4_0_runtime_repack.py.)"""
+    ours = q4_0_probe.run(files[name], threads, tmp_path, seq=reference["seq"])["logits"][reference["at"]]
+    q4_0_probe.assert_close_to_stock(ours, reference, name)
+    greedy = q4_0_probe.run(files[name], threads, tmp_path)["tokens"].tolist()
     same = next((i for i, (a, b) in enumerate(zip(greedy, reference["tokens"])) if a != b), len(greedy))
-    print(f"\n{name}: mean |dlogit| {diff.mean():.3f} (stock paths {reference['noise_mean']:.3f}), "
-          f"max {diff.max():.3f} ({reference['noise_max']:.3f}), top-1 agreement {agree}/{len(ref)}, "
-          f"greedy tokens identical for the first {same} of {len(greedy)}")
+    print(f"{name}: greedy tokens identical to upstream's for the first {same} of {len(greedy)}")
 
 
-def test_greedy_generation_is_deterministic(files, threads):
-    assert _greedy_tokens(files["Q4_0_8_8"], threads) == _greedy_tokens(files["Q4_0_8_8"], threads)
+def test_greedy_generation_is_deterministic(files, threads, tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = q4_0_probe.run(files["Q4_0_8_8"], threads, tmp_path / "a")
+    b = q4_0_probe.run(files["Q4_0_8_8"], threads, tmp_path / "b")
+    assert a["tokens"].tolist() == b["tokens"].tolist() and np.array_equal(a["logits"], b["logits"])
 
 
 @pytest.fixture(scope="module")
 def q4_0_perplexity(files, wiki_test, threads):
-    """The Q4_0 file's perplexity by each of its paths: the runtime repack our build picks,
-    upstream's repack (GGML_EXT_RUNTIME_REPACK=0) and the plain vec_dot kernels (-nr)."""
-    import os
+    """The Q4_0 file's perplexity by upstream's two paths (its runtime repack with ours turned off,
+    GGML_EXT_RUNTIME_REPACK=0, and the plain vec_dot kernels, -nr) and by our build's default
+    (on x86 AVX2 our runtime repack into Q4_0_8_8, elsewhere upstream's repack)."""
     from ggml_ext import tools
-    got = {"repack": tools.perplexity(files["q4_0"], wiki_test, n_ctx=256, chunks=8, threads=threads),
-           "plain": tools.perplexity(files["q4_0"], wiki_test, n_ctx=256, chunks=8, threads=threads, extra=["-nr"])}
-    old = os.environ.get("GGML_EXT_RUNTIME_REPACK")
-    os.environ["GGML_EXT_RUNTIME_REPACK"] = "0"
-    try:
-        got["upstream repack"] = tools.perplexity(files["q4_0"], wiki_test, n_ctx=256, chunks=8, threads=threads)
-    finally:
-        if old is None:
-            del os.environ["GGML_EXT_RUNTIME_REPACK"]
-        else:
-            os.environ["GGML_EXT_RUNTIME_REPACK"] = old
-    return got
+    run = lambda **kw: tools.perplexity(files["q4_0"], wiki_test, n_ctx=256, chunks=8, threads=threads, **kw)  # noqa: E731
+    return {"upstream repack": run(env=q4_0_probe.UPSTREAM_REPACK),
+            "plain": run(extra=["-nr"], env=q4_0_probe.UPSTREAM_REPACK),
+            "our build's default": run()}
 
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_perplexity_matches_q4_0(files, wiki_test, threads, q4_0_perplexity, name):
-    """Equal to the Q4_0 file's where both run the same kernels (EXACT); elsewhere within twice
-    the spread of the Q4_0 file's own three paths (at least 0.2 %), and 1 %."""
+    """Within twice the spread of upstream's own two Q4_0 paths (at least 0.5 %: two paths are a
+    small sample of how far a summation order moves 1,016 scored tokens) of upstream's repack,
+    and within 1 %. Where our runtime repack takes the Q4_0 file (x86 AVX2) it runs the
+    Q4_0_8_8 kernels on the same bytes: that file's perplexity is then the same number."""
     from ggml_ext import tools
-    ref = q4_0_perplexity["repack"].ppl
+    ref = q4_0_perplexity["upstream repack"].ppl
     ours = tools.perplexity(files[name], wiki_test, n_ctx=256, chunks=8, threads=threads)
     paths = {k: v.ppl for k, v in q4_0_perplexity.items()}
     print(f"\n{name}: {ours}; Q4_0 file: " + ", ".join(f"{k} {v:.4f}" for k, v in paths.items()))
-    if name in EXACT:
-        assert ours.ppl == ref, (ours, paths)
-        return
-    spread = max(paths.values()) - min(paths.values())
-    assert abs(ours.ppl - ref) <= max(2 * spread, 0.002 * ref), (ours, paths)
+    spread = abs(paths["upstream repack"] - paths["plain"])
+    assert abs(ours.ppl - ref) <= max(2 * spread, 0.005 * ref), (ours, paths)
     assert abs(ours.ppl - ref) <= 0.01 * ref
+    if name == "Q4_0_8_8" and OUR_RUNTIME_REPACK:
+        assert ours.ppl == paths["our build's default"], (ours, paths)
 
 
 def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool_env, threads):
@@ -318,7 +256,7 @@ def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool
     plain = load_log(files["q4_0"])
     ours = load_log(files["Q4_0_8_8"])
     # plain Q4_0 is repacked at load (CPU_REPACK buffer: ours on x86 AVX2, upstream's on Arm)
-    if platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features():
+    if OUR_RUNTIME_REPACK:
         assert "CPU_REPACK model buffer" in plain
     # pre-interleaved weights need no repack buffer: they are used from the mapped file
     assert "CPU_REPACK model buffer" not in ours

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import q4_0_probe
 from ggml_ext import repack
 
 HERE = Path(__file__).resolve().parent
@@ -85,12 +86,7 @@ def test_same_tensor_selection_with_an_output_matrix_and_rows_that_do_not_divide
 
 
 def _probe(path, threads, tmp_path, env=None):
-    out = tmp_path / f"probe-{Path(path).stem}-{threads}-{bool(env)}.npz"
-    proc = subprocess.run([sys.executable, str(HERE / "q4_0_probe.py"), str(path), str(threads), str(out)],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    with np.load(out) as z:
-        return {k: z[k] for k in z.files}
+    return q4_0_probe.run(path, threads, tmp_path, env=env)
 
 
 @pytest.mark.parametrize("nth", [1, 2, 4])

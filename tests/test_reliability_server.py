@@ -50,7 +50,7 @@ def server(default_gguf, threads, tmp_path_factory):
 
 def test_concurrent_streams_with_hostile_requests(server):
     proc, url, log_path = server
-    rep = load_server.run_load(url, clients=8, requests=3, max_tokens=16, timeout=120, deadline_s=90)
+    rep = load_server.run_load(url, clients=8, requests=3, max_tokens=16, timeout=600, deadline_s=None)
     print("\n" + rep.text())
     assert rep.slots == SLOTS
     assert rep.requests == 24
