@@ -56,6 +56,8 @@ def test_dispatched_kernels_agree_with_the_build_features():
 def test_cli_info_build_names_the_kernels_and_the_scalar_fallback():
     proc = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "info", "--build"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    for name, (gemv, gemm) in build_info.get().kernels.items():
+    kernels = build_info.get().kernels
+    assert set(kernels) == set(build_info.INTERLEAVED_TYPES.values())
+    for name, (gemv, gemm) in kernels.items():
         show = {k: f"{k} (scalar fallback)" if k == "generic" else k for k in (gemv, gemm)}
         assert f"\n{name:<18}kernels: gemv {show[gemv]}, gemm {show[gemm]}\n" in proc.stdout, proc.stdout
