@@ -17,7 +17,7 @@ the rounds of --against's file and compared with upstream's best path on it.
 same rounds: the pristine upstream build, our build with GGML_EXT_RUNTIME_REPACK=0
 (upstream's repack), our build (our repack into Q4_0_8_8 and our kernels), and the
 pre-interleaved Q4_0_8_8 file (`repack --layout 8x8` of that Q4_0 file) on our build;
-ratios against upstream's repack in our build.
+ratios against the pristine upstream build (its runtime repack) measured in the same rounds.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fetch_llama_cpp  # noqa: E402
-from default_models import NAME, default_model, label, repacked_q4_0  # noqa: E402
+from default_models import NAME, default_model, label, repacked, repacked_q4_0  # noqa: E402
 
 from ggml_ext import tools  # noqa: E402
 
@@ -79,15 +79,15 @@ def runtime_repack(a: argparse.Namespace) -> int:
             print(f"[bench] round {rnd + 1}/{a.rounds} {name}", file=sys.stderr, flush=True)
             for r in run_bench(binary, env, model, a, repack="1"):
                 samples[name].setdefault(key(r)[1:3], []).extend(r["samples_ts"])
-    base = cases[1][0]
+    base = cases[0][0]  # the pristine build: the baseline
     print(f"\n{machine_line(a)}; runtime repack on (--repack 1)\n")
     print("| test | threads | " + " | ".join(f"{c[0]} t/s" for c in cases) + " | "
-          + " | ".join(f"{c[0]} / upstream's repack" for c in cases[2:]) + " |")
-    print("|" + " --- |" * (2 + len(cases) + len(cases) - 2))
+          + " | ".join(f"{c[0]} / upstream build" for c in cases[1:]) + " |")
+    print("|" + " --- |" * (2 + len(cases) + len(cases) - 1))
     for k in sorted(samples[base]):
         cells = [f"{statistics.mean(samples[c[0]][k]):.1f} ± {statistics.pstdev(samples[c[0]][k]):.1f}"
                  for c in cases]
-        ratios = [f"{statistics.mean(samples[c[0]][k]) / statistics.mean(samples[base][k]):.2f}" for c in cases[2:]]
+        ratios = [f"{statistics.mean(samples[c[0]][k]) / statistics.mean(samples[base][k]):.2f}" for c in cases[1:]]
         print(f"| {k[0]} | {k[1]} | " + " | ".join(cells + ratios) + " |")
     return 0
 
@@ -100,7 +100,10 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2, help="rounds, alternating which build goes first")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
-    ap.add_argument("--ours-only", default="", help="types run by our build only, e.g. q4_0_8_8")
+    ap.add_argument("--ours-only", default="",
+                    help="files run by our build only: a type our converter writes (q4_0_8_8, iq4_nl_8_8: "
+                         "ggml-ext's IQ4_NL quantizer) or repack-LAYOUT (repack-8x8: `ggml-ext repack` of "
+                         "--against's file, the very same weights interleaved)")
     ap.add_argument("--against", default="Q4_0", help="the type whose upstream figures --ours-only is compared with")
     ap.add_argument("--runtime-repack", action="store_true",
                     help="stock Q4_0: upstream's runtime repack vs ours vs the Q4_0_8_8 file")
@@ -110,12 +113,14 @@ def main() -> int:
     builds = {"upstream": ([str(upstream_bin() / "llama-bench")], None),
               "ours": (tools.command("llama-bench"), tools.tool_env())}
     samples: dict[str, dict[tuple, list[float]]] = {"upstream": {}, "ours": {}}
-    extra = [t.upper() for t in a.ours_only.split(",") if t]  # as label() names the files
+    extra_files = [repacked(a.against, x[len("repack-"):]) if x.lower().startswith("repack-") else default_model(x)
+                   for x in a.ours_only.split(",") if x]
+    extra = [label(f) for f in extra_files]
     for t in a.types.split(","):
         model = default_model(t)
         runs = [(name, model) for name in builds]
         if t == a.against:
-            runs += [("ours", default_model(x)) for x in extra]
+            runs += [("ours", f) for f in extra_files]
         for rnd in range(a.rounds):
             for name, m in (runs if rnd % 2 == 0 else list(reversed(runs))):
                 binary, env = builds[name]

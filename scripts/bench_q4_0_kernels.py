@@ -4,11 +4,13 @@
     python3 scripts/bench_q4_0_kernels.py [--no-ggml] [--march native] [-- bench args...]
     python3 scripts/bench_q4_0_kernels.py -- --family iq4_nl     # the interleaved IQ4_NL kernels
 
-Compiles ggml_ext's Q4_0 sources with the benchmark (gcc -O2 -march=native) into a
-temporary folder; with the installed package's libggml it also times ggml's own Q4_0
-paths (plain vec_dot and the CPU_REPACK buffer) through the public graph API, and on x86
-it compiles the pinned llama.cpp tree's arch/x86/repack.cpp as is (g++ -O3, same -march)
-to time upstream's Q4_0_8_8 kernels on the same bytes as ours. Prints a
+Compiles ggml_ext's Q4_0 sources with the benchmark (gcc -O3 -DNDEBUG -march=native, the
+flags of our Release build) into a temporary folder; with the pristine upstream build of
+`make upstream` (else, with a note, our installed package under GGML_EXT_RUNTIME_REPACK=0)
+it also times ggml's own Q4_0 paths (plain vec_dot and upstream's CPU_REPACK buffer)
+through the public graph API, and on x86 it compiles the pinned llama.cpp tree's
+arch/x86/repack.cpp as is (g++ -O3 -DNDEBUG, same -march) to time upstream's Q4_0_8_8
+kernels on the same bytes as ours. Prints a
 Markdown table: GEMV in GB/s of weights, GEMM in GOPS, one thread. Arguments after `--`
 go to the benchmark (--tokens T, --reps R, --gemm-reps R, --shape MxK ...).
 
@@ -64,7 +66,18 @@ def model_shapes(path: str) -> list[str]:
     return seen
 
 
+def pristine_ggml() -> tuple[Path, Path] | None:
+    """(include dir, lib dir) of the pristine upstream build (`make upstream`), if it exists."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import fetch_llama_cpp
+    tree = Path(subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_llama_cpp.py"), "tree"],
+                               check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    lib = tree.parent / f"upstream-{fetch_llama_cpp.COMMIT}" / "bin"
+    return (tree / "ggml" / "include", lib) if (lib / "libggml-cpu.so").is_file() else None
+
+
 def ggml_prefix() -> Path | None:
+    """Our installed package (its libggml), the fallback for the ggml columns."""
     sys.path.insert(0, str(REPO / "python"))
     try:
         from ggml_ext import _locate
@@ -187,13 +200,22 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bench_q4_0_arm_") as tmp:
             return arm_loops(args, Path(tmp))
 
-    cmd = [args.cc, "-std=c11", "-O2", f"-march={args.march}", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}",
-           str(REPO / "scripts" / "bench_q4_0_kernels.c"), *map(str, SOURCES)]
-    prefix = None if args.no_ggml else ggml_prefix()
-    if prefix is not None:
-        lib = prefix / "lib"
-        cmd += ["-DWITH_GGML", f"-I{prefix / 'include'}", f"-L{lib}", f"-Wl,-rpath,{lib}",
-                "-lggml", "-lggml-base", "-lggml-cpu"]
+    cmd = [args.cc, "-std=c11", "-O3", "-DNDEBUG", f"-march={args.march}", f"-I{REPO / 'ggml_ext' / 'include'}",
+           f"-I{SRC}", str(REPO / "scripts" / "bench_q4_0_kernels.c"), *map(str, SOURCES)]
+    env = dict(os.environ)
+    if not args.no_ggml:
+        # ggml's own paths from the pristine build: our build's runtime repack would route
+        # plain Q4_0 through our kernels, and the "upstream" column must not time ours.
+        ggml = pristine_ggml()
+        if ggml is None and (prefix := ggml_prefix()) is not None:
+            print("note: no pristine upstream build (make upstream); ggml columns from our build with "
+                  "GGML_EXT_RUNTIME_REPACK=0 (upstream's code paths, compiled in our build)", file=sys.stderr)
+            ggml = (prefix / "include", prefix / "lib")
+            env["GGML_EXT_RUNTIME_REPACK"] = "0"
+        if ggml is not None:
+            inc, lib = ggml
+            print(f"ggml columns: {lib}", file=sys.stderr)
+            cmd += ["-DWITH_GGML", f"-I{inc}", f"-L{lib}", f"-Wl,-rpath,{lib}", "-lggml", "-lggml-base", "-lggml-cpu"]
     bench_args = list(args.bench_args)
     if args.roofline:
         shapes = ["4096x4096", "11008x4096", "4096x11008", "14336x4096"]
@@ -212,7 +234,7 @@ def main() -> int:
                             str(ggml / "src" / "ggml-cpu" / "arch" / "x86" / "repack.cpp"), "-o", str(obj)], check=True)
             cmd += ["-DWITH_UPSTREAM", str(obj), "-lstdc++"]
         subprocess.run([*cmd, "-lm", "-pthread", "-o", str(exe)], check=True)
-        return subprocess.run([str(exe), *bench_args]).returncode
+        return subprocess.run([str(exe), *bench_args], env=env).returncode
 
 
 if __name__ == "__main__":
