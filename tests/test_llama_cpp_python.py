@@ -1,6 +1,7 @@
 """llama-cpp-python 0.3.36 runs on our libllama and generates deterministic greedy text."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -62,3 +63,43 @@ def test_refuses_another_llama_cpp_python_version(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert proc.returncode == 3, proc.stderr
     assert "0.3.35 is installed" in proc.stdout and "needs exactly 0.3.36" in proc.stdout
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment of a new shell: nothing of ours pointing llama_cpp or Python anywhere."""
+    drop = {"LLAMA_CPP_LIB_PATH", "MTMD_CPP_LIB", "PYTHONPATH", "GGML_EXT_PREFIX", "LD_LIBRARY_PATH"}
+    return {k: v for k, v in os.environ.items() if k not in drop}
+
+
+def test_plain_llama_cpp_python_code_runs_on_our_libllama(default_gguf, threads, tmp_path):
+    # what every llama-cpp-python user writes, with no ggml_ext import: the .pth our wheel installs does it
+    code = textwrap.dedent(f"""
+        import json
+        import llama_cpp
+        from llama_cpp import Llama
+        llm = Llama(model_path={str(default_gguf)!r}, n_ctx=256, n_threads={threads}, verbose=False)
+        out = llm("The capital of France is", max_tokens=8, temperature=0)
+        print(json.dumps([out["choices"][0]["text"], hasattr(llama_cpp.llama_cpp._lib, "ggml_ext_version"),
+                          str(llama_cpp.llama_cpp._base_path)]))
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(),
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    text, ours, base = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "Paris" in text  # " Paris.\n\nThe United States has"
+    assert ours, "llama_cpp loaded a libllama without ggml_ext_version"
+    assert os.path.realpath(base) == os.path.realpath(_locate.lib_dir())
+
+
+def test_the_start_up_hook_is_cheap_and_silent(tmp_path):
+    # it runs in every Python process of the environment: no heavy imports, no output, a set value is kept
+    code = ("import os, sys; print(os.environ.get('LLAMA_CPP_LIB_PATH')); "
+            "print([m for m in ('ggml_ext', 'numpy', 'llama_cpp') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_clean_env(),
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == ""
+    lib, imported = proc.stdout.splitlines()
+    assert os.path.realpath(lib) == os.path.realpath(_locate.lib_dir()) and imported == "[]"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=dict(_clean_env(), LLAMA_CPP_LIB_PATH="/elsewhere"), cwd=tmp_path, timeout=60)
+    assert proc.stdout.splitlines() == ["/elsewhere", "[]"] and proc.stderr == ""
