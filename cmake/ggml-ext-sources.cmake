@@ -10,7 +10,10 @@ if (NOT DEFINED LLAMA_CPP_COMMIT)
         OUTPUT_VARIABLE LLAMA_CPP_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 
-target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c" "${GGML_EXT_DIR}/src/model-checks.c")
+# The type registry (ggml_ext/include/ggml-ext-types.def as a table) with the other ggml-base code;
+# the patched ggml.h includes the .def, so the include folder is PUBLIC.
+target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c" "${GGML_EXT_DIR}/src/model-checks.c"
+    "${GGML_EXT_DIR}/src/common/registry.c")
 target_include_directories(ggml-base PUBLIC "${GGML_EXT_DIR}/include")
 target_compile_definitions(ggml-base PRIVATE
     GGML_EXT_VERSION="${PROJECT_VERSION}"
@@ -18,7 +21,7 @@ target_compile_definitions(ggml-base PRIVATE
     $<$<BOOL:${GGML_EXT_CUDA}>:GGML_EXT_CUDA>)
 target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 
-# Interleaved Q4_0 (types 31-33). ggml-base: the scalar reference, transforms and what
+# The interleaved4 family (interleaved Q4_0 and IQ4_NL). ggml-base: the scalar reference, transforms and what
 # ggml.c / ggml-quants.c / gguf.cpp call (quantize_chunk, row validation, shape rule).
 # ggml-cpu: the dispatcher, every arch file (each compiles to nothing unless the target's
 # flags enable its instruction set, so the same list cross-compiles) and the mul_mat hook.
@@ -33,7 +36,7 @@ target_sources(ggml-cpu PRIVATE
     "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_i8mm.c"
     "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_sve.c"
     "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c"
-    "${GGML_EXT_DIR}/src/ggml/q4_0_runtime_repack.cpp")  # plain Q4_0 -> our layout in CPU_REPACK (patch 0005)
+    "${GGML_EXT_DIR}/src/ggml/q4_0_runtime_repack.cpp")  # plain Q4_0 -> our layout in CPU_REPACK (patch 0112)
 target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
 
 # IQ4_NL quantizer (plain type 20): called from Python (ggml_ext.quants) and the converter;

@@ -52,28 +52,32 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
+from .. import formats as _formats
 from .errors import ConversionError
 
 __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep", "choose_type", "BLOCK"]
 
+# ggml-ext's interleaved types, from the format registry (ggml_ext/include/ggml-ext-types.def)
+_Q4_0_IL = _formats.family("interleaved4", "Q4_0")
+_IQ4_NL_IL = _formats.family("interleaved4", "IQ4_NL")
+
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
-                "q5_0": "Q5_0", "q5_1": "Q5_1", "q4_0_4_4": "Q4_0_4_4", "q4_0_4_8": "Q4_0_4_8",
-                "q4_0_8_8": "Q4_0_8_8", "iq4_nl": "IQ4_NL", "iq4_nl_4_4": "IQ4_NL_4_4", "iq4_nl_4_8": "IQ4_NL_4_8",
-                "iq4_nl_8_8": "IQ4_NL_8_8"}
+                "q5_0": "Q5_0", "q5_1": "Q5_1", **{t.name.lower(): t.name for t in _Q4_0_IL},
+                "iq4_nl": "IQ4_NL", **{t.name.lower(): t.name for t in _IQ4_NL_IL}}
 #: interleaved types -> rows per interleaved group (N)
-INTERLEAVED_ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8, "IQ4_NL_4_4": 4, "IQ4_NL_4_8": 4, "IQ4_NL_8_8": 8}
+INTERLEAVED_ROWS = {t.name: t.row_group for t in (*_Q4_0_IL, *_IQ4_NL_IL)}
 #: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
 KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
-#: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8;
-#: interleaved IQ4_NL never had an ftype of its own: 25, MOSTLY_IQ4_NL.
+#: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8
+#: (llama.h's enum, in layout order); interleaved IQ4_NL never had an ftype of its own: 25, MOSTLY_IQ4_NL.
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
-              "q4_0_4_4": 33, "q4_0_4_8": 34, "q4_0_8_8": 35, "iq4_nl": 25, "iq4_nl_4_4": 25, "iq4_nl_4_8": 25,
-              "iq4_nl_8_8": 25}
+              **{t.name.lower(): 33 + t.layout for t in _Q4_0_IL}, "iq4_nl": 25,
+              **{t.name.lower(): 25 for t in _IQ4_NL_IL}}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
          "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
-         "Q4_0_4_4": 32, "Q4_0_4_8": 32, "Q4_0_8_8": 32, "IQ4_NL_4_4": 32, "IQ4_NL_4_8": 32, "IQ4_NL_8_8": 32}
+         **{t.name: t.blck_size for t in (*_Q4_0_IL, *_IQ4_NL_IL)}}
 _FLOAT = {"F32", "F16", "BF16"}
 
 

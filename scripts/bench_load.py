@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Load time and peak RSS: a pre-interleaved Q4_0_8_8 file vs stock Q4_0 with and
 without the runtime repack (which copies the weights at load): upstream's
-(GGML_EXT_RUNTIME_REPACK=0) and ours (into Q4_0_8_8, patch 0005).
+(GGML_EXT_RUNTIME_REPACK=0) and ours (into Q4_0_8_8, patch 0112).
 
 Each case is one fresh `llama-bench -p 0 -n 1 -r 1` process of our build (load,
 one token, exit): wall time and the child's peak RSS (getrusage). Cases are

@@ -7,6 +7,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "ggml_ext" / "src"
 
 Q4_0_INTERLEAVED = [
+    SRC / "common" / "registry.c",  # the dispatcher asks the type registry which type is which
     SRC / "q4_0_interleaved_dispatch.c",
     SRC / "generic" / "q4_0_interleaved.c",
     SRC / "x86" / "q4_0_interleaved.c",

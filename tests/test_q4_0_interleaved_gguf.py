@@ -5,7 +5,7 @@ its matrices into each interleaved layout and back (bytes identical); our
 llama.cpp runs every file with the same perplexity, and on x86 the Q4_0 and
 Q4_0_8_8 files with bit-identical logits; rows that do not divide by the layout's
 N are refused when converting and when loading; plain Q4_0 files get llama.cpp's
-runtime repack (on x86 into our Q4_0_8_8, patch 0005), while interleaved files
+runtime repack (on x86 into our Q4_0_8_8, patch 0112), while interleaved files
 are mmap-ed as they are.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ggml_ext.converters.policy import choose_type
 
 LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
 ROWS = {"Q4_0_4_4": 4, "Q4_0_4_8": 4, "Q4_0_8_8": 8}
-# x86 with AVX2: our build's runtime repack takes plain Q4_0 weights into Q4_0_8_8 (patch 0005).
+# x86 with AVX2: our build's runtime repack takes plain Q4_0 weights into Q4_0_8_8 (patch 0112).
 OUR_RUNTIME_REPACK = platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features()
 
 

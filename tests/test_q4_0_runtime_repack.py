@@ -1,4 +1,4 @@
-"""Stock Q4_0 files through our kernels (patch 0005): ggml-cpu's runtime repack puts plain
+"""Stock Q4_0 files through our kernels (patch 0112): ggml-cpu's runtime repack puts plain
 Q4_0 weights into our Q4_0_8_8 layout on x86 AVX2 / AVX-512 and runs them with our
 mul_mat, so the plain Q4_0 file and the pre-interleaved Q4_0_8_8 file compute bit for
 bit the same; GGML_EXT_RUNTIME_REPACK=0 gives the weights back to upstream's repack.

@@ -30,7 +30,7 @@ GGML_EXT_API const char * ggml_ext_system_info(void);
 
 // Whether this build includes llama.cpp's stock CUDA backend (configured with GGML_EXT_CUDA=ON).
 // It says nothing of ggml-ext code on the GPU: ggml-ext has no CUDA kernels, and the interleaved
-// types 31-33 and 36-38 run on the CPU in every build (ggml-cuda does not support them, so the
+// types (ggml-ext-types.def) run on the CPU in every build (ggml-cuda does not support them, so the
 // model loader keeps those weights in host memory).
 GGML_EXT_API bool ggml_ext_has_cuda(void);
 
@@ -40,46 +40,81 @@ GGML_EXT_API const char * ggml_ext_check_block_count(uint32_t n_layer, uint32_t 
 GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_norm_eps, float f_norm_rms_eps,
                                                   float rope_freq_base, float rope_freq_scale);
 
-// ---- hooks of the patched ggml (ggml_ext/patches): interleaved Q4_0 types 31-33 and
-// interleaved IQ4_NL types 36-38 ----
+// ---- the type registry: one entry per row of ggml-ext-types.def (beside this header) ----
 // Types are passed as int (enum ggml_type values) so this header does not need ggml.h.
 
-// Rows interleaved per group (4 or 8) for type ids 31-33 (Q4_0_4_4, Q4_0_4_8, Q4_0_8_8)
-// and 36-38 (IQ4_NL_4_4, IQ4_NL_4_8, IQ4_NL_8_8), 0 for any other type.
+// Families: the code a type's bytes and kernels belong to (FAMILY column of the .def).
+enum ggml_ext_family {
+    GGML_EXT_FAMILY_INTERLEAVED4 = 1,  // 4-bit values (Q4_0 or IQ4_NL) of 4 or 8 rows interleaved
+};
+#define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
+
+struct ggml_ext_type_info {
+    const char * name;          // "Q4_0_4_4" (GGML_TYPE_Q4_0_4_4)
+    const char * ggml_name;     // ggml's type_name: "q4_0_4x4"
+    int          id;            // GGUF / ggml type id
+    int          blck_size;     // weights per block
+    int          type_size;     // bytes per block
+    int          row_group;     // rows interleaved per group (ne[1] must be a multiple)
+    int          chunk;         // bytes per round-robin chunk of the interleave
+    int          family;        // enum ggml_ext_family
+    const char * family_name;   // "interleaved4"
+    int          layout;        // layout number inside the family
+    int          base_type;     // the stock type whose values it stores (2: Q4_0, 20: IQ4_NL)
+    const char * base_name;     // "Q4_0"
+    int          vec_dot_type;  // the type activations are quantized to on the CPU (8: Q8_0)
+    const char * shape_rule;    // why a row count that is not a multiple of row_group is refused
+};
+
+// Number of registered types, and entry i (0 <= i < count, in .def order; NULL out of range).
+GGML_EXT_API int                                ggml_ext_type_count(void);
+GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_at(int i);
+// The entry of a type id, NULL when the id is not one of ggml-ext's types.
+GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_by_id(int id);
+GGML_EXT_API bool                               ggml_ext_is_type(int type);
+// ggml-ext's own id range (GGML_EXT_TYPE_FIRST_OWN .. GGML_EXT_TYPE_LAST_OWN of the .def).
+GGML_EXT_API int                                ggml_ext_type_first_own(void);
+GGML_EXT_API int                                ggml_ext_type_last_own(void);
+
+// ---- hooks of the patched ggml (ggml_ext/patches/01xx): the registry's types ----
+
+// Rows interleaved per group (the registry's row_group), 0 for a type not in the registry.
 GGML_EXT_API int ggml_ext_type_row_group(int type);
 
 // NULL when a tensor of `type` and shape `ne` (ggml order, 4 dims) is acceptable,
 // otherwise a static message saying why not (row count not a multiple of the group).
 GGML_EXT_API const char * ggml_ext_check_tensor_shape(int type, const int64_t * ne);
 
-// ggml_quantize_chunk for types 31-33: float rows [start / n_per_row, + nrows) -> interleaved
+// ggml_quantize_chunk for the interleaved Q4_0 types (base Q4_0): float rows [start / n_per_row, + nrows) -> interleaved
 // bytes at dst (row r of the tensor at dst + r * row_size, like every ggml type). The first
 // row and the row count must be multiples of the type's row group; returns the bytes
 // written, 0 on a shape the layout cannot hold.
 GGML_EXT_API size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows,
                                             int64_t n_per_row);
 
-// The same for types 36-38, with ggml_quantize_chunk's importance matrix (n_per_row
-// values, or NULL): plain IQ4_NL quantization of the rows, then the interleave.
+// ggml_quantize_chunk for every registered type, with its importance matrix (n_per_row
+// values, or NULL; the Q4_0-based types ignore it, as ggml's Q4_0 does without one): for the
+// IQ4_NL-based types plain IQ4_NL quantization of the rows, then the interleave. What the
+// patched ggml_quantize_chunk calls.
 GGML_EXT_API size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start,
                                                     int64_t nrows, int64_t n_per_row, const float * imatrix);
 
-// ggml_validate_row_data for types 31-33 and 36-38: whole interleaved blocks, finite fp16 deltas.
+// ggml_validate_row_data for the registered types: whole interleaved blocks, finite fp16 deltas.
 GGML_EXT_API bool ggml_ext_validate_row_data(int type, const void * data, size_t nbytes);
 
-// ggml-cpu's mul_mat for types 31-33 and 36-38 (src0), F32 src1 and dst, on ggml's threadpool.
+// ggml-cpu's mul_mat for the registered types (src0), F32 src1 and dst, on ggml's threadpool.
 // Returns false, having done nothing, for any other src0 type.
 struct ggml_compute_params;
 struct ggml_tensor;
 GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 
-// ggml-cpu's supports_op for ops that involve types 31-33 or 36-38 (as a source or as the result):
+// ggml-cpu's supports_op for ops that involve a registered type (as a source or as the result):
 // 1 for what ggml_ext_cpu_mul_mat runs (MUL_MAT of one 2-D interleaved matrix, F32
 // activations and result), 0 for anything else (get_rows, copies, mul_mat_id, ...),
 // -1 when no such type is involved (ggml decides).
 GGML_EXT_API int ggml_ext_cpu_supports_op(const struct ggml_tensor * op);
 
-// Which kernel implementation ggml-cpu's mul_mat runs on this CPU for type 31-33 or 36-38:
+// Which kernel implementation ggml-cpu's mul_mat runs on this CPU for a registered type:
 // its GEMV (gemm = 0: activation rows left over after groups of four) or its GEMM (gemm != 0:
 // groups of four rows). "generic" is the portable scalar C reference (the scalar fallback
 // where this build for this CPU has no SIMD kernel for the entry); otherwise "neon-dotprod",

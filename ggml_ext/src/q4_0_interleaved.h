@@ -32,6 +32,10 @@ extern "C" {
 typedef uint16_t ggml_ext_fp16_t;  // IEEE binary16 bits
 
 #define GGML_EXT_QK4_0 32
+
+// ggml's ids of the stock types the family stores (the BASE column of ggml-ext-types.def)
+#define GGML_EXT_BASE_Q4_0   2
+#define GGML_EXT_BASE_IQ4_NL 20
 #define GGML_EXT_QK8_0 32
 
 typedef struct {

@@ -93,13 +93,11 @@ const char * ggml_ext_iq4_nl_dispatched(enum ggml_ext_q4_0_layout layout, int ge
 }
 
 const char * ggml_ext_dispatched_kernel(int type, int gemm) {
-    if (type >= 31 && type <= 33) {
-        return ggml_ext_q4_0_dispatched((enum ggml_ext_q4_0_layout) (type - 31), gemm);
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    if (!t || t->family != GGML_EXT_FAMILY_INTERLEAVED4 || (unsigned) t->layout >= GGML_EXT_Q4_0_N_LAYOUTS) {
+        return NULL;
     }
-    if (type >= 36 && type <= 38) {
-        return ggml_ext_iq4_nl_dispatched((enum ggml_ext_q4_0_layout) (type - 36), gemm);
-    }
-    return NULL;
+    return pick(t->base_type == GGML_EXT_BASE_IQ4_NL, t->layout, gemm != 0)->name;
 }
 
 static ggml_ext_q8_0_row_fn best_quantize_row(void) {

@@ -9,7 +9,7 @@ import ctypes
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from . import __version__, _locate
+from . import __version__, _locate, formats
 
 
 @dataclass
@@ -29,8 +29,8 @@ class BuildInfo:
     kernels: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
-# The interleaved types our kernels run: ggml type id -> name.
-INTERLEAVED_TYPES = {31: "Q4_0_4_4", 32: "Q4_0_4_8", 33: "Q4_0_8_8", 36: "IQ4_NL_4_4", 37: "IQ4_NL_4_8", 38: "IQ4_NL_8_8"}
+# The interleaved types our kernels run: ggml type id -> name (the format registry's interleaved4 rows).
+INTERLEAVED_TYPES = {t.id: t.name for t in formats.ext_types() if t.family == "interleaved4"}
 # What ggml_ext_dispatched_kernel calls the portable C reference: the scalar fallback.
 SCALAR = "generic"
 

@@ -14,7 +14,7 @@ from . import __version__
 PASSTHROUGH = {"bench"}
 AFTER_DASHDASH = {"serve"}
 VERBS = {
-    "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF (f32/f16/bf16/q8_0/q4_0/q4_1/q5_0/q5_1/q4_0_4_4/q4_0_4_8/q4_0_8_8/iq4_nl/iq4_nl_4_4/iq4_nl_4_8/iq4_nl_8_8)"),
+    "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF ({types})"),
     "imatrix": ("ggml_ext.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
     "repack": ("ggml_ext.repack", "rewrite a GGUF's Q4_0 matrices in an interleaved layout (4x4/4x8/8x8/auto), or back"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
@@ -31,8 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"ggml-ext {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
     for verb, (module, help_text) in VERBS.items():
+        mod = importlib.import_module(module)
+        # convert's output types come from its module (the format registry's rows among them)
+        help_text = help_text.format(types="/".join(getattr(mod, "TYPES", ())))
         p = sub.add_parser(verb, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(p)
+        mod.add_arguments(p)
         p.set_defaults(_module=module)
     return parser
 

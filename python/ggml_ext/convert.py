@@ -22,10 +22,13 @@ import signal
 import sys
 import types
 
+from .converters import policy as _policy
+
 __all__ = ["convert", "add_arguments", "main"]
 
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_0_4_4", "q4_0_4_8", "q4_0_8_8", "iq4_nl",
-         "iq4_nl_4_4", "iq4_nl_4_8", "iq4_nl_8_8")
+#: --type values: the converter's output types (converters.policy.OUTPUT_TYPES, whose interleaved rows
+#: come from the format registry)
+TYPES = tuple(_policy.OUTPUT_TYPES)
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002

@@ -7,12 +7,15 @@ Three kinds of id:
   tree's ``type_traits`` table in ``ggml.c`` (``tests/test_gguf_reader.py``
   checks them against the tree itself).
 * **legacy** — the interleaved ids upstream removed from GGUF files and
-  ggml-ext restores (31-33, 36-38), byte-compatible with llama.cpp
+  ggml-ext restores (the registry's rows below its own range), byte-compatible with llama.cpp
   July-December 2024: same size as Q4_0 / IQ4_NL (32 weights, 18 bytes per
   block), and the tensor's row count must be divisible by the interleave
-  factor N (4 or 8). See ``/work/shared/FORMATS.md``.
-* **ext** — ggml-ext's own ids, the range 100..119. None is defined yet; an id
-  in that range is reported as "ggml-ext type id N, not known to this version".
+  factor N (4 or 8). See ``docs/formats/interleaved4.md``.
+* **ext** — ggml-ext's own ids (GGML_EXT_TYPE_FIRST_OWN..LAST_OWN). None is defined
+  yet; an id in that range is reported as "ggml-ext type id N, not known to this version".
+
+The ggml-ext rows come from the format registry (:mod:`ggml_ext.formats`, read from
+the library, whose table is ``ggml_ext/include/ggml-ext-types.def``).
 
 Ids 4 and 5 (Q4_2, Q4_3) were removed from ggml long ago and stay reserved.
 Shapes are in ggml order: ``shape[0]`` (``ne[0]``) is the row length, the
@@ -23,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence, Union
 
+from . import formats as _formats
+
 __all__ = [
     "TypeInfo", "TYPES", "STOCK_TYPE_COUNT", "EXT_ID_MIN", "EXT_ID_MAX", "TYPE_ID_LIMIT",
     "type_info", "find_type", "type_by_name", "describe_id", "is_known",
@@ -30,12 +35,7 @@ __all__ = [
 ]
 
 #: ``GGML_TYPE_COUNT`` of the pinned llama.cpp tree (commit 0c1e57098).
-STOCK_TYPE_COUNT = 43
-#: ggml-ext's own type ids: EXT_ID_MIN..EXT_ID_MAX inclusive.
-EXT_ID_MIN = 100
-EXT_ID_MAX = 119
-#: ``GGML_TYPE_COUNT`` once ggml-ext's patches are applied.
-TYPE_ID_LIMIT = 120
+STOCK_TYPE_COUNT = _formats.STOCK_TYPE_COUNT
 
 
 @dataclass(frozen=True)
@@ -108,15 +108,27 @@ _ENTRIES: tuple[TypeInfo, ...] = (
     _t(40, "NVFP4", 64, 36),
     _t(41, "Q1_0", 128, 18),
     _t(42, "Q2_0", 64, 18),
-    # --- restored legacy interleaved ids (FORMATS.md) ---
-    _t(31, "Q4_0_4_4", 32, 18, "q4_0_4x4", kind="legacy", row_group=4, note="Q4_0 rows interleaved by 4, 4-byte chunks, quants ^ 0x88"),
-    _t(32, "Q4_0_4_8", 32, 18, "q4_0_4x8", kind="legacy", row_group=4, note="Q4_0 rows interleaved by 4, 8-byte chunks, quants ^ 0x88"),
-    _t(33, "Q4_0_8_8", 32, 18, "q4_0_8x8", kind="legacy", row_group=8, note="Q4_0 rows interleaved by 8, 8-byte chunks, quants ^ 0x88"),
-    _t(36, "IQ4_NL_4_4", 32, 18, "iq4_nl_4x4", kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 4-byte chunks"),
-    _t(37, "IQ4_NL_4_8", 32, 18, "iq4_nl_4x8", kind="legacy", row_group=4, note="IQ4_NL rows interleaved by 4, 8-byte chunks"),
-    _t(38, "IQ4_NL_8_8", 32, 18, "iq4_nl_8x8", kind="legacy", row_group=8, note="IQ4_NL rows interleaved by 8, 8-byte chunks"),
-    # --- ggml-ext's own ids (100..119): none yet ---
+    # --- ggml-ext's types (restored interleaved ids, own ids 100..119) come from the registry below ---
 )
+
+
+def _note(t) -> str:
+    # what the interleaved4 family's bytes are (docs/formats/interleaved4.md); Q4_0's quants are stored ^ 0x88
+    if t.family != "interleaved4":
+        return ""
+    return (f"{t.base_name} rows interleaved by {t.row_group}, {t.chunk}-byte chunks"
+            + (", quants ^ 0x88" if t.base_name == "Q4_0" else ""))
+
+
+#: ggml-ext's own type ids: EXT_ID_MIN..EXT_ID_MAX inclusive (GGML_EXT_TYPE_FIRST_OWN / LAST_OWN).
+EXT_ID_MIN, EXT_ID_MAX = _formats.own_id_range()
+#: ``GGML_TYPE_COUNT`` once ggml-ext's own ids are in use.
+TYPE_ID_LIMIT = EXT_ID_MAX + 1
+
+_ENTRIES += tuple(
+    _t(t.id, t.name, t.blck_size, t.type_size, t.ggml_name, kind="legacy" if t.id < EXT_ID_MIN else "ext",
+       row_group=t.row_group, note=_note(t))
+    for t in _formats.ext_types())
 
 #: Every usable type, by id.
 TYPES: dict[int, TypeInfo] = {t.id: t for t in sorted(_ENTRIES, key=lambda t: t.id)}
@@ -138,7 +150,20 @@ def describe_id(type_id: int) -> str:
     if EXT_ID_MIN <= type_id <= EXT_ID_MAX:
         return f"ggml-ext type id {type_id}, not known to this version"
     return (f"unknown ggml type id {type_id} (this version knows stock ids 0-{STOCK_TYPE_COUNT - 1}, "
-            f"the interleaved ids 31-33 and 36-38, and ggml-ext ids {EXT_ID_MIN}-{EXT_ID_MAX})")
+            f"the interleaved ids {_restored_ids()}, and ggml-ext ids {EXT_ID_MIN}-{EXT_ID_MAX})")
+
+
+def _restored_ids() -> str:
+    """The restored ids as ranges: "31-33 and 36-38"."""
+    ids = sorted(t.id for t in _ENTRIES if t.kind == "legacy")
+    runs: list[list[int]] = []
+    for i in ids:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    parts = [f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs]
+    return " and ".join([", ".join(parts[:-1]), parts[-1]]) if len(parts) > 1 else "".join(parts)
 
 
 def is_known(type_id: int) -> bool:

@@ -45,7 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _locate, ggml_types
+from . import _locate, formats, ggml_types
 
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
@@ -60,10 +60,10 @@ __all__ = [
 IQ4_NL_WEIGHTINGS = {"default": 0, "one": 1, "x2": 2, "sqrt_s2x2": 3, "s2x2": 4}
 IQ4_NL_ID = 20
 
-#: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout)
-INTERLEAVED = {"Q4_0_4_4": 0, "Q4_0_4_8": 1, "Q4_0_8_8": 2}
+#: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_q4_0_layout), from the registry
+INTERLEAVED = {t.name: t.layout for t in formats.family("interleaved4", "Q4_0")}
 #: interleaved IQ4_NL type name -> the same layout numbers
-INTERLEAVED_IQ4_NL = {"IQ4_NL_4_4": 0, "IQ4_NL_4_8": 1, "IQ4_NL_8_8": 2}
+INTERLEAVED_IQ4_NL = {t.name: t.layout for t in formats.family("interleaved4", "IQ4_NL")}
 
 
 class QuantError(ValueError):

@@ -41,16 +41,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _atomic, gguf_reader, quants, targets
+from . import _atomic, formats, gguf_reader, quants, targets
 
 __all__ = ["LAYOUTS", "Q4_0_LAYOUTS", "IQ4_LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
-#: interleaved layout -> the type a Q4_0 / an IQ4_NL matrix becomes
-Q4_0_LAYOUTS = {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
-IQ4_LAYOUTS = {"4x4": "IQ4_NL_4_4", "4x8": "IQ4_NL_4_8", "8x8": "IQ4_NL_8_8"}
+#: interleaved layout -> the type a Q4_0 / an IQ4_NL matrix becomes (the registry's interleaved4 rows)
+Q4_0_LAYOUTS = {t.layout_name: t.name for t in formats.family("interleaved4", "Q4_0")}
+IQ4_LAYOUTS = {t.layout_name: t.name for t in formats.family("interleaved4", "IQ4_NL")}
 #: --layout value -> target ggml type name (of a Q4_0 matrix for the interleaved ones)
 LAYOUTS = {**Q4_0_LAYOUTS, "q4_0": "Q4_0", "iq4_nl": "IQ4_NL"}
-_ROWS = {"4x4": 4, "4x8": 4, "8x8": 8}
+_ROWS = {t.layout_name: t.row_group for t in formats.family("interleaved4", "Q4_0")}
 #: general.file_type (llama_ftype) of a file mostly of each type
 FILE_TYPES = {"Q4_0": 2, "Q4_0_4_4": 33, "Q4_0_4_8": 34, "Q4_0_8_8": 35}
 
@@ -220,8 +220,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GGUF file with Q4_0 or IQ4_NL (or, for --layout q4_0/iq4_nl, interleaved) matrices")
     p.add_argument("output", metavar="OUT.gguf", help="file to write")
     p.add_argument("--layout", default="auto", choices=["auto", *LAYOUTS], type=str.lower,
-                   help="4x4 (Q4_0_4_4 / IQ4_NL_4_4), 4x8 (Q4_0_4_8 / IQ4_NL_4_8), 8x8 (Q4_0_8_8 / IQ4_NL_8_8), "
-                        "auto (from this CPU), q4_0 / iq4_nl (back to the plain type); default auto")
+                   help=", ".join(f"{lay} ({q} / {IQ4_LAYOUTS[lay]})" for lay, q in Q4_0_LAYOUTS.items())
+                   + ", auto (from this CPU), q4_0 / iq4_nl (back to the plain type); default auto")
     p.add_argument("--target", metavar="CPU", type=str.lower,
                    help="choose the layout for this CPU instead of the one running: " + ", ".join(
                        f"{t.name} ({t.layout})" for t in targets.TARGETS.values()) + " (docs/ARM.md)")

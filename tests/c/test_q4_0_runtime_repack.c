@@ -1,4 +1,4 @@
-// ggml-cpu's runtime repack (CPU_REPACK buffer) of plain Q4_0 weights, patch 0005:
+// ggml-cpu's runtime repack (CPU_REPACK buffer) of plain Q4_0 weights, patch 0112:
 //   ours     : the weight is repacked into Q4_0_8_8 bytes (== ggml_quantize_chunk's for
 //              type 33) and its mul_mat is bit-identical to the Q4_0_8_8 weight's through
 //              the mul_mat hook, and within rounding of ggml's plain Q4_0 vec_dot;

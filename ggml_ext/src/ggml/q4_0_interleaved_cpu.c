@@ -1,4 +1,4 @@
-// ggml-cpu side of the interleaved Q4_0 types 31-33 and IQ4_NL types 36-38: mul_mat through our GEMV/GEMM kernels
+// ggml-cpu side of the interleaved4 family (interleaved Q4_0 and IQ4_NL): mul_mat through our GEMV/GEMM kernels
 // on ggml's threadpool, called from the hook at the top of ggml_compute_forward_mul_mat.
 //
 // Every thread first quantizes its share of src1 into the work buffer (whose size ggml
@@ -12,39 +12,38 @@
 #include "../q4_0_interleaved.h"
 #include "q4_0_runtime_repack.h"
 
-static int layout_of(enum ggml_type type) {
-    if ((int) type >= 31 && (int) type <= 33) {
-        return (int) type - 31;
-    }
-    return (int) type >= 36 && (int) type <= 38 ? (int) type - 36 : -1;
+// The registry (ggml-ext-types.def) says which types are ours and which family runs them.
+static const struct ggml_ext_type_info * interleaved4(enum ggml_type type) {
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id((int) type);
+    return t && t->family == GGML_EXT_FAMILY_INTERLEAVED4 ? t : NULL;
 }
 
 static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
                                 const struct ggml_ext_q4_0_layout_traits * lt);
 
 int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
-    bool involved = layout_of(op->type) >= 0;
+    bool involved = ggml_ext_is_type((int) op->type);
     for (int i = 0; i < GGML_MAX_SRC; i++) {
-        involved = involved || (op->src[i] && layout_of(op->src[i]->type) >= 0);
+        involved = involved || (op->src[i] && ggml_ext_is_type((int) op->src[i]->type));
     }
     if (!involved) {
         return -1;
     }
     const struct ggml_tensor * src0 = op->src[0];
     const struct ggml_tensor * src1 = op->src[1];
-    return op->op == GGML_OP_MUL_MAT && src0 && layout_of(src0->type) >= 0 && src0->ne[2] == 1 && src0->ne[3] == 1 &&
+    return op->op == GGML_OP_MUL_MAT && src0 && interleaved4(src0->type) && src0->ne[2] == 1 && src0->ne[3] == 1 &&
            src1 && src1->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
 }
 
 bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
-    const int layout = layout_of(dst->src[0]->type);
-    if (layout < 0) {
+    const struct ggml_ext_type_info * t = interleaved4(dst->src[0]->type);
+    if (!t) {
         return false;
     }
-    // the activation side (Q8_0, interleaved by 4) is the same for both families
-    const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) layout;
+    // the activation side (Q8_0, interleaved by 4) is the same for both value tables
+    const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) t->layout;
     mul_mat_interleaved(params, dst,
-                        (int) dst->src[0]->type >= 36 ? ggml_ext_iq4_nl_layout_traits(l) : ggml_ext_q4_0_layout_traits(l));
+                        t->base_type == GGML_EXT_BASE_IQ4_NL ? ggml_ext_iq4_nl_layout_traits(l) : ggml_ext_q4_0_layout_traits(l));
     return true;
 }
 

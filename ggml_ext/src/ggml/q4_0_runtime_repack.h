@@ -1,5 +1,5 @@
 // ggml-cpu's runtime repack of plain Q4_0 weights into ggml-ext's interleaved layout,
-// computed by ggml-ext's kernels (patch 0005 asks ggml_ext_cpu_repack_traits first in
+// computed by ggml-ext's kernels (patch 0112 asks ggml_ext_cpu_repack_traits first in
 // repack.cpp's ggml_repack_get_optimal_repack_type).
 //
 // Taken: 2-D Q4_0 weights whose row count divides by the layout's N, on CPUs where our

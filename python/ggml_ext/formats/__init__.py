@@ -1,0 +1,212 @@
+"""The format registry: every ggml tensor type, stock and ggml-ext's, as the library reports it.
+
+ggml-ext's own types are one table in C, ``ggml_ext/include/ggml-ext-types.def``; the
+library answers ``ggml_ext_type_count`` / ``ggml_ext_type_info_at`` from it, and this
+module reads that table through ctypes (``libggml-base``), so Python never keeps a list
+of its own. Stock types come from the same library: ``ggml_type_name``,
+``ggml_blck_size`` and ``ggml_type_size`` for every id below the pinned tree's
+``GGML_TYPE_COUNT`` that ggml gives a block size.
+
+Without a built library (a source checkout before ``pip install``), ggml-ext's rows are
+read from the ``.def`` itself, the same file the library was compiled from.
+
+    >>> from ggml_ext import formats
+    >>> [t.name for t in formats.ext_types()][:3]
+    ['Q4_0_4_4', 'Q4_0_4_8', 'Q4_0_8_8']
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .. import _locate
+
+__all__ = [
+    "ExtType", "StockType", "ext_types", "ext_type", "by_name", "family", "own_id_range", "stock_types",
+    "parse_def", "def_path", "dispatched_kernel", "STOCK_TYPE_COUNT",
+]
+
+#: ``GGML_TYPE_COUNT`` of the pinned llama.cpp tree (commit 0c1e57098): ggml has no
+#: function that answers it, and ids at or above it index past ggml's trait table.
+STOCK_TYPE_COUNT = 43
+
+
+@dataclass(frozen=True)
+class ExtType:
+    """One row of ggml-ext-types.def (fields as ``struct ggml_ext_type_info`` in ggml-ext.h)."""
+
+    name: str          # "Q4_0_4_4"
+    ggml_name: str     # ggml's type_name: "q4_0_4x4"
+    id: int
+    blck_size: int     # weights per block
+    type_size: int     # bytes per block
+    row_group: int     # rows interleaved per group
+    chunk: int         # bytes per round-robin chunk
+    family: str        # "interleaved4"
+    layout: int        # layout number inside the family
+    base_name: str     # the stock type whose values it stores: "Q4_0" / "IQ4_NL"
+    base_type: int
+    vec_dot_type: int  # what the CPU quantizes activations to (8: Q8_0)
+
+    @property
+    def bits_per_weight(self) -> float:
+        return self.type_size * 8 / self.blck_size
+
+    @property
+    def layout_name(self) -> str:
+        """The interleave as rows x chunk bytes: "4x4", "4x8", "8x8"."""
+        return f"{self.row_group}x{self.chunk}"
+
+
+@dataclass(frozen=True)
+class StockType:
+    """A type of the pinned ggml, as its trait table says."""
+
+    id: int
+    name: str          # upper case: "Q4_0", "Q4_K"
+    ggml_name: str     # ggml's type_name: "q4_0", "q4_K"
+    blck_size: int
+    type_size: int
+
+    @property
+    def bits_per_weight(self) -> float:
+        return self.type_size * 8 / self.blck_size
+
+
+class _Info(ctypes.Structure):
+    # struct ggml_ext_type_info (ggml-ext.h), field for field
+    _fields_ = [
+        ("name", ctypes.c_char_p), ("ggml_name", ctypes.c_char_p), ("id", ctypes.c_int),
+        ("blck_size", ctypes.c_int), ("type_size", ctypes.c_int), ("row_group", ctypes.c_int),
+        ("chunk", ctypes.c_int), ("family", ctypes.c_int), ("family_name", ctypes.c_char_p),
+        ("layout", ctypes.c_int), ("base_type", ctypes.c_int), ("base_name", ctypes.c_char_p),
+        ("vec_dot_type", ctypes.c_int), ("shape_rule", ctypes.c_char_p),
+    ]
+
+
+@lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
+    lib.ggml_ext_type_count.restype, lib.ggml_ext_type_count.argtypes = ctypes.c_int, []
+    lib.ggml_ext_type_info_at.restype = ctypes.POINTER(_Info)
+    lib.ggml_ext_type_info_at.argtypes = [ctypes.c_int]
+    lib.ggml_ext_type_first_own.restype = lib.ggml_ext_type_last_own.restype = ctypes.c_int
+    lib.ggml_type_name.restype, lib.ggml_type_name.argtypes = ctypes.c_char_p, [ctypes.c_int]
+    lib.ggml_blck_size.restype, lib.ggml_blck_size.argtypes = ctypes.c_int64, [ctypes.c_int]
+    lib.ggml_type_size.restype, lib.ggml_type_size.argtypes = ctypes.c_size_t, [ctypes.c_int]
+    return lib
+
+
+def _library_or_none() -> ctypes.CDLL | None:
+    try:
+        return _lib()
+    except (_locate.NotBuiltError, OSError, AttributeError):
+        return None
+
+
+def def_path() -> Path | None:
+    """ggml-ext-types.def: beside the installed header, else in the source checkout."""
+    here = Path(__file__).resolve()
+    candidates = []
+    try:
+        candidates.append(_locate.prefix() / "include" / "ggml-ext-types.def")
+    except _locate.NotBuiltError:
+        pass
+    candidates.append(here.parents[3] / "ggml_ext" / "include" / "ggml-ext-types.def")
+    return next((p for p in candidates if p.is_file()), None)
+
+
+_ROW = re.compile(r"^GGML_EXT_TYPE\((.*)\)\s*$", re.M)
+_DEFINE = re.compile(r"#\s*define\s+(GGML_EXT_TYPE_(?:FIRST|LAST)_OWN)\s+(\d+)")
+
+
+def parse_def(text: str) -> tuple[list[ExtType], tuple[int, int]]:
+    """The rows and the own id range of a ggml-ext-types.def, read as text."""
+    rows = []
+    for m in _ROW.finditer(text):
+        f = [x.strip() for x in m.group(1).split(",")]
+        if len(f) != 13:
+            raise ValueError(f"ggml-ext-types.def: a row needs 13 fields, not {len(f)}: {m.group(0)}")
+        name, id_, blck, size, rows_, chunk, gname, fam, layout, base, base_id, _vd, vd_id = f
+        rows.append(ExtType(name, gname.strip('"'), int(id_), int(blck), int(size), int(rows_), int(chunk),
+                            fam.lower(), int(layout), base, int(base_id), int(vd_id)))
+    d = dict(_DEFINE.findall(text))
+    return rows, (int(d["GGML_EXT_TYPE_FIRST_OWN"]), int(d["GGML_EXT_TYPE_LAST_OWN"]))
+
+
+@lru_cache(maxsize=None)
+def _from_def() -> tuple[tuple[ExtType, ...], tuple[int, int]]:
+    p = def_path()
+    if p is None:
+        raise _locate.NotBuiltError("neither ggml-ext's library nor ggml-ext-types.def was found")
+    rows, rng = parse_def(p.read_text())
+    return tuple(rows), rng
+
+
+@lru_cache(maxsize=None)
+def ext_types() -> tuple[ExtType, ...]:
+    """ggml-ext's types in registry order, from the library (the .def where none is built)."""
+    lib = _library_or_none()
+    if lib is None:
+        return _from_def()[0]
+    out = []
+    for i in range(lib.ggml_ext_type_count()):
+        r = lib.ggml_ext_type_info_at(i).contents
+        out.append(ExtType(r.name.decode(), r.ggml_name.decode(), r.id, r.blck_size, r.type_size, r.row_group,
+                           r.chunk, r.family_name.decode(), r.layout, r.base_name.decode(), r.base_type,
+                           r.vec_dot_type))
+    return tuple(out)
+
+
+def own_id_range() -> tuple[int, int]:
+    """ggml-ext's own id range (first, last), inclusive: GGML_EXT_TYPE_FIRST_OWN / LAST_OWN."""
+    lib = _library_or_none()
+    if lib is None:
+        return _from_def()[1]
+    return int(lib.ggml_ext_type_first_own()), int(lib.ggml_ext_type_last_own())
+
+
+def ext_type(type_id: int) -> ExtType | None:
+    return next((t for t in ext_types() if t.id == type_id), None)
+
+
+def by_name(name: str) -> ExtType | None:
+    return next((t for t in ext_types() if t.name == name.upper()), None)
+
+
+def family(name: str, base: str | None = None) -> tuple[ExtType, ...]:
+    """The types of one family (and one base type), in layout order."""
+    return tuple(sorted((t for t in ext_types() if t.family == name and (base is None or t.base_name == base)),
+                        key=lambda t: t.layout))
+
+
+@lru_cache(maxsize=None)
+def stock_types() -> tuple[StockType, ...]:
+    """Every real stock type of the pinned ggml (block size > 0), from the library; ggml-ext's ids left out."""
+    lib = _lib()
+    ours = {t.id for t in ext_types()}
+    out = []
+    for i in range(STOCK_TYPE_COUNT):
+        if i in ours:
+            continue
+        blck = int(lib.ggml_blck_size(i))
+        if blck <= 0:
+            continue
+        gname = lib.ggml_type_name(i).decode()
+        out.append(StockType(i, gname.upper(), gname, blck, int(lib.ggml_type_size(i))))
+    return tuple(out)
+
+
+def dispatched_kernel(type_id: int, gemm: bool) -> str | None:
+    """The kernel implementation ggml-cpu's mul_mat runs on this CPU for one of ggml-ext's types
+    (ggml_ext_dispatched_kernel: "generic" is the scalar C reference), None where there is none."""
+    lib = ctypes.CDLL(str(_locate.library("ggml-cpu")), mode=ctypes.RTLD_GLOBAL)
+    fn = getattr(lib, "ggml_ext_dispatched_kernel", None)
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]
+    r = fn(type_id, 1 if gemm else 0)
+    return r.decode() if r else None
