@@ -14,13 +14,8 @@
 extern "C" {
 #endif
 
-#define GGML_EXT_QK4_NL 32
-
-// Same bytes as a Q4_0 block: weight j: low nibble of qs[j], j+16: high nibble; value
-// kvalues[q] * d.
-typedef ggml_ext_block_q4_0 ggml_ext_block_iq4_nl;
-
-// {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+// ggml_ext_block_iq4_nl and the codebook GGML_EXT_IQ4_NL_VALUES: common/blocks.h.
+// The codebook as an array (the scalar kernels' and the tests').
 GGML_EXT_API extern const int8_t ggml_ext_kvalues_iq4nl[16];
 
 // Layouts are enum ggml_ext_q4_0_layout (0: N = 4, B = 4; 1: N = 4, B = 8; 2: N = 8, B = 8);

@@ -25,8 +25,7 @@
 
 _Static_assert(sizeof(ggml_ext_block_iq4_nl) == 18, "block_iq4_nl is fp16 d + 16 bytes");
 
-const int8_t ggml_ext_kvalues_iq4_nl[N_VALUES] = { -127, -104, -83, -65, -49, -35, -22, -10,
-                                                   1,    13,   25,  38,  53,  69,  89,  113 };
+static const int8_t kvalues[N_VALUES] = { GGML_EXT_IQ4_NL_VALUES };
 
 // Midpoint k lies between values k and k + 1: z >= mid[k] means index > k.
 static const float mid[N_VALUES - 1] = { -115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
@@ -113,7 +112,7 @@ static double sweep(const float * y, const float * w, double * c_out) {
         const int    i    = (int) (ev[e] & 31);
         const int    knew = (int) ((ev[e] >> 5) & 15);
         const int    kold = y[i] > 0 ? knew - 1 : knew + 1;
-        const double vn = ggml_ext_kvalues_iq4_nl[knew], vo = ggml_ext_kvalues_iq4_nl[kold];
+        const double vn = kvalues[knew], vo = kvalues[kold];
         sqx += (double) w[i] * y[i] * (vn - vo);
         sq2 += (double) w[i] * (vn * vn - vo * vo);
         // sqx^2 / sq2 > best, without a division per interval
@@ -140,7 +139,7 @@ static double score(const float * x, const float * w, uint16_t h, uint8_t * L) {
     const float id = 1.0f / d;
     for (int i = 0; i < QK; i++) {
         L[i]           = (uint8_t) nearest_index(x[i] * id);
-        const double r = (double) x[i] - (double) d * ggml_ext_kvalues_iq4_nl[L[i]];
+        const double r = (double) x[i] - (double) d * kvalues[L[i]];
         err += (double) w[i] * r * r;
     }
     return err;
@@ -243,8 +242,8 @@ void ggml_ext_iq4_nl_dequantize(const ggml_ext_block_iq4_nl * x, float * y, int6
     for (int64_t b = 0; b < n_blocks; b++) {
         const float d = ggml_ext_fp16_to_fp32(x[b].d);
         for (int j = 0; j < QK / 2; j++) {
-            y[b * QK + j]          = d * ggml_ext_kvalues_iq4_nl[x[b].qs[j] & 15];
-            y[b * QK + j + QK / 2] = d * ggml_ext_kvalues_iq4_nl[x[b].qs[j] >> 4];
+            y[b * QK + j]          = d * kvalues[x[b].qs[j] & 15];
+            y[b * QK + j + QK / 2] = d * kvalues[x[b].qs[j] >> 4];
         }
     }
 }

@@ -4,19 +4,10 @@
 // and weight j + 16 in the high nibble (FORMATS.md).
 #pragma once
 
+#include "common/blocks.h"  // ggml_ext_block_iq4_nl, GGML_EXT_IQ4_NL_VALUES
 #include "ggml-ext.h"
 
 #include <stdint.h>
-
-#define GGML_EXT_QK4_NL 32
-
-typedef struct {
-    uint16_t d;  // IEEE binary16 bits
-    uint8_t  qs[GGML_EXT_QK4_NL / 2];
-} ggml_ext_block_iq4_nl;
-
-// The fixed non-linear codebook (FORMATS.md).
-extern const int8_t ggml_ext_kvalues_iq4_nl[16];
 
 // One block of 32 finite floats with the default weighting; importance: the block's 32
 // imatrix values or NULL. The row functions in ggml-ext.h are the API.

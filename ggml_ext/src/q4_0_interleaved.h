@@ -20,6 +20,7 @@
 // s[row][col] = sum over k of weight[col][k] * activation[row][k], both dequantized.
 #pragma once
 
+#include "common/blocks.h"
 #include "ggml-ext.h"
 
 #include <stddef.h>
@@ -29,24 +30,10 @@
 extern "C" {
 #endif
 
-typedef uint16_t ggml_ext_fp16_t;  // IEEE binary16 bits
-
-#define GGML_EXT_QK4_0 32
 
 // ggml's ids of the stock types the family stores (the BASE column of ggml-ext-types.def)
 #define GGML_EXT_BASE_Q4_0   2
 #define GGML_EXT_BASE_IQ4_NL 20
-#define GGML_EXT_QK8_0 32
-
-typedef struct {
-    ggml_ext_fp16_t d;
-    uint8_t         qs[GGML_EXT_QK4_0 / 2];  // weight j: low nibble of qs[j], j+16: high nibble; value (q - 8) * d
-} ggml_ext_block_q4_0;
-
-typedef struct {
-    ggml_ext_fp16_t d;
-    int8_t          qs[GGML_EXT_QK8_0];
-} ggml_ext_block_q8_0;
 
 // N = 4 (Q4_0_4_4 with B = 4, Q4_0_4_8 with B = 8): 72 bytes.
 typedef struct {

@@ -53,6 +53,12 @@ def dispatched_kernels() -> dict[str, tuple[str, str]]:
     return {name: (fn(t, 0).decode(), fn(t, 1).decode()) for t, name in INTERLEAVED_TYPES.items()}
 
 
+def _ext_ids() -> str:
+    """ggml-ext's type ids as ranges ("31-33 and 36-38"), from the format registry."""
+    from .ggml_types import _restored_ids
+    return _restored_ids()
+
+
 def _kernel_text(name: str) -> str:
     return f"{name} (scalar fallback)" if name == SCALAR else name
 
@@ -107,7 +113,7 @@ def report() -> str:
         f"ggml-ext          {b.ggml_ext} (python package {b.python_package})",
         f"format version    {b.format_version}",
         f"llama.cpp         {b.llama_cpp_commit} (pinned, patched)",
-        ("CUDA backend      yes: llama.cpp's stock ggml-cuda; types 31-33 and 36-38 run on the CPU (not offloaded)"
+        (f"CUDA backend      yes: llama.cpp's stock ggml-cuda; types {_ext_ids()} run on the CPU (not offloaded)"
          if b.cuda else "CUDA backend      no"),
     ]
     for backend, feats in b.backends.items():

@@ -108,7 +108,7 @@ _ENTRIES: tuple[TypeInfo, ...] = (
     _t(40, "NVFP4", 64, 36),
     _t(41, "Q1_0", 128, 18),
     _t(42, "Q2_0", 64, 18),
-    # --- ggml-ext's types (restored interleaved ids, own ids 100..119) come from the registry below ---
+    # --- ggml-ext's types (restored interleaved ids, then its own range) come from the registry below ---
 )
 
 

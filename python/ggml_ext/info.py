@@ -4,6 +4,7 @@
     ggml-ext info model.gguf --tensors   ... and every tensor
     ggml-ext info model.gguf --json      the same, machine-readable
     ggml-ext info --build                the compiled llama.cpp / ggml_ext build
+    ggml-ext info --types [--json]       every tensor type, stock and ggml-ext's (the format registry)
     python -m ggml_ext.info model.gguf   same as `ggml-ext info`
 
 A malformed file gives ``error: FILE: <problem> (at byte offset N)`` on
@@ -200,6 +201,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--build", action="store_true",
                         help="describe this build (llama.cpp commit, backends, CPU features, the kernel each "
                              "interleaved type runs on this CPU)")
+    parser.add_argument("--types", action="store_true",
+                        help="list every tensor type, stock and ggml-ext's: id, block, bytes, bits per weight, "
+                             "whether stock llama.cpp reads it, family, the kernels this CPU dispatches")
 
 
 def _build_report() -> tuple[int, str]:
@@ -213,6 +217,15 @@ def _build_report() -> tuple[int, str]:
         return 1, f"build information is not available: {type(e).__name__}: {e}"
 
 
+def _types_report(as_json: bool) -> tuple[int, str]:
+    try:
+        from ggml_ext import formats
+        rows = formats.table()
+    except Exception as e:  # noqa: BLE001 - report, never a traceback
+        return 1, f"the type registry is not available: {type(e).__name__}: {e}"
+    return 0, json.dumps(rows, indent=2) if as_json else formats.format_table(rows)
+
+
 def main(args: argparse.Namespace) -> int:
     try:  # hostile metadata could hold anything; never die on printing it
         sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
@@ -220,6 +233,15 @@ def main(args: argparse.Namespace) -> int:
         pass
     path = getattr(args, "file", None)
     rc = 0
+    if getattr(args, "types", False):
+        code, text = _types_report(getattr(args, "json", False))
+        if code:
+            print(f"error: {text}", file=sys.stderr)
+            return 1
+        print(text.rstrip("\n"))
+        if path is None and not getattr(args, "build", False):
+            return 0
+        print()
     if getattr(args, "build", False):
         code, text = _build_report()
         if code:
@@ -231,7 +253,7 @@ def main(args: argparse.Namespace) -> int:
             return rc
         print()
     if path is None:
-        print("error: no FILE given (usage: ggml-ext info FILE [--tensors] [--json] | --build)", file=sys.stderr)
+        print("error: no FILE given (usage: ggml-ext info FILE [--tensors] [--json] | --build | --types [--json])", file=sys.stderr)
         return 2
     try:
         g = read_gguf(path)

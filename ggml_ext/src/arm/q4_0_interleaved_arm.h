@@ -25,8 +25,7 @@ INLINE int8x16_t hi16(int8x16_t b) {  // high nibble weights times 16
 // The kernels serve both families through fam (a constant after inlining): 0 = Q4_0 as
 // above, 1 = IQ4_NL, whose plain nibbles index kvalues with one TBL each (vqtbl1q_s8)
 // and whose products need no division.
-static const int8_t ggml_ext_arm_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10,
-                                                       1,    13,   25,  38,  53,  69,  89,  113 };
+static const int8_t ggml_ext_arm_kvalues_iq4nl[16] = { GGML_EXT_IQ4_NL_VALUES };
 
 INLINE int8x16_t wlo(int fam, int8x16_t b) {  // low nibble weights (Q4_0: times 16)
     if (fam) {

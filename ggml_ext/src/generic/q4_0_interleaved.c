@@ -56,7 +56,7 @@ void ggml_ext_dequantize_row_q4_0(const ggml_ext_block_q4_0 * x, float * y, int6
     }
 }
 
-const int8_t ggml_ext_kvalues_iq4nl[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
+const int8_t ggml_ext_kvalues_iq4nl[16] = { GGML_EXT_IQ4_NL_VALUES };
 
 void ggml_ext_dequantize_row_iq4_nl(const ggml_ext_block_iq4_nl * x, float * y, int64_t k) {
     const int64_t nb = k / QK;

@@ -172,7 +172,7 @@ static inline __m256i ggml_ext_q4_0_bcast64(const void * p) {
 // The IQ4_NL table in every 128-bit lane, for pshufb: kvalues (signed), or kvalues + 128
 // (unsigned, for vpdpbusd).
 static inline __m128i ggml_ext_iq4_nl_table(int plus128) {
-    const __m128i kv = _mm_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const __m128i kv = _mm_setr_epi8(GGML_EXT_IQ4_NL_VALUES);
     return plus128 ? _mm_xor_si128(kv, _mm_set1_epi8((char) 0x80)) : kv;  // + 128 mod 256 == ^ 0x80
 }
 

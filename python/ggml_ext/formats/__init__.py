@@ -210,3 +210,37 @@ def dispatched_kernel(type_id: int, gemm: bool) -> str | None:
     fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int, ctypes.c_int]
     r = fn(type_id, 1 if gemm else 0)
     return r.decode() if r else None
+
+
+def table() -> list[dict]:
+    """Every type, stock and ggml-ext's, in id order: what ``ggml-ext info --types`` prints.
+
+    ``stock_readable``: whether stock llama.cpp (the pinned commit) loads it; ggml-ext's never
+    (upstream removed the restored ids, and the own range is ours). ``kernels`` (ggml-ext's types):
+    the implementation ggml-cpu's mul_mat dispatches on this CPU for the GEMV and the GEMM
+    ("generic" is the scalar C reference)."""
+    rows: list[dict] = []
+    for s in stock_types():
+        rows.append({"id": s.id, "name": s.name, "ggml_name": s.ggml_name, "block": s.blck_size,
+                     "bytes": s.type_size, "bits_per_weight": round(s.bits_per_weight, 4), "stock_readable": True,
+                     "origin": "stock", "family": None, "base": None, "row_group": 1, "kernels": None})
+    first_own, _ = own_id_range()
+    for t in ext_types():
+        rows.append({"id": t.id, "name": t.name, "ggml_name": t.ggml_name, "block": t.blck_size,
+                     "bytes": t.type_size, "bits_per_weight": round(t.bits_per_weight, 4), "stock_readable": False,
+                     "origin": "restored" if t.id < first_own else "ggml-ext", "family": t.family,
+                     "base": t.base_name, "row_group": t.row_group,
+                     "kernels": {"gemv": dispatched_kernel(t.id, False), "gemm": dispatched_kernel(t.id, True)}})
+    return sorted(rows, key=lambda r: r["id"])
+
+
+def format_table(rows: list[dict]) -> str:
+    """The table as text, one type a line."""
+    head = f"{'id':>3}  {'name':<11} {'block':>5} {'bytes':>5} {'bpw':>7}  {'stock':<5}  {'family':<12}  kernels (gemv / gemm)"
+    out = [head]
+    for r in rows:
+        k = r["kernels"]
+        kern = f"{k['gemv'] or '-'} / {k['gemm'] or '-'}" if k else "-"
+        out.append(f"{r['id']:>3}  {r['name']:<11} {r['block']:>5} {r['bytes']:>5} {r['bits_per_weight']:>7.3f}  "
+                   f"{'yes' if r['stock_readable'] else 'no':<5}  {r['family'] or '-':<12}  {kern}")
+    return "\n".join(out) + "\n"
