@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import platform
 import re
 import subprocess
 import sys
@@ -143,7 +144,7 @@ def test_info_types_json_lists_every_type_truthfully():
         assert (r["name"], r["block"], r["bytes"], r["stock_readable"], r["family"], r["base"], r["row_group"],
                 r["origin"]) == (t.name, t.blck_size, t.type_size, False, "interleaved4", t.base_name, t.row_group,
                                  "restored")
-        assert r["kernels"] == {"gemv": formats.dispatched_kernel(t.id, False),
+        assert r["kernels"] == {"arch": platform.machine(), "gemv": formats.dispatched_kernel(t.id, False),
                                 "gemm": formats.dispatched_kernel(t.id, True)}
         assert {r["kernels"]["gemv"], r["kernels"]["gemm"]} <= KERNELS
 

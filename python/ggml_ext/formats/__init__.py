@@ -17,6 +17,7 @@ read from the ``.def`` itself, the same file the library was compiled from.
 from __future__ import annotations
 
 import ctypes
+import platform
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -218,19 +219,21 @@ def table() -> list[dict]:
     ``stock_readable``: whether stock llama.cpp (the pinned commit) loads it; ggml-ext's never
     (upstream removed the restored ids, and the own range is ours). ``kernels`` (ggml-ext's types):
     the implementation ggml-cpu's mul_mat dispatches on this CPU for the GEMV and the GEMM
-    ("generic" is the scalar C reference)."""
+    ("generic" is the scalar C reference) and the machine's arch."""
     rows: list[dict] = []
     for s in stock_types():
         rows.append({"id": s.id, "name": s.name, "ggml_name": s.ggml_name, "block": s.blck_size,
                      "bytes": s.type_size, "bits_per_weight": round(s.bits_per_weight, 4), "stock_readable": True,
                      "origin": "stock", "family": None, "base": None, "row_group": 1, "kernels": None})
     first_own, _ = own_id_range()
+    arch = platform.machine()  # the kernels' arch; the names below are the ISA extensions
     for t in ext_types():
         rows.append({"id": t.id, "name": t.name, "ggml_name": t.ggml_name, "block": t.blck_size,
                      "bytes": t.type_size, "bits_per_weight": round(t.bits_per_weight, 4), "stock_readable": False,
                      "origin": "restored" if t.id < first_own else "ggml-ext", "family": t.family,
                      "base": t.base_name, "row_group": t.row_group,
-                     "kernels": {"gemv": dispatched_kernel(t.id, False), "gemm": dispatched_kernel(t.id, True)}})
+                     "kernels": {"arch": arch, "gemv": dispatched_kernel(t.id, False),
+                                 "gemm": dispatched_kernel(t.id, True)}})
     return sorted(rows, key=lambda r: r["id"])
 
 
