@@ -89,6 +89,12 @@ test: install
 	$(CLI) assets fetch --all
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# ggml-ext's ops on CUDA against the CPU: needs a GGML_EXT_CUDA=ON build and an NVIDIA GPU; GGML_EXT_PREFIX
+# picks the build (default: the one installed in .venv). docs/DEVELOPING.md, "CUDA code".
+.PHONY: test-cuda
+test-cuda:
+	PYTHON=$(PY) bash scripts/test_cuda.sh
+
 upstream: venv
 	PYTHON=$(PY) bash scripts/build_upstream.sh
 

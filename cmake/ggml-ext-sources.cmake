@@ -1,7 +1,7 @@
 # ggml_ext's own sources, added to the targets llama.cpp defines.
 # Arch-specific kernels live in ggml_ext/src/{generic,x86,arm} and are added to
-# ggml-cpu. There is no CUDA code of ours: GGML_EXT_CUDA only builds llama.cpp's
-# stock ggml-cuda (and defines GGML_EXT_CUDA for ggml_ext_has_cuda).
+# ggml-cpu. GGML_EXT_CUDA builds llama.cpp's ggml-cuda with ggml_ext/src/cuda in it
+# (the kernels of our ops, below) and defines GGML_EXT_CUDA for ggml_ext_has_cuda.
 set(GGML_EXT_DIR "${CMAKE_CURRENT_LIST_DIR}/../ggml_ext")
 
 if (NOT DEFINED LLAMA_CPP_COMMIT)
@@ -43,3 +43,32 @@ target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
 # ggml's own quantize_iq4_nl stays what llama-quantize uses.
 target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/iq4_nl_quant.c")
 target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")
+
+# ggml-ext's ops (ggml_ext/include/ggml-ext-ops.def; patch 0200 gives them GGML_OP ids and routes them here).
+# Found by name, so adding an op is its .def row and its files: ops/<name>.c (constructor, node check)
+# into ggml-base, ops/<name>_cpu.c (the scalar reference) into ggml-cpu, cuda/<name>.cu into ggml-cuda.
+file(GLOB GGML_EXT_OPS_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/ops/*_cpu.c")
+file(GLOB GGML_EXT_OPS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/ops/*.c")
+list(REMOVE_ITEM GGML_EXT_OPS_BASE ${GGML_EXT_OPS_CPU})
+target_sources(ggml-base PRIVATE ${GGML_EXT_OPS_BASE})
+target_sources(ggml-cpu PRIVATE ${GGML_EXT_OPS_CPU})
+target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src/ops")
+
+# The CUDA home: ggml_ext/src/cuda/*.cu compiled into llama.cpp's ggml-cuda target (its CUDA flags and
+# architectures; `ggml-cuda/common.cuh` resolves through its include path) when GGML_EXT_CUDA=ON.
+if (GGML_EXT_CUDA)
+    file(GLOB GGML_EXT_CUDA_SOURCES CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/cuda/*.cu")
+    target_sources(ggml-cuda PRIVATE ${GGML_EXT_CUDA_SOURCES})
+    target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda")
+endif()
+
+# What patch 0300 calls from llama.cpp's graph and KV cache: linear-layer side-cars, KV types (libllama).
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c")
+
+# The headers programs built against the installed ggml.h need (it includes ggml-ext-ops.def); the
+# sanitizer build (tests/c/sanitizer) installs nothing.
+if (DEFINED GGML_EXT_INSTALL_DIR)
+    install(FILES "${GGML_EXT_DIR}/include/ggml-ext-ops.def" "${GGML_EXT_DIR}/include/ggml-ext-ops.h"
+                  "${GGML_EXT_DIR}/include/ggml-ext-llama.h"
+            DESTINATION ${GGML_EXT_INSTALL_DIR}/include COMPONENT ggml_ext)
+endif()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prove the CUDA switch on an NVIDIA machine (the lent H100/H200): configure with
-# GGML_EXT_CUDA=ON, build, install, then run the same model on CPU and GPU.
+# GGML_EXT_CUDA=ON, build, install, run ggml-ext's CUDA op tests (scripts/test_cuda.sh), then run the
+# same model on CPU and GPU.
 # Usage: device_cuda_check.sh MODEL.gguf TEXT.txt OUTDIR   (GGML_EXT_LLAMA_CPP_SRC may point at the tree)
 set -euo pipefail
 model=$1 text=$2 out=$3
@@ -16,6 +17,12 @@ prefix="$build/install/ggml_ext"
 export GGML_EXT_PREFIX=$prefix LD_LIBRARY_PATH=$prefix/lib
 PYTHONPATH=python python3 -m ggml_ext.cli info --build | tee -a "$out/summary.txt"
 nvidia-smi -L | tee -a "$out/summary.txt"
+# ggml-ext's own CUDA code (ggml_ext/src/cuda): each op on the GPU against the CPU backend
+if bash scripts/test_cuda.sh "$prefix" >"$out/test-cuda.log" 2>&1; then
+  echo "test-cuda: $(tail -n 1 "$out/test-cuda.log")" | tee -a "$out/summary.txt"
+else
+  echo "test-cuda FAILED (see test-cuda.log): $(tail -n 3 "$out/test-cuda.log")" | tee -a "$out/summary.txt"
+fi
 for ngl in 0 99; do
   "$prefix/bin/llama-perplexity" -m "$model" -f "$text" -c 256 --chunks 16 -ngl "$ngl" >"$out/ppl-ngl$ngl.log" 2>&1
   echo "perplexity ngl=$ngl: $(grep -o 'Final estimate.*' "$out/ppl-ngl$ngl.log")" | tee -a "$out/summary.txt"

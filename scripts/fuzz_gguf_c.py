@@ -80,7 +80,7 @@ def build_key(cc: str) -> tuple[str, Path]:
     # what goes into the libraries; the harnesses themselves are synced into the folder on every call
     sources = [REPO / "CMakeLists.txt", REPO / "cmake" / "ggml-ext-sources.cmake", SRC_DIR / "CMakeLists.txt"]
     for d in (REPO / "ggml_ext" / "src", REPO / "ggml_ext" / "include"):
-        sources += sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".cpp", ".cu", ".cuh"))
+        sources += sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".def", ".cpp", ".cu", ".cuh"))
     for p in sources:
         h.update(str(p.relative_to(REPO)).encode() + b"\0" + p.read_bytes() + b"\0")
     return h.hexdigest()[:16], pristine

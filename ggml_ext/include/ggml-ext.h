@@ -28,10 +28,10 @@ GGML_EXT_API const char * ggml_ext_llama_cpp_commit(void);
 // "GGML_EXT : VERSION = 0.1.0 | FORMAT = 1 | ARCH = x86 | CUDA_BACKEND = 0 | LLAMA_CPP = 0c1e57098 | "
 GGML_EXT_API const char * ggml_ext_system_info(void);
 
-// Whether this build includes llama.cpp's stock CUDA backend (configured with GGML_EXT_CUDA=ON).
-// It says nothing of ggml-ext code on the GPU: ggml-ext has no CUDA kernels, and the interleaved
-// types (ggml-ext-types.def) run on the CPU in every build (ggml-cuda does not support them, so the
-// model loader keeps those weights in host memory).
+// Whether this build includes llama.cpp's CUDA backend (configured with GGML_EXT_CUDA=ON), and with
+// it the CUDA kernels of ggml-ext's ops (ggml_ext/src/cuda). ggml-ext's types have no CUDA kernels:
+// the interleaved types (ggml-ext-types.def) run on the CPU in every build (ggml-cuda does not support
+// them, so the model loader keeps those weights in host memory).
 GGML_EXT_API bool ggml_ext_has_cuda(void);
 
 // Model checks for the loader: NULL when the values are usable, else a message

@@ -1,0 +1,51 @@
+// ggml-ext's ggml ops: graph constructors, and what the patched CPU backend calls (patch 0200).
+// The ops themselves are listed in ggml-ext-ops.def; each has a real id, GGML_OP_<NAME>.
+#pragma once
+
+#include "ggml-ext.h"
+#include "ggml.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- graph constructors (ggml-base) ----
+
+// GGML_OP_COL_SIDECAR: dst = y + S . x[idx], the column side-car in its plainest form: the input
+// columns idx of every row of x, times a small dense matrix, added to y (typically y = W.x of a
+// weight whose columns idx were taken out or are kept at higher precision).
+//   y   F32 [M, n1, n2, n3]   x F32 [K, n1, n2, n3]   (the same rows)
+//   idx I32 [k], each in [0, K)   s F32 [k, M]: row m holds output m's k coefficients
+// dst has y's shape: dst[m, r] = y[m, r] + sum_j s[j, m] * x[idx[j], r], summed in order j = 0..k-1.
+// Rows of y, x and s must be contiguous (nb[0] is the element size); idx contiguous.
+GGML_EXT_API struct ggml_tensor * ggml_ext_col_sidecar(struct ggml_context * ctx, struct ggml_tensor * y,
+                                                       struct ggml_tensor * x, struct ggml_tensor * idx,
+                                                       struct ggml_tensor * s);
+
+// NULL when the sources of a GGML_OP_COL_SIDECAR node are usable (types, shapes, strides), else a
+// static message saying why not. Backends check it before running a node they received (RPC).
+GGML_EXT_API const char * ggml_ext_col_sidecar_check(const struct ggml_tensor * dst);
+
+// ---- the CPU backend (ggml-cpu): what patch 0200 calls for ops past upstream's ----
+struct ggml_compute_params;
+
+// Runs ggml-ext's op `dst` on ggml's threadpool (every thread calls it). false: not one of its ops.
+GGML_EXT_API bool ggml_ext_cpu_forward(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+
+// Threads the op takes out of n_threads; 0 when it is not one of ggml-ext's ops.
+GGML_EXT_API int ggml_ext_cpu_n_tasks(const struct ggml_tensor * op, int n_threads);
+
+// Bytes of ggml's shared work buffer the op needs with n_tasks threads; 0 for any other op.
+GGML_EXT_API size_t ggml_ext_cpu_work_size(const struct ggml_tensor * op, int n_tasks);
+
+// supports_op: 1 when the CPU backend runs this node of one of ggml-ext's ops, 0 when it cannot,
+// -1 when the op is not ggml-ext's (ggml decides). (ggml_ext_cpu_supports_op in ggml-ext.h answers
+// for ggml-ext's types under stock ops.)
+GGML_EXT_API int ggml_ext_cpu_supports_ext_op(const struct ggml_tensor * op);
+
+// Whether GGML_OP id `op` is one of ggml-ext's.
+GGML_EXT_API bool ggml_ext_is_ext_op(int op);
+
+#ifdef __cplusplus
+}
+#endif

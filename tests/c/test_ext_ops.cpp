@@ -1,0 +1,270 @@
+// ggml-ext's ops through ggml's backend API, in the manner of llama.cpp's test-backend-ops: each case
+// builds one graph and runs it on the CPU backend (checked against a double-precision reference here,
+// and for the same bits with 1-4 threads), then on every other backend it is given or finds:
+//   --rpc HOST:PORT   a ggml-rpc-server: its CPU backend runs the same code, so the bits must be equal
+//   GPU devices       every GPU the ggml registry lists (CUDA with GGML_EXT_CUDA=ON): normalised mean
+//                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound)
+//   --require-gpu     exit 77 (skip) when there is no GPU device
+// Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
+// Built and run by tests/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml-ext-ops.h"
+#include "ggml-rpc.h"
+#include "ggml.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+static int g_fails = 0;
+
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (!(cond)) {                                             \
+            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::printf(__VA_ARGS__);                              \
+            std::printf("\n");                                     \
+            g_fails++;                                             \
+        }                                                          \
+    } while (0)
+
+struct rng {
+    uint64_t s;
+
+    float next() {  // uniform in [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (float) ((s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    }
+};
+
+// One col_sidecar case: y [M, n1, n2], x [K, n1, n2] (rows padded by x_pad floats when x_pad > 0,
+// so x is a strided view), idx [k], s [k, M].
+struct sidecar_case {
+    int64_t M, K, k, n1, n2, x_pad;
+
+    std::string name() const {
+        char b[96];
+        std::snprintf(b, sizeof(b), "col_sidecar M=%lld K=%lld k=%lld rows=%lldx%lld%s", (long long) M, (long long) K,
+                      (long long) k, (long long) n1, (long long) n2, x_pad ? " strided-x" : "");
+        return b;
+    }
+};
+
+struct inputs {
+    std::vector<float>   y, x, s;  // x: n1*n2 rows of K + x_pad floats
+    std::vector<int32_t> idx;
+};
+
+static inputs make_inputs(const sidecar_case & c, uint64_t seed) {
+    rng     r{ seed };
+    inputs  in;
+    in.y.resize(c.M * c.n1 * c.n2);
+    in.x.resize((c.K + c.x_pad) * c.n1 * c.n2);
+    in.s.resize(c.k * c.M);
+    for (auto & v : in.y) {
+        v = r.next();
+    }
+    for (auto & v : in.x) {
+        v = r.next() * 4.0f;
+    }
+    for (auto & v : in.s) {
+        v = r.next() * 0.5f;
+    }
+    // distinct columns, spread over K, in a shuffled order (the op must not assume sorted indices)
+    for (int64_t j = 0; j < c.k; j++) {
+        in.idx.push_back((int32_t) ((j * 7919 + 13) % c.K));
+    }
+    for (int64_t j = c.k - 1; j > 0; j--) {
+        const int64_t o = (int64_t) ((r.next() + 1.0f) * 0.5f * (float) (j + 1)) % (j + 1);
+        std::swap(in.idx[j], in.idx[o]);
+    }
+    return in;
+}
+
+// dst[m, r] = y[m, r] + sum_j s[j, m] * x[idx[j], r] in double; also the bound of |terms| per output.
+static void reference(const sidecar_case & c, const inputs & in, std::vector<double> & out, std::vector<double> & mag) {
+    const int64_t rows = c.n1 * c.n2, xs = c.K + c.x_pad;
+    out.assign(c.M * rows, 0.0);
+    mag.assign(c.M * rows, 0.0);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t m = 0; m < c.M; m++) {
+            double acc = in.y[r * c.M + m], a = std::fabs(acc);
+            for (int64_t j = 0; j < c.k; j++) {
+                const double t = (double) in.s[m * c.k + j] * in.x[r * xs + in.idx[j]];
+                acc += t;
+                a += std::fabs(t);
+            }
+            out[r * c.M + m] = acc;
+            mag[r * c.M + m] = a;
+        }
+    }
+}
+
+struct built {
+    ggml_context *        ctx;
+    ggml_tensor *         y, *x, *xp, *idx, *s, *out;
+    ggml_cgraph *         gf;
+    ggml_backend_buffer_t buf;
+};
+
+static built build(const sidecar_case & c, ggml_backend_t backend, const inputs & in) {
+    ggml_init_params ip = { 16 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    built            b{};
+    b.ctx = ggml_init(ip);
+    b.y   = ggml_new_tensor_3d(b.ctx, GGML_TYPE_F32, c.M, c.n1, c.n2);
+    b.xp  = ggml_new_tensor_3d(b.ctx, GGML_TYPE_F32, c.K + c.x_pad, c.n1, c.n2);
+    b.x   = c.x_pad ? ggml_view_3d(b.ctx, b.xp, c.K, c.n1, c.n2, b.xp->nb[1], b.xp->nb[2], 0) : b.xp;
+    b.idx = ggml_new_tensor_1d(b.ctx, GGML_TYPE_I32, c.k);
+    b.s   = ggml_new_tensor_2d(b.ctx, GGML_TYPE_F32, c.k, c.M);
+    b.out = ggml_ext_col_sidecar(b.ctx, b.y, b.x, b.idx, b.s);
+    b.gf  = ggml_new_graph(b.ctx);
+    ggml_build_forward_expand(b.gf, b.out);
+    b.buf = ggml_backend_alloc_ctx_tensors(b.ctx, backend);
+    ggml_backend_tensor_set(b.y, in.y.data(), 0, in.y.size() * sizeof(float));
+    ggml_backend_tensor_set(b.xp, in.x.data(), 0, in.x.size() * sizeof(float));
+    ggml_backend_tensor_set(b.idx, in.idx.data(), 0, in.idx.size() * sizeof(int32_t));
+    ggml_backend_tensor_set(b.s, in.s.data(), 0, in.s.size() * sizeof(float));
+    return b;
+}
+
+static std::vector<float> run(const sidecar_case & c, ggml_backend_t backend, const inputs & in) {
+    built b = build(c, backend, in);
+    CHECK(ggml_backend_supports_op(backend, b.out), "%s on %s", c.name().c_str(), ggml_backend_name(backend));
+    std::vector<float> out(ggml_nelements(b.out));
+    CHECK(ggml_backend_graph_compute(backend, b.gf) == GGML_STATUS_SUCCESS, "%s", c.name().c_str());
+    ggml_backend_tensor_get(b.out, out.data(), 0, out.size() * sizeof(float));
+    ggml_backend_buffer_free(b.buf);
+    ggml_free(b.ctx);
+    return out;
+}
+
+// supports_op on a COL_SIDECAR node whose idx is F32: every backend must refuse it.
+static void check_refuses_malformed(ggml_backend_t backend) {
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    y   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2);
+    ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 16, 2);
+    ggml_tensor *    idx = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 3);
+    ggml_tensor *    s   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 3, 8);
+    ggml_tensor *    bad = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2);
+    bad->op              = GGML_OP_COL_SIDECAR;  // built by hand: the constructor refuses it
+    bad->src[0] = y, bad->src[1] = x, bad->src[2] = idx, bad->src[3] = s;
+    CHECK(ggml_ext_col_sidecar_check(bad) != nullptr, "the check names the F32 idx");
+    CHECK(!ggml_backend_supports_op(backend, bad) || ggml_backend_is_rpc(backend),
+          "%s accepts a col_sidecar with an F32 idx", ggml_backend_name(backend));
+    ggml_free(ctx);
+}
+
+static const sidecar_case k_cases[] = {
+    { 8, 16, 3, 1, 1, 0 },        // one token (decode)
+    { 64, 96, 5, 7, 1, 0 },       // a few tokens
+    { 576, 576, 16, 9, 2, 0 },    // SmolLM2's width, batched planes
+    { 300, 1536, 40, 33, 1, 5 },  // M not a multiple of the CUDA block, strided x
+    { 257, 64, 1, 2, 3, 3 },      // one column
+    { 32, 48, 0, 4, 1, 0 },       // no column: dst = y
+};
+
+int main(int argc, char ** argv) {
+    const char * rpc         = nullptr;
+    bool         require_gpu = false;
+    for (int i = 1; i < argc; i++) {
+        if (!std::strcmp(argv[i], "--rpc") && i + 1 < argc) {
+            rpc = argv[++i];
+        } else if (!std::strcmp(argv[i], "--require-gpu")) {
+            require_gpu = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT] [--require-gpu]\n", argv[0]);
+            return 2;
+        }
+    }
+
+    // the op's identity: a real id after upstream's ops, its name and symbol from ggml-ext-ops.def
+    CHECK(GGML_OP_COUNT == GGML_OP_GLU + 1 + GGML_EXT_OP_COUNT, "GGML_OP_COUNT %d", (int) GGML_OP_COUNT);
+    CHECK(GGML_OP_COL_SIDECAR > GGML_OP_GLU && ggml_ext_is_ext_op(GGML_OP_COL_SIDECAR), "id %d", (int) GGML_OP_COL_SIDECAR);
+    CHECK(!ggml_ext_is_ext_op(GGML_OP_GLU) && !ggml_ext_is_ext_op(GGML_OP_COUNT), "only ggml-ext's ids");
+    CHECK(!std::strcmp(ggml_op_name(GGML_OP_COL_SIDECAR), "COL_SIDECAR"), "%s", ggml_op_name(GGML_OP_COL_SIDECAR));
+    CHECK(!std::strcmp(ggml_op_symbol(GGML_OP_COL_SIDECAR), "y+S*x[idx]"), "%s", ggml_op_symbol(GGML_OP_COL_SIDECAR));
+
+    std::vector<ggml_backend_t> others;
+    if (rpc) {
+        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(rpc);
+        CHECK(reg && ggml_backend_reg_dev_count(reg) > 0, "no device at rpc server %s", rpc);
+        if (reg && ggml_backend_reg_dev_count(reg) > 0) {
+            others.push_back(ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr));
+        }
+    }
+    int n_gpu = 0;
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU) {
+            others.push_back(ggml_backend_dev_init(dev, nullptr));
+            n_gpu++;
+        }
+    }
+    if (require_gpu && n_gpu == 0) {
+        std::printf("SKIP: no GPU device (a build without GGML_EXT_CUDA, or no CUDA device)\n");
+        return 77;
+    }
+
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    check_refuses_malformed(cpu);
+    for (ggml_backend_t b : others) {
+        check_refuses_malformed(b);
+    }
+
+    int runs = 0;
+    for (const sidecar_case & c : k_cases) {
+        const inputs        in = make_inputs(c, 1234 + c.M * 31 + c.k);
+        std::vector<double> ref, mag;
+        reference(c, in, ref, mag);
+
+        std::vector<float> first;
+        for (int nth = 1; nth <= 4; nth++) {
+            ggml_backend_cpu_set_n_threads(cpu, nth);
+            const std::vector<float> got = run(c, cpu, in);
+            runs++;
+            double worst = 0;
+            for (size_t i = 0; i < got.size(); i++) {
+                // float sums of k + 1 terms: a few ulps of the largest partial sum
+                worst = std::fmax(worst, std::fabs(got[i] - ref[i]) / (mag[i] * 1e-6 * (c.k + 1) + 1e-30));
+            }
+            CHECK(worst <= 1.0, "%s: CPU (%d threads) off the reference by %.3g of the bound", c.name().c_str(), nth, worst);
+            if (nth == 1) {
+                first = got;
+            } else {
+                CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %d threads differ from 1 thread", c.name().c_str(), nth);
+            }
+        }
+        for (ggml_backend_t b : others) {
+            const std::vector<float> got = run(c, b, in);
+            runs++;
+            if (ggml_backend_is_rpc(b)) {
+                CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+            } else {
+                double err = 0, norm = 0;
+                for (size_t i = 0; i < got.size(); i++) {
+                    err += ((double) got[i] - first[i]) * ((double) got[i] - first[i]);
+                    norm += (double) first[i] * first[i];
+                }
+                CHECK(err / norm <= 1e-7, "%s: %s NMSE %.3g against the CPU", c.name().c_str(), ggml_backend_name(b),
+                      err / norm);
+            }
+        }
+    }
+
+    for (ggml_backend_t b : others) {
+        std::printf("backend: %s\n", ggml_backend_name(b));
+        ggml_backend_free(b);
+    }
+    ggml_backend_free(cpu);
+    std::printf("%s: %d runs of %zu cases on CPU (1-4 threads)%s%s, %d failures\n", g_fails ? "FAILED" : "OK", runs,
+                sizeof(k_cases) / sizeof(k_cases[0]), rpc ? " + RPC" : "", n_gpu ? " + GPU" : "", g_fails);
+    return g_fails ? 1 : 0;
+}
