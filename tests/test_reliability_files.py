@@ -253,7 +253,7 @@ def _build_cases(tmp: Path) -> None:
     for key, val in (("tokenizer.ggml.bos_token_id", 10**6), ("tokenizer.ggml.eos_token_id", 2**32 - 1),
                      ("tokenizer.ggml.unknown_token_id", 400)):
         CASES[f"{key} = {val}"] = (model(kv={key: (u32, val)}), "survive")
-    # upstream aborted on these (server slot of 0 tokens); patch 0010 refuses them at load
+    # upstream aborted on these (server slot of 0 tokens); patch 0900 refuses them at load
     CASES["llama.context_length = 0"] = (model(kv={"llama.context_length": (u32, 0)}), "refuse")
     CASES["llama.context_length = 2**32-1"] = (model(kv={"llama.context_length": (u32, 2**32 - 1)}), "refuse")
     CASES["llama.block_count is a string"] = (model(kv={"llama.block_count": ("add_string", "2")}), "refuse")
@@ -262,7 +262,7 @@ def _build_cases(tmp: Path) -> None:
                                         "refuse")
     CASES["rms_epsilon NaN"] = (model(kv={"llama.attention.layer_norm_rms_epsilon": ("add_float32", float("nan"))}),
                                 "refuse")
-    # RoPE base 0 / NaN or a negative scaling factor: NaN attention scores (soft_max asserts); patch 0010 refuses
+    # RoPE base 0 / NaN or a negative scaling factor: NaN attention scores (soft_max asserts); patch 0900 refuses
     CASES["rope freq base 0"] = (model(kv={"llama.rope.freq_base": ("add_float32", 0.0)}), "refuse")
     CASES["rope freq base NaN"] = (model(kv={"llama.rope.freq_base": ("add_float32", float("nan"))}), "refuse")
     CASES["rope scaling factor -1"] = (model(kv={"llama.rope.scaling.factor": ("add_float32", -1.0)}), "refuse")
@@ -291,7 +291,7 @@ def _build_cases(tmp: Path) -> None:
     # --- the reader's hand-built hostile files: no architecture, always refused
     for name, (data, _) in HOSTILE.items():
         CASES[f"reader: {name}"] = (data, "refuse")
-    # --- what the C fuzzer found (scripts/fuzz_gguf_c.py; patch 0030): a 0 in a shape that hid an
+    # --- what the C fuzzer found (scripts/fuzz_gguf_c.py; patch 0930): a 0 in a shape that hid an
     # element-count overflow made the load abort in ggml_new_tensor
     for p in sorted(REGRESSIONS.glob("c-*")):
         CASES[f"c fuzzer: {p.stem}"] = (p.read_bytes(), "refuse")
@@ -396,7 +396,7 @@ def python_results(case_files) -> dict[str, tuple[str, str]]:
 # Files on which our llama.cpp aborts instead of refusing. Strict xfail keeps them visible: when one is
 # fixed, the test XPASSes, fails, and the entry must go. docs/RELIABILITY.md has the history: upstream
 # aborted on llama.block_count 0 / > LLAMA_MAX_LAYERS, a NaN rms epsilon (at the first decode) and
-# context_length 0 or 2**32-1; patch 0010-model-hparams-checks turns those into load errors.
+# context_length 0 or 2**32-1; patch 0900-model-hparams-checks turns those into load errors.
 KNOWN_CRASHES_CLI: dict[str, str] = {}
 KNOWN_CRASHES_PY: dict[str, str] = {}
 
@@ -493,7 +493,7 @@ def test_summary(cli_results, python_results):
 def test_control_vector_files_are_refused(tmp_path, tool_env):
     """`--control-vector` reads the whole file through gguf_init_from_file(no_alloc=false): the inputs the C
     fuzzer found (tests/fuzz/regressions/c-gguf-*: a 64-byte file announcing a 4 TiB tensor aborted
-    llama-cli in ggml_init before patch 0030) are reported and skipped, never a signal."""
+    llama-cli in ggml_init before patch 0930) are reported and skipped, never a signal."""
     model = tmp_path / "tiny.gguf"
     tiny_model(model)
     env = dict(tool_env, GGML_NO_BACKTRACE="1")

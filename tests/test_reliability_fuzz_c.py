@@ -7,7 +7,7 @@
 * a sanitizer build of tests/c/sanitizer/load_gguf_model.c (load with check_tensors, decode one
   token) over a subset of the hostile files of test_reliability_files.py: refused or loaded,
   never a sanitizer report or a signal (the full set: `fuzz_gguf_c.py hostile`);
-Bugs found and fixed: docs/RELIABILITY.md (patches 0030, 0032); their inputs are in tests/fuzz/regressions/.
+Bugs found and fixed: docs/RELIABILITY.md (patches 0930, 0932); their inputs are in tests/fuzz/regressions/.
 
 The sanitizer build needs a clang that links libFuzzer + ASan/UBSan (scripts/find_clang.py takes
 the newest installed; `make system-deps` installs Debian's clang + libclang-rt-dev when none does);

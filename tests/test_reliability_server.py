@@ -58,7 +58,7 @@ def test_concurrent_streams_with_hostile_requests(server):
     assert rep.hostile_sent == 6 and rep.hostile_refused == 6, rep.hostile_unexpected
     assert "exceeds the available context size" in rep.hostile_answers["prompt longer than the context"]
     assert rep.hostile_answers["max_tokens is a string"].startswith("HTTP 400")
-    # patch 0031: a body that is not JSON is the client's error (upstream answered 500)
+    # patch 0931: a body that is not JSON is the client's error (upstream answered 500)
     for name in ("malformed JSON", "not JSON at all"):
         assert rep.hostile_answers[name].startswith("HTTP 400: [json.exception.parse_error"), rep.hostile_answers[name]
     assert rep.busy_slots_after == 0

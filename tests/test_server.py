@@ -77,7 +77,7 @@ def test_bad_request_is_an_error_not_a_crash(server):
                                  headers={"Content-Type": "application/json"})
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(req, timeout=30)
-    # patch 0031: 400 with an OpenAI-style error object (upstream: 500); and it keeps serving
+    # patch 0931: 400 with an OpenAI-style error object (upstream: 500); and it keeps serving
     assert e.value.code == 400
     err = json.loads(e.value.read())["error"]
     assert err["type"] == "invalid_request_error" and err["code"] == 400 and "parse error" in err["message"]
