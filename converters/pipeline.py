@@ -105,7 +105,7 @@ def _order(name: str) -> tuple:
 
 def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str | KeepRule, ...] | list = (),
          name: str | None = None, vocab_only: bool = False, has_imatrix: bool = False,
-         warn: Callable[[str], None] | None = None) -> ConversionPlan:
+         pre_tokenizer: str | None = None, warn: Callable[[str], None] | None = None) -> ConversionPlan:
     """Check the model folder and decide everything :func:`convert` will write."""
     warnings: list[str] = []
 
@@ -145,7 +145,7 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
     embd = ckpt.tensors.get("model.embed_tokens.weight")
     if embd is not None:
         n_vocab = embd.shape[0]
-    vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn)
+    vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn, pre_tokenizer=pre_tokenizer)
 
     from .. import quants  # needs our compiled libggml-base
 
@@ -234,7 +234,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
             imatrix: str | os.PathLike | Any | None = None, iq4_nl_weighting: str = "default",
-            progress: Callable[[int, int, str], None] | None = None,
+            pre_tokenizer: str | None = None, progress: Callable[[int, int, str], None] | None = None,
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
 
@@ -244,7 +244,9 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
     :class:`ggml_ext.imatrix.Imatrix`), used for every quantized matrix as
     ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
-    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`).
+    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`);
+    ``pre_tokenizer``: the ``tokenizer.ggml.pre`` of a byte-level BPE tokenizer, instead of detecting it
+    (needed when it is not recognised: see :mod:`.vocab`).
     ``progress(done, total, tensor_name)`` is called as weights are written
     (counted in elements); ``warn(message)`` receives warnings (default: logging).
     Raises :class:`ConversionError`; on any error no output file exists.
@@ -261,7 +263,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
         raise ConversionError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}; choose from "
                               f"{', '.join(quants.IQ4_NL_WEIGHTINGS)}")
-    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None, warn=warn)
+    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None,
+              pre_tokenizer=pre_tokenizer, warn=warn)
     no_imatrix: list[str] = []
 
     out = Path(output)

@@ -24,7 +24,12 @@ pre-tokenizer llama.cpp must apply, ``tokenizer.ggml.pre``, is identified:
 2. else the way ``convert_hf_to_gguf.py`` does it: the tokenizer encodes
    llama.cpp's check text and the sha256 of the token ids is looked up in a table
    of known tokenizers (:data:`KNOWN_PRE_HASHES`; needs the ``tokenizers`` package);
-3. anything else gets ``default`` with a warning that tokenization may differ.
+3. anything else is refused with a :class:`ConversionError`, as
+   ``convert_hf_to_gguf.py`` refuses it: llama.cpp would split text differently
+   from transformers. ``pre_tokenizer=NAME`` (``ggml-ext convert --pre-tokenizer
+   NAME``) writes NAME instead, for a tokenizer whose pre-tokenization you know
+   matches one of llama.cpp's (:data:`LLAMA_CPP_PRE_NAMES`); a warning says when
+   it differs from the one detected.
 
 Structure comes first because the check text can collide: the default model's
 folder (a tokenizer.json transformers rebuilt from a GGUF) has plain ByteLevel
@@ -49,7 +54,7 @@ from typing import Any, Callable
 
 from .errors import ConversionError
 
-__all__ = ["Vocab", "load_vocab", "KNOWN_PRE_HASHES", "CHECK_TEXT", "TokenType"]
+__all__ = ["Vocab", "load_vocab", "KNOWN_PRE_HASHES", "LLAMA_CPP_PRE_NAMES", "CHECK_TEXT", "TokenType"]
 
 
 class TokenType:
@@ -80,6 +85,19 @@ KNOWN_PRE_HASHES = {
     "ccc2ef013c104be7bae2965776d611e1d7a8a2a9c547dd93a682c9a9fc80352e": "gpt-4o",        # Phi-4
 }
 
+#: every tokenizer.ggml.pre the pinned llama.cpp's llama-vocab.cpp accepts for a BPE vocabulary (it refuses a
+#: file with any other); tests/test_convert_tokenizer.py checks this list against the pinned source.
+LLAMA_CPP_PRE_NAMES = frozenset("""
+    a.x-4.0 afmoe bailingmoe bailingmoe2 bloom chameleon chatglm-bpe codeshell cohere2moe command-r dbrx
+    deepseek-coder deepseek-llm deepseek-r1-qwen deepseek-v3 default exaone exaone-moe exaone4 f2llmv2 falcon
+    falcon-h1 falcon3 gemma4 gigachat glm4 glm5 gpt-2 gpt-4o gpt3-finnish granite-docling granite-embed-multi-311m
+    granite-embed-multi-97m grok-2 hunyuan hunyuan-dense hy_v4 jais jais-2 jina-de jina-es jina-v1-en jina-v2-code
+    jina-v2-de jina-v2-es jina-v5-nano joyai-llm kanana2 kimi-k2 kormo laguna lfm2 llada-moe llama-bpe llama-v3
+    llama3 llama4 megrez mellum mellum2 midm-2.0 minerva-7b minicpm5 minimax-m2 modern-bert mpt olmo phi-2
+    pixtral poro-chat qwen2 qwen35 refact roberta-bpe sarvam-moe seed-coder smaug-bpe smollm solar-open spark2_5
+    stablelm2 starcoder superbpe talkie tekken tiny_aya trillion ufakzeka viking whitespace youtu
+""".split())
+
 # Pre-tokenizer regexes as they appear in tokenizer.json, for the structural fallback.
 _LLAMA3_RE = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*"
               "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
@@ -106,7 +124,7 @@ class Vocab:
     add_space_prefix: bool | None = None
     chat_template: str | None = None
     named_templates: dict[str, str] = field(default_factory=dict)
-    pre_source: str = ""  # how `pre` was found: "hash", "structure", "fallback", "sentencepiece"
+    pre_source: str = ""  # how `pre` was found: "hash", "structure", "override", "sentencepiece"
 
     def metadata(self) -> list[tuple[str, str, Any]]:
         meta: list[tuple[str, str, Any]] = [
@@ -198,8 +216,13 @@ def _check_tokenizer_json(path: Path, tok_json: Any) -> None:
             raise ConversionError(f"{path}: added token {a!r} needs a non-negative id and a content string")
 
 
-def load_vocab(folder: Path, config: dict[str, Any], n_vocab: int, warn: Callable[[str], None]) -> Vocab:
-    """The tokenizer of ``folder`` for a model with ``n_vocab`` embedding rows."""
+def load_vocab(folder: Path, config: dict[str, Any], n_vocab: int, warn: Callable[[str], None],
+               pre_tokenizer: str | None = None) -> Vocab:
+    """The tokenizer of ``folder`` for a model with ``n_vocab`` embedding rows; ``pre_tokenizer``: the
+    tokenizer.ggml.pre to write for a byte-level BPE tokenizer instead of detecting it."""
+    if pre_tokenizer is not None and pre_tokenizer not in LLAMA_CPP_PRE_NAMES:
+        raise ConversionError(f"--pre-tokenizer {pre_tokenizer!r} is not one llama.cpp knows; choose from "
+                              f"{', '.join(sorted(LLAMA_CPP_PRE_NAMES))}")
     tok_cfg_path = folder / "tokenizer_config.json"
     tok_cfg = _json(tok_cfg_path) if tok_cfg_path.is_file() else {}
     _check_json_shape(tok_cfg_path, tok_cfg, _TOK_CFG_SHAPE)
@@ -212,9 +235,12 @@ def load_vocab(folder: Path, config: dict[str, Any], n_vocab: int, warn: Callabl
     elif tok_json is not None and _is_sentencepiece_json(tok_json):
         v = _sentencepiece_json(folder, tok_cfg, tok_json, n_vocab, warn)
     elif tok_json is not None:
-        v = _bpe(folder, tok_cfg, tok_json, n_vocab, warn)
+        v = _bpe(folder, tok_cfg, tok_json, n_vocab, warn, pre_tokenizer)
     else:
         raise ConversionError(f"{folder} has no tokenizer: expected tokenizer.json or tokenizer.model")
+    if pre_tokenizer is not None and v.model != "gpt2":
+        raise ConversionError(f"--pre-tokenizer applies to byte-level BPE tokenizers; {folder} has a "
+                              "SentencePiece one (llama.cpp always pre-tokenizes it the same way)")
     _special_ids(v, tok_cfg, config, warn)
     _add_flags(v, tok_cfg, tok_json)
     _chat_template(v, folder, tok_cfg)
@@ -234,7 +260,7 @@ def _is_byte_level(tok_json: dict) -> bool:
     return has_bytelevel(tok_json.get("pre_tokenizer")) or has_bytelevel(tok_json.get("decoder"))
 
 
-def _bpe(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn) -> Vocab:
+def _bpe(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn, pre_tokenizer: str | None) -> Vocab:
     model = tok_json.get("model") or {}
     if model.get("type") != "BPE" or not _is_byte_level(tok_json):
         raise ConversionError(f"{folder / 'tokenizer.json'}: only byte-level BPE and SentencePiece-style BPE "
@@ -264,7 +290,18 @@ def _bpe(folder: Path, tok_cfg: dict, tok_json: dict, n_vocab: int, warn) -> Voc
             tokens.append(t)
             types.append(TokenType.NORMAL)
     merges = [f"{a} {b}" for a, b in _merges(folder, model)]
-    pre, how = _detect_pre(folder, tok_cfg, tok_json, warn)
+    pre, how = _detect_pre(folder, tok_cfg, tok_json)
+    if pre_tokenizer is not None:
+        if pre is not None and pre != pre_tokenizer:
+            warn(f"--pre-tokenizer {pre_tokenizer}: this tokenizer.json's pre-tokenizer is {pre!r} (found by {how}); "
+                 f"writing {pre_tokenizer!r} as asked")
+        pre, how = pre_tokenizer, "override"
+    elif pre is None:
+        raise ConversionError(f"{folder / 'tokenizer.json'}: the BPE pre-tokenizer is not one ggml-ext recognises "
+                              f"({how}). If you know which of llama.cpp's pre-tokenizers splits text as this one does, "
+                              "name it: `ggml-ext convert ... --pre-tokenizer NAME` (Python: pre_tokenizer=NAME), "
+                              f"e.g. llama-bpe, qwen2, smollm, gpt-2: any of the {len(LLAMA_CPP_PRE_NAMES)} names "
+                              "llama.cpp accepts (ggml_ext.converters.vocab.LLAMA_CPP_PRE_NAMES)")
     return Vocab("gpt2", pre, tokens, types, merges=merges, pre_source=how)
 
 
@@ -364,17 +401,17 @@ def _structural_pre(tok_cfg: dict, tok_json: dict) -> str | None:
     return None
 
 
-def _detect_pre(folder: Path, tok_cfg: dict, tok_json: dict, warn) -> tuple[str, str]:
+def _detect_pre(folder: Path, tok_cfg: dict, tok_json: dict) -> tuple[str | None, str]:
+    """(tokenizer.ggml.pre, "structure" or "hash"), or (None, why not) when it is not recognised: then
+    the caller refuses, as convert_hf_to_gguf.py does (a guessed one splits text unlike transformers)."""
     s = _structural_pre(tok_cfg, tok_json)
     if s is not None:
         return s, "structure"
     h = check_hash(folder)
     if h is not None and h in KNOWN_PRE_HASHES:
         return KNOWN_PRE_HASHES[h], "hash"
-    warn("the BPE pre-tokenizer of this tokenizer.json is not one llama.cpp's converter knows "
-         f"(check-text hash {h or 'not computed: tokenizers is not installed'}); writing "
-         "tokenizer.ggml.pre='default': llama.cpp may split text differently from transformers")
-    return "default", "fallback"
+    return None, (f"its check-text hash {h} is not in the table" if h else
+                  "the check-text hash needs the `tokenizers` package, which is not installed")
 
 
 # --------------------------------------------------------------------------- SentencePiece

@@ -12,8 +12,9 @@
 
 One input is one Hugging Face model folder: a first byte choosing the output
 type, then the files of SLOTS in order, separated by SEP (an empty slot: no
-such file).  Each input is written to a fresh folder on tmpfs (removed after
-it) and converted by `ggml_ext.converters.convert` into a GGUF file there.
+such file; the last slot is the `--pre-tokenizer` name, if any).  Each input
+is written to a fresh folder on tmpfs (removed after it) and converted by
+`ggml_ext.converters.convert` into a GGUF file there.
 The property: convert() raises ConversionError with a message and leaves no
 file, or it writes a file that round-trips: our reader parses it, its metadata
 and its tensors' names, shapes and types are the converter's plan, every
@@ -60,8 +61,11 @@ from ggml_ext import quants
 from ggml_ext.gguf_reader import GGUFFile, TensorInfo, read_gguf
 
 SEP = b"\n@@ggml-ext-fuzz-file@@\n"
+# PRE_SLOT is no model file: the harness passes its text as convert(pre_tokenizer=...) (`--pre-tokenizer`).
+PRE_SLOT = "pre_tokenizer.txt"
 SLOTS = ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
-         "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors")
+         "model.safetensors.index.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+         PRE_SLOT)
 TYPES = tuple(OUTPUT_TYPES)
 
 
@@ -74,7 +78,10 @@ def split(data: bytes) -> tuple[str, dict[str, bytes]]:
 
 def join(out_type: str, files: dict[str, bytes]) -> bytes:
     assert set(files) <= set(SLOTS), set(files) - set(SLOTS)
-    return bytes([TYPES.index(out_type)]) + SEP.join(files.get(n, b"") for n in SLOTS).rstrip(SEP)
+    parts = [files.get(n, b"") for n in SLOTS]
+    while parts and not parts[-1]:  # trailing empty slots are left out (not rstrip(SEP): it strips characters)
+        parts.pop()
+    return bytes([TYPES.index(out_type)]) + SEP.join(parts)
 
 
 _TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -98,7 +105,8 @@ def check_one(data: bytes) -> GGUFFile | None:
     work = Path(tempfile.mkdtemp(prefix="ggml-ext-fuzz-convert-", dir=_TMP))  # tmpfs: about 0.1 ms
     try:
         out_type = unpack(data, work / "model")
-        options = {}                           # convert()'s options; plan() takes them too
+        pre = split(data)[1].get(PRE_SLOT)
+        options = {"pre_tokenizer": None if pre is None else pre.decode("utf-8", "replace")}  # plan() takes them too
         out = work / "out.gguf"
         try:
             result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None, **options)
@@ -432,7 +440,8 @@ def seed_inputs() -> dict[str, bytes]:
                                                            {"name": "tool_use", "template": "{{ tools }}"}]}),
         "model.safetensors": st})
 
-    # 4. Phi-3: fused qkv / gate_up, longrope factors, a pre-tokenizer llama.cpp does not know (hash lookup)
+    # 4. Phi-3: fused qkv / gate_up, longrope factors, a pre-tokenizer llama.cpp does not know (hash lookup),
+    #    named by --pre-tokenizer
     tok, toks = _bpe_tokenizer({"type": "Sequence", "pretokenizers": [
         {"type": "WhitespaceSplit"}, {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True,
                                       "use_regex": False}]}, 40)
@@ -442,7 +451,8 @@ def seed_inputs() -> dict[str, bytes]:
            "rope_scaling": {"type": "longrope", "long_factor": [1.0, 2.0], "short_factor": [1.0, 1.5]}}
     seeds["phi3-longrope-f32"] = join("f16", {
         "config.json": _dumps(cfg), "tokenizer.json": _dumps(tok),
-        "model.safetensors": _safetensors(_weights(rng, cfg, np.float32, fused=True, lm_head=True))})
+        "model.safetensors": _safetensors(_weights(rng, cfg, np.float32, fused=True, lm_head=True)),
+        PRE_SLOT: b"default"})
     return seeds
 
 

@@ -15,12 +15,16 @@ checked against SentencePiece itself as well.
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import convert_support as cs
-from ggml_ext.converters import convert
+from ggml_ext.converters import ConversionError, convert
 from ggml_ext.converters import vocab as V
 
 _BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
@@ -126,7 +130,8 @@ def test_chat_template_and_specials_from_tokenizer_config(tmp_path):
     assert kv["tokenizer.ggml.eos_token_id"] == 2 and kv["tokenizer.ggml.bos_token_id"] == 1
 
 
-def test_unknown_pre_tokenizer_falls_back_with_a_warning(tmp_path):
+def _odd_pre_tokenizer_folder(tmp_path):
+    """The default model's vocabulary under a pre-tokenizer regex llama.cpp does not implement."""
     d = tmp_path / "odd"
     d.mkdir()
     cs.default_tokenizer_files(d)
@@ -136,10 +141,55 @@ def test_unknown_pre_tokenizer_falls_back_with_a_warning(tmp_path):
         _BYTE_LEVEL]}
     (d / "tokenizer.json").write_text(json.dumps(tj))
     shutil.copy(cs.default_hf() / "config.json", d / "config.json")
+    return d
+
+
+def _cli_convert(*args):
+    return subprocess.run([sys.executable, "-m", "ggml_ext.cli", "convert", *map(str, args), "-q"],
+                          capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def test_unknown_pre_tokenizer_is_refused_with_the_fix_named(tmp_path):
+    # as convert_hf_to_gguf.py: a guessed pre-tokenizer would split text unlike transformers
+    d = _odd_pre_tokenizer_folder(tmp_path)
+    with pytest.raises(ConversionError, match="--pre-tokenizer NAME") as e:
+        convert(d, tmp_path / "o.gguf", vocab_only=True)
+    assert "tokenizer.json" in str(e.value) and "llama-bpe" in str(e.value)
+    assert not (tmp_path / "o.gguf").exists()
+    r = _cli_convert(d, "-o", tmp_path / "o.gguf", "--vocab-only")
+    assert r.returncode == 1 and "error:" in r.stderr and "--pre-tokenizer NAME" in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "o.gguf").exists()
+
+
+def test_pre_tokenizer_override_is_written(tmp_path):
+    d = _odd_pre_tokenizer_folder(tmp_path)
     warnings = []
-    r = convert(d, tmp_path / "o.gguf", vocab_only=True, warn=warnings.append)
-    assert r.tokenizer_pre == "default"
-    assert any("pre-tokenizer" in w and "default" in w for w in warnings)
+    r, llm = _vocab_gguf(d, tmp_path / "o.gguf", pre_tokenizer="llama-bpe", warn=warnings.append)
+    assert r.tokenizer_pre == "llama-bpe" and not warnings
+    from ggml_ext.gguf_reader import read_gguf
+    assert read_gguf(tmp_path / "o.gguf").kv["tokenizer.ggml.pre"] == "llama-bpe"
+    assert llm.tokenize(b"abc 123", add_bos=False)  # llama.cpp loads and uses it
+    # the verb, on a tokenizer that is recognised (gpt-2 by structure): the named one wins, with a warning
+    r = _cli_convert(cs.default_hf(), "-o", tmp_path / "q.gguf", "--vocab-only", "--pre-tokenizer", "qwen2")
+    assert r.returncode == 0, r.stderr
+    assert "warning: --pre-tokenizer qwen2" in r.stderr and "'gpt-2'" in r.stderr
+    assert read_gguf(tmp_path / "q.gguf").kv["tokenizer.ggml.pre"] == "qwen2"
+
+
+def test_pre_tokenizer_override_must_be_a_name_llama_cpp_accepts(tmp_path):
+    with pytest.raises(ConversionError, match="'no-such-pre' is not one llama.cpp knows"):
+        convert(cs.default_hf(), tmp_path / "o.gguf", vocab_only=True, pre_tokenizer="no-such-pre")
+    with pytest.raises(ConversionError, match="applies to byte-level BPE"):
+        convert(cs.tiny("gemma3"), tmp_path / "g.gguf", vocab_only=True, pre_tokenizer="default")
+    assert not list(tmp_path.iterdir())
+
+
+def test_pre_tokenizer_names_are_the_pinned_llama_cpps():
+    """LLAMA_CPP_PRE_NAMES is what llama-vocab.cpp of the pinned tree accepts for a BPE vocabulary."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import fetch_llama_cpp
+    src = (fetch_llama_cpp.pristine_tree() / "src" / "llama-vocab.cpp").read_text()
+    assert set(re.findall(r'tokenizer_pre == "([^"]+)"', src)) == V.LLAMA_CPP_PRE_NAMES
 
 
 @pytest.mark.parametrize("arch", ["gemma3", "phi3"])

@@ -51,6 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--iq4-nl-weighting", default="default",
                    choices=("default", "one", "x2", "sqrt_s2x2", "s2x2"),
                    help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2)")
+    p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
+                   help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
+                        "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
     p.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")
     p.add_argument("--name", default=None, help="general.name (default: from config.json or the folder name)")
     p.add_argument("-t", "--threads", type=int, default=None, help="quantization threads (default: all cores)")
@@ -93,7 +96,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
                          threads=args.threads, vocab_only=args.vocab_only, imatrix=args.imatrix,
-                         iq4_nl_weighting=args.iq4_nl_weighting, progress=progress, warn=warn)
+                         iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
+                         progress=progress, warn=warn)
     except ConversionError as e:
         if bar is not None:
             bar.close()
