@@ -38,6 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fetch_llama_cpp  # noqa: E402  (scripts/: one sha256 helper)
 from ggml_ext import _atomic, _locate, assets, build_info, cache, tools  # noqa: E402
 from ggml_ext.convert import TYPES, convert  # noqa: E402
 
@@ -56,11 +58,7 @@ def models_dir() -> Path:
 
 @lru_cache(maxsize=None)
 def _sha256_of(path: str, *stat_key: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return fetch_llama_cpp.sha256_of(Path(path))
 
 
 def sha256_file(path: Path) -> str:
