@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from default_models import atomic_output, cached, default_model, source, tool  # noqa: E402
+from default_models import cached, default_model, source, tool  # noqa: E402
 
-from ggml_ext import assets, cache, imatrix, quants, tools  # noqa: E402
+from ggml_ext import _atomic, assets, cache, imatrix, quants, tools  # noqa: E402
 from ggml_ext.gguf_reader import read_gguf  # noqa: E402
 
 
@@ -62,7 +62,7 @@ def f16_file(model: str) -> Path:
               "imatrix": None, "source": source(src)}
 
     def make(out: Path) -> None:
-        with atomic_output(out) as tmp:
+        with _atomic.output_path(out) as tmp:
             run(tools.command("llama-quantize", "--allow-requantize", src, tmp, "F16"))
 
     return cached("gemma3-270m-F16", f"our llama-quantize --allow-requantize F16 of {src.name} (dequantized Q4_K_M)",
@@ -91,7 +91,7 @@ def quantize_ggml(model: str, f16: Path, ftype: str, im: Path | None, threads: i
               "imatrix": source(im) if im else None, "source": source(f16)}
 
     def make(out: Path) -> None:
-        with atomic_output(out) as tmp:
+        with _atomic.output_path(out) as tmp:
             args = (["--imatrix", str(im)] if im else []) + [str(f16), str(tmp), ftype]
             run(tools.command("llama-quantize", *args, *([str(threads)] if threads else [])))
 
@@ -116,7 +116,7 @@ def requantize_iq4_nl(model: str, f16: Path, template: Path, im: Path | None, we
 def _requantize(f16: Path, template: Path, out: Path, im: Path | None, weighting: str, threads: int | None) -> None:
     src, tpl = read_gguf(f16), read_gguf(template)
     imx = imatrix.load(im) if im else None
-    with atomic_output(out) as tmp, open(f16, "rb") as fs, open(tmp, "r+b") as fo:
+    with _atomic.output_path(out) as tmp, open(f16, "rb") as fs, open(tmp, "r+b") as fo:
         fo.write(template.read_bytes())
         for t in tpl.tensors:
             if t.type_name != "IQ4_NL":

@@ -135,24 +135,6 @@ def recipe_key(recipe: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- the cache
 
-@contextlib.contextmanager
-def atomic_output(target: Path):
-    """A temporary path beside target for a tool to write; on success it is fsynced and
-    replaces target in one step, on failure it is removed (the ggml_ext._atomic convention)."""
-    fd, tmp = _atomic.temp_file(target)
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        _atomic.plain_mode(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def cached(stem: str, what: str, recipe: dict[str, Any], make: Callable[[Path], Any], folder: Path | None = None,
            suffix: str = ".gguf") -> Path:
     """<folder>/<stem>-<key><suffix> for this recipe, made by make(path) unless it is there
@@ -218,7 +200,7 @@ def default_model(ftype: str = "f16") -> Path:
     recipe = {"model": NAME, "type": t, **tool("llama-quantize"), "args": [t], "imatrix": None, "source": source(f16)}
 
     def make(out: Path) -> None:
-        with atomic_output(out) as tmp:
+        with _atomic.output_path(out) as tmp:
             subprocess.run([*tools.command("llama-quantize"), str(f16), str(tmp), t], env=tools.tool_env(),
                            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

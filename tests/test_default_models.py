@@ -9,12 +9,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import default_models as dm  # noqa: E402
+from ggml_ext import _atomic  # noqa: E402
 
 
 def _maker(calls: list[str], data: bytes):
     def make(out: Path) -> None:
         calls.append(out.name)
-        with dm.atomic_output(out) as tmp:
+        with _atomic.output_path(out) as tmp:
             tmp.write_bytes(data)
     return make
 

@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve().parent
 X86_AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features()
 pytestmark = pytest.mark.skipif(not X86_AVX2, reason="our runtime repack takes Q4_0 on x86 AVX2 / AVX-512 only; "
                                 "elsewhere upstream's repack keeps it")
-OFF = {"GGML_EXT_RUNTIME_REPACK": "0"}
+OFF = q4_0_probe.UPSTREAM_REPACK
 
 
 @pytest.fixture(scope="module")
@@ -85,20 +85,16 @@ def test_same_tensor_selection_with_an_output_matrix_and_rows_that_do_not_divide
     assert ours == dict.fromkeys(r.converted, "ours"), log[-3000:]
 
 
-def _probe(path, threads, tmp_path, env=None):
-    return q4_0_probe.run(path, threads, tmp_path, env=env)
-
-
 @pytest.mark.parametrize("nth", [1, 2, 4])
 def test_q4_0_file_and_q4_0_8_8_file_are_bit_identical(files, tmp_path, nth):
     """32 greedy tokens identical, and every logit of prompt + tokens (one batch) equal bit
     for bit: the same kernels on the same bytes with the same thread split."""
-    q4 = _probe(files["q4_0"], nth, tmp_path)
-    i8 = _probe(files["Q4_0_8_8"], nth, tmp_path)
+    q4 = q4_0_probe.run(files["q4_0"], nth, tmp_path)
+    i8 = q4_0_probe.run(files["Q4_0_8_8"], nth, tmp_path)
     assert q4["tokens"].tolist() == i8["tokens"].tolist()
     assert np.array_equal(q4["logits"], i8["logits"])
     if nth == 2:
         # upstream's repack of the same file (GGML_EXT_RUNTIME_REPACK=0) is another computation
-        up = _probe(files["q4_0"], nth, tmp_path, OFF)
+        up = q4_0_probe.run(files["q4_0"], nth, tmp_path, env=OFF)
         assert up["prompt"].tolist() == q4["prompt"].tolist()
         assert not np.array_equal(up["logits"][:len(q4["prompt"])], q4["logits"][:len(q4["prompt"])])

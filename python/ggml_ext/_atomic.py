@@ -23,7 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["json_bytes", "plain_mode", "remove_stale_temps", "temp_file", "write_bytes", "write_json", "write_text"]
+__all__ = ["json_bytes", "output_path", "plain_mode", "remove_stale_temps", "temp_file", "write_bytes", "write_json",
+           "write_text"]
 
 # No dots, so that a temporary file's name splits back into its parts.
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "localhost"
@@ -93,6 +94,24 @@ def write_bytes(target: Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def output_path(target: Path):
+    """A temporary path beside ``target`` for another program to write (e.g. llama-quantize's
+    output); on success it is fsynced and replaces ``target`` in one step, on failure removed."""
+    fd, tmp = temp_file(target)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        plain_mode(tmp)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
