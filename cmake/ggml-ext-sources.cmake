@@ -21,28 +21,25 @@ target_compile_definitions(ggml-base PRIVATE
     $<$<BOOL:${GGML_EXT_CUDA}>:GGML_EXT_CUDA>)
 target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 
-# The interleaved4 family (interleaved Q4_0 and IQ4_NL). ggml-base: the scalar reference, transforms and what
-# ggml.c / ggml-quants.c / gguf.cpp call (quantize_chunk, row validation, shape rule).
-# ggml-cpu: the dispatcher, every arch file (each compiles to nothing unless the target's
-# flags enable its instruction set, so the same list cross-compiles) and the mul_mat hook.
-target_sources(ggml-base PRIVATE
-    "${GGML_EXT_DIR}/src/generic/q4_0_interleaved.c"
-    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_base.c")
-target_sources(ggml-cpu PRIVATE
-    "${GGML_EXT_DIR}/src/q4_0_interleaved_dispatch.c"
-    "${GGML_EXT_DIR}/src/x86/q4_0_interleaved.c"
-    "${GGML_EXT_DIR}/src/x86/q4_0_interleaved_avx512.c"
-    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved.c"
-    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_i8mm.c"
-    "${GGML_EXT_DIR}/src/arm/q4_0_interleaved_sve.c"
-    "${GGML_EXT_DIR}/src/ggml/q4_0_interleaved_cpu.c"
-    "${GGML_EXT_DIR}/src/ggml/q4_0_runtime_repack.cpp")  # plain Q4_0 -> our layout in CPU_REPACK (patch 0112)
-target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
-
-# IQ4_NL quantizer (plain type 20): called from Python (ggml_ext.quants) and the converter;
-# ggml's own quantize_iq4_nl stays what llama-quantize uses.
-target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/iq4_nl_quant.c")
+# The formats' code, found by where it lives (docs/DEVELOPING.md "Adding a type"), so a new family
+# is its folders' files, not a line here:
+#   ggml-base: src/formats/<family>/*.c (bytes: reference quantize/dequantize, layout transforms;
+#              the family's dispatch.c excepted), src/generic/*.c (scalar twin of every kernel),
+#              src/ggml/*_base.c (what ggml.c / ggml-quants.c / gguf.cpp call: quantize_chunk, row
+#              validation, shape rule);
+#   ggml-cpu:  src/formats/<family>/dispatch.c, src/x86/*.c and src/arm/*.c (each compiles to nothing
+#              unless the target's flags enable its instruction set, so the same list cross-compiles),
+#              src/ggml/*_cpu.c and *.cpp (mul_mat hooks, runtime repack: patches 0110-0112).
+file(GLOB GGML_EXT_FORMATS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/*.c")
+list(FILTER GGML_EXT_FORMATS_BASE EXCLUDE REGEX "/dispatch\\.c$")
+file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c")
+file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "${GGML_EXT_DIR}/src/ggml/*_base.c")
+file(GLOB GGML_EXT_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/x86/*.c" "${GGML_EXT_DIR}/src/arm/*.c"
+    "${GGML_EXT_DIR}/src/ggml/*_cpu.c" "${GGML_EXT_DIR}/src/ggml/*.cpp")
+target_sources(ggml-base PRIVATE ${GGML_EXT_FORMATS_BASE} ${GGML_EXT_GENERIC})
+target_sources(ggml-cpu PRIVATE ${GGML_EXT_FORMATS_DISPATCH} ${GGML_EXT_CPU})
 target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")
+target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
 
 # ggml-ext's ops (ggml_ext/include/ggml-ext-ops.def; patch 0200 gives them GGML_OP ids and routes them here).
 # Found by name, so adding an op is its .def row and its files: ops/<name>.c (constructor, node check)

@@ -42,7 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
+from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 
 
 def model_shapes(path: str) -> list[str]:
@@ -142,11 +142,11 @@ def arm_loops(args, tmp: Path) -> int:
     ours_inc = [REPO / "ggml_ext" / "include", SRC]
     up_inc = [ggml / "include", ggml / "src", ggml / "src" / "ggml-cpu"]
     objs = [_cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_MARCH, ours_inc, SRC / "arm" / n, tmp / n.replace(".c", ".o"))
-            for n in ("q4_0_interleaved.c", "q4_0_interleaved_i8mm.c")]
+            for n in ("interleaved4_neon.c", "interleaved4_i8mm.c")]
     ours = tmp / "ours_arm.o"
     subprocess.run(["aarch64-linux-gnu-ld", "-r", "-o", str(ours), *map(str, objs)], check=True)
     ours_sve = _cross_obj("aarch64-linux-gnu-gcc", "-std=gnu11", ARM_SVE_MARCH, ours_inc,
-                          SRC / "arm" / "q4_0_interleaved_sve.c", tmp / "ours_sve.o")
+                          SRC / "arm" / "interleaved4_sve.c", tmp / "ours_sve.o")
     repack = ggml / "src" / "ggml-cpu" / "arch" / "arm" / "repack.cpp"
     up = _cross_obj("aarch64-linux-gnu-g++", "-std=c++17", ARM_MARCH, up_inc, repack, tmp / "up.o")
     up_sve = _cross_obj("aarch64-linux-gnu-g++", "-std=c++17", ARM_SVE_MARCH, up_inc, repack, tmp / "up_sve.o")

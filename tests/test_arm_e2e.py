@@ -11,7 +11,7 @@ interleaved layout.
   dotprod GEMVs and i8mm GEMMs run the IQ4_NL_4_4 / 4_8 / 8_8 files, "Paris" each time.
 - armv8-a build under `-cpu cortex-a53` (no dotprod, no i8mm): a Q4_0_8_8 file runs on our
   scalar kernels. The kernels are chosen from the compiler's target flags
-  (q4_0_interleaved_impl.h), so "any file on any CPU" means a build for that CPU's baseline.
+  (formats/interleaved4/interleaved4_impl.h), so "any file on any CPU" means a build for that CPU's baseline.
 - armv8.6-a+dotprod+i8mm+sve build under `-cpu max` with 256-bit SVE vectors (Graviton3's
   width): a Q4_0_8_8 file runs our SVE-256 GEMV and SVE SMMLA GEMM and answers "Paris".
 - llama-perplexity on 2 windows of 128 tokens: Q4_0_4_8 (our i8mm GEMM) within 1% of plain

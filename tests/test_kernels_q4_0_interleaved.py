@@ -32,7 +32,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
+from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 
 TEST_C = REPO / "tests" / "c" / "test_q4_0_interleaved.c"
 COMPAT_C = REPO / "tests" / "c" / "test_q4_0_upstream_compat.c"

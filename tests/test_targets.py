@@ -19,9 +19,9 @@ from ggml_ext import targets
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from kernel_sources import Q4_0_INTERLEAVED as SOURCES, SRC  # noqa: E402
+from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 
-# implementation name -> the symbol of its table (q4_0_interleaved_impl.h)
+# implementation name -> the symbol of its table (formats/interleaved4/interleaved4_impl.h)
 SYMBOL = {"neon-dotprod": "neon_dotprod", "neon-i8mm": "neon_i8mm", "sve256-i8mm": "sve256_i8mm",
           "avx2": "avx2", "avx512-vnni": "avx512vnni", "generic": "generic"}
 # the implementation that must be there for each layout's kernels to be SIMD
@@ -45,7 +45,7 @@ def _compiled_impls(cc: str, flags: list[str], tmp: Path) -> set[str]:
     nm = shutil.which(cc.replace("gcc", "nm")) or "nm"
     out = subprocess.run([nm, "--defined-only", *sorted(map(str, tmp.glob("*.o")))], capture_output=True, text=True,
                          check=True).stdout
-    syms = set(re.findall(r"\bggml_ext_q4_0_impl_(\w+)$", out, re.M))
+    syms = set(re.findall(r"\bggml_ext_i4_impl_(\w+)$", out, re.M))
     return {name for name, sym in SYMBOL.items() if sym in syms}
 
 

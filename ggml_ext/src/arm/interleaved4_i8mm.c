@@ -1,12 +1,12 @@
 // i8mm kernels of the interleaved Q4_0 family: GEMM for Q4_0_4_8 and Q4_0_8_8 with SMMLA
 // (vmmlaq_s32): one instruction multiplies 2 activation rows by 2 weight columns over 8
 // bytes, exactly the 8-byte chunk pairs the B = 8 layouts store. GEMV stays on SDOT
-// (q4_0_interleaved.c): with one activation row half of every SMMLA would be wasted,
+// (interleaved4_neon.c): with one activation row half of every SMMLA would be wasted,
 // leaving the same useful work per instruction. Scalar twins: ../generic/.
-// Interleaved IQ4_NL: the same GEMMs with fam = 1 (TBL decode, q4_0_interleaved_arm.h).
-#include "q4_0_interleaved_arm.h"
+// Interleaved IQ4_NL: the same GEMMs with fam = 1 (TBL decode, interleaved4_arm.h).
+#include "arm/interleaved4_arm.h"
 
-#if defined(GGML_EXT_Q4_0_NEON_I8MM)
+#if defined(GGML_EXT_HAVE_NEON_I8MM)
 
 // vmmlaq_s32(acc, A, W): A = 2 activation rows x 8 bytes, W = 2 weight columns x 8 bytes;
 // acc lanes [r0 c0, r0 c1, r1 c0, r1 c1]. Activation line 2c + rp = rows 2rp, 2rp+1 of
@@ -88,29 +88,20 @@ INLINE void gemm_4x8_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
     }
 }
 
-INLINE void tile_4x8_8rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(0, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_4x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(0, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_iq4_nl_4x8_8rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(1, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_iq4_nl_4x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x8_tiles(1, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-static void gemm_q4_0_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 2, tile_4x8_8rows, tile_4x8_4rows, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 2, tile_iq4_nl_4x8_8rows, tile_iq4_nl_4x8_4rows, n, s, bs, vx, vy, nr, nc);
-}
+// Q4_0_4_8 / IQ4_NL_4_8 (V: the values' flag): tiles of 8 rows, then of 4.
+#define GEMM_4X8(values, V)                                                                                     \
+    INLINE void tile_##values##_4x8_8rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+        gemm_4x8_tiles(V, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                   \
+    }                                                                                                           \
+    INLINE void tile_##values##_4x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+        gemm_4x8_tiles(V, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                   \
+    }                                                                                                           \
+    static void gemm_##values##_4x8(GGML_EXT_I4_MM_ARGS) {                                                      \
+        ggml_ext_i4_arm_gemm_driver(4, 2, tile_##values##_4x8_8rows, tile_##values##_4x8_4rows, n, s, bs, vx, vy, \
+                                    nr, nc);                                                                    \
+    }
+GEMM_4X8(q4_0, 0)
+GEMM_4X8(iq4_nl, 1)
 
 // Q4_0_8_8: one tile of four rows x 8 columns (8 accumulators); the block is unpacked one
 // column pair at a time (a whole unpacked block would take 16 registers).
@@ -144,33 +135,26 @@ INLINE void tile_8x8_4rows_f(int fam, const ggml_ext_block_q8_0x4 * a, int nb, c
     }
 }
 
-INLINE void tile_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    tile_8x8_4rows_f(0, a, nb, w, s, bs);
-}
+#define GEMM_8X8(values, V)                                                                                    \
+    INLINE void tile_##values##_8x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                         \
+        tile_8x8_4rows_f(V, a, nb, w, s, bs);                                                                  \
+    }                                                                                                          \
+    static void gemm_##values##_8x8(GGML_EXT_I4_MM_ARGS) {                                                     \
+        ggml_ext_i4_arm_gemm_driver(8, 1, tile_##values##_8x8_4rows, tile_##values##_8x8_4rows, n, s, bs, vx, vy, \
+                                    nr, nc);                                                                   \
+    }
+GEMM_8X8(q4_0, 0)
+GEMM_8X8(iq4_nl, 1)
 
-INLINE void tile_iq4_nl_8x8_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    tile_8x8_4rows_f(1, a, nb, w, s, bs);
-}
-
-static void gemm_q4_0_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_8x8_4rows, tile_8x8_4rows, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_8x8_i8mm(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_iq4_nl_8x8_4rows, tile_iq4_nl_8x8_4rows, n, s, bs, vx, vy, nr, nc);
-}
-
-const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_i8mm = {
+const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_i8mm = {
     .name                  = "neon-i8mm",
     .quantize_row_q8_0     = NULL,
     .quantize_mat_q8_0_4x4 = NULL,
     .quantize_mat_q8_0_4x8 = NULL,
-    .gemv                  = { NULL, NULL, NULL },  // SDOT: see the top of this file
-    .gemm                  = { NULL, gemm_q4_0_4x8_i8mm, gemm_q4_0_8x8_i8mm },
-    .gemv_iq4_nl           = { NULL, NULL, NULL },
-    .gemm_iq4_nl           = { NULL, gemm_iq4_nl_4x8_i8mm, gemm_iq4_nl_8x8_i8mm },
+    .gemv                  = { { NULL } },  // SDOT: see the top of this file
+    .gemm                  = { { NULL, gemm_q4_0_4x8, gemm_q4_0_8x8 }, { NULL, gemm_iq4_nl_4x8, gemm_iq4_nl_8x8 } },
 };
 
 #else
-typedef int ggml_ext_q4_0_arm_i8mm_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_i4_arm_i8mm_not_compiled;  // ISO C: no empty translation unit
 #endif

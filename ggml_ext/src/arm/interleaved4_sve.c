@@ -9,12 +9,12 @@
 // SVE-512 on A64FX) the dispatcher keeps the NEON kernels. Compiled in when the target's
 // flags enable SVE with int8 matrix multiply (-mcpu=neoverse-v1, -march=...+sve+i8mm).
 //
-// Weights as in q4_0_interleaved_arm.h: (byte << 4) and (byte & 0xf0) are the two weights
+// Weights as in interleaved4_arm.h: (byte << 4) and (byte & 0xf0) are the two weights
 // times 16; SVE has no fixed-point convert, so the 1/16 goes into the activation delta
 // (exact: a power of two). Scalar twins: ../generic/.
-#include "q4_0_interleaved_arm.h"
+#include "arm/interleaved4_arm.h"
 
-#if defined(GGML_EXT_Q4_0_SVE_I8MM)
+#if defined(GGML_EXT_HAVE_SVE_I8MM)
 
 #    include <arm_sve.h>
 
@@ -201,19 +201,19 @@ INLINE void tile_8x8_sve_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const ui
 }
 
 static void gemm_q4_0_8x8_sve256(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 2, tile_8x8_sve_8rows, tile_8x8_sve_4rows, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_i4_arm_gemm_driver(8, 2, tile_8x8_sve_8rows, tile_8x8_sve_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
-const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_sve256_i8mm = {
+const struct ggml_ext_i4_impl ggml_ext_i4_impl_sve256_i8mm = {
     .name                  = "sve256-i8mm",
     .quantize_row_q8_0     = NULL,
     .quantize_mat_q8_0_4x4 = NULL,
     .quantize_mat_q8_0_4x8 = NULL,
-    .gemv                  = { NULL, NULL, gemv_q4_0_8x8_sve256 },
-    .gemm                  = { NULL, NULL, gemm_q4_0_8x8_sve256 },
+    .gemv                  = { { NULL, NULL, gemv_q4_0_8x8_sve256 } },  // Q4_0_8_8 only
+    .gemm                  = { { NULL, NULL, gemm_q4_0_8x8_sve256 } },
     .usable                = sve256_usable,
 };
 
 #else
-typedef int ggml_ext_q4_0_arm_sve_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_i4_arm_sve_not_compiled;  // ISO C: no empty translation unit
 #endif

@@ -3,7 +3,7 @@
 //
 // Weights: byte ^ 0x88 gives the original nibbles q = w + 8, multiplied with signed
 // activations by pmaddubsw (four products per int16 lane sum stay below 2^15), the
-// -8 * sum(a) term comes from the activation table (q4_0_interleaved_x86.h).
+// -8 * sum(a) term comes from the activation table (interleaved4_x86.h).
 // Q4_0_4_8 and Q4_0_8_8 keep two int32 lanes per column (the two 4-byte halves of each
 // 8-byte chunk) through the float accumulation and add them once at the end.
 //
@@ -11,14 +11,14 @@
 // the nibbles to the signed kvalues, and as |kvalue| * |a| pairs can reach 2 * 127 * 127,
 // each pmaddubsw takes |w| and sign(a, w) and is widened to int32 at once (pmaddwd);
 // no correction term.
-#include "q4_0_interleaved_x86.h"
+#include "x86/interleaved4_x86.h"
 
-#if defined(GGML_EXT_Q4_0_AVX2)
+#if defined(GGML_EXT_HAVE_AVX2)
 
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_q4_0_act_sums    act_sums;
-typedef ggml_ext_q4_0_act_sums_x4 act_sums_x4;
+typedef ggml_ext_i4_act_sums    act_sums;
+typedef ggml_ext_i4_act_sums_x4 act_sums_x4;
 
 // ---------------------------------------------------------------- activations
 
@@ -176,9 +176,9 @@ INLINE void gemv_group_b8(int fam, int H, const act_sums * t, const ggml_ext_blo
     __m256       acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q    = a[b].qs;
-        const __m256i  A[4] = { ggml_ext_q4_0_bcast64(q), ggml_ext_q4_0_bcast64(q + 8), ggml_ext_q4_0_bcast64(q + 16),
-                                ggml_ext_q4_0_bcast64(q + 24) };
-        const __m256i  corr = ggml_ext_q4_0_bcast64(t[b].pair);
+        const __m256i  A[4] = { ggml_ext_i4_bcast64(q), ggml_ext_i4_bcast64(q + 8), ggml_ext_i4_bcast64(q + 16),
+                                ggml_ext_i4_bcast64(q + 24) };
+        const __m256i  corr = ggml_ext_i4_bcast64(t[b].pair);
         const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
         GGML_EXT_UNROLL
         for (int h = 0; h < H; h++) {
@@ -208,9 +208,9 @@ INLINE void gemm_tile_b8(int fam, int H, const act_sums_x4 * t, const ggml_ext_b
             const int8_t * q  = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
             GGML_EXT_UNROLL
             for (int r = 0; r < 4; r++) {
-                const __m256i A[4] = { ggml_ext_q4_0_bcast64(q + 8 * r), ggml_ext_q4_0_bcast64(q + 8 * (4 + r)),
-                                       ggml_ext_q4_0_bcast64(q + 8 * (8 + r)), ggml_ext_q4_0_bcast64(q + 8 * (12 + r)) };
-                const __m256i p    = add_corr(fam, dot_half_b8(fam, &wh, A), ggml_ext_q4_0_bcast64(t[b].pair[r]));
+                const __m256i A[4] = { ggml_ext_i4_bcast64(q + 8 * r), ggml_ext_i4_bcast64(q + 8 * (4 + r)),
+                                       ggml_ext_i4_bcast64(q + 8 * (8 + r)), ggml_ext_i4_bcast64(q + 8 * (12 + r)) };
+                const __m256i p    = add_corr(fam, dot_half_b8(fam, &wh, A), ggml_ext_i4_bcast64(t[b].pair[r]));
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(t[b].d[r])), acc[r]);
             }
         }
@@ -218,46 +218,6 @@ INLINE void gemm_tile_b8(int fam, int H, const act_sums_x4 * t, const ggml_ext_b
             store4(s + (size_t) r * bs + 4 * h, fold_pairs(acc[r]), add);
         }
     }
-}
-
-static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_b8(0, 1, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_b8(0, 1, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_b8(0, 2, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_b8(0, 2, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_group_4x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_b8(1, 1, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_4x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_b8(1, 1, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_group_8x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_b8(1, 2, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_8x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_b8(1, 2, t, a, w, kn, s, bs, add);
 }
 
 // ---------------------------------------------------------------- Q4_0_4_4
@@ -330,85 +290,39 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 
 // ---------------------------------------------------------------- entry points
 
-static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_4x4_f(0, t, a, w, kn, out, add);
-}
+// One GEMV and one GEMM per (values, layout): the group/tile body bound to its constants
+// (the trailing arguments: the values' flag, then the layout's own), under the shared drivers.
+#define ENTRIES(values, N, B, group_body, tile_body, ...)                                                        \
+    static void gemv_group_##values##_##N##x##B(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, \
+                                                int kn, float * out, int add) {                                    \
+        group_body(__VA_ARGS__, t, a, w, kn, out, add);                                                            \
+    }                                                                                                              \
+    static void gemm_tile_##values##_##N##x##B(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,             \
+                                               const uint8_t * w, int kn, float * s, size_t bs, int add) {         \
+        tile_body(__VA_ARGS__, t, a, w, kn, s, bs, add);                                                           \
+    }                                                                                                              \
+    static void gemv_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
+        ggml_ext_i4_gemv_driver(N, 8, gemv_group_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                  \
+    }                                                                                                              \
+    static void gemm_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
+        ggml_ext_i4_gemm_driver(N, B, 8, gemm_tile_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                \
+    }
+ENTRIES(q4_0, 4, 4, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+ENTRIES(q4_0, 4, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
+ENTRIES(q4_0, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
+ENTRIES(iq4_nl, 4, 4, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+ENTRIES(iq4_nl, 4, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
+ENTRIES(iq4_nl, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
 
-static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x4_f(0, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_group_4x4_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out,
-                            int add) {
-    gemv_group_4x4_f(1, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_4x4_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x4_f(1, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x4_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_8x8_avx2(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx2 = {
+const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx2 = {
     .name                  = "avx2",
     .quantize_row_q8_0     = quantize_row_q8_0_avx2,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_avx2,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_avx2,
-    .gemv                  = { gemv_q4_0_4x4_avx2, gemv_q4_0_4x8_avx2, gemv_q4_0_8x8_avx2 },
-    .gemm                  = { gemm_q4_0_4x4_avx2, gemm_q4_0_4x8_avx2, gemm_q4_0_8x8_avx2 },
-    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_avx2, gemv_iq4_nl_4x8_avx2, gemv_iq4_nl_8x8_avx2 },
-    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_avx2, gemm_iq4_nl_4x8_avx2, gemm_iq4_nl_8x8_avx2 },
+    .gemv                  = GGML_EXT_I4_TABLE(gemv),
+    .gemm                  = GGML_EXT_I4_TABLE(gemm),
 };
 
 #else
-typedef int ggml_ext_q4_0_x86_avx2_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_i4_x86_avx2_not_compiled;  // ISO C: no empty translation unit
 #endif

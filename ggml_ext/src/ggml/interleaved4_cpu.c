@@ -8,9 +8,8 @@
 // columns) in multiples of N and runs the GEMM on the 4-row groups, the GEMV on the rest.
 #include "ggml-cpu-impl.h"
 
-#include "../iq4_nl_interleaved.h"
-#include "../q4_0_interleaved.h"
-#include "q4_0_runtime_repack.h"
+#include "formats/interleaved4/interleaved4.h"
+#include "ggml/interleaved4_runtime_repack.h"
 
 // The registry (ggml-ext-types.def) says which types are ours and which family runs them.
 static const struct ggml_ext_type_info * interleaved4(enum ggml_type type) {
@@ -19,7 +18,7 @@ static const struct ggml_ext_type_info * interleaved4(enum ggml_type type) {
 }
 
 static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
-                                const struct ggml_ext_q4_0_layout_traits * lt);
+                                const struct ggml_ext_i4_layout_traits * lt);
 
 int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
     bool involved = ggml_ext_is_type((int) op->type);
@@ -41,20 +40,20 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
         return false;
     }
     // the activation side (Q8_0, interleaved by 4) is the same for both value tables
-    const enum ggml_ext_q4_0_layout l = (enum ggml_ext_q4_0_layout) t->layout;
-    mul_mat_interleaved(params, dst,
-                        t->base_type == GGML_EXT_BASE_IQ4_NL ? ggml_ext_iq4_nl_layout_traits(l) : ggml_ext_q4_0_layout_traits(l));
+    const enum ggml_ext_i4_layout l = (enum ggml_ext_i4_layout) t->layout;
+    const enum ggml_ext_i4_values v = t->base_type == GGML_EXT_BASE_IQ4_NL ? GGML_EXT_I4_IQ4_NL : GGML_EXT_I4_Q4_0;
+    mul_mat_interleaved(params, dst, ggml_ext_i4_layout_traits(v, l));
     return true;
 }
 
 // src0's bytes are in `layout` whatever its type says (types 31-33, or a Q4_0 weight that the
 // runtime repack put in our layout): both paths run this same code, hence the same numbers.
 void ggml_ext_cpu_mul_mat_q4_0_layout(const struct ggml_compute_params * params, struct ggml_tensor * dst, int layout) {
-    mul_mat_interleaved(params, dst, ggml_ext_q4_0_layout_traits((enum ggml_ext_q4_0_layout) layout));
+    mul_mat_interleaved(params, dst, ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) layout));
 }
 
 static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
-                                const struct ggml_ext_q4_0_layout_traits * lt) {
+                                const struct ggml_ext_i4_layout_traits * lt) {
     const struct ggml_tensor * src0 = dst->src[0];
     const struct ggml_tensor * src1 = dst->src[1];
 

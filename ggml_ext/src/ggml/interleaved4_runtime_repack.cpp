@@ -2,9 +2,9 @@
 // repack buffer's traits for the weights we take. set_tensor copies a weight in through
 // repack() (our lossless ggml_ext_repack_q4_0), and the CPU backend's extra-buffer hook
 // sends their MUL_MAT to compute_forward (our mul_mat, the one the Q4_0_8_8 type runs).
-#include "q4_0_runtime_repack.h"
+#include "ggml/interleaved4_runtime_repack.h"
 
-#include "../q4_0_interleaved_impl.h"
+#include "formats/interleaved4/interleaved4_impl.h"
 #include "ggml-impl.h"
 #include "repack.h"
 
@@ -15,7 +15,7 @@ namespace {
 
 class q4_0_traits : public ggml::cpu::repack::tensor_traits_base {
   public:
-    explicit q4_0_traits(ggml_ext_q4_0_layout layout) : layout(layout) {}
+    explicit q4_0_traits(ggml_ext_i4_layout layout) : layout(layout) {}
 
     // Q8_0 activations, one row per src1 row: the size ggml plans for types 31-33.
     bool work_size(int /* n_threads */, const struct ggml_tensor * op, size_t & size) override {
@@ -37,12 +37,12 @@ class q4_0_traits : public ggml::cpu::repack::tensor_traits_base {
     int repack(struct ggml_tensor * t, const void * data, size_t data_size) override {
         GGML_ASSERT(data_size == ggml_nbytes(t));
         GGML_LOG_DEBUG("%s: ggml-ext runtime repack of %s into %s\n", __func__, t->name,
-                       ggml_ext_q4_0_layout_traits(layout)->name);
+                       ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, layout)->name);
         return ggml_ext_repack_q4_0(layout, t->data, (const ggml_ext_block_q4_0 *) data, t->ne[1], t->ne[0]);
     }
 
   private:
-    const ggml_ext_q4_0_layout layout;
+    const ggml_ext_i4_layout layout;
 };
 
 // GGML_EXT_RUNTIME_REPACK=0 (or off/false/no) leaves every weight to upstream's repack.
@@ -58,11 +58,11 @@ bool enabled() {
 }  // namespace
 
 const ggml::cpu::tensor_traits * ggml_ext_cpu_repack_traits(const struct ggml_tensor * cur) {
-#if defined(GGML_EXT_Q4_0_AVX2)
+#if defined(GGML_EXT_HAVE_AVX2)
     // x86: our 8x8 AVX2 / AVX-512 VNNI kernels beat upstream's q4_0_8x8 (docs/BENCHMARKS.md).
     // Arm keeps upstream's choice: its 4x4 / 4x8 GEMMs are hand-written asm that our
     // intrinsics only match in instruction count, and no Arm timing says ours are faster.
-    static const q4_0_traits q4_0_8_8(GGML_EXT_Q4_0_8_8);
+    static const q4_0_traits q4_0_8_8(GGML_EXT_I4_8X8);
     if (enabled() && cur->type == GGML_TYPE_Q4_0 && cur->ne[2] == 1 && cur->ne[3] == 1 && cur->ne[1] % 8 == 0 &&
         cur->ne[0] % GGML_EXT_QK4_0 == 0) {
         return &q4_0_8_8;

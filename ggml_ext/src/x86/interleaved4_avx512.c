@@ -3,20 +3,20 @@
 // saturation). One 64-byte load holds a whole Q4_0_4_x block or half a Q4_0_8_8 block;
 // each column keeps 2 (B = 8) or 4 (B = 4) int32 lanes through the float accumulation,
 // whose sums are formed once at the end. The int32 accumulator of a block starts at the
-// -8 * sum(a) correction of its lanes (table in q4_0_interleaved_x86.h).
+// -8 * sum(a) correction of its lanes (table in interleaved4_x86.h).
 // Activation quantizers are the AVX2 ones. Scalar twins: ../generic/.
 //
 // Interleaved IQ4_NL runs the same kernels (fam = 1): the nibbles index kvalues + 128
 // (1..241, unsigned) with one vpshufb each instead of the XOR, and the correction is
 // -128 * sum(a) (tables built with m = 128); everything else is shared.
-#include "q4_0_interleaved_x86.h"
+#include "x86/interleaved4_x86.h"
 
-#if defined(GGML_EXT_Q4_0_AVX512VNNI)
+#if defined(GGML_EXT_HAVE_AVX512VNNI)
 
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_q4_0_act_sums    act_sums;
-typedef ggml_ext_q4_0_act_sums_x4 act_sums_x4;
+typedef ggml_ext_i4_act_sums    act_sums;
+typedef ggml_ext_i4_act_sums_x4 act_sums_x4;
 
 // 64 stored bytes -> unsigned weights for vpdpbusd. fam 0 (Q4_0): the original nibbles
 // (0..15), (x ^ 0x88) & 0x0f in one ternlog. fam 1 (IQ4_NL): kvalues[nibble] + 128.
@@ -241,119 +241,40 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 
 // ---------------------------------------------------------------- entry points
 
-static void gemv_group_8x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_8x8_f(0, t, a, w, kn, out, add);
-}
+// One GEMV and one GEMM per (values, layout): the layout's group/tile body with the values'
+// flag bound, under the shared drivers with the values' correction multiplier M (Q4_0 8,
+// IQ4_NL 128: see x86/interleaved4_x86.h).
+#define ENTRIES(values, V, M, N, B)                                                                                \
+    static void gemv_group_##values##_##N##x##B(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, \
+                                                int kn, float * out, int add) {                                    \
+        gemv_group_##N##x##B##_f(V, t, a, w, kn, out, add);                                                        \
+    }                                                                                                              \
+    static void gemm_tile_##values##_##N##x##B(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,             \
+                                               const uint8_t * w, int kn, float * s, size_t bs, int add) {         \
+        gemm_tile_##N##x##B##_f(V, t, a, w, kn, s, bs, add);                                                       \
+    }                                                                                                              \
+    static void gemv_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
+        ggml_ext_i4_gemv_driver(N, M, gemv_group_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                  \
+    }                                                                                                              \
+    static void gemm_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
+        ggml_ext_i4_gemm_driver(N, B, M, gemm_tile_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                \
+    }
+ENTRIES(q4_0, 0, 8, 4, 4)
+ENTRIES(q4_0, 0, 8, 4, 8)
+ENTRIES(q4_0, 0, 8, 8, 8)
+ENTRIES(iq4_nl, 1, 128, 4, 4)
+ENTRIES(iq4_nl, 1, 128, 4, 8)
+ENTRIES(iq4_nl, 1, 128, 8, 8)
 
-static void gemv_group_8x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_8x8_f(1, t, a, w, kn, out, add);
-}
-
-static void gemv_group_4x8(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_4x8_f(0, t, a, w, kn, out, add);
-}
-
-static void gemv_group_4x8_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_4x8_f(1, t, a, w, kn, out, add);
-}
-
-static void gemv_group_4x4(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_4x4_f(0, t, a, w, kn, out, add);
-}
-
-static void gemv_group_4x4_iq(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, int kn, float * out, int add) {
-    gemv_group_4x4_f(1, t, a, w, kn, out, add);
-}
-
-static void gemm_tile_8x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_8x8_f(0, t, a, w, kn, s, bs, add);
-}
-
-static void gemm_tile_8x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_8x8_f(1, t, a, w, kn, s, bs, add);
-}
-
-static void gemm_tile_4x8(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x8_f(0, t, a, w, kn, s, bs, add);
-}
-
-static void gemm_tile_4x8_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x8_f(1, t, a, w, kn, s, bs, add);
-}
-
-static void gemm_tile_4x4(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x4_f(0, t, a, w, kn, s, bs, add);
-}
-
-static void gemm_tile_4x4_iq(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a, const uint8_t * w, int kn, float * s,
-                          size_t bs, int add) {
-    gemm_tile_4x4_f(1, t, a, w, kn, s, bs, add);
-}
-
-static void gemv_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 8, gemv_group_4x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, 8, gemv_group_8x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, 8, gemm_tile_4x4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, 8, gemm_tile_4x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, 8, gemm_tile_8x8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 128, gemv_group_4x4_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x4_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 4, 128, gemm_tile_4x4_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(4, 128, gemv_group_4x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(4, 8, 128, gemm_tile_4x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemv_driver(8, 128, gemv_group_8x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_8x8_avx512(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_gemm_driver(8, 8, 128, gemm_tile_8x8_iq, n, s, bs, vx, vy, nr, nc);
-}
-
-const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_avx512vnni = {
+const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx512vnni = {
     .name                  = "avx512-vnni",
     .quantize_row_q8_0     = NULL,  // the AVX2 quantizers are as fast (memory bound)
     .quantize_mat_q8_0_4x4 = NULL,
     .quantize_mat_q8_0_4x8 = NULL,
-    .gemv                  = { gemv_q4_0_4x4_avx512, gemv_q4_0_4x8_avx512, gemv_q4_0_8x8_avx512 },
-    .gemm                  = { gemm_q4_0_4x4_avx512, gemm_q4_0_4x8_avx512, gemm_q4_0_8x8_avx512 },
-    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_avx512, gemv_iq4_nl_4x8_avx512, gemv_iq4_nl_8x8_avx512 },
-    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_avx512, gemm_iq4_nl_4x8_avx512, gemm_iq4_nl_8x8_avx512 },
+    .gemv                  = GGML_EXT_I4_TABLE(gemv),
+    .gemm                  = GGML_EXT_I4_TABLE(gemm),
 };
 
 #else
-typedef int ggml_ext_q4_0_x86_avx512_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_i4_x86_avx512_not_compiled;  // ISO C: no empty translation unit
 #endif

@@ -12,9 +12,9 @@
 // (-127 .. 113), so a block whose largest weight is positive may do better on the -127 end.
 // Last, d must be stored as fp16: the rounded value and its two fp16 neighbours are scored
 // with the true E (indices reassigned) and the best kept.
-#include "iq4_nl_quant.h"
+#include "formats/iq4_nl/iq4_nl_quant.h"
 
-#include "q4_0_interleaved_impl.h"  // ggml_ext_fp32_to_fp16 / ggml_ext_fp16_to_fp32
+#include "common/fp16.h"
 
 #include <math.h>
 #include <string.h>

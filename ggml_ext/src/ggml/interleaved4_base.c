@@ -1,7 +1,7 @@
 // ggml-base side of the interleaved4 family (interleaved Q4_0 and IQ4_NL): what ggml.c,
 // ggml-quants.c and gguf.cpp call through their hooks (shape rule, ggml_quantize_chunk,
 // row validation).
-#include "../iq4_nl_interleaved.h"
+#include "formats/interleaved4/interleaved4.h"
 #include "ggml-ext.h"
 
 #include <stdio.h>
@@ -45,7 +45,7 @@ size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t 
         return 0;
     }
     const size_t row_bytes = (size_t) (n_per_row / GGML_EXT_QK4_0) * sizeof(ggml_ext_block_q4_0);
-    const int    rc        = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_q4_0_layout) layout, src + start,
+    const int    rc        = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_i4_layout) layout, src + start,
                                                                 (char *) dst + first * row_bytes, nrows, n_per_row);
     if (rc != 0) {
         fprintf(stderr, "ggml_ext_quantize_chunk: %lld rows of %lld weights do not fit %s (error %d)\n",
@@ -90,7 +90,7 @@ size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, 
         // plain IQ4_NL by ggml-ext's quantizer (the converter's iq4_nl), then the lossless interleave
         const size_t q = ggml_ext_quantize_iq4_nl(src + start + g * n * n_per_row, tmp, n, n_per_row, imatrix);
         const int rc = q == (size_t) n * row_bytes
-                           ? ggml_ext_repack_iq4_nl((enum ggml_ext_q4_0_layout) layout, out + g * n * row_bytes, tmp, n, n_per_row)
+                           ? ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) layout, out + g * n * row_bytes, tmp, n, n_per_row)
                            : -1;
         if (rc != 0) {
             fprintf(stderr, "ggml_ext_quantize_chunk: %s of %lld weights per row failed (%d)\n", t->name,

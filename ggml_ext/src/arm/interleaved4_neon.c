@@ -1,11 +1,11 @@
 // NEON + dotprod kernels of the interleaved Q4_0 family: Q8_0 activation quantizers, and
 // GEMV and GEMM for all three layouts with SDOT (vdotq_laneq_s32 for Q4_0_4_4, whose 4-byte
 // chunks meet one activation lane each; vdotq_s32 against 8-byte broadcasts for the B = 8
-// layouts). SMMLA GEMMs: q4_0_interleaved_i8mm.c. Scalar twins: ../generic/.
+// layouts). SMMLA GEMMs: interleaved4_i8mm.c. Scalar twins: ../generic/.
 // Interleaved IQ4_NL runs the same kernels with fam = 1 (TBL decode, see the header).
-#include "q4_0_interleaved_arm.h"
+#include "arm/interleaved4_arm.h"
 
-#if defined(GGML_EXT_Q4_0_NEON_DOTPROD)
+#if defined(GGML_EXT_HAVE_NEON_DOTPROD)
 
 // ---------------------------------------------------------------- activations
 
@@ -202,37 +202,23 @@ INLINE void gemm_4x4_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
     }
 }
 
-INLINE void tile_4x4_16rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(0, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_4x4_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(0, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_iq4_nl_4x4_16rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(1, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-INLINE void tile_iq4_nl_4x4_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_4x4_tiles(1, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);
-}
-
-static void gemv_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_4x4_dotprod(0, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 4, tile_4x4_16rows, tile_4x4_4rows, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemv_iq4_nl_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_4x4_dotprod(1, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x4_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 4, tile_iq4_nl_4x4_16rows, tile_iq4_nl_4x4_4rows, n, s, bs, vx, vy, nr, nc);
-}
+// One GEMV and one GEMM per values (V: their flag): tiles of 16 rows, then of 4.
+#define ENTRIES_4X4(values, V)                                                                                   \
+    INLINE void tile_##values##_4x4_16rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+        gemm_4x4_tiles(V, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                    \
+    }                                                                                                            \
+    INLINE void tile_##values##_4x4_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                           \
+        gemm_4x4_tiles(V, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                    \
+    }                                                                                                            \
+    static void gemv_##values##_4x4(GGML_EXT_I4_MM_ARGS) {                                                       \
+        gemv_4x4_dotprod(V, n, s, bs, vx, vy, nr, nc);                                                           \
+    }                                                                                                            \
+    static void gemm_##values##_4x4(GGML_EXT_I4_MM_ARGS) {                                                       \
+        ggml_ext_i4_arm_gemm_driver(4, 4, tile_##values##_4x4_16rows, tile_##values##_4x4_4rows, n, s, bs, vx, vy, \
+                                    nr, nc);                                                                     \
+    }
+ENTRIES_4X4(q4_0, 0)
+ENTRIES_4X4(iq4_nl, 1)
 
 // ---------------------------------------------------------------- B = 8 layouts, SDOT
 
@@ -339,65 +325,32 @@ INLINE void gemm_tile_b8_dotprod(int fam, int N, const ggml_ext_block_q8_0x4 * a
     }
 }
 
-INLINE void tile_q4_0_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(0, 4, a, nb, w, s, bs);
-}
+// One GEMV and one GEMM per (values, N) with B = 8 (V: the values' flag).
+#define ENTRIES_B8(values, V, N)                                                                          \
+    INLINE void tile_##values##_##N##x8(GGML_EXT_I4_ARM_TILE_ARGS) {                                      \
+        gemm_tile_b8_dotprod(V, N, a, nb, w, s, bs);                                                      \
+    }                                                                                                     \
+    static void gemv_##values##_##N##x8(GGML_EXT_I4_MM_ARGS) {                                            \
+        gemv_b8_dotprod(V, N, n, s, bs, vx, vy, nr, nc);                                                  \
+    }                                                                                                     \
+    static void gemm_##values##_##N##x8(GGML_EXT_I4_MM_ARGS) {                                            \
+        ggml_ext_i4_arm_gemm_driver(N, 1, tile_##values##_##N##x8, tile_##values##_##N##x8, n, s, bs, vx, vy, \
+                                    nr, nc);                                                              \
+    }
+ENTRIES_B8(q4_0, 0, 4)
+ENTRIES_B8(q4_0, 0, 8)
+ENTRIES_B8(iq4_nl, 1, 4)
+ENTRIES_B8(iq4_nl, 1, 8)
 
-static void gemv_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(0, 4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_q4_0_4x8_dotprod, tile_q4_0_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
-}
-
-INLINE void tile_q4_0_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(0, 8, a, nb, w, s, bs);
-}
-
-static void gemv_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(0, 8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_q4_0_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_q4_0_8x8_dotprod, tile_q4_0_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
-}
-
-INLINE void tile_iq4_nl_4x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(1, 4, a, nb, w, s, bs);
-}
-
-static void gemv_iq4_nl_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(1, 4, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_4x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(4, 1, tile_iq4_nl_4x8_dotprod, tile_iq4_nl_4x8_dotprod, n, s, bs, vx, vy, nr, nc);
-}
-
-INLINE void tile_iq4_nl_8x8_dotprod(const ggml_ext_block_q8_0x4 * a, int nb, const uint8_t * w, float * s, size_t bs) {
-    gemm_tile_b8_dotprod(1, 8, a, nb, w, s, bs);
-}
-
-static void gemv_iq4_nl_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    gemv_b8_dotprod(1, 8, n, s, bs, vx, vy, nr, nc);
-}
-
-static void gemm_iq4_nl_8x8_dotprod(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_q4_0_arm_gemm_driver(8, 1, tile_iq4_nl_8x8_dotprod, tile_iq4_nl_8x8_dotprod, n, s, bs, vx, vy, nr, nc);
-}
-
-const struct ggml_ext_q4_0_impl ggml_ext_q4_0_impl_neon_dotprod = {
+const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_dotprod = {
     .name                  = "neon-dotprod",
     .quantize_row_q8_0     = quantize_row_q8_0_neon,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_neon,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_neon,
-    .gemv                  = { gemv_q4_0_4x4_dotprod, gemv_q4_0_4x8_dotprod, gemv_q4_0_8x8_dotprod },
-    .gemm                  = { gemm_q4_0_4x4_dotprod, gemm_q4_0_4x8_dotprod, gemm_q4_0_8x8_dotprod },
-    .gemv_iq4_nl           = { gemv_iq4_nl_4x4_dotprod, gemv_iq4_nl_4x8_dotprod, gemv_iq4_nl_8x8_dotprod },
-    .gemm_iq4_nl           = { gemm_iq4_nl_4x4_dotprod, gemm_iq4_nl_4x8_dotprod, gemm_iq4_nl_8x8_dotprod },
+    .gemv                  = GGML_EXT_I4_TABLE(gemv),
+    .gemm                  = GGML_EXT_I4_TABLE(gemm),
 };
 
 #else
-typedef int ggml_ext_q4_0_arm_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_i4_arm_not_compiled;  // ISO C: no empty translation unit
 #endif

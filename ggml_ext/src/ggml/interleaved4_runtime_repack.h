@@ -16,8 +16,8 @@ struct ggml_tensor;
 extern "C" {
 #endif
 
-// q4_0_interleaved_cpu.c: mul_mat of a src0 whose bytes are in `layout` (enum
-// ggml_ext_q4_0_layout), whatever its type; the code the types 31-33 run.
+// interleaved4_cpu.c: mul_mat of a src0 whose bytes are in `layout` (enum
+// ggml_ext_i4_layout), whatever its type; the code the types 31-33 run.
 void ggml_ext_cpu_mul_mat_q4_0_layout(const struct ggml_compute_params * params, struct ggml_tensor * dst, int layout);
 
 #ifdef __cplusplus
