@@ -18,7 +18,7 @@ class BuildInfo:
     ggml_ext: str
     format_version: int
     llama_cpp_commit: str
-    cuda: bool  # the build includes llama.cpp's stock CUDA backend (ggml-ext has no CUDA kernels)
+    cuda: bool  # the build includes llama.cpp's CUDA backend with ggml_ext/src/cuda (our ops; our types stay on the CPU)
     system_info: str
     backends: dict[str, dict[str, str]] = field(default_factory=dict)
     lib_dir: str = ""
