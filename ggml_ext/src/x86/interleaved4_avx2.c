@@ -290,29 +290,13 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 
 // ---------------------------------------------------------------- entry points
 
-// One GEMV and one GEMM per (values, layout): the group/tile body bound to its constants
-// (the trailing arguments: the values' flag, then the layout's own), under the shared drivers.
-#define ENTRIES(values, N, B, group_body, tile_body, ...)                                                        \
-    static void gemv_group_##values##_##N##x##B(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, \
-                                                int kn, float * out, int add) {                                    \
-        group_body(__VA_ARGS__, t, a, w, kn, out, add);                                                            \
-    }                                                                                                              \
-    static void gemm_tile_##values##_##N##x##B(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,             \
-                                               const uint8_t * w, int kn, float * s, size_t bs, int add) {         \
-        tile_body(__VA_ARGS__, t, a, w, kn, s, bs, add);                                                           \
-    }                                                                                                              \
-    static void gemv_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
-        ggml_ext_i4_gemv_driver(N, 8, gemv_group_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                  \
-    }                                                                                                              \
-    static void gemm_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
-        ggml_ext_i4_gemm_driver(N, B, 8, gemm_tile_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                \
-    }
-ENTRIES(q4_0, 4, 4, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
-ENTRIES(q4_0, 4, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
-ENTRIES(q4_0, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
-ENTRIES(iq4_nl, 4, 4, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
-ENTRIES(iq4_nl, 4, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
-ENTRIES(iq4_nl, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
+// The values' flag, then for B = 8 the column halves H = N / 4.
+GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
+GGML_EXT_I4_X86_ENTRIES(q4_0, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
 
 const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx2 = {
     .name                  = "avx2",

@@ -241,30 +241,14 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 
 // ---------------------------------------------------------------- entry points
 
-// One GEMV and one GEMM per (values, layout): the layout's group/tile body with the values'
-// flag bound, under the shared drivers with the values' correction multiplier M (Q4_0 8,
-// IQ4_NL 128: see x86/interleaved4_x86.h).
-#define ENTRIES(values, V, M, N, B)                                                                                \
-    static void gemv_group_##values##_##N##x##B(const act_sums * t, const ggml_ext_block_q8_0 * a, const uint8_t * w, \
-                                                int kn, float * out, int add) {                                    \
-        gemv_group_##N##x##B##_f(V, t, a, w, kn, out, add);                                                        \
-    }                                                                                                              \
-    static void gemm_tile_##values##_##N##x##B(const act_sums_x4 * t, const ggml_ext_block_q8_0x4 * a,             \
-                                               const uint8_t * w, int kn, float * s, size_t bs, int add) {         \
-        gemm_tile_##N##x##B##_f(V, t, a, w, kn, s, bs, add);                                                       \
-    }                                                                                                              \
-    static void gemv_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
-        ggml_ext_i4_gemv_driver(N, M, gemv_group_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                  \
-    }                                                                                                              \
-    static void gemm_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                                   \
-        ggml_ext_i4_gemm_driver(N, B, M, gemm_tile_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);                \
-    }
-ENTRIES(q4_0, 0, 8, 4, 4)
-ENTRIES(q4_0, 0, 8, 4, 8)
-ENTRIES(q4_0, 0, 8, 8, 8)
-ENTRIES(iq4_nl, 1, 128, 4, 4)
-ENTRIES(iq4_nl, 1, 128, 4, 8)
-ENTRIES(iq4_nl, 1, 128, 8, 8)
+// The values' flag V, then the correction multiplier of the tables (Q4_0 8, IQ4_NL 128: vpdpbusd
+// needs unsigned weights, see x86/interleaved4_x86.h).
+GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 8, 8, gemv_group_4x8_f, gemm_tile_4x8_f, 0)
+GGML_EXT_I4_X86_ENTRIES(q4_0, 8, 8, 8, gemv_group_8x8_f, gemm_tile_8x8_f, 0)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 4, 128, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 8, 128, gemv_group_4x8_f, gemm_tile_4x8_f, 1)
+GGML_EXT_I4_X86_ENTRIES(iq4_nl, 8, 8, 128, gemv_group_8x8_f, gemm_tile_8x8_f, 1)
 
 const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx512vnni = {
     .name                  = "avx512-vnni",
