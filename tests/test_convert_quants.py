@@ -100,7 +100,7 @@ def test_quants_binding():
     assert np.array_equal(quants.quantize(w, "F16").view(np.float16), w.astype(np.float16))
     q8 = quants.quantize(w[:1, :32], "Q8_0")[0]
     d = q8[:2].view(np.float16)[0]
-    assert np.allclose(q8[2:].view(np.int8) * np.float32(d), w[0, :32], atol=float(d))  # FORMATS.md: q * d
+    assert np.allclose(q8[2:].view(np.int8) * np.float32(d), w[0, :32], atol=float(d))  # Q8_0: q * d
     with pytest.raises(quants.QuantError, match="whole number"):
         quants.quantize(w[:, :100], "Q8_0")
     with pytest.raises(quants.QuantError):

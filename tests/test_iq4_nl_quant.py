@@ -6,7 +6,7 @@
 * per block it finds the best fp16 scale: checked against a brute force over every finite
   fp16 value of either sign;
 * its bytes are ggml's block_iq4_nl: ggml's own dequantize_row_iq4_nl reads them as the
-  FORMATS.md table says; edge blocks (zeros, constants, huge, tiny, denormal) give finite
+  docs/formats/interleaved4.md table says; edge blocks (zeros, constants, huge, tiny, denormal) give finite
   scales; NaN/inf input is refused with a clear error; threads do not change the bytes.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ GEMMA = ["blk.0.attn_q.weight", "blk.5.ffn_down.weight", "blk.11.ffn_up.weight",
 
 
 def dequant(q: np.ndarray, shape) -> np.ndarray:
-    """FORMATS.md: fp16 d, 16 bytes; weight j low nibble of qs[j], weight j+16 the high nibble."""
+    """docs/formats/interleaved4.md: fp16 d, 16 bytes; weight j low nibble of qs[j], weight j+16 the high nibble."""
     b = np.ascontiguousarray(q).reshape(-1, 18)
     d = b[:, :2].copy().view(np.float16).astype(np.float32)
     qs = b[:, 2:]

@@ -1,7 +1,7 @@
 // Tests of the interleaved Q4_0 and IQ4_NL families (ggml_ext/src/q4_0_interleaved*,
 // iq4_nl_interleaved.h; fam 0 and 1 below): every compiled-in
 // SIMD kernel against the scalar reference on many shapes (odd block counts, more blocks
-// than one x86 chunk, output strides), layout transforms against FORMATS.md, repack round
+// than one x86 chunk, output strides), layout transforms against docs/formats/interleaved4.md, repack round
 // trips, refused shapes, and optionally ggml's own Q4_0/Q8_0 output (--ggml-fixture FILE,
 // written by tests/test_kernels_q4_0_interleaved.py through libggml-base).
 //
@@ -86,7 +86,7 @@ static const int LN[3] = { 4, 4, 8 };
 static const int LB[3] = { 4, 8, 8 };
 static const char * LNAME[3] = { "4x4", "4x8", "8x8" };
 
-// Independent of the library: where byte j of row r's block lands, per FORMATS.md.
+// Independent of the library: where byte j of row r's block lands, per docs/formats/interleaved4.md.
 static size_t interleaved_offset(int N, int B, int r, int j) {
     return (size_t) N * 2 + (size_t) ((j / B) * N + r) * B + j % B;
 }
@@ -279,7 +279,7 @@ static void test_layouts(void) {
                 uint8_t *             il   = xmalloc(nblk * sizeof(*src));
                 random_q4_0(src, nblk);
                 const int rc = ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, il, src, nrows, ncols);
-                // every byte where FORMATS.md puts it: deltas, then chunks, XOR 0x88
+                // every byte where docs/formats/interleaved4.md puts it: deltas, then chunks, XOR 0x88
                 int misplaced = 0;
                 for (int64_t g = 0; g < nrows / N; g++) {
                     for (int64_t b = 0; b < nb; b++) {
@@ -295,7 +295,7 @@ static void test_layouts(void) {
                 }
                 const int rc2 = ggml_ext_unpack_q4_0((enum ggml_ext_i4_layout) L, back, il, nrows, ncols);
                 check(rc == 0 && rc2 == 0 && misplaced == 0 && memcmp(src, back, nblk * sizeof(*src)) == 0,
-                      "%s repack %lldx%lld: layout as FORMATS.md (%d misplaced), lossless round trip", LNAME[L],
+                      "%s repack %lldx%lld: layout as docs/formats/interleaved4.md (%d misplaced), lossless round trip", LNAME[L],
                       (long long) nrows, (long long) ncols, misplaced);
 
                 // dequantize(interleaved) == dequantize(Q4_0); quantize_interleaved == repack(quantize)
@@ -363,7 +363,7 @@ static void test_layouts(void) {
 // IQ4_NL: the same placement without XOR, round trips, dequantize through kvalues, refusals.
 static void test_layouts_iq4_nl(void) {
     static const int8_t kv[16] = { -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113 };
-    check(memcmp(kv, ggml_ext_kvalues_iq4nl, 16) == 0, "IQ4_NL kvalues as FORMATS.md");
+    check(memcmp(kv, ggml_ext_kvalues_iq4nl, 16) == 0, "IQ4_NL kvalues as docs/formats/interleaved4.md");
     for (int L = 0; L < 3; L++) {
         const int N = LN[L], B = LB[L];
         const struct ggml_ext_i4_layout_traits * tr = ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) L);
@@ -396,7 +396,7 @@ static void test_layouts_iq4_nl(void) {
         }
         const int rc2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_i4_layout) L, back, il, nrows, ncols);
         check(rc == 0 && rc2 == 0 && misplaced == 0 && memcmp(src, back, nblk * sizeof(*src)) == 0,
-              "iq4_nl %s repack: layout as FORMATS.md, no XOR (%d misplaced), lossless round trip", LNAME[L], misplaced);
+              "iq4_nl %s repack: layout as docs/formats/interleaved4.md, no XOR (%d misplaced), lossless round trip", LNAME[L], misplaced);
         int bad_dq = 0;
         for (size_t i = 0; i < nblk; i++) {  // dequantize against the table, independently
             float d = ggml_ext_fp16_to_fp32(src[i].d), v[32];
