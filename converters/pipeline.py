@@ -32,7 +32,7 @@ import numpy as np
 
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
-from .gguf_writer import GGUFWriter
+from ggml_ext.gguf import GGUFWriter, GGUFWriteError
 from .policy import FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
 from .source import Checkpoint
 from .vocab import Vocab, load_vocab
@@ -265,9 +265,30 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                               f"{', '.join(quants.IQ4_NL_WEIGHTINGS)}")
     pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None,
               pre_tokenizer=pre_tokenizer, warn=warn)
-    no_imatrix: list[str] = []
-
     out = Path(output)
+    try:
+        digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, iq4_nl_weighting=iq4_nl_weighting,
+                                    progress=progress)
+    except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
+        raise ConversionError(str(e)) from None
+    if no_imatrix:
+        msg = (f"the imatrix has no entry for {len(no_imatrix)} quantized tensors "
+               f"({', '.join(no_imatrix[:3])}{', ...' if len(no_imatrix) > 3 else ''}); "
+               "they were quantized without one")
+        pl.warnings.append(msg)
+        (warn or log.warning)(msg)
+    size = out.stat().st_size
+    return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
+                            size, digest, pl.vocab.pre, pl.warnings)
+
+
+def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, iq4_nl_weighting: str,
+           progress: Callable[[int, int, str], None] | None) -> tuple[str, list[str]]:
+    """Stream ``pl``'s tensors into ``out``; returns the source hash and the quantized tensors the imatrix missed."""
+    from ggml_ext import quants
+    from ggml_ext.imatrix import ImatrixError
+
+    no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)
     for key, vtype, value in pl.metadata:
         writer.add(key, vtype, value)
@@ -323,12 +344,6 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                     done += int(np.prod(p.shape))
                     if progress:
                         progress(done, total, p.gguf_name)
-                if no_imatrix:
-                    msg = (f"the imatrix has no entry for {len(no_imatrix)} quantized tensors "
-                           f"({', '.join(no_imatrix[:3])}{', ...' if len(no_imatrix) > 3 else ''}); "
-                           "they were quantized without one")
-                    pl.warnings.append(msg)
-                    (warn or log.warning)(msg)
                 digest = fut.result()
                 if digest is None:
                     raise ConversionError("hashing the source files was interrupted")
@@ -338,6 +353,4 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             raise
         finally:
             pl.checkpoint.close()
-    size = out.stat().st_size
-    return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
-                            size, digest, pl.vocab.pre, pl.warnings)
+    return digest, no_imatrix

@@ -73,7 +73,7 @@ def load(path: str | os.PathLike) -> Imatrix:
 
 
 def _load_gguf(p: Path) -> Imatrix:
-    from .gguf_reader import GGUFError, read_gguf
+    from .gguf import GGUFError, read_gguf
     try:
         g = read_gguf(p)
     except GGUFError as e:
