@@ -242,7 +242,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
     replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
     only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
-    :class:`ggml_ext.imatrix.Imatrix`), used for every quantized matrix as
+    :class:`ggml_ext.calibrate.imatrix.Imatrix`), used for every quantized matrix as
     ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
     ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`);
     ``pre_tokenizer``: the ``tokenizer.ggml.pre`` of a byte-level BPE tokenizer, instead of detecting it
@@ -252,7 +252,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     Raises :class:`ConversionError`; on any error no output file exists.
     """
     from .. import quants
-    from ..imatrix import Imatrix, ImatrixError, load as load_imatrix
+    from ggml_ext.calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
 
     im = None
     if imatrix is not None:
@@ -286,7 +286,7 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
            progress: Callable[[int, int, str], None] | None) -> tuple[str, list[str]]:
     """Stream ``pl``'s tensors into ``out``; returns the source hash and the quantized tensors the imatrix missed."""
     from ggml_ext import quants
-    from ggml_ext.imatrix import ImatrixError
+    from ggml_ext.calibrate.imatrix import ImatrixError
 
     no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)

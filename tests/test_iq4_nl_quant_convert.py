@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggml_ext import assets, imatrix, tools
+from ggml_ext import assets, tools
+from ggml_ext.calibrate import imatrix
 from ggml_ext.gguf import read_gguf
 from ggml_ext.converters import ConversionError, convert
 from ggml_ext.llama_cpp_glue import Llama
