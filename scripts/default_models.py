@@ -104,7 +104,8 @@ def _converter_files() -> list[Path]:
 # What each tool's output depends on, besides its arguments and sources.
 TOOL_FILES: dict[str, Callable[[], list[Path]]] = {
     "ggml-ext convert": lambda: [*_converter_files(), *_modules("convert", "quants", "calibrate/imatrix", "ggml_types",
-                                                                "gguf/writer"), *_libs("ggml-base")],
+                                                                "gguf/writer"),
+                                 *sorted((_PKG / "methods").glob("*.py")), *_libs("ggml-base")],
     "ggml-ext repack": lambda: [*_modules("repack", "gguf/reader", "quants", "targets", "ggml_types"),
                                 *_libs("ggml-base")],
     "ggml_ext.quants": lambda: [*_modules("quants", "calibrate/imatrix", "gguf/reader", "ggml_types"), *_libs("ggml-base")],
