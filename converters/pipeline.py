@@ -32,9 +32,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ggml_ext.gguf import GGUFWriter, GGUFWriteError
+
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
-from ggml_ext.gguf import GGUFWriter, GGUFWriteError
 from .policy import FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
 from .source import Checkpoint
 from .vocab import Vocab, load_vocab
@@ -149,7 +150,7 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
         n_vocab = embd.shape[0]
     vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn, pre_tokenizer=pre_tokenizer)
 
-    from .. import quants  # needs our compiled libggml-base
+    from ggml_ext import quants  # needs our compiled libggml-base
 
     model_name = name or _model_name(ckpt)
     meta: list[tuple[str, str, Any]] = [
