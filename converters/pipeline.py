@@ -296,8 +296,8 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
     """Stream ``pl``'s tensors into ``out``, each quantized matrix through ``quantizer`` (the method
     ``method``); returns the source hash and the quantized tensors the imatrix missed."""
     from ggml_ext import quants
-    from ggml_ext.methods import MethodError
     from ggml_ext.calibrate.imatrix import ImatrixError
+    from ggml_ext.methods import MethodError
 
     no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)
