@@ -5,8 +5,8 @@
 
 Modules: :mod:`.archs` (one table per architecture), :mod:`.vocab` (tokenizer
 export), :mod:`.policy` (which tensor gets which ggml type), :mod:`.source`
-(reading safetensors / PyTorch checkpoints), :mod:`.gguf_writer` (streaming,
-atomic GGUF writer), :mod:`.pipeline` (plan and write). ``docs/CONVERT.md`` is the
+(reading safetensors / PyTorch checkpoints), :mod:`.pipeline` (plan and write,
+through :mod:`ggml_ext.gguf`'s streaming, atomic writer). ``docs/CONVERT.md`` is the
 user guide.
 """
 from __future__ import annotations

@@ -6,8 +6,10 @@
    (:mod:`.policy`), the tokenizer and metadata are collected. Any problem is
    reported here, before a byte is written.
 2. **Write**: the header goes to a temp file next to the output; each tensor is
-   read (float32), transformed, checked for NaN/inf, converted by ggml's own
-   ``ggml_quantize_chunk`` (:mod:`ggml_ext.quants`) and appended. The sha256 of
+   read (float32), transformed, checked for NaN/inf, quantized by the conversion's
+   method (:mod:`ggml_ext.methods`, looked up by name; ``rtn`` by default: the type's
+   own quantizer in :mod:`ggml_ext.quants`) -- float types are converted by ggml's
+   ``ggml_quantize_chunk`` directly -- and appended. The sha256 of
    the source files is computed on a second thread meanwhile and set in the header
    at the end; then the temp file is moved into place. On any error or interrupt
    the temp file is removed and no output exists.
@@ -30,9 +32,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ggml_ext.gguf import GGUFWriter, GGUFWriteError
+
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
-from .gguf_writer import GGUFWriter
 from .policy import FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
 from .source import Checkpoint
 from .vocab import Vocab, load_vocab
@@ -147,7 +150,7 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
         n_vocab = embd.shape[0]
     vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn, pre_tokenizer=pre_tokenizer)
 
-    from .. import quants  # needs our compiled libggml-base
+    from ggml_ext import quants  # needs our compiled libggml-base
 
     model_name = name or _model_name(ckpt)
     meta: list[tuple[str, str, Any]] = [
@@ -233,7 +236,8 @@ def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", *,  # noqa: A002
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
-            imatrix: str | os.PathLike | Any | None = None, iq4_nl_weighting: str = "default",
+            imatrix: str | os.PathLike | Any | None = None, method: str = "rtn",
+            iq4_nl_weighting: str = "default",
             pre_tokenizer: str | None = None, progress: Callable[[int, int, str], None] | None = None,
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
@@ -242,17 +246,20 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
     replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
     only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
-    :class:`ggml_ext.imatrix.Imatrix`), used for every quantized matrix as
+    :class:`ggml_ext.calibrate.imatrix.Imatrix`), used for every quantized matrix as
     ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
-    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`);
+    ``method``: the name of the quantization method every quantized matrix goes through
+    (:func:`ggml_ext.methods.available`; default ``rtn``, the type's own quantizer);
+    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`),
+    an option of the ``rtn`` method, passed to the method when not ``"default"``;
     ``pre_tokenizer``: the ``tokenizer.ggml.pre`` of a byte-level BPE tokenizer, instead of detecting it
     (needed when it is not recognised: see :mod:`.vocab`).
     ``progress(done, total, tensor_name)`` is called as weights are written
     (counted in elements); ``warn(message)`` receives warnings (default: logging).
     Raises :class:`ConversionError`; on any error no output file exists.
     """
-    from .. import quants
-    from ..imatrix import Imatrix, ImatrixError, load as load_imatrix
+    from ggml_ext import methods
+    from ggml_ext.calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
 
     im = None
     if imatrix is not None:
@@ -260,14 +267,39 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             im = imatrix if isinstance(imatrix, Imatrix) else load_imatrix(imatrix)
         except ImatrixError as e:
             raise ConversionError(str(e)) from None
-    if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
-        raise ConversionError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}; choose from "
-                              f"{', '.join(quants.IQ4_NL_WEIGHTINGS)}")
+    options = {} if iq4_nl_weighting == "default" else {"iq4_nl_weighting": iq4_nl_weighting}
+    try:
+        quantizer = methods.create(method, **options)
+    except methods.MethodError as e:
+        raise ConversionError(str(e)) from None
     pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None,
               pre_tokenizer=pre_tokenizer, warn=warn)
-    no_imatrix: list[str] = []
-
     out = Path(output)
+    try:
+        digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, quantizer=quantizer,
+                                    method=method, progress=progress)
+    except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
+        raise ConversionError(str(e)) from None
+    if no_imatrix:
+        msg = (f"the imatrix has no entry for {len(no_imatrix)} quantized tensors "
+               f"({', '.join(no_imatrix[:3])}{', ...' if len(no_imatrix) > 3 else ''}); "
+               "they were quantized without one")
+        pl.warnings.append(msg)
+        (warn or log.warning)(msg)
+    size = out.stat().st_size
+    return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
+                            size, digest, pl.vocab.pre, pl.warnings)
+
+
+def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, quantizer: Any, method: str,
+           progress: Callable[[int, int, str], None] | None) -> tuple[str, list[str]]:
+    """Stream ``pl``'s tensors into ``out``, each quantized matrix through ``quantizer`` (the method
+    ``method``); returns the source hash and the quantized tensors the imatrix missed."""
+    from ggml_ext import quants
+    from ggml_ext.calibrate.imatrix import ImatrixError
+    from ggml_ext.methods import MethodError
+
+    no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)
     for key, vtype, value in pl.metadata:
         writer.add(key, vtype, value)
@@ -296,10 +328,11 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                     if p.type_name == "F16" and peak > _F16_MAX:
                         raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
                                               f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
-                    rows = x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1)
+                    rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1))
                     buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
                     weights = None
-                    if im is not None and p.type_name not in ("F32", "F16", "BF16") and rows.shape[0] > 1:
+                    plain = p.type_name in ("F32", "F16", "BF16")  # converted by ggml, not quantized by a method
+                    if im is not None and not plain and rows.shape[0] > 1:
                         try:
                             weights = im.for_tensor(p.gguf_name, rows.shape[1])
                         except ImatrixError as e:
@@ -307,10 +340,16 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                         if weights is None:
                             no_imatrix.append(p.gguf_name)
                     try:
-                        quants.quantize_rows_into(p.type_name, rows, buf, imatrix=weights, threads=threads,
-                                                  weighting=iq4_nl_weighting)
-                    except quants.QuantError as e:
+                        if plain:
+                            written = quants.quantize_rows_into(p.type_name, rows, buf, threads=threads)
+                        else:
+                            written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, imatrix=weights,
+                                                         threads=threads, calibration=None)
+                    except (quants.QuantError, MethodError) as e:
                         raise ConversionError(f"{what}: {e}") from None
+                    if written != buf.nbytes:
+                        raise ConversionError(f"{what}: method {method!r} wrote {written} bytes of {buf.nbytes} "
+                                              f"({p.type_name})")
                     # the f16 block scales of the quantized types (and BF16's own range) can overflow to inf,
                     # only for values beyond float16's range: ggml's row check finds them (llama.cpp refuses
                     # such a file when it checks tensors, and computes NaN when it does not)
@@ -323,12 +362,6 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                     done += int(np.prod(p.shape))
                     if progress:
                         progress(done, total, p.gguf_name)
-                if no_imatrix:
-                    msg = (f"the imatrix has no entry for {len(no_imatrix)} quantized tensors "
-                           f"({', '.join(no_imatrix[:3])}{', ...' if len(no_imatrix) > 3 else ''}); "
-                           "they were quantized without one")
-                    pl.warnings.append(msg)
-                    (warn or log.warning)(msg)
                 digest = fut.result()
                 if digest is None:
                     raise ConversionError("hashing the source files was interrupted")
@@ -338,6 +371,4 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             raise
         finally:
             pl.checkpoint.close()
-    size = out.stat().st_size
-    return ConversionResult(out, pl.arch.hf_class, pl.arch.gguf_arch, pl.out_type, len(pl.tensors), pl.type_counts(),
-                            size, digest, pl.vocab.pre, pl.warnings)
+    return digest, no_imatrix

@@ -38,8 +38,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from default_models import cached, default_model, source, tool  # noqa: E402
 
-from ggml_ext import _atomic, assets, cache, imatrix, quants, tools  # noqa: E402
-from ggml_ext.gguf_reader import read_gguf  # noqa: E402
+from ggml_ext import _atomic, assets, cache, quants, tools  # noqa: E402
+from ggml_ext.calibrate import imatrix  # noqa: E402
+from ggml_ext.gguf import read_gguf  # noqa: E402
 
 
 def work_dir() -> Path:

@@ -48,14 +48,14 @@ from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 def model_shapes(path: str) -> list[str]:
     """'MxK' of the distinct 2-D block matrices (blk.*) of a GGUF file whose M divides by 8."""
     sys.path.insert(0, str(REPO / "python"))
-    from ggml_ext import gguf_reader
+    from ggml_ext.gguf import read_gguf
 
     if path == "default":
         sys.path.insert(0, str(REPO / "scripts"))
         from default_models import default_model
 
         path = str(default_model("Q4_0"))
-    info = gguf_reader.read_gguf(path)
+    info = read_gguf(path)
     seen: list[str] = []
     for t in info.tensors:
         if t.name.startswith("blk.") and len(t.shape) == 2 and t.shape[1] % 8 == 0:

@@ -55,10 +55,10 @@ else:
     _instrumented = contextlib.nullcontext()
 with _instrumented:
     from ggml_ext.converters import OUTPUT_TYPES, ConversionError, ConversionResult, convert, plan
-    from ggml_ext.converters.gguf_writer import _encode_value
+    from ggml_ext.gguf.writer import _encode_value
     from ggml_ext.converters.pipeline import _transform
 from ggml_ext import quants
-from ggml_ext.gguf_reader import GGUFFile, TensorInfo, read_gguf
+from ggml_ext.gguf import GGUFFile, TensorInfo, read_gguf
 
 SEP = b"\n@@ggml-ext-fuzz-file@@\n"
 # PRE_SLOT is no model file: the harness passes its text as convert(pre_tokenizer=...) (`--pre-tokenizer`).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Coverage-guided fuzzing of our GGUF reader (ggml_ext.gguf_reader) and `ggml-ext info`, with atheris.
+"""Coverage-guided fuzzing of our GGUF reader (ggml_ext.gguf.reader) and `ggml-ext info`, with atheris.
 
     make install                                      # installs atheris into .venv (a PyPI wheel, or built)
     python scripts/fuzz_gguf_reader.py --make-seeds tests/fuzz/gguf_seeds   # (re)build the seed corpus
@@ -33,13 +33,13 @@ if FUZZING:
         sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
                  "atheris`); replaying inputs needs no atheris: tests/test_reliability_fuzz.py")
     # coverage instrumentation of the modules under test: they must be first imported here
-    _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf_reader", "ggml_ext.ggml_types",
+    _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf.reader", "ggml_ext.ggml_types",
                                                         "ggml_ext.info"])
 else:
     _instrumented = contextlib.nullcontext()
 with _instrumented:
     from ggml_ext import info
-    from ggml_ext.gguf_reader import GGUFError, GGUFFile, parse_gguf_bytes
+    from ggml_ext.gguf import GGUFError, GGUFFile, parse_gguf_bytes
 
 
 def check_one(data: bytes) -> GGUFFile | None:

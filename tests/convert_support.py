@@ -248,7 +248,7 @@ def tiny(arch: str, tokenizer: str | None = None, **over) -> Path:
 
 def read_tensor_bytes(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """name -> (type name, ggml shape, bytes) of every tensor of a GGUF file (via our safe reader)."""
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     g = read_gguf(path)
     out = {}
     with open(path, "rb") as f:

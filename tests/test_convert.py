@@ -107,7 +107,7 @@ def test_perplexity_matches_transformers(hf_model, wiki_test, threads):
 
 def test_metadata_and_types_of_the_default_model():
     from ggml_ext import quants
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     g = read_gguf(cs.default_converted("q8_0"))
     kv = g.kv
     assert kv["general.architecture"] == "llama" and kv["general.file_type"] == 7
@@ -146,7 +146,7 @@ def test_cli_verb_writes_atomically_and_refuses_to_overwrite(tmp_path):
     r = ggml_ext_cli("convert", cs.default_hf(), "-o", out, "--type", "q4_1", "--force", "-q",
                      "--keep", "blk.*.ffn_down.weight=q8_0")
     assert r.returncode == 0, r.stderr
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     g = read_gguf(out)
     types = {t.name: t.type_name for t in g.tensors}
     assert g.kv["general.file_type"] == 3

@@ -77,7 +77,7 @@ def _f32(folder, out):
 
 
 def test_gemma_metadata(tmp_path):
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     for arch in ("gemma2", "gemma3"):
         g = read_gguf(_f32(cs.tiny(arch), tmp_path / f"{arch}.gguf")).kv
         assert g[f"{arch}.attention.sliding_window"] == 6
@@ -95,7 +95,7 @@ def test_phi3_fused_tensors_and_padded_vocab(tmp_path):
     assert t["blk.0.attn_qkv.weight"][1] == (d, d + 2 * cs.KV_HEADS * hd)
     assert t["blk.0.ffn_up.weight"][1] == (d, 2 * ff)
     assert "blk.0.ffn_gate.weight" not in t
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     kv = read_gguf(tmp_path / "p.gguf").kv
     tokens = kv["tokenizer.ggml.tokens"]
     assert len(tokens) == 2048 and tokens[2047] == "[PAD2047]" and kv["tokenizer.ggml.token_type"][2047] == 5
@@ -112,7 +112,7 @@ def test_rope_scaling_llama3_and_linear(tmp_path):
     _compare(folder, out)
     folder = cs.tiny("qwen2", rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0})
     out = _f32(folder, tmp_path / "lin.gguf")
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     kv = read_gguf(out).kv
     assert kv["qwen2.rope.scaling.type"] == "linear" and kv["qwen2.rope.scaling.factor"] == 4.0
     _compare(folder, out)

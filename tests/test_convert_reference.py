@@ -61,7 +61,7 @@ def test_same_tensors_as_convert_hf_to_gguf(reference_q8):
 
 
 def test_same_metadata_as_convert_hf_to_gguf(reference_q8):
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     ours, ref = read_gguf(cs.default_converted("q8_0")), read_gguf(reference_q8)
     assert set(ours.kv) - set(ref.kv) == OUR_EXTRA
     assert set(ref.kv) - set(ours.kv) <= {"general.size_label"}

@@ -88,7 +88,7 @@ def test_gemma_style_sentencepiece(tmp_path):
     r, llm = _vocab_gguf(folder, tmp_path / "g.gguf")
     assert r.tokenizer_pre == "default"
     _assert_same(_hf(folder), llm, cs.TEXTS)
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     kv = read_gguf(tmp_path / "g.gguf").kv
     i = kv["tokenizer.ggml.tokens"].index("<start_of_turn>")
     special = _hf(folder).added_tokens_decoder[i].special
@@ -124,7 +124,7 @@ def test_chat_template_and_specials_from_tokenizer_config(tmp_path):
     (d / "tokenizer_config.json").write_text(json.dumps(cfg))
     (d / "chat_template.jinja").write_text(tmpl)
     convert(d, tmp_path / "x.gguf", vocab_only=True)
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     kv = read_gguf(tmp_path / "x.gguf").kv
     assert kv["tokenizer.chat_template"] == tmpl
     assert kv["tokenizer.ggml.eos_token_id"] == 2 and kv["tokenizer.ggml.bos_token_id"] == 1
@@ -166,7 +166,7 @@ def test_pre_tokenizer_override_is_written(tmp_path):
     warnings = []
     r, llm = _vocab_gguf(d, tmp_path / "o.gguf", pre_tokenizer="llama-bpe", warn=warnings.append)
     assert r.tokenizer_pre == "llama-bpe" and not warnings
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     assert read_gguf(tmp_path / "o.gguf").kv["tokenizer.ggml.pre"] == "llama-bpe"
     assert llm.tokenize(b"abc 123", add_bos=False)  # llama.cpp loads and uses it
     # the verb, on a tokenizer that is recognised (gpt-2 by structure): the named one wins, with a warning
@@ -202,7 +202,7 @@ def test_sentencepiece_style_tokenizer_json_without_tokenizer_model(arch, tmp_pa
     assert r.tokenizer_pre == "default"
     texts = [t for t in cs.TEXTS if not t[:1].isspace()] if arch == "phi3" else cs.TEXTS  # see the module doc
     _assert_same(_hf(d), llm, texts, prefix_space=arch == "phi3")
-    from ggml_ext.gguf_reader import read_gguf
+    from ggml_ext.gguf import read_gguf
     kv = read_gguf(tmp_path / "j.gguf").kv
     assert kv["tokenizer.ggml.model"] == "llama"
     assert kv["tokenizer.ggml.token_type"][kv["tokenizer.ggml.tokens"].index("<0x41>")] == V.TokenType.BYTE

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from ggml_ext import ggml_types
-from ggml_ext.gguf_reader import GGUFError, GGUFFile, parse_gguf_bytes, read_gguf
+from ggml_ext.gguf import GGUFError, GGUFFile, parse_gguf_bytes, read_gguf
 from ggml_ext.info import format_info, info_dict
 
 REPO = Path(__file__).resolve().parents[1]

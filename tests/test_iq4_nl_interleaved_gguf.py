@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import q4_0_probe
-from ggml_ext import gguf_reader, quants, repack
+from ggml_ext import quants, repack
+from ggml_ext.gguf import GGUFError, read_gguf
 from ggml_ext.converters import ConversionError
 from ggml_ext.converters.policy import choose_type, parse_keep
 
@@ -82,7 +83,7 @@ def test_policy_interleaves_block_matrices_only():
 
 def test_loader_refuses_rows_that_do_not_divide(tmp_path):
     """A hostile file: type 38 on a 12-row matrix."""
-    from ggml_ext.converters.gguf_writer import GGUFWriter
+    from ggml_ext.gguf import GGUFWriter
     from ggml_ext.llama_cpp_glue import Llama
     path = tmp_path / "bad-rows.gguf"
     w = GGUFWriter(path)
@@ -91,8 +92,8 @@ def test_loader_refuses_rows_that_do_not_divide(tmp_path):
     w.add_tensor_info("blk.0.attn_q.weight", (64, 12), quants.type_id("IQ4_NL_8_8"), data.nbytes)
     with w:
         w.write_tensor(data.reshape(-1))
-    with pytest.raises(gguf_reader.GGUFError, match="divisible by 8|row"):
-        gguf_reader.read_gguf(path)
+    with pytest.raises(GGUFError, match="divisible by 8|row"):
+        read_gguf(path)
     with pytest.raises(ValueError):
         Llama(path, n_ctx=64)
     from ggml_ext import tools
@@ -111,8 +112,8 @@ def files(iq4_nl_files):
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_repack_round_trips_to_the_same_bytes(files, name, tmp_path):
-    src = gguf_reader.read_gguf(files["iq4_nl"])
-    dst = gguf_reader.read_gguf(files[name])
+    src = read_gguf(files["iq4_nl"])
+    dst = read_gguf(files[name])
     assert [(t.name, t.shape, t.offset, t.nbytes) for t in src.tensors] == \
            [(t.name, t.shape, t.offset, t.nbytes) for t in dst.tensors]
     for a, b in zip(src.tensors, dst.tensors):

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggml_ext import assets, imatrix, quants
+from ggml_ext import assets, quants
+from ggml_ext.calibrate import imatrix
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))

@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ggml_ext import assets, gguf_reader, imatrix, tools
+from ggml_ext import assets, tools
+from ggml_ext.calibrate import imatrix
+from ggml_ext.gguf import read_gguf
 from ggml_ext.converters import ConversionError, convert
 from ggml_ext.llama_cpp_glue import Llama
 
@@ -31,7 +33,7 @@ QUESTION = "What is the capital of France? Answer in one sentence."
 
 
 def types_of(path) -> dict[str, str]:
-    return {t.name: t.type_name for t in gguf_reader.read_gguf(path).tensors}
+    return {t.name: t.type_name for t in read_gguf(path).tensors}
 
 
 def answer(path, threads) -> str:
@@ -68,7 +70,7 @@ def im_file(work, small_text, threads) -> Path:
 
 
 def test_mix_and_file_type_match_llama_quantize(iq4):
-    g = gguf_reader.read_gguf(iq4)
+    g = read_gguf(iq4)
     assert g.kv["general.file_type"] == 25
     ref = default_model("IQ4_NL")  # our llama-quantize from the f16 GGUF (ggml's quantizer)
     assert types_of(iq4) == types_of(ref)

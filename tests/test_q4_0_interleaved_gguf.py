@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import q4_0_probe
-from ggml_ext import gguf_reader, quants, repack
+from ggml_ext import quants, repack
+from ggml_ext.gguf import GGUFError, read_gguf
 from ggml_ext.converters import ConversionError
 from ggml_ext.converters.policy import choose_type
 
@@ -90,13 +91,13 @@ def test_convert_refuses_a_kept_interleaved_type_that_does_not_fit(tmp_path):
     assert not out.exists()
     # the same rows under --type q4_0_8_8 fall back to Q4_0; the others are interleaved
     r = ggml_ext.convert(folder, out, "q4_0_8_8")
-    types = {t.name: t.type_name for t in gguf_reader.read_gguf(out).tensors}
+    types = {t.name: t.type_name for t in read_gguf(out).tensors}
     assert types["blk.0.ffn_gate.weight"] == "Q4_0" and types["blk.0.attn_q.weight"] == "Q4_0_8_8"
     assert r.path == out
 
 
 def test_loader_refuses_rows_that_do_not_divide(tmp_path):
-    from ggml_ext.converters.gguf_writer import GGUFWriter
+    from ggml_ext.gguf import GGUFWriter
     from ggml_ext.llama_cpp_glue import Llama
     path = tmp_path / "bad-rows.gguf"
     w = GGUFWriter(path)
@@ -105,8 +106,8 @@ def test_loader_refuses_rows_that_do_not_divide(tmp_path):
     w.add_tensor_info("blk.0.attn_q.weight", (64, 12), quants.type_id("Q4_0_8_8"), data.nbytes)
     with w:
         w.write_tensor(data.reshape(-1))
-    with pytest.raises(gguf_reader.GGUFError, match="divisible by 8|row"):
-        gguf_reader.read_gguf(path)
+    with pytest.raises(GGUFError, match="divisible by 8|row"):
+        read_gguf(path)
     with pytest.raises(ValueError):
         Llama(path, n_ctx=64)
 
@@ -120,8 +121,8 @@ def files(q4_0_files):
 
 @pytest.mark.parametrize("name", sorted(ROWS))
 def test_repack_round_trips_to_the_same_bytes(files, name, tmp_path):
-    src = gguf_reader.read_gguf(files["q4_0"])
-    dst = gguf_reader.read_gguf(files[name])
+    src = read_gguf(files["q4_0"])
+    dst = read_gguf(files[name])
     assert [(t.name, t.shape, t.offset, t.nbytes) for t in src.tensors] == \
            [(t.name, t.shape, t.offset, t.nbytes) for t in dst.tensors]
     for a, b in zip(src.tensors, dst.tensors):
@@ -141,7 +142,7 @@ def test_repack_cli_and_auto_layout(files, tmp_path):
     from ggml_ext import cli
     out = tmp_path / "auto.gguf"
     assert cli.main(["repack", str(files["q4_0"]), str(out)]) == 0
-    got = {t.type_name for t in gguf_reader.read_gguf(out).tensors}
+    got = {t.type_name for t in read_gguf(out).tensors}
     assert LAYOUTS[repack.auto_layout()] in got
     assert cli.main(["repack", str(files["q4_0"]), str(out), "--layout", "8x8"]) == 1  # exists, no --force
     assert repack.auto_layout({"avx2"}, "x86_64") == "8x8"
@@ -161,7 +162,7 @@ def test_repack_target_picks_the_documented_layout(files, tmp_path, target, layo
     from ggml_ext import cli
     out = tmp_path / f"{target}.gguf"
     assert cli.main(["repack", str(files["q4_0"]), str(out), "--target", target]) == 0
-    got = {t.type_name for t in gguf_reader.read_gguf(out).tensors}
+    got = {t.type_name for t in read_gguf(out).tensors}
     assert LAYOUTS[layout] in got and not (set(LAYOUTS.values()) - {LAYOUTS[layout]}) & got
     assert out.read_bytes() == files[LAYOUTS[layout]].read_bytes()  # same bytes as --layout
 
@@ -287,7 +288,7 @@ def test_convert_type_q4_0_8_8_writes_the_repacked_bytes(files, tmp_path):
     from ggml_ext import assets
     out = tmp_path / "smollm2-q4_0_8_8-convert.gguf"
     ggml_ext.convert(assets.path("smollm2-hf"), out, "q4_0_8_8")
-    conv, rep = gguf_reader.read_gguf(out), gguf_reader.read_gguf(files["Q4_0_8_8"])
+    conv, rep = read_gguf(out), read_gguf(files["Q4_0_8_8"])
     assert conv.kv["general.file_type"] == 35
     assert [(t.name, t.type_name, t.nbytes) for t in conv.tensors] == [(t.name, t.type_name, t.nbytes) for t in rep.tensors]
     a, b = out.read_bytes(), files["Q4_0_8_8"].read_bytes()
@@ -320,7 +321,7 @@ def test_an_interleaved_token_embedding_is_refused_at_load_not_run(files, tmp_pa
     from ggml_ext.llama_cpp_glue import Llama
     path = tmp_path / "embd-q4_0.gguf"
     ggml_ext.convert(assets.path("smollm2-hf"), path, "q4_0", keep=["token_embd.weight=q4_0"])
-    t = gguf_reader.read_gguf(path).tensor("token_embd.weight")
+    t = read_gguf(path).tensor("token_embd.weight")
     assert t.type_name == "Q4_0"
     with open(path, "r+b") as f:  # what `repack` would do if it took the embedding
         f.seek(t.file_offset)
@@ -329,7 +330,7 @@ def test_an_interleaved_token_embedding_is_refused_at_load_not_run(files, tmp_pa
         f.write(quants.repack_q4_0("Q4_0_8_8", data, t.shape[1], t.shape[0]).tobytes())
         f.seek(t.type_field_offset)
         f.write(struct.pack("<i", quants.type_id("Q4_0_8_8")))
-    assert gguf_reader.read_gguf(path).tensor("token_embd.weight").type_name == "Q4_0_8_8"
+    assert read_gguf(path).tensor("token_embd.weight").type_name == "Q4_0_8_8"
     probe = subprocess.run(
         [__import__("sys").executable, "-c",
          "import sys; from ggml_ext.llama_cpp_glue import Llama\n"

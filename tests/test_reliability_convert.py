@@ -1,7 +1,7 @@
 """Faults while converting the default model's HF folder: killed mid-write, disk full, unreadable shards.
 
 The converter writes `.OUT.gguf.<host>.<pid>.<random>.tmp` next to the output and
-moves it into place at the end (converters/gguf_writer.py, ggml_ext/_atomic.py).
+moves it into place at the end (ggml_ext/gguf/writer.py, ggml_ext/_atomic.py).
 What each fault must leave:
 
 * SIGKILL mid-write: no output; the temp file stays (nothing can run after
@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from ggml_ext import _atomic
-from ggml_ext.gguf_reader import read_gguf
+from ggml_ext.gguf import read_gguf
 
 import convert_support as cs
 

@@ -44,7 +44,7 @@ np = pytest.importorskip("numpy")
 
 from ggml_ext import info as info_verb  # noqa: E402
 from ggml_ext import tools  # noqa: E402
-from ggml_ext.gguf_reader import GGUFError, parse_gguf_bytes  # noqa: E402
+from ggml_ext.gguf import GGUFError, parse_gguf_bytes  # noqa: E402
 
 REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"   # inputs the fuzzers found
 MEM_LIMIT = 4 << 30     # address space of each llama.cpp process

@@ -6,18 +6,10 @@ inside this package; `ggml_ext.build_info.report()` says what was built.
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "convert"]
-
-# The converters live in the repository's top-level converters/ folder; the wheel
-# installs them as ggml_ext/converters. Running from a source checkout
-# (PYTHONPATH=python), let `ggml_ext.converters` resolve to that folder.
-_here = Path(__file__).resolve().parent
-if not (_here / "converters").is_dir() and (_here.parents[1] / "converters" / "__init__.py").is_file():
-    __path__.append(str(_here.parents[1]))  # noqa: F821 - the package's own search path
 
 
 def __getattr__(name: str):

@@ -15,7 +15,7 @@ PASSTHROUGH = {"bench"}
 AFTER_DASHDASH = {"serve"}
 VERBS = {
     "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF ({types})"),
-    "imatrix": ("ggml_ext.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
+    "imatrix": ("ggml_ext.calibrate.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
     "repack": ("ggml_ext.repack", "rewrite a GGUF's Q4_0 matrices in an interleaved layout (4x4/4x8/8x8/auto), or back"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
     "chat": ("ggml_ext.chat", "chat with a GGUF model (interactive, or --prompt for one answer)"),

@@ -11,7 +11,9 @@ From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
 Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (ggml-ext's quantizer;
 ``--imatrix FILE`` for importance weights), and ggml-ext's interleaved
 q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
-``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). Errors print ``error: ...`` and exit 1, leaving no output file.
+``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). ``--method NAME`` picks the
+quantization method by name from :mod:`ggml_ext.methods` (default ``rtn``, the type's own
+quantizer). Errors print ``error: ...`` and exit 1, leaving no output file.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import signal
 import sys
 import types
 
+from . import methods as _methods
 from .converters import policy as _policy
 
 __all__ = ["convert", "add_arguments", "main"]
@@ -48,9 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--imatrix", default=None, metavar="FILE",
                    help="importance matrix from llama-imatrix / `ggml-ext imatrix` (GGUF or legacy .dat): "
                         "used for every quantized matrix, as llama-quantize --imatrix")
+    p.add_argument("--method", default="rtn", choices=_methods.available(),
+                   help="quantization method for the quantized matrices (default rtn): "
+                        + "; ".join(f"{n}: {h}" for n, h in _methods.describe().items()))
     p.add_argument("--iq4-nl-weighting", default="default",
                    choices=("default", "one", "x2", "sqrt_s2x2", "s2x2"),
-                   help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2)")
+                   help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2); "
+                        "an option of --method rtn")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
                         "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
@@ -96,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
                          threads=args.threads, vocab_only=args.vocab_only, imatrix=args.imatrix,
-                         iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
+                         method=args.method, iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
                          progress=progress, warn=warn)
     except ConversionError as e:
         if bar is not None:

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from .gguf_reader import GGUFError, GGUFFile, read_gguf
+from .gguf import GGUFError, GGUFFile, read_gguf
 
 __all__ = ["format_info", "info_dict", "add_arguments", "main", "FILE_TYPES"]
 

@@ -41,7 +41,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _atomic, formats, gguf_reader, quants, targets
+from . import _atomic, formats, quants, targets
+from .gguf import GGUFError, read_gguf
 
 __all__ = ["LAYOUTS", "Q4_0_LAYOUTS", "IQ4_LAYOUTS", "RepackError", "RepackResult", "auto_layout", "repack", "add_arguments", "main"]
 
@@ -148,8 +149,8 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
     if out.exists() and src.resolve() == out.resolve():
         raise RepackError("input and output are the same file")
     try:
-        info = gguf_reader.read_gguf(src)
-    except (OSError, gguf_reader.GGUFError) as e:
+        info = read_gguf(src)
+    except (OSError, GGUFError) as e:
         raise RepackError(f"{src}: {e}") from None
 
     result = RepackResult(out, to_type if layout in ("q4_0", "iq4_nl") else f"{to_type}/{IQ4_LAYOUTS[layout]}")

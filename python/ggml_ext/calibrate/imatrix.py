@@ -73,7 +73,7 @@ def load(path: str | os.PathLike) -> Imatrix:
 
 
 def _load_gguf(p: Path) -> Imatrix:
-    from .gguf_reader import GGUFError, read_gguf
+    from ..gguf import GGUFError, read_gguf
     try:
         g = read_gguf(p)
     except GGUFError as e:
@@ -161,7 +161,7 @@ def make(model: str | os.PathLike, output: str | os.PathLike, text: str | os.Pat
          chunks: int = 32, n_ctx: int = 512, threads: int | None = None, force: bool = False,
          echo: bool = False) -> Path:
     """Run our llama-imatrix on ``model`` over ``text`` (default: the wiki-train asset); GGUF output."""
-    from . import assets, tools
+    from .. import assets, tools
     out = Path(output)
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists (use --force to replace it)")

@@ -29,9 +29,8 @@ from typing import Any
 import numpy as np
 
 from .. import _atomic
-from .errors import ConversionError
 
-__all__ = ["GGUFWriter", "VALUE_TYPES"]
+__all__ = ["GGUFWriter", "GGUFWriteError", "VALUE_TYPES"]
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -82,6 +81,12 @@ class _TensorInfo:
     offset: int = 0
 
 
+class GGUFWriteError(ValueError):
+    """The file cannot be written as asked: it exists (and ``force`` is off), its folder is
+    missing, or a tensor name is too long for ggml. The message says which; callers such as
+    the converter pass it on to the user as their own error."""
+
+
 def _pad(n: int, align: int = ALIGNMENT) -> int:
     return (n + align - 1) // align * align
 
@@ -99,9 +104,9 @@ class GGUFWriter:
         self._header_size = 0
         self._dirty = False
         if self.path.exists() and not force:
-            raise ConversionError(f"{self.path} exists; pass --force (force=True) to replace it")
+            raise GGUFWriteError(f"{self.path} exists; pass --force (force=True) to replace it")
         if not self.path.parent.is_dir():
-            raise ConversionError(f"output folder does not exist: {self.path.parent}")
+            raise GGUFWriteError(f"output folder does not exist: {self.path.parent}")
 
     # ----------------------------------------------------------------- building
     def add(self, key: str, vtype: str, value: Any) -> None:
@@ -126,7 +131,7 @@ class GGUFWriter:
         if name in self._names:
             raise ValueError(f"duplicate tensor {name!r}")
         if len(name.encode()) >= 64:
-            raise ConversionError(f"tensor name {name!r} is longer than ggml's 63-byte limit")
+            raise GGUFWriteError(f"tensor name {name!r} is longer than ggml's 63-byte limit")
         self._names.add(name)
         self._tensors.append(_TensorInfo(name, tuple(int(d) for d in shape), int(type_id), int(nbytes)))
 
@@ -200,7 +205,7 @@ class GGUFWriter:
             try:
                 os.link(self._tmp, self.path)  # fails if the name exists: never clobber
             except FileExistsError:
-                raise ConversionError(f"{self.path} appeared while converting; pass --force to replace it") from None
+                raise GGUFWriteError(f"{self.path} appeared while converting; pass --force to replace it") from None
             except OSError:
                 if self.path.exists():
                     raise

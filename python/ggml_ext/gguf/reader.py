@@ -44,7 +44,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import ggml_types
+from .. import ggml_types
 
 __all__ = [
     "GGUFError", "GGUFFile", "TensorInfo", "TypeStats", "read_gguf",
