@@ -86,7 +86,7 @@ KNOWN_PRE_HASHES = {
 }
 
 #: every tokenizer.ggml.pre the pinned llama.cpp's llama-vocab.cpp accepts for a BPE vocabulary (it refuses a
-#: file with any other); tests/test_convert_tokenizer.py checks this list against the pinned source.
+#: file with any other); tests/convert/test_convert_tokenizer.py checks this list against the pinned source.
 LLAMA_CPP_PRE_NAMES = frozenset("""
     a.x-4.0 afmoe bailingmoe bailingmoe2 bloom chameleon chatglm-bpe codeshell cohere2moe command-r dbrx
     deepseek-coder deepseek-llm deepseek-r1-qwen deepseek-v3 default exaone exaone-moe exaone4 f2llmv2 falcon

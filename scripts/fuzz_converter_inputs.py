@@ -24,7 +24,7 @@ Q4_0 (interleaved too) data dequantizes to the source within one quantization
 step.  Any other exception (KeyError, TypeError, struct.error, MemoryError,
 RecursionError, an AssertionError of these checks...) is a crash, and so is a
 hang (libFuzzer's -timeout).  A crash found here belongs in
-tests/fuzz/converter_regressions/ (replayed by tests/test_reliability_fuzz_convert.py).
+tests/fuzz/converter_regressions/ (replayed by tests/reliability/test_reliability_fuzz_convert.py).
 
 Only the fuzz run needs atheris: imported as a module (the tests' replay of the
 committed inputs through `check_one`) or with --make-seeds, --unpack or
@@ -48,7 +48,7 @@ if FUZZING:
         import atheris
     except ImportError:
         sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
-                 "atheris`); replaying inputs needs no atheris: tests/test_reliability_fuzz_convert.py")
+                 "atheris`); replaying inputs needs no atheris: tests/reliability/test_reliability_fuzz_convert.py")
     # coverage instrumentation of the converters: they must be first imported here
     _instrumented = atheris.instrument_imports(include=["ggml_ext.converters"])
 else:

@@ -6,7 +6,7 @@
     fuzz_gguf_c.py run [--target T] [--seconds N] [--corpus DIR] [--json] [-- LIBFUZZER ARGS]
     fuzz_gguf_c.py replay [--target T] FILE...    run inputs once (a crash exits non-zero)
     fuzz_gguf_c.py hostile [--subset N] [--json]  load_gguf_model over the hostile files of
-                                                  tests/test_reliability_files.py
+                                                  tests/reliability/test_reliability_files.py
 
 Targets (tests/c/sanitizer/): fuzz_gguf (gguf.cpp's allocating parser, every tensor through
 ggml_validate_row_data, metadata round trip) and fuzz_llama_vocab (llama_model_load_from_file,
@@ -258,7 +258,7 @@ KNOWN: dict[str, str] = {}
 
 
 def hostile(subset: int | None, jobs: int) -> dict:
-    """load_gguf_model on every file of tests/test_reliability_files.py (or every N-th)."""
+    """load_gguf_model on every file of tests/reliability/test_reliability_files.py (or every N-th)."""
     from concurrent.futures import ThreadPoolExecutor
     exe = build("load_gguf_model") / "load_gguf_model"
     sys.path.insert(0, str(REPO / "tests"))

@@ -12,7 +12,7 @@ The property: every input either parses into a self-consistent GGUFFile that
 exception is a crash.  Arguments after the script's own are libFuzzer's
 (-runs=N, -max_total_time=S, -max_len=N, ...); the corpus folder grows, so point
 it at a copy, not at the committed seeds.  A crash found here belongs in
-tests/fuzz/regressions/ (replayed by tests/test_reliability_fuzz.py).
+tests/fuzz/regressions/ (replayed by tests/reliability/test_reliability_fuzz.py).
 
 Only the fuzz run needs atheris: imported as a module (the tests' replay of the
 committed inputs through `check_one`) or with --make-seeds, this file does not
@@ -31,7 +31,7 @@ if FUZZING:
         import atheris
     except ImportError:
         sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
-                 "atheris`); replaying inputs needs no atheris: tests/test_reliability_fuzz.py")
+                 "atheris`); replaying inputs needs no atheris: tests/reliability/test_reliability_fuzz.py")
     # coverage instrumentation of the modules under test: they must be first imported here
     _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf.reader", "ggml_ext.ggml_types",
                                                         "ggml_ext.info"])

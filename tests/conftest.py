@@ -1,4 +1,8 @@
-"""Shared fixtures: the real default model and texts (fetched by `make test`), our tools."""
+"""Shared fixtures: the real default model and texts (fetched by `make test`), our tools.
+
+Tests are grouped by area (formats, kernels, convert, methods, runtime, reliability, cuda);
+the helper modules they share (convert_support, q4_0_probe, atheris_smoke) sit here, in
+tests/, which is put on sys.path below."""
 from __future__ import annotations
 
 import os
@@ -11,6 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared helper modules
 # Tests run against the installed package; fall back to the source tree for pure-Python modules.
 try:
     import ggml_ext  # noqa: F401
@@ -98,3 +103,22 @@ def iq4_nl_files(tmp_path_factory) -> dict:
         r = repack.repack(out["iq4_nl"], out[name], layout)
         assert r.converted and not r.kept
     return out
+
+
+@pytest.fixture(scope="session")
+def ext_ops(tmp_path_factory):
+    """Runs tests/c/test_ext_ops.cpp, built once against the installed libraries: ggml-ext's ops
+    through ggml's backend API (CPU; RPC with --rpc HOST:PORT; each GPU with --require-gpu, exit
+    77 when there is none). Returns the CompletedProcess and prints its last line."""
+    from ggml_ext import _locate
+    exe = tmp_path_factory.mktemp("ext-ops") / "test_ext_ops"
+    lib = _locate.lib_dir()
+    subprocess.run(["g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",
+                    str(REPO / "tests" / "c" / "test_ext_ops.cpp"), f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu",
+                    "-lggml-rpc", f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+        print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:])
+        return proc
+    return run

@@ -4,7 +4,7 @@ Three kinds of id:
 
 * **stock** — every type of the pinned llama.cpp tree's ``ggml.h`` (ids 0..42,
   ``GGML_TYPE_COUNT`` = 43 there). Block sizes and byte sizes are those of the
-  tree's ``type_traits`` table in ``ggml.c`` (``tests/test_gguf_reader.py``
+  tree's ``type_traits`` table in ``ggml.c`` (``tests/formats/test_gguf_reader.py``
   checks them against the tree itself).
 * **legacy** — the interleaved ids upstream removed from GGUF files and
   ggml-ext restores (the registry's rows below its own range), byte-compatible with llama.cpp

@@ -1,9 +1,9 @@
 """CPU targets for interleaved Q4_0: which layout each runs fastest, and the compiler flags
 that build our kernels for it. `ggml-ext repack --target NAME` reads this table;
-docs/ARM.md explains it and tests/test_targets.py compiles the kernel library with every
+docs/ARM.md explains it and tests/kernels/test_targets.py compiles the kernel library with every
 flag set listed here and checks which implementations each one compiles in.
 
-A build runs the kernels its target flags enable (ggml_ext/src/formats/interleaved4/interleaved4_impl.h);
+A build runs the kernels its target flags enable (ggml_ext/src/common/simd.h);
 any layout runs on any build, through the best compiled-in kernel (the scalar reference at
 worst), so a file repacked for the wrong target is slower, never wrong.
 """

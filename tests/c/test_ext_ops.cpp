@@ -6,7 +6,7 @@
 //                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound)
 //   --require-gpu     exit 77 (skip) when there is no GPU device
 // Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
-// Built and run by tests/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
+// Built and run by tests/kernels/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"

@@ -6,7 +6,7 @@
 // Activation rows 1-33 (4-row GEMM, GEMV leftovers, both), 1-2 src1 planes, 1-4 threads.
 // Weights whose row count does not divide by 8 are not offered to the repack buffer
 // (supports_op, what llama.cpp asks when it places a weight), in both modes.
-// Built and run by tests/test_q4_0_runtime_repack.py against our installed libggml.
+// Built and run by tests/kernels/test_q4_0_runtime_repack.py against our installed libggml.
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"

@@ -3,7 +3,7 @@
 // SIMD kernel against the scalar reference on many shapes (odd block counts, more blocks
 // than one x86 chunk, output strides), layout transforms against docs/formats/interleaved4.md, repack round
 // trips, refused shapes, and optionally ggml's own Q4_0/Q8_0 output (--ggml-fixture FILE,
-// written by tests/test_kernels_q4_0_interleaved.py through libggml-base).
+// written by tests/kernels/test_interleaved4_kernels.py through libggml-base).
 //
 // Tolerance of a GEMV/GEMM output y against the exact value (in double) of the same
 // quantized weights and activations: |y - exact| <= (nb + 4) * 2^-23 * T, where

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "fuzz_gguf_c.py"
 FUZZ_DIR = REPO / "tests" / "fuzz"
 SMOKE_SECONDS = {"fuzz_gguf": 20, "fuzz_llama_vocab": 15}
@@ -91,7 +91,7 @@ def test_hostile_files_under_sanitizers(fz):
 def test_valid_model_decodes_under_sanitizers(fz, tmp_path):
     """The loader program itself works: the valid tiny model loads, validates and decodes."""
     pytest.importorskip("gguf")
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "reliability"))
     import test_reliability_files as rf
     model = tmp_path / "tiny.gguf"
     model.write_bytes(rf.tiny_model(tmp_path / "t.gguf"))

@@ -186,7 +186,7 @@ def test_pre_tokenizer_override_must_be_a_name_llama_cpp_accepts(tmp_path):
 
 def test_pre_tokenizer_names_are_the_pinned_llama_cpps():
     """LLAMA_CPP_PRE_NAMES is what llama-vocab.cpp of the pinned tree accepts for a BPE vocabulary."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import fetch_llama_cpp
     src = (fetch_llama_cpp.pristine_tree() / "src" / "llama-vocab.cpp").read_text()
     assert set(re.findall(r'tokenizer_pre == "([^"]+)"', src)) == V.LLAMA_CPP_PRE_NAMES

@@ -21,7 +21,7 @@ interleaved layout.
 Greedy answers are compared with plain Q4_0 under the same build and with the native x86
 run, and printed (-s shows them); identical text is not asserted: Q8_0 activations turn float
 rounding differences between kernel paths into whole quantization steps (see
-test_q4_0_interleaved_gguf.py). The qemu runs go in parallel, one per core; qemu's timings
+test_interleaved4_q4_0_gguf.py). The qemu runs go in parallel, one per core; qemu's timings
 mean nothing and are not measured here.
 """
 from __future__ import annotations
@@ -41,13 +41,13 @@ from ggml_ext import tools
 
 pytestmark = pytest.mark.qemu
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PROMPT = "What is the capital of France? Answer in one sentence."
 N_TOKENS = 12
 QEMU_THREADS = 1
 PPL_FILES = ("Q4_0", "Q4_0_4_8")
 # One layout on the baseline build: the scalar kernels of all three share one driver, and each
-# is checked against the reference under qemu armv8-a by test_kernels_q4_0_interleaved.py;
+# is checked against the reference under qemu armv8-a by test_interleaved4_kernels.py;
 # 8x8 is the x86 layout, the file most likely to meet a small Arm core.
 BASELINE_FILES = ("Q4_0_8_8",)
 LAYOUTS = {"Q4_0_4_4": "4x4", "Q4_0_4_8": "4x8", "Q4_0_8_8": "8x8"}

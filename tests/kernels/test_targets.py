@@ -2,7 +2,7 @@
 set it documents compiles our interleaved Q4_0 kernel library (aarch64-linux-gnu-gcc for
 Arm targets, gcc for x86), and compiles in exactly the implementations the table says, so
 each target's chosen layout has its SIMD kernels. Compile only (a few seconds per flag
-set); tests/test_kernels_q4_0_interleaved.py runs the kernels under qemu.
+set); tests/kernels/test_interleaved4_kernels.py runs the kernels under qemu.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 
 from ggml_ext import targets
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 

@@ -25,7 +25,7 @@ OUR_EXTRA = {"ggml_ext.format_version", "ggml_ext.source_hash", "tokenizer.ggml.
 
 
 def _tree() -> Path:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     r = subprocess.run([sys.executable, str(repo / "scripts" / "fetch_llama_cpp.py"), "tree"], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -46,7 +46,7 @@ from ggml_ext import info as info_verb  # noqa: E402
 from ggml_ext import tools  # noqa: E402
 from ggml_ext.gguf import GGUFError, parse_gguf_bytes  # noqa: E402
 
-REGRESSIONS = Path(__file__).resolve().parent / "fuzz" / "regressions"   # inputs the fuzzers found
+REGRESSIONS = Path(__file__).resolve().parents[1] / "fuzz" / "regressions"   # inputs the fuzzers found
 MEM_LIMIT = 4 << 30     # address space of each llama.cpp process
 TOOL_TIMEOUT = 30       # seconds per llama-cli run
 WORKER_TIMEOUT = 120    # seconds for the llama-cpp-python worker over all files

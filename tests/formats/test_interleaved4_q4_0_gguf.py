@@ -198,7 +198,7 @@ def test_logits_along_the_greedy_tokens_match_q4_0(files, reference, threads, na
     keep 4, upstream's kernels their own split), so the float roundings differ in the last bits,
     and the next layer's Q8_0 activations turn such differences into whole quantization steps.
     (On x86 our build's own runtime repack of the Q4_0 file runs the Q4_0_8_8 kernels: bit
-    identity with that file is tests/test_q4_0_runtime_repack.py.)"""
+    identity with that file is tests/kernels/test_q4_0_runtime_repack.py.)"""
     ours = q4_0_probe.run(files[name], threads, tmp_path, seq=reference["seq"])["logits"][reference["at"]]
     q4_0_probe.assert_close_to_stock(ours, reference, name)
     greedy = q4_0_probe.run(files[name], threads, tmp_path)["tokens"].tolist()
@@ -265,12 +265,12 @@ def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool
 
 
 def test_cpu_mul_mat_hook_agrees_with_plain_q4_0(tmp_path):
-    """tests/c/test_q4_0_interleaved_mul_mat.c on our installed libggml: ggml graphs with the
+    """tests/c/test_interleaved4_mul_mat.c on our installed libggml: ggml graphs with the
     interleaved and the plain Q4_0 weights side by side, 1-33 activation rows, 1-2 src1
     planes, 1-4 threads."""
     from pathlib import Path
     from ggml_ext import _locate
-    src = Path(__file__).resolve().parent / "c" / "test_q4_0_interleaved_mul_mat.c"
+    src = Path(__file__).resolve().parents[1] / "c" / "test_interleaved4_mul_mat.c"
     exe = tmp_path / "t_mul_mat"
     lib = _locate.lib_dir()
     subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",

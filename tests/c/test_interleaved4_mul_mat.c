@@ -2,7 +2,7 @@
 // weights (36-38) through the patched ggml_compute_forward_mul_mat hook, against the same
 // weights as plain Q4_0 / IQ4_NL through stock ggml, for activation row counts that exercise the 4-row GEMM, the GEMV
 // leftovers and both together, batched src1 planes, and 1-4 threads.
-// Built and run by tests/test_q4_0_interleaved_gguf.py against our installed libggml.
+// Built and run by tests/formats/test_interleaved4_q4_0_gguf.py against our installed libggml.
 #include "ggml.h"
 #include "ggml-cpu.h"
 #include "ggml-ext.h"

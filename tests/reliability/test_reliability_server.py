@@ -19,7 +19,7 @@ import pytest
 
 from ggml_ext import serve
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SLOTS, CTX = 4, 2048          # 512 tokens per slot
 
 

@@ -16,7 +16,7 @@ import pytest
 
 import atheris_smoke
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "fuzz_converter_inputs.py"
 SEEDS = REPO / "tests" / "fuzz" / "converter_seeds"
 REGRESSIONS = REPO / "tests" / "fuzz" / "converter_regressions"

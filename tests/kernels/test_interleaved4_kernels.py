@@ -1,6 +1,6 @@
 """Interleaved Q4_0 and IQ4_NL kernels (ggml_ext/src/q4_0_interleaved*, iq4_nl_interleaved.h,
 one library: the IQ4_NL kernels are the Q4_0 ones with a table-lookup weight decode): the C test program
-tests/c/test_q4_0_interleaved.c built natively (every SIMD kernel of this CPU against the
+tests/c/test_interleaved4.c built natively (every SIMD kernel of this CPU against the
 scalar reference, plus builds without AVX-512 and without AVX2 to prove the fallbacks) and
 cross-built for aarch64 and run under qemu (NEON dotprod, i8mm, and plain armv8-a; and a
 Neoverse V1 build with SVE run at 256-bit vectors, where the SVE-256 Q4_0_8_8 kernels are
@@ -10,7 +10,7 @@ Every run also compares our Q4_0 and Q8_0 reference quantizers (and each SIMD Q8
 quantizer) with ggml's own, byte for byte: libggml-base's ggml_quantize_chunk and
 dequantize_row_q4_0 make a fixture through ctypes, which the C program checks.
 
-Byte compatibility with llama.cpp's interleaved files: tests/c/test_q4_0_upstream_compat.c
+Byte compatibility with llama.cpp's interleaved files: tests/c/test_interleaved4_upstream_compat.c
 links the pinned tree's own arch/{x86,arm}/repack.cpp (compiled as is) and runs upstream's
 SIMD kernels on our repacked weights (x86: Q4_0_8_8, IQ4_NL_8_8; Arm: Q4_0_4_4, Q4_0_4_8 with i8mm,
 IQ4_NL_4_4, and with SVE at 256 bits also Q4_0_8_8).
@@ -30,12 +30,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 
-TEST_C = REPO / "tests" / "c" / "test_q4_0_interleaved.c"
-COMPAT_C = REPO / "tests" / "c" / "test_q4_0_upstream_compat.c"
+TEST_C = REPO / "tests" / "c" / "test_interleaved4.c"
+COMPAT_C = REPO / "tests" / "c" / "test_interleaved4_upstream_compat.c"
 # gnu11 as ggml's CMake build (C_EXTENSIONS): GCC then contracts a * b + c into fma
 # (-ffp-contract=fast), which the reference quantizers must be immune to.
 CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]

@@ -6,8 +6,8 @@ iq4_nl_8_8` writes exactly the repacked bytes; our llama.cpp answers the chat pr
 from the IQ4_NL_8_8 file and its logits stay as close to the plain IQ4_NL file's as
 stock llama.cpp's own two IQ4_NL paths are to each other; a file whose row count does
 not divide by N is refused. ggml graph comparisons (interleaved vs plain IQ4_NL,
-1-33 rows, 1-4 threads) run in tests/c/test_q4_0_interleaved_mul_mat.c
-(test_q4_0_interleaved_gguf.py::test_cpu_mul_mat_hook_agrees_with_plain_q4_0).
+1-33 rows, 1-4 threads) run in tests/c/test_interleaved4_mul_mat.c
+(test_interleaved4_q4_0_gguf.py::test_cpu_mul_mat_hook_agrees_with_plain_q4_0).
 """
 from __future__ import annotations
 

@@ -15,9 +15,9 @@ import pytest
 
 from ggml_ext import _locate, formats, ggml_types, quants
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEF = REPO / "ggml_ext" / "include" / "ggml-ext-types.def"
-# The implementations ggml_ext_dispatched_kernel can name (as tests/test_build_info.py).
+# The implementations ggml_ext_dispatched_kernel can name (as tests/runtime/test_build_info.py).
 KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm"}
 
 

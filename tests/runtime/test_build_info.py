@@ -35,7 +35,7 @@ KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve25
 def test_dispatched_kernels_agree_with_the_build_features():
     """Every interleaved type reports a GEMV and a GEMM kernel, consistent with the SIMD features
     ggml's own CPU backend says this build was compiled with (the same compiler macros decide ours;
-    tests/c/test_q4_0_interleaved.c checks that each report names the kernel that runs)."""
+    tests/c/test_interleaved4.c checks that each report names the kernel that runs)."""
     b = build_info.get()
     assert set(b.kernels) == set(build_info.INTERLEAVED_TYPES.values())
     used = {k for pair in b.kernels.values() for k in pair}

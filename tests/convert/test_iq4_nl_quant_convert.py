@@ -24,7 +24,7 @@ from ggml_ext.gguf import read_gguf
 from ggml_ext.converters import ConversionError, convert
 from ggml_ext.llama_cpp_glue import Llama
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from default_models import default_model  # noqa: E402
 

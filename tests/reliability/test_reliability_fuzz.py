@@ -15,7 +15,7 @@ import pytest
 
 import atheris_smoke
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "fuzz_gguf_reader.py"
 FUZZ_DIR = REPO / "tests" / "fuzz"
 SMOKE_SECONDS = 15

@@ -28,7 +28,7 @@ from ggml_ext import ggml_types
 from ggml_ext.gguf import GGUFError, GGUFFile, parse_gguf_bytes, read_gguf
 from ggml_ext.info import format_info, info_dict
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PYDIR = REPO / "python"
 # A hang guard, not a speed claim: a hostile count the reader trusted would loop for hours;
 # a real parse of these files takes milliseconds on any machine, so 30 s never fires by chance.
