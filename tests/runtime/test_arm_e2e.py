@@ -68,9 +68,9 @@ OURS_FAST_IQ4 = {
     "IQ4_NL_4_8": {"gemv_iq4_nl_4x8_dotprod", "gemm_iq4_nl_4x8_i8mm"},
     "IQ4_NL_8_8": {"gemv_iq4_nl_8x8_dotprod", "gemm_iq4_nl_8x8_i8mm"},
 }
-OURS_BASELINE = {name: {f"gemv_{lay}_generic", f"gemm_{lay}_generic"} for name, lay in LAYOUTS.items()}
+OURS_BASELINE = {name: {f"gemv_q4_0_{lay}_generic", f"gemm_q4_0_{lay}_generic"} for name, lay in LAYOUTS.items()}
 # Our kernel entry points (arm/ and generic/) and upstream's repack GEMV/GEMM for Q4_0.
-TRACED = re.compile(r"^(gem[mv]_(q4_0_|iq4_nl_)?[48]x[48]_(dotprod|i8mm|generic|sve256)"
+TRACED = re.compile(r"^(gem[mv]_(q4_0|iq4_nl)_[48]x[48]_(dotprod|i8mm|generic|sve256)"
                     r"|ggml_gem[mv]_(q4_0|iq4_nl)_[48]x[48]_q8_0)$")
 UPSTREAM = re.compile(r"^ggml_gem[mv]_(q4_0|iq4_nl)_")
 

@@ -96,7 +96,7 @@ INLINE void gemm_4x8_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
     INLINE void tile_##values##_4x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
         gemm_4x8_tiles(V, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                   \
     }                                                                                                           \
-    static void gemm_##values##_4x8(GGML_EXT_I4_MM_ARGS) {                                                      \
+    static void gemm_##values##_4x8_i8mm(GGML_EXT_I4_MM_ARGS) {                                                 \
         ggml_ext_i4_arm_gemm_driver(4, 2, tile_##values##_4x8_8rows, tile_##values##_4x8_4rows, n, s, bs, vx, vy, \
                                     nr, nc);                                                                    \
     }
@@ -139,7 +139,7 @@ INLINE void tile_8x8_4rows_f(int fam, const ggml_ext_block_q8_0x4 * a, int nb, c
     INLINE void tile_##values##_8x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                         \
         tile_8x8_4rows_f(V, a, nb, w, s, bs);                                                                  \
     }                                                                                                          \
-    static void gemm_##values##_8x8(GGML_EXT_I4_MM_ARGS) {                                                     \
+    static void gemm_##values##_8x8_i8mm(GGML_EXT_I4_MM_ARGS) {                                                \
         ggml_ext_i4_arm_gemm_driver(8, 1, tile_##values##_8x8_4rows, tile_##values##_8x8_4rows, n, s, bs, vx, vy, \
                                     nr, nc);                                                                   \
     }
@@ -152,7 +152,7 @@ const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_i8mm = {
     .quantize_mat_q8_0_4x4 = NULL,
     .quantize_mat_q8_0_4x8 = NULL,
     .gemv                  = { { NULL } },  // SDOT: see the top of this file
-    .gemm                  = { { NULL, gemm_q4_0_4x8, gemm_q4_0_8x8 }, { NULL, gemm_iq4_nl_4x8, gemm_iq4_nl_8x8 } },
+    .gemm                  = { { NULL, gemm_q4_0_4x8_i8mm, gemm_q4_0_8x8_i8mm }, { NULL, gemm_iq4_nl_4x8_i8mm, gemm_iq4_nl_8x8_i8mm } },
 };
 
 #else

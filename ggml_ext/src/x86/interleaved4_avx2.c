@@ -291,20 +291,20 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 // ---------------------------------------------------------------- entry points
 
 // The values' flag, then for B = 8 the column halves H = N / 4.
-GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
-GGML_EXT_I4_X86_ENTRIES(q4_0, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
-GGML_EXT_I4_X86_ENTRIES(q4_0, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
-GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
-GGML_EXT_I4_X86_ENTRIES(iq4_nl, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
-GGML_EXT_I4_X86_ENTRIES(iq4_nl, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
+GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
+GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
+GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
+GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
 
 const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx2 = {
     .name                  = "avx2",
     .quantize_row_q8_0     = quantize_row_q8_0_avx2,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_avx2,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_avx2,
-    .gemv                  = GGML_EXT_I4_TABLE(gemv),
-    .gemm                  = GGML_EXT_I4_TABLE(gemm),
+    .gemv                  = GGML_EXT_I4_TABLE(gemv, avx2),
+    .gemm                  = GGML_EXT_I4_TABLE(gemm, avx2),
 };
 
 #else

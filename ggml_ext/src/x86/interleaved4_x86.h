@@ -166,8 +166,8 @@ static inline void ggml_ext_i4_gemm_driver(int N, int B, int m, ggml_ext_i4_gemm
 // The entry points of one (values, layout): a group (GEMV) and a tile (GEMM) function with the
 // body's constant arguments bound (the trailing arguments: the values' flag, then any of the
 // layout's own), and the GEMV and GEMM under the drivers above with table multiplier M. Named
-// gemv_<values>_<N>x<B> / gemm_<values>_<N>x<B>, as GGML_EXT_I4_TABLE expects.
-#    define GGML_EXT_I4_X86_ENTRIES(values, N, B, M, group_body, tile_body, ...)                                  \
+// gemv_<values>_<N>x<B>_<isa> / gemm_..., as GGML_EXT_I4_TABLE expects.
+#    define GGML_EXT_I4_X86_ENTRIES(isa, values, N, B, M, group_body, tile_body, ...)                                  \
         static void gemv_group_##values##_##N##x##B(const ggml_ext_i4_act_sums * t, const ggml_ext_block_q8_0 * a,  \
                                                     const uint8_t * w, int kn, float * out, int add) {             \
             group_body(__VA_ARGS__, t, a, w, kn, out, add);                                                        \
@@ -176,10 +176,10 @@ static inline void ggml_ext_i4_gemm_driver(int N, int B, int m, ggml_ext_i4_gemm
                                                    const uint8_t * w, int kn, float * s, size_t bs, int add) {     \
             tile_body(__VA_ARGS__, t, a, w, kn, s, bs, add);                                                       \
         }                                                                                                          \
-        static void gemv_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                               \
+        static void gemv_##values##_##N##x##B##_##isa(GGML_EXT_I4_MM_ARGS) {                                       \
             ggml_ext_i4_gemv_driver(N, M, gemv_group_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);              \
         }                                                                                                          \
-        static void gemm_##values##_##N##x##B(GGML_EXT_I4_MM_ARGS) {                                               \
+        static void gemm_##values##_##N##x##B##_##isa(GGML_EXT_I4_MM_ARGS) {                                       \
             ggml_ext_i4_gemm_driver(N, B, M, gemm_tile_##values##_##N##x##B, n, s, bs, vx, vy, nr, nc);            \
         }
 

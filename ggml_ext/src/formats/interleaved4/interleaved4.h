@@ -174,12 +174,12 @@ struct ggml_ext_i4_impl {
 };
 
 // The kernel table of one kind (gemv or gemm) of an implementation whose static kernels are
-// named <kind>_<values>_<N>x<B> (q4_0 / iq4_nl; 4x4, 4x8, 8x8); NULL where it has none
-// (declare those with GGML_EXT_I4_NONE).
-#define GGML_EXT_I4_TABLE(kind)                                       \
-    {                                                                 \
-        { kind##_q4_0_4x4, kind##_q4_0_4x8, kind##_q4_0_8x8 },        \
-        { kind##_iq4_nl_4x4, kind##_iq4_nl_4x8, kind##_iq4_nl_8x8 }   \
+// named <kind>_<values>_<N>x<B>_<isa> (q4_0 / iq4_nl; 4x4, 4x8, 8x8; generic, avx2, dotprod, ...):
+// one name per kernel and implementation, which profiles and the qemu tests' traces read.
+#define GGML_EXT_I4_TABLE(kind, isa)                                                           \
+    {                                                                                          \
+        { kind##_q4_0_4x4_##isa, kind##_q4_0_4x8_##isa, kind##_q4_0_8x8_##isa },               \
+        { kind##_iq4_nl_4x4_##isa, kind##_iq4_nl_4x8_##isa, kind##_iq4_nl_8x8_##isa }          \
     }
 
 GGML_EXT_API int                           ggml_ext_i4_impl_count(void);
