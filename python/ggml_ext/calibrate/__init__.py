@@ -7,23 +7,25 @@ What lives here now:
   runs our ``llama-imatrix`` on a GGUF model and a text; :func:`.imatrix.load` reads its
   GGUF or legacy ``.dat`` output for ``convert --imatrix``.
 
-What issue 13 adds (a plan, not code yet):
+* :mod:`.data` -- calibration tokens: ``n_samples`` windows of ``seq_len`` tokens at evenly spaced
+  offsets of a text (default: the ``wiki-train`` asset, never the evaluation text);
+* :mod:`.stream` -- layer streaming: the Hugging Face model built by transformers on the ``meta``
+  device, each decoder layer loaded from the checkpoint in turn and run on every sample with the
+  exact arguments the model gives it (captured once), so memory is one layer plus activations; a
+  hook lets a method change a layer before its outputs feed the next (GPTQ-style);
+* :mod:`.collect` -- per-linear statistics, each opt-in: ``hessian`` (XᵀX in float64) and
+  ``act_stats`` (per input channel Σ|x|, Σx², max, count, log2 histogram for quantiles);
+* :mod:`.stats` -- ``ggml-ext calibrate stats/ls/rm``: the above over a whole model into a folder of
+  per-layer safetensors files with a manifest, cached by model, text and settings, resumable, and
+  exported as a llama-imatrix GGUF file.
 
-* layer streaming: run the full-precision Hugging Face model one decoder layer at a
-  time over calibration text, holding one layer's weights and its input activations,
-  for any architecture the converter's tables know (one driver, not one per model);
-* per-linear-layer Hessians (``X^T X`` of the layer's inputs, accumulated over batches)
-  for GPTQ-style methods;
-* Fisher information (diagonal, squared gradients of the loss) for SqueezeLLM-style
-  sensitivity-weighted k-means;
-* activation statistics beyond the imatrix (per-channel ranges, outliers) for KV-cache
-  and outlier-aware methods;
-* a cache of all of the above, keyed by model, text and settings, so a method can be
-  rerun without recalibrating.
+Still to come (issue 13): Fisher information (squared gradients of the loss, full backward and a
+layer-by-layer reverse pass), Fisher of the K/V projection outputs, activations on disk for models
+whose samples do not fit in memory.
 
 Methods (:mod:`ggml_ext.methods`) receive these through their optional ``calibration``
 argument; the converter pipeline owns the plumbing.
 """
 from __future__ import annotations
 
-__all__ = ["imatrix"]
+__all__ = ["collect", "data", "imatrix", "stats", "stream"]

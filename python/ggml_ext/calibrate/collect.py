@@ -1,0 +1,120 @@
+"""What calibration collects from the inputs of every linear layer, each opt-in by name.
+
+``hessian``    H = XᵀX of the layer's input rows (tokens), accumulated in float64, with the row count:
+               GPTQ and OOC read it (their H is 2/n · XᵀX).
+``act_stats``  per input channel: Σ|x|, Σx², max |x|, the row count, and a histogram of |x| over
+               fixed log2 bins (quantiles without keeping the activations): DEC thresholds, codebook
+               importance, and llama.cpp's importance matrix (Σx² / count per column).
+
+A :class:`Collector` attaches forward pre-hooks to the ``torch.nn.Linear`` modules of one decoder layer
+(:meth:`attach`, the ``hooks`` argument of :meth:`ggml_ext.calibrate.stream.LayerStream.run`); the
+results are keyed by the module's full name (``model.layers.3.self_attn.q_proj``). Linear layers that
+read the same input (q/k/v, gate/up) share one computation.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
+
+COLLECTORS = ("hessian", "act_stats")
+
+# |x| histogram: bin 0 holds |x| < 2^-24 (zeros included), bin k (1 .. HIST_BINS-2) holds
+# 2^(k-25) <= |x| < 2^(k-24), the last bin everything from 2^40 up. HIST_UPPER[k]: bin k's upper edge.
+HIST_BINS = 66
+HIST_UPPER = np.concatenate([2.0 ** np.arange(-24, HIST_BINS - 25), [np.inf]])
+
+
+class CalibrationError(ValueError):
+    """Calibration that cannot give meaningful numbers (non-finite activations, bad settings)."""
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class Collector:
+    """Accumulates the statistics named in ``what`` (a subset of :data:`COLLECTORS`) over every call."""
+
+    def __init__(self, what: tuple[str, ...] | list[str] = COLLECTORS):
+        unknown = set(what) - set(COLLECTORS)
+        if unknown:
+            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(COLLECTORS)}")
+        self.what = tuple(what)
+        self.results: dict[str, dict[str, np.ndarray]] = {}
+
+    def _accumulate(self, name: str, x2d) -> None:
+        torch = _torch()
+        if not bool(torch.isfinite(x2d).all()):
+            raise CalibrationError(f"non-finite activations at the input of {name}: the model overflows "
+                                   f"in this dtype or its weights are broken")
+        r = self.results.setdefault(name, {})
+        n = x2d.shape[0]
+        if "hessian" in self.what:
+            x = x2d.to(torch.float64)
+            h = x.T @ x
+            if "hessian" in r:
+                r["hessian"] += h
+            else:
+                r["hessian"] = h
+            r["hessian_rows"] = r.get("hessian_rows", 0) + n
+        if "act_stats" in self.what:
+            a = x2d.abs().to(torch.float64)
+            sums = {"sum_abs": a.sum(0), "sum_sq": (a * a).sum(0)}
+            amax = a.max(0).values
+            # bin of each |x|: 0 below 2^-24, else floor(log2|x|) + 25, clamped to the last bin
+            e = torch.floor(torch.log2(a.clamp_min(2.0 ** -24))).to(torch.int64) + 25
+            e = torch.where(a < 2.0 ** -24, torch.zeros_like(e), e.clamp(1, HIST_BINS - 1))
+            d = a.shape[1]
+            idx = e + torch.arange(d, device=e.device)[None, :] * HIST_BINS
+            hist = torch.bincount(idx.reshape(-1), minlength=d * HIST_BINS).reshape(d, HIST_BINS)
+            for k, v in sums.items():
+                r[k] = r[k] + v if k in r else v
+            r["max_abs"] = torch.maximum(r["max_abs"], amax) if "max_abs" in r else amax
+            r["hist"] = r["hist"] + hist if "hist" in r else hist
+            r["rows"] = r.get("rows", 0) + n
+
+    def attach(self, index: int, layer, prefix: str) -> Callable[[], None]:
+        """Forward pre-hooks on every Linear of ``layer`` (named ``prefix.<path>``); returns their remover."""
+        torch = _torch()
+        handles = []
+
+        def make(name):
+            def hook(module, args):
+                x = args[0]
+                self._accumulate(name, x.detach().reshape(-1, x.shape[-1]))
+            return hook
+
+        for path, m in layer.named_modules():
+            if isinstance(m, torch.nn.Linear):
+                handles.append(m.register_forward_pre_hook(make(f"{prefix}.{path}")))
+
+        def remove():
+            for h in handles:
+                h.remove()
+        return remove
+
+    def take(self, prefix: str) -> dict[str, dict[str, np.ndarray]]:
+        """The finished results of the modules under ``prefix`` as numpy arrays (removed from the collector)."""
+        out = {}
+        for name in [n for n in self.results if n.startswith(prefix + ".")]:
+            r = self.results.pop(name)
+            out[name] = {k: (v.cpu().numpy() if hasattr(v, "cpu") else np.asarray(v)) for k, v in r.items()}
+        return out
+
+
+def quantiles(hist: np.ndarray, qs: list[float] | np.ndarray) -> np.ndarray:
+    """Per channel, the |x| quantiles ``qs`` (0..1) from an act_stats histogram (n_channels x HIST_BINS):
+    the upper edge of the bin where the cumulative count reaches q (exact to a factor of 2)."""
+    hist = np.asarray(hist, dtype=np.float64)
+    cum = np.cumsum(hist, axis=1)
+    total = cum[:, -1:]
+    upper = HIST_UPPER
+    out = np.empty((hist.shape[0], len(qs)))
+    for j, q in enumerate(qs):
+        k = (cum < q * total).sum(axis=1)
+        out[:, j] = upper[np.minimum(k, hist.shape[1] - 1)]
+    return out

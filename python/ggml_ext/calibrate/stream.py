@@ -1,0 +1,220 @@
+"""Layer streaming: run a Hugging Face causal LM over calibration tokens one decoder layer at a time.
+
+The model is built by transformers itself (no fork, any architecture it knows) with its parameters on
+PyTorch's ``meta`` device: nothing is allocated. Only the modules outside the decoder layers that the
+forward pass needs before layer 0 (embeddings; buffers such as rotary frequencies are real from the
+start) are loaded. One pass of the real forward with every decoder layer replaced by a recorder
+captures, per layer, the exact keyword arguments the model gives it (attention mask, position
+embeddings, sliding-window masks of the layers that have them, ...) and the hidden states entering
+layer 0. Then, layer by layer: its weights are read from the checkpoint (:class:`ggml_ext.converters.
+source.Checkpoint`, the converter's reader), every sample runs through it with the collectors' hooks
+attached, an optional ``on_layer`` callback may change the layer (a method that quantizes as it goes:
+the next layer then sees the quantized layer's output), the outputs become the next inputs, and the
+layer's weights go back to ``meta``. Peak memory: one layer's weights plus the hidden states of the
+samples (two copies), not the model.
+
+    stream = LayerStream(hf_dir, device="cpu")
+    for index, layer, prefix in stream.run(tokens, hooks=collector.attach, on_layer=None):
+        ...   # after the layer's samples ran: its stats are complete
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+__all__ = ["LayerStream", "StreamError"]
+
+
+class StreamError(RuntimeError):
+    """A model this driver cannot stream (no decoder layer list, weights missing from the checkpoint)."""
+
+
+class _Stop(Exception):
+    """Raised by the last recorder: the capture pass ends there, before the final norm and head."""
+
+
+def _torch():
+    import torch
+    return torch
+
+
+@dataclass
+class _Captured:
+    args: tuple          # positional arguments after the hidden states
+    kwargs: dict[str, Any]
+
+
+def _find_layers(model) -> tuple[str, Any]:
+    """The decoder layers: the one ModuleList whose length is the config's layer count (``model.layers``
+    for Llama-style models, ``model.decoder.layers``, ``transformer.h``, ... alike)."""
+    torch = _torch()
+    n = getattr(model.config.get_text_config(), "num_hidden_layers", None)
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, torch.nn.ModuleList) and n is not None and len(m) == n]
+    if len(found) != 1:
+        names = ", ".join(name for name, _ in found) or "none"
+        raise StreamError(f"cannot find the decoder layers of {type(model).__name__}: "
+                          f"ModuleLists of {n} modules: {names}")
+    return found[0]
+
+
+class LayerStream:
+    """A causal LM of ``model_dir`` (a Hugging Face folder) streamed one decoder layer at a time.
+
+    ``device``: where layers run ("cpu", "cuda", "cuda:1"); ``dtype``: the compute dtype of the
+    weights and hidden states (float32 default; bfloat16 on CUDA for large models — collectors
+    accumulate in float64 regardless).
+    """
+
+    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", dtype: str = "float32"):
+        torch = _torch()
+        from accelerate import init_empty_weights
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from ggml_ext.converters.source import open_checkpoint
+
+        self.model_dir = Path(model_dir)
+        self.device = torch.device(device)
+        self.dtype = getattr(torch, dtype)
+        self.checkpoint = open_checkpoint(self.model_dir)
+        config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
+        config.use_cache = False
+        with init_empty_weights(include_buffers=False):
+            self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype)
+        self.model.eval()
+        self.config = config
+        self.layers_name, self.layers = _find_layers(self.model)
+        self.n_layers = len(self.layers)
+
+    # ------------------------------------------------------------------ weights
+    def _checkpoint_name(self, name: str) -> str:
+        t = self.checkpoint.tensors
+        if name in t:
+            return name
+        if name.startswith("lm_head.") and getattr(self.config, "tie_word_embeddings", False):
+            emb = self.model.get_input_embeddings()
+            for n, m in self.model.named_modules():
+                if m is emb:
+                    return self._checkpoint_name(f"{n}.weight")
+        raise StreamError(f"{self.model_dir}: the checkpoint has no tensor {name!r}")
+
+    def materialize(self, module_name: str) -> None:
+        """Read the parameters of ``module_name`` (and its children) from the checkpoint onto the device."""
+        from accelerate.utils import set_module_tensor_to_device
+        torch = _torch()
+        module = self.model.get_submodule(module_name)
+        for pname, _ in list(module.named_parameters()):
+            full = f"{module_name}.{pname}" if module_name else pname
+            value = torch.from_numpy(self.checkpoint.load(self._checkpoint_name(full)))
+            set_module_tensor_to_device(self.model, full, self.device, value=value, dtype=self.dtype)
+        for bname, buf in list(module.named_buffers()):
+            if buf.device != self.device:
+                full = f"{module_name}.{bname}" if module_name else bname
+                set_module_tensor_to_device(self.model, full, self.device, value=buf)
+
+    def release(self, module_name: str) -> None:
+        """Put the parameters of ``module_name`` back on ``meta`` (frees their memory)."""
+        from accelerate.utils import set_module_tensor_to_device
+        module = self.model.get_submodule(module_name)
+        for pname, _ in list(module.named_parameters()):
+            full = f"{module_name}.{pname}" if module_name else pname
+            set_module_tensor_to_device(self.model, full, "meta")
+
+    def layer_name(self, i: int) -> str:
+        return f"{self.layers_name}.{i}"
+
+    # ------------------------------------------------------------------ capture
+    def _capture(self, tokens) -> tuple[list[_Captured], Any]:
+        """One forward of the real model up to the last decoder layer, each layer replaced by a recorder:
+        the arguments every layer gets, and layer 0's input hidden states for ``tokens`` (n, L)."""
+        torch = _torch()
+        outer = [n for n, m in self.model.named_children()]
+        # everything before the layers that holds parameters: embeddings (and whatever else the
+        # architecture runs first); the head and final norm stay on meta, the capture stops before them
+        emb = self.model.get_input_embeddings()
+        emb_name = next(n for n, m in self.model.named_modules() if m is emb)
+        self.materialize(emb_name)
+        captured: list[_Captured | None] = [None] * self.n_layers
+        first_inputs = []
+
+        class Recorder(torch.nn.Module):
+            def __init__(self, index):
+                super().__init__()
+                self.index = index
+
+            def forward(self, hidden_states, *args, **kwargs):
+                if self.index == 0:
+                    first_inputs.append(hidden_states.detach())
+                captured[self.index] = _Captured(args, kwargs)
+                if self.index == len(captured) - 1:
+                    raise _Stop
+                return hidden_states
+
+        originals = list(self.layers)
+        for i in range(self.n_layers):
+            rec = Recorder(i)
+            for attr in ("attention_type", "is_sliding", "layer_idx"):  # read by some models' forward
+                if hasattr(originals[i], attr):
+                    setattr(rec, attr, getattr(originals[i], attr))
+            self.layers[i] = rec
+        try:
+            with torch.no_grad():
+                for row in tokens:
+                    with contextlib.suppress(_Stop):
+                        self.model(input_ids=row[None].to(self.device), use_cache=False)
+        finally:
+            for i, m in enumerate(originals):
+                self.layers[i] = m
+            self.release(emb_name)
+        del outer
+        return captured, torch.cat(first_inputs)
+
+    # ------------------------------------------------------------------ run
+    def run(self, tokens, hooks: Callable[[int, Any, str], Callable[[], None]] | None = None,
+            on_layer: Callable[[int, Any, str], bool] | None = None,
+            progress: bool = True) -> Iterator[tuple[int, Any, str]]:
+        """Stream ``tokens`` (LongTensor n x L) through every layer.
+
+        ``hooks(index, layer, prefix)`` is called with the loaded layer before its samples run and returns
+        a function that removes what it attached (collectors attach forward hooks here). After the
+        samples ran, ``on_layer(index, layer, prefix)`` may change the layer in place and return True:
+        the samples are then run again through the changed layer and those outputs feed the next layer
+        (GPTQ-style methods). The generator yields ``(index, layer, prefix)`` after each layer, with the
+        layer still loaded; its weights are released when the caller asks for the next one.
+        """
+        torch = _torch()
+        from tqdm.auto import tqdm
+        captured, hidden = self._capture(tokens)
+        bar = tqdm(total=self.n_layers, desc="calibration layers", unit="layer", disable=not progress)
+        for i in range(self.n_layers):
+            prefix = self.layer_name(i)
+            self.materialize(prefix)
+            layer = self.layers[i]
+            remove = hooks(i, layer, prefix) if hooks else None
+            try:
+                out = self._forward_layer(layer, captured[i], hidden)
+            finally:
+                if remove:
+                    remove()
+            if on_layer and on_layer(i, layer, prefix):
+                out = self._forward_layer(layer, captured[i], hidden)
+            yield i, layer, prefix
+            hidden = out
+            self.release(prefix)
+            bar.update(1)
+        bar.close()
+        self.final_hidden = hidden
+
+    def _forward_layer(self, layer, cap: _Captured, hidden):
+        torch = _torch()
+        outs = []
+        with torch.no_grad():
+            for s in range(hidden.shape[0]):
+                y = layer(hidden[s:s + 1], *cap.args, **cap.kwargs)
+                outs.append(y[0] if isinstance(y, tuple) else y)
+        return torch.cat(outs)

@@ -1,0 +1,129 @@
+"""The calibration engine (ggml_ext.calibrate): statistics streamed one decoder layer at a time equal those
+of the whole model run at once with hooks, on every converter architecture and on the default model (GQA);
+an interrupted collection resumes to the same bytes; the importance matrix it writes reads back."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("accelerate")
+
+import convert_support as cs  # noqa: E402
+from ggml_ext.calibrate import imatrix, stats  # noqa: E402
+from ggml_ext.calibrate.collect import Collector, CalibrationError, quantiles  # noqa: E402
+from ggml_ext.calibrate.stream import LayerStream  # noqa: E402
+
+
+def _reference(model_dir, tokens) -> dict:
+    """The same statistics from the whole model in memory, hooks on every decoder layer's Linears."""
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    stream_layers = LayerStream(model_dir)  # only for the layer list's name
+    layers = m.get_submodule(stream_layers.layers_name)
+    ref = Collector()
+    for i, layer in enumerate(layers):
+        ref.attach(i, layer, f"{stream_layers.layers_name}.{i}")
+    with torch.no_grad():
+        for row in tokens:
+            m(input_ids=row[None], use_cache=False)
+    return {name: {k: (v.cpu().numpy() if hasattr(v, "cpu") else np.asarray(v)) for k, v in r.items()}
+            for name, r in ref.results.items()}
+
+
+def _streamed(model_dir, tokens) -> dict:
+    st = LayerStream(model_dir)
+    col = Collector()
+    out = {}
+    for _i, _layer, prefix in st.run(tokens, hooks=col.attach, progress=False):
+        out.update(col.take(prefix))
+    return out
+
+
+def _assert_same(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for name in want:
+        g, w = got[name], want[name]
+        assert g["hessian_rows"] == w["hessian_rows"] and g["rows"] == w["rows"], name
+        np.testing.assert_allclose(g["hessian"], w["hessian"], rtol=1e-6, atol=1e-9 * np.abs(w["hessian"]).max(),
+                                   err_msg=name)
+        for k in ("sum_abs", "sum_sq", "max_abs"):
+            np.testing.assert_allclose(g[k], w[k], rtol=1e-6, atol=0, err_msg=f"{name} {k}")
+        # a bin edge may separate two values that differ in the last bit: counts per channel stay equal
+        assert (g["hist"].sum(1) == w["hist"].sum(1)).all()
+        assert np.abs(g["hist"] - w["hist"]).sum() <= 2e-4 * w["hist"].sum() + 2, name
+
+
+@pytest.mark.parametrize("arch", sorted(cs.ARCH_CLASSES))
+def test_streamed_statistics_equal_the_whole_model_run(arch):
+    """Every converter architecture (tiny random model): the exact per-layer arguments (masks, rotary
+    embeddings, sliding windows) replayed layer by layer give the whole model's statistics."""
+    model = cs.tiny(arch)
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(3, 200, (3, 40), generator=g)
+    _assert_same(_streamed(model, tokens), _reference(model, tokens))
+
+
+def test_default_model_statistics_and_shapes():
+    """SmolLM2 (9 query heads, 3 KV heads) on wiki-train: streamed == whole model; shapes per linear."""
+    from ggml_ext.calibrate.data import tokenize
+    model = cs.default_hf()
+    tok = tokenize(model, "wiki-train", n_samples=2, seq_len=64)
+    got = _streamed(model, tok.ids)
+    _assert_same(got, _reference(model, tok.ids))
+    q = got["model.layers.0.self_attn.q_proj"]
+    assert q["hessian"].shape == (576, 576) and q["hessian_rows"] == 2 * 64
+    assert got["model.layers.29.mlp.down_proj"]["hessian"].shape == (1536, 1536)
+    h = q["hessian"]
+    assert np.allclose(h, h.T) and np.linalg.eigvalsh(h).min() > -1e-6 * np.abs(h).max()
+    qs = quantiles(q["hist"], [0.5, 0.99])
+    assert (qs[:, 0] <= qs[:, 1]).all() and (qs[:, 1] >= q["max_abs"] / 2 ** 20).all()
+
+
+def test_interrupted_collection_resumes_to_the_same_bytes(tmp_path):
+    model = cs.tiny("llama")
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"word{i} and more text" for i in range(3000)))
+    a = stats.collect(model, tmp_path / "a", str(text), n_samples=3, seq_len=32, progress=False, stop_after=1)
+    assert not a.complete and a.manifest["layers_done"] == [0]
+    a = stats.collect(model, tmp_path / "a", str(text), n_samples=3, seq_len=32, progress=False)
+    b = stats.collect(model, tmp_path / "b", str(text), n_samples=3, seq_len=32, progress=False)
+    assert a.complete and b.complete
+    for i in range(a.manifest["n_layers"]):
+        f = f"layer-{i:03d}.safetensors"
+        assert (a.folder / f).read_bytes() == (b.folder / f).read_bytes(), f
+    ma, mb = (json.loads((s.folder / "manifest.json").read_text()) for s in (a, b))
+    assert ma["inputs"] == mb["inputs"] and ma["key"] == mb["key"]
+    # a folder of other inputs is refused, not mixed
+    with pytest.raises(FileExistsError, match="other inputs"):
+        stats.collect(model, tmp_path / "a", str(text), n_samples=2, seq_len=32, progress=False)
+
+
+def test_imatrix_export_reads_back(tmp_path):
+    model = cs.tiny("llama")
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"token{i} text" for i in range(2000)))
+    s = stats.collect(model, tmp_path / "c", str(text), n_samples=2, seq_len=32, progress=False)
+    out = tmp_path / "m.imatrix"
+    n = stats.write_imatrix(s, model, out)
+    im = imatrix.load(out)
+    assert n == len(im.entries) and "blk.0.attn_q.weight" in im.entries and "blk.1.ffn_down.weight" in im.entries
+    st = s.layer(1)["model.layers.1.mlp.down_proj"]
+    np.testing.assert_allclose(im.for_tensor("blk.1.ffn_down.weight", st["sum_sq"].size),
+                               (st["sum_sq"] / st["rows"]).astype(np.float32), rtol=1e-6)
+
+
+def test_bad_settings_are_refused_clearly(tmp_path):
+    with pytest.raises(ValueError, match="unknown statistics"):
+        Collector(["fisher_typo"])
+    col = Collector()
+    with pytest.raises(CalibrationError, match="non-finite"):
+        col._accumulate("x", torch.tensor([[1.0, float("nan")]]))
+    model = cs.tiny("llama")
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    with pytest.raises(ValueError, match="fewer than"):
+        stats.collect(model, tmp_path / "d", str(short), n_samples=4, seq_len=64, progress=False)
