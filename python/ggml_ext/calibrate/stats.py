@@ -185,7 +185,7 @@ def write_imatrix(stats: Stats, model_dir: str | os.PathLike, path: str | os.Pat
         name = arch.gguf_name(f"{module}.weight")
         if name is None:
             continue
-        entries.append((name, st["sum_sq"].astype(np.float32), float(st["rows"])))
+        entries.append((name, st["sum_sq"].astype(np.float32), float(np.asarray(st["rows"]).reshape(-1)[0])))
     inputs = stats.manifest["inputs"]
     w = GGUFWriter(path, force=True)
     w.add("general.type", "str", "imatrix")
