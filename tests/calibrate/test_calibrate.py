@@ -127,3 +127,38 @@ def test_bad_settings_are_refused_clearly(tmp_path):
     short.write_text("too short")
     with pytest.raises(ValueError, match="fewer than"):
         stats.collect(model, tmp_path / "d", str(short), n_samples=4, seq_len=64, progress=False)
+
+
+def _assert_fisher_equal(got: dict, want: dict) -> None:
+    assert sorted(got) == sorted(want)
+    for k in want:
+        w, g = want[k], got[k]
+        assert g.shape == w.shape, k
+        scale = np.abs(w).max()
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5 * scale + 1e-30, err_msg=k)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen3", "phi3"])
+def test_streamed_fisher_equals_autograd_on_the_whole_model(arch, tmp_path):
+    """The layer-by-layer reverse pass (activations spilled to disk for gemma3) gives the whole model's
+    per-sample squared gradients: every weight, the tied embedding's two parts, the K/V outputs."""
+    from ggml_ext.calibrate.fisher import fisher_full, fisher_streamed
+    model = cs.tiny(arch)
+    tokens = torch.randint(3, 200, (2, 24), generator=torch.Generator().manual_seed(1))
+    want = fisher_full(model, tokens)
+    got = fisher_streamed(model, tokens, spill_dir=tmp_path / "spill" if arch == "gemma3" else None, progress=False)
+    _assert_fisher_equal(got, want)
+    assert any(k.endswith("k_proj.out_fisher") for k in got) or arch == "phi3"
+
+
+def test_streamed_fisher_on_the_default_model():
+    """SmolLM2 (tied embeddings, GQA): streamed == whole-model autograd."""
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.fisher import fisher_full, fisher_streamed
+    model = cs.default_hf()
+    tok = tokenize(model, "wiki-train", n_samples=2, seq_len=32)
+    want = fisher_full(model, tok.ids)
+    got = fisher_streamed(model, tok.ids, progress=False)
+    _assert_fisher_equal(got, want)
+    k = got["model.layers.0.self_attn.k_proj.out_fisher"]
+    assert k.shape == (3 * 64,) and (k > 0).all()   # 3 KV heads x head_dim 64: pre-RoPE keys

@@ -1,0 +1,280 @@
+"""Fisher information: the diagonal of the empirical Fisher, Σ_s (∂ loss_s / ∂w)², for every weight, and
+for the outputs of the K and V projections (pre-RoPE keys: the k_proj output is the key before RoPE).
+
+``loss_s`` is the model's own causal-LM loss (mean cross-entropy of next-token prediction) on sample s,
+and each sample's gradient is squared before summing (SqueezeLLM's and any-precision LLM's sensitivity;
+KVQuant's activation Fisher for the K/V outputs, summed over tokens per channel).
+
+Two ways, same numbers:
+
+* :func:`fisher_full`: the whole model in memory, one backward per sample (where the model fits);
+* :func:`fisher_streamed`: a forward pass layer by layer that keeps every layer's input hidden states
+  (in memory, or in safetensors files under ``spill_dir``), the loss computed by the model's own head
+  (its final norm, LM head, logit soft-capping, ... run by the model's forward with the decoder layers
+  bypassed), then a reverse pass: for the last layer down to the first, the layer is loaded, its
+  forward recomputed from the kept input with gradients, and the output gradient pushed through it —
+  gradient checkpointing at layer granularity, so memory is one layer plus the kept activations.
+
+Results: {parameter or module name: float64 array}; parameters by their full name
+(``model.layers.3.mlp.down_proj.weight``), K/V outputs as ``<module>.out_fisher`` (one value per
+output channel, summed over tokens and samples).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["KV_PROJECTIONS", "fisher_full", "fisher_streamed"]
+
+# Linear layers whose outputs are the attention's keys and values (pre-RoPE), by module name suffix.
+KV_PROJECTIONS = ("k_proj", "v_proj")
+
+
+def _torch():
+    import torch
+    return torch
+
+
+class _KVGrad:
+    """Tensor hooks on the outputs of the K and V projections: Σ g² per output channel."""
+
+    def __init__(self):
+        self.sums: dict[str, Any] = {}
+
+    def attach(self, root, prefix: str):
+        torch = _torch()
+        handles = []
+        for path, m in root.named_modules():
+            if isinstance(m, torch.nn.Linear) and path.rsplit(".", 1)[-1] in KV_PROJECTIONS:
+                name = f"{prefix}.{path}" if prefix else path
+
+                def fwd(module, args, out, name=name):
+                    if out.requires_grad:
+                        def acc(g, name=name):
+                            s = g.detach().to(torch.float64).pow(2).reshape(-1, g.shape[-1]).sum(0)
+                            self.sums[name] = self.sums[name] + s if name in self.sums else s
+                        out.register_hook(acc)
+                handles.append(m.register_forward_hook(fwd))
+        return handles
+
+
+def _accumulate_param_grads(module, prefix: str, into: dict) -> None:
+    torch = _torch()
+    for pname, p in module.named_parameters():
+        if p.grad is None:
+            continue
+        name = f"{prefix}.{pname}" if prefix else pname
+        g2 = p.grad.detach().to(torch.float64).pow(2)
+        into[name] = into[name] + g2 if name in into else g2
+        p.grad = None
+
+
+def _numpy(d: dict) -> dict[str, np.ndarray]:
+    return {k: v.cpu().numpy() for k, v in d.items()}
+
+
+def fisher_full(model_dir: str | os.PathLike, tokens, device: str = "cpu") -> dict[str, np.ndarray]:
+    """Per-sample squared gradients summed over ``tokens`` (n x L), the whole model in memory."""
+    torch = _torch()
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).to(device)
+    model.eval()
+    out: dict = {}
+    kv = _KVGrad()
+    handles = kv.attach(model, "")
+    try:
+        for row in tokens:
+            ids = row[None].to(device)
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+            _accumulate_param_grads(model, "", out)
+    finally:
+        for h in handles:
+            h.remove()
+    res = _numpy(out)
+    res.update({f"{k}.out_fisher": v for k, v in _numpy(kv.sums).items()})
+    return res
+
+
+class _Spill:
+    """Each layer's input hidden states: in memory, or one safetensors file per layer under ``folder``."""
+
+    def __init__(self, folder: Path | None):
+        self.folder = folder
+        self.mem: dict[int, Any] = {}
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def put(self, i: int, t) -> None:
+        if self.folder is None:
+            self.mem[i] = t
+        else:
+            from safetensors.torch import save_file
+            save_file({"h": t.contiguous().cpu()}, str(self.folder / f"h-{i:03d}.safetensors"))
+
+    def get(self, i: int, device):
+        if self.folder is None:
+            return self.mem.pop(i)
+        from safetensors.torch import load_file
+        p = self.folder / f"h-{i:03d}.safetensors"
+        t = load_file(str(p))["h"].to(device)
+        p.unlink()
+        return t
+
+
+def _outer_modules(stream) -> list[str]:
+    """The modules holding the parameters outside the decoder layers (embeddings, final norm, head)."""
+    names = [n for n, _ in stream.model.named_parameters(remove_duplicate=False)
+             if not n.startswith(stream.layers_name + ".")]
+    return sorted({n.rsplit(".", 1)[0] for n in names})
+
+
+def _param_name(model, param) -> str:
+    return next(n for n, p in model.named_parameters() if p is param)
+
+
+def _first_layer_input(stream, ids_row):
+    """The hidden states entering decoder layer 0 for one sample, with gradients to the parameters before it."""
+    torch = _torch()
+    from .stream import _Stop
+    got = []
+
+    class Catch(torch.nn.Module):
+        def forward(self, hidden_states, *args, **kwargs):
+            got.append(hidden_states)
+            raise _Stop
+
+    first = stream.layers[0]
+    catch = Catch()
+    for attr in ("attention_type", "is_sliding", "layer_idx"):
+        if hasattr(first, attr):
+            setattr(catch, attr, getattr(first, attr))
+    stream.layers[0] = catch
+    try:
+        with contextlib.suppress(_Stop):
+            stream.model(input_ids=ids_row[None].to(stream.device), use_cache=False)
+    finally:
+        stream.layers[0] = first
+    return got[0]
+
+
+def _head_loss(stream, hidden_row, ids_row):
+    """The model's own loss on one sample whose last decoder layer output is ``hidden_row`` (1 x L x d):
+    the model's forward with every decoder layer bypassed and this hidden state injected after them."""
+    torch = _torch()
+
+    class Inject(torch.nn.Module):
+        def __init__(self, index, last):
+            super().__init__()
+            self.index, self.last = index, last
+
+        def forward(self, hidden_states, *args, **kwargs):
+            return hidden_row if self.index == self.last else hidden_states
+
+    originals = list(stream.layers)
+    n = len(originals)
+    for i in range(n):
+        inj = Inject(i, n - 1)
+        for attr in ("attention_type", "is_sliding", "layer_idx"):
+            if hasattr(originals[i], attr):
+                setattr(inj, attr, getattr(originals[i], attr))
+        stream.layers[i] = inj
+    try:
+        ids = ids_row[None].to(stream.device)
+        return stream.model(input_ids=ids, labels=ids, use_cache=False).loss
+    finally:
+        for i, m in enumerate(originals):
+            stream.layers[i] = m
+
+
+def fisher_streamed(model_dir: str | os.PathLike, tokens, device: str = "cpu",
+                    spill_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, np.ndarray]:
+    """:func:`fisher_full`'s numbers with one decoder layer in memory at a time (see the module's text)."""
+    torch = _torch()
+    from tqdm.auto import tqdm
+
+    from .stream import LayerStream
+    stream = LayerStream(model_dir, device=device)
+    spill = _Spill(Path(spill_dir) if spill_dir is not None else None)
+    captured, hidden = stream._capture(tokens)
+    # forward: keep every layer's input
+    for i in tqdm(range(stream.n_layers), desc="fisher forward", disable=not progress):
+        prefix = stream.layer_name(i)
+        stream.materialize(prefix)
+        spill.put(i, hidden)
+        hidden = stream._forward_layer(stream.layers[i], captured[i], hidden)
+        stream.release(prefix)
+    # the head: everything outside the decoder layers, with gradients
+    mods = _outer_modules(stream)
+    for m in mods:
+        stream.materialize(m)
+    stream.model.tie_weights()
+    emb = stream.model.get_input_embeddings().weight
+    emb_name = _param_name(stream.model, emb)
+    out: dict = {}
+    grads, head_rows = [], []
+    for s in range(hidden.shape[0]):
+        h = hidden[s:s + 1].detach().requires_grad_(True)
+        loss = _head_loss(stream, h, tokens[s])
+        loss.backward()
+        grads.append(h.grad.detach())
+        # a tied embedding's per-sample gradient also has the lookup's part (added after the reverse
+        # pass): keep the head's gradient on the rows this sample looks up
+        rows = torch.unique(tokens[s]).to(stream.device)
+        head_rows.append((rows, emb.grad[rows].detach().clone() if emb.grad is not None else None))
+        _accumulate_param_grads(stream.model, "", out)  # head parameters (norm, lm_head / tied embedding)
+    for m in mods:
+        stream.release(m)
+    grad = torch.cat(grads)
+    # reverse: recompute each layer's forward from its kept input, push the gradient through it
+    kv = _KVGrad()
+    for i in tqdm(reversed(range(stream.n_layers)), total=stream.n_layers, desc="fisher backward",
+                  disable=not progress):
+        prefix = stream.layer_name(i)
+        stream.materialize(prefix)
+        layer = stream.layers[i]
+        x_all = spill.get(i, stream.device)
+        handles = kv.attach(layer, prefix)
+        cap = captured[i]
+        grad_in = []
+        try:
+            for s in range(x_all.shape[0]):
+                x = x_all[s:s + 1].detach().requires_grad_(True)
+                with torch.enable_grad():
+                    y = layer(x, *cap.args, **cap.kwargs)
+                    y = y[0] if isinstance(y, tuple) else y
+                    y.backward(grad[s:s + 1])
+                grad_in.append(x.grad.detach())
+                _accumulate_param_grads(layer, prefix, out)
+        finally:
+            for hd in handles:
+                hd.remove()
+        grad = torch.cat(grad_in)
+        stream.release(prefix)
+    # the layers before the first decoder layer (the embedding lookup, and whatever the architecture
+    # runs there): the gradient reaching layer 0, pushed through them sample by sample
+    for m in mods:
+        stream.materialize(m)
+    stream.model.tie_weights()
+    emb = stream.model.get_input_embeddings().weight
+    for s in range(grad.shape[0]):
+        h0 = _first_layer_input(stream, tokens[s])
+        h0.backward(grad[s:s + 1])
+        g = emb.grad.detach().to(torch.float64)
+        emb.grad = None
+        rows, g_head = head_rows[s]
+        if g_head is not None:  # tied: (head + lookup)² - head², on the looked-up rows (the rest is in already)
+            gh = g_head.to(torch.float64)
+            out[emb_name][rows] += (g[rows] + gh).pow(2) - gh.pow(2)
+        else:
+            out[emb_name] = out[emb_name] + g.pow(2) if emb_name in out else g.pow(2)
+        _accumulate_param_grads(stream.model, "", out)  # anything else before layer 0
+    for m in mods:
+        stream.release(m)
+    res = _numpy(out)
+    res.update({f"{k}.out_fisher": v for k, v in _numpy(kv.sums).items()})
+    return res
