@@ -162,3 +162,25 @@ def test_streamed_fisher_on_the_default_model():
     _assert_fisher_equal(got, want)
     k = got["model.layers.0.self_attn.k_proj.out_fisher"]
     assert k.shape == (3 * 64,) and (k > 0).all()   # 3 KV heads x head_dim 64: pre-RoPE keys
+
+
+def test_fisher_in_the_stats_folder(tmp_path):
+    """`calibrate stats --collect ...,fisher`: the folder holds every weight's Fisher (layer files and
+    outer.safetensors) equal to whole-model autograd on the same tokens."""
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.fisher import fisher_full
+    model = cs.tiny("qwen2")
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"word{i} and more" for i in range(3000)))
+    s = stats.collect(model, tmp_path / "f", str(text), what=("act_stats", "fisher"), n_samples=2, seq_len=24,
+                      progress=False)
+    assert s.complete and not (s.folder / ".spill").exists()
+    want = fisher_full(model, tokenize(model, str(text), 2, 24).ids)
+    got = dict(s.outer())
+    for module, st in s.modules():
+        for k, v in st.items():
+            if k.endswith("_fisher") and k != "out_fisher":
+                got[f"{module}.{k[:-len('_fisher')]}"] = v
+            elif k == "out_fisher":
+                got[f"{module}.out_fisher"] = v
+    _assert_fisher_equal(got, want)

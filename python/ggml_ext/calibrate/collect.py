@@ -17,9 +17,11 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
+__all__ = ["BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
 
 COLLECTORS = ("hessian", "act_stats")
+# collected by a backward pass of their own (.fisher), not by forward hooks
+BACKWARD = ("fisher",)
 
 # |x| histogram: bin 0 holds |x| < 2^-24 (zeros included), bin k (1 .. HIST_BINS-2) holds
 # 2^(k-25) <= |x| < 2^(k-24), the last bin everything from 2^40 up. HIST_UPPER[k]: bin k's upper edge.
@@ -40,10 +42,10 @@ class Collector:
     """Accumulates the statistics named in ``what`` (a subset of :data:`COLLECTORS`) over every call."""
 
     def __init__(self, what: tuple[str, ...] | list[str] = COLLECTORS):
-        unknown = set(what) - set(COLLECTORS)
+        unknown = set(what) - set(COLLECTORS) - set(BACKWARD)
         if unknown:
-            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(COLLECTORS)}")
-        self.what = tuple(what)
+            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(COLLECTORS + BACKWARD)}")
+        self.what = tuple(w for w in what if w in COLLECTORS)
         self.results: dict[str, dict[str, np.ndarray]] = {}
 
     def _accumulate(self, name: str, x2d) -> None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .collect import COLLECTORS, Collector
+from .collect import BACKWARD, COLLECTORS, Collector
 from .data import DEFAULT_SAMPLES, DEFAULT_SEQ_LEN, tokenize
 
 __all__ = ["Stats", "collect", "cache_dir", "list_cached", "remove_cached", "write_imatrix",
@@ -81,7 +81,8 @@ class Stats:
 
     @property
     def complete(self) -> bool:
-        return len(self.manifest.get("layers_done", [])) == self.manifest.get("n_layers", -1)
+        layers = len(self.manifest.get("layers_done", [])) == self.manifest.get("n_layers", -1)
+        return layers and ("fisher" not in self.manifest["inputs"]["collect"] or self.manifest.get("fisher_done", False))
 
     def layer(self, i: int) -> dict[str, dict[str, np.ndarray]]:
         """{module name: {statistic: array}} of decoder layer ``i``."""
@@ -90,8 +91,17 @@ class Stats:
         out: dict[str, dict[str, np.ndarray]] = {}
         for key, v in flat.items():
             module, stat = key.rsplit(".", 1)
+            if stat == "fisher" and module.endswith((".weight", ".bias")):  # <param>.fisher: under its module
+                module, pname = module.rsplit(".", 1)
+                stat = f"{pname}_fisher"
             out.setdefault(module, {})[stat] = v
         return out
+
+    def outer(self) -> dict[str, np.ndarray]:
+        """Fisher of the parameters outside the decoder layers (embeddings, final norm, head), by name."""
+        from safetensors.numpy import load_file
+        p = self.folder / "outer.safetensors"
+        return {k[: -len(".fisher")]: v for k, v in load_file(str(p)).items()} if p.is_file() else {}
 
     def modules(self):
         """Every (module name, statistics) of every layer, in layer order."""
@@ -142,7 +152,13 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
     done = set(manifest["layers_done"])
-    if len(done) == stream.n_layers:
+    forward_what = [w for w in what if w in COLLECTORS]
+    if len(done) == stream.n_layers or not forward_what:
+        done = set(range(stream.n_layers)) if not forward_what else done
+        manifest["layers_done"] = sorted(done)
+        if "fisher" in what and not manifest.get("fisher_done"):
+            _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
+        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
         return Stats(folder, manifest)
     collector = Collector(what)
 
@@ -164,8 +180,38 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
         written += 1
         if stop_after is not None and written >= stop_after:
-            break
+            return Stats(folder, manifest)
+    if "fisher" in what and len(done) == stream.n_layers:
+        _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
+        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
     return Stats(folder, manifest)
+
+
+def _collect_fisher(model_dir, ids, device, folder: Path, manifest: dict, layers_name: str, progress: bool) -> None:
+    """Fisher of every weight (``<param>.fisher``) and K/V outputs (``<module>.out_fisher``) into the layer
+    files, the parameters outside the layers into ``outer.safetensors``. One reverse pass, not resumable:
+    an interrupt leaves ``fisher_done`` unset and the next run computes it again (activations spill to
+    the folder's ``.spill``, removed after)."""
+    from safetensors.numpy import load_file, save
+
+    from .fisher import fisher_streamed
+    spill = folder / ".spill"
+    try:
+        fisher = fisher_streamed(model_dir, ids, device=device, spill_dir=spill, progress=progress)
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    per_file: dict[str, dict[str, np.ndarray]] = {}
+    for name, v in fisher.items():
+        key = name if name.endswith(".out_fisher") else f"{name}.fisher"
+        rest = name[len(layers_name) + 1:] if name.startswith(layers_name + ".") else None
+        fname = f"layer-{int(rest.split('.', 1)[0]):03d}.safetensors" if rest else "outer.safetensors"
+        per_file.setdefault(fname, {})[key] = np.ascontiguousarray(v)
+    for fname, tensors in per_file.items():
+        p = folder / fname
+        flat = load_file(str(p)) if p.is_file() else {}
+        flat.update(tensors)
+        _atomic_write_bytes(p, save(flat))
+    manifest["fisher_done"] = True
 
 
 def write_imatrix(stats: Stats, model_dir: str | os.PathLike, path: str | os.PathLike) -> int:
@@ -183,7 +229,7 @@ def write_imatrix(stats: Stats, model_dir: str | os.PathLike, path: str | os.Pat
     entries = []
     for module, st in stats.modules():
         name = arch.gguf_name(f"{module}.weight")
-        if name is None:
+        if name is None or "sum_sq" not in st:
             continue
         entries.append((name, st["sum_sq"].astype(np.float32), float(np.asarray(st["rows"]).reshape(-1)[0])))
     inputs = stats.manifest["inputs"]
@@ -237,7 +283,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--text", default=None, help="calibration text: a file or an asset name (default wiki-train)")
     s.add_argument("-o", "--output", default=None, help="result folder (default: the cache, keyed by the inputs)")
     s.add_argument("--collect", default=",".join(COLLECTORS),
-                   help=f"statistics to collect, comma-separated (default and choices: {','.join(COLLECTORS)})")
+                   help=f"statistics to collect, comma-separated (default {','.join(COLLECTORS)}; choices "
+                        f"{','.join(COLLECTORS + BACKWARD)}; fisher: squared gradients of the loss, a backward pass)")
     s.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"samples (default {DEFAULT_SAMPLES})")
     s.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
     s.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
