@@ -27,13 +27,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .. import _atomic
 from .collect import BACKWARD, COLLECTORS, Collector
 from .data import DEFAULT_SAMPLES, DEFAULT_SEQ_LEN, tokenize
 
@@ -47,20 +47,6 @@ STATS_FORMAT = 1
 def cache_dir() -> Path:
     from ggml_ext.cache import cache_root
     return cache_root() / "calibration"
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass
@@ -150,7 +136,7 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         manifest = {"key": key, "inputs": inputs, "model_dir": str(Path(model_dir).resolve()),
                     "text": tokens.text_path, "n_layers": stream.n_layers, "layers_done": [],
                     "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
+        _atomic.write_json(manifest_path, manifest)
     done = set(manifest["layers_done"])
     forward_what = [w for w in what if w in COLLECTORS]
     if len(done) == stream.n_layers or not forward_what:
@@ -158,7 +144,7 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         manifest["layers_done"] = sorted(done)
         if "fisher" in what and not manifest.get("fisher_done"):
             _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
-        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
+        _atomic.write_json(manifest_path, manifest)
         return Stats(folder, manifest)
     collector = Collector(what)
 
@@ -174,16 +160,16 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         for module, stats in collector.take(prefix).items():
             for stat, v in stats.items():
                 flat[f"{module}.{stat}"] = np.ascontiguousarray(np.asarray(v))
-        _atomic_write_bytes(folder / f"layer-{i:03d}.safetensors", save(flat))
+        _atomic.write_bytes(folder / f"layer-{i:03d}.safetensors", save(flat))
         manifest["layers_done"] = sorted(done | {i})
         done.add(i)
-        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
+        _atomic.write_json(manifest_path, manifest)
         written += 1
         if stop_after is not None and written >= stop_after:
             return Stats(folder, manifest)
     if "fisher" in what and len(done) == stream.n_layers:
         _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
-        _atomic_write_bytes(manifest_path, json.dumps(manifest, indent=1).encode())
+        _atomic.write_json(manifest_path, manifest)
     return Stats(folder, manifest)
 
 
@@ -210,7 +196,7 @@ def _collect_fisher(model_dir, ids, device, folder: Path, manifest: dict, layers
         p = folder / fname
         flat = load_file(str(p)) if p.is_file() else {}
         flat.update(tensors)
-        _atomic_write_bytes(p, save(flat))
+        _atomic.write_bytes(p, save(flat))
     manifest["fisher_done"] = True
 
 
