@@ -184,3 +184,63 @@ def test_fisher_in_the_stats_folder(tmp_path):
             elif k == "out_fisher":
                 got[f"{module}.out_fisher"] = v
     _assert_fisher_equal(got, want)
+
+
+def test_imatrix_matches_llama_imatrix_and_llama_quantize_takes_it(tmp_path, threads, tool_env):
+    """Our importance matrix of the default model on the same tokens as llama-imatrix (2 chunks of 256
+    tokens from the start of the text, BOS first when the model adds one) is llama-imatrix's within the
+    f16-vs-f32 difference of the two runs, and llama-quantize --imatrix accepts it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from ggml_ext import assets, tools
+    from ggml_ext.gguf import read_gguf
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    from default_models import default_model
+
+    model = cs.default_hf()
+    f16 = default_model("f16")
+    text = tmp_path / "calib.txt"
+    text.write_text(assets.path("wiki-train").read_text(encoding="utf-8")[:8000], encoding="utf-8")
+    ref_file = tmp_path / "ref.imatrix"
+    r = subprocess.run(tools.command("llama-imatrix", "-m", f16, "-f", text, "-o", ref_file, "--chunks", "2",
+                                     "-c", "256", "--no-ppl", "-t", str(threads)),
+                       env=tool_env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    ref = imatrix.load(ref_file)
+    # the same tokens: llama-imatrix tokenizes the whole text once and cuts consecutive chunks
+    kv = read_gguf(f16).kv
+    tok = AutoTokenizer.from_pretrained(model)
+    ids = tok(text.read_text(encoding="utf-8"), add_special_tokens=False, return_tensors="pt").input_ids[0]
+    if kv.get("tokenizer.ggml.add_bos_token", False):
+        ids = torch.cat([torch.tensor([kv["tokenizer.ggml.bos_token_id"]]), ids])
+    chunks = ids[:512].reshape(2, 256).clone()
+    if kv.get("tokenizer.ggml.add_bos_token", False):
+        chunks[:, 0] = kv["tokenizer.ggml.bos_token_id"]
+    col = Collector(["act_stats"])
+    st = LayerStream(model)
+    for _i, _layer, prefix in st.run(chunks, hooks=col.attach, progress=False):
+        pass
+    from ggml_ext.converters.archs import find_arch
+    from ggml_ext.converters.source import open_checkpoint
+    arch = find_arch(open_checkpoint(model, weights=False).config)
+    ours = {arch.gguf_name(f"{m}.weight"): (v["sum_sq"] / v["rows"]).cpu().numpy() for m, v in col.results.items()}
+    assert set(ours) == set(ref.entries) - {"output.weight"}
+    for name, want in ref.entries.items():
+        if name == "output.weight":
+            continue
+        got, want = ours[name], want[0]
+        rel = np.abs(got - want) / (np.abs(want) + 1e-3 * want.mean())
+        assert np.median(rel) < 0.02 and np.corrcoef(got, want)[0, 1] > 0.999, name
+    # llama-quantize takes the file stats.write_imatrix makes
+    s = stats.collect(model, tmp_path / "s", str(text), what=("act_stats",), n_samples=2, seq_len=256, progress=False)
+    ours_file = tmp_path / "ours.imatrix"
+    stats.write_imatrix(s, model, ours_file)
+    out = tmp_path / "q.gguf"
+    q = subprocess.run(tools.command("llama-quantize", "--imatrix", ours_file, f16, out, "IQ4_NL", str(threads)),
+                       env=tool_env, capture_output=True, text=True)
+    assert q.returncode == 0, q.stdout[-2000:] + q.stderr[-2000:]
+    assert "imatrix" in (q.stdout + q.stderr) and out.stat().st_size > 0
