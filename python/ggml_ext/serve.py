@@ -29,8 +29,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: int = 4096,
-          extra: list[str] | None = None, timeout: float = 120.0, log=None) -> tuple[subprocess.Popen, str]:
-    """Start llama-server and wait until /health answers; returns (process, base URL)."""
+          extra: list[str] | None = None, timeout: float = 120.0, log=None,
+          started: list | None = None) -> tuple[subprocess.Popen, str]:
+    """Start llama-server and wait until /health answers; returns (process, base URL).
+
+    ``started``: a list the process is appended to as soon as it exists, so a caller whose signal
+    handlers raise can stop it even when the signal lands between this function's return and the
+    caller's assignment of its result."""
     if not Path(model).is_file():
         raise FileNotFoundError(f"model file not found: {model}")
     port = port or free_port(host)
@@ -44,6 +49,8 @@ def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: i
     # SIGTERM (a second one makes llama-server exit at once, skipping its clean shutdown).
     proc = subprocess.Popen(cmd, env=tools.tool_env(), stdout=log or subprocess.DEVNULL,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL, start_new_session=True)
+    if started is not None:
+        started.append(proc)
     url = f"http://{host}:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -93,23 +100,25 @@ def main(args: argparse.Namespace) -> int:
             signal.signal(sig, _raise_stopped)
     except ValueError:  # not the main thread: the caller owns the signals
         pass
+    # One try block from the start to the end: a signal may land anywhere, the print included (a
+    # SIGTERM right after "ready" once escaped a second block), and the server is stopped wherever.
+    started: list = []
     try:
-        proc, url = start(args.model, args.host, args.port, args.ctx_size, extra, log=sys.stderr)
+        proc, url = start(args.model, args.host, args.port, args.ctx_size, extra, log=sys.stderr, started=started)
+        print(f"llama-server (pid {proc.pid}) ready at {url}  (web UI: {url}/, OpenAI API: {url}/v1)  Ctrl-C to stop",
+              flush=True)
+        return proc.wait()
     except (FileNotFoundError, RuntimeError, TimeoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except (KeyboardInterrupt, Stopped):
-        return 0  # start() has stopped the server
-    print(f"llama-server (pid {proc.pid}) ready at {url}  (web UI: {url}/, OpenAI API: {url}/v1)  Ctrl-C to stop",
-          flush=True)
-    try:
-        return proc.wait()
-    except (KeyboardInterrupt, Stopped):
-        # a second signal must not interrupt the stop (bounded: SIGKILL after stop()'s timeout)
+        # a second signal must not interrupt the stop (bounded: SIGKILL after stop()'s timeout);
+        # start() has already stopped a server that was not ready
         try:
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
         except ValueError:
             pass
-        stop(proc)
+        for proc in started:
+            stop(proc)
         return 0

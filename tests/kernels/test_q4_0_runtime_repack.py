@@ -18,7 +18,7 @@ import pytest
 import q4_0_probe
 from ggml_ext import repack
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 X86_AVX2 = platform.machine() in ("x86_64", "AMD64") and "avx2" in repack._cpu_features()
 pytestmark = pytest.mark.skipif(not X86_AVX2, reason="our runtime repack takes Q4_0 on x86 AVX2 / AVX-512 only; "
                                 "elsewhere upstream's repack keeps it")
@@ -37,7 +37,7 @@ def test_mul_mat_through_the_repack_buffer(tmp_path):
     exe = tmp_path / "t_runtime_repack"
     lib = _locate.lib_dir()
     subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",
-                    str(HERE / "c" / "test_q4_0_runtime_repack.c"), f"-L{lib}", "-lggml", "-lggml-base",
+                    str(TESTS / "c" / "test_q4_0_runtime_repack.c"), f"-L{lib}", "-lggml", "-lggml-base",
                     "-lggml-cpu", "-lm", f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
     for mode, env in (("ours", {}), ("upstream", OFF)):
         proc = subprocess.run([str(exe), mode], capture_output=True, text=True, timeout=300,
