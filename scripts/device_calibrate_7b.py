@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""Calibration of a 7B-shaped model on one GPU (the lent H100/H200): streamed one layer at a time vs the
+whole model in GPU memory, bf16 weights and activations, statistics accumulated in float64.
+
+    PYTHONPATH=python python3 scripts/device_calibrate_7b.py --tokenizer DIR --text FILE --work /tmp/w --out OUT
+
+Makes a random Llama-2-7B-shaped model (32 layers, d=4096, ffn 11008, 32 heads / 8 KV heads, vocab 49152,
+bf16 safetensors, one shard per layer) with the tokenizer of --tokenizer, then times Hessians + activation
+statistics over --samples x --seq-len tokens of --text both ways, each in a fresh process, and writes
+OUT/summary.json and prints a Markdown table: wall time, peak GPU memory (torch.cuda.max_memory_allocated),
+peak RSS, and the largest relative difference of the two ways' Hessians (sampled layers).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHAPE = dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32,
+             num_key_value_heads=8, vocab_size=49152, max_position_embeddings=4096, tie_word_embeddings=False,
+             bos_token_id=1, eos_token_id=2)
+
+CHILD = r"""
+import json, resource, sys, time, torch
+a = json.loads(sys.argv[1])
+from ggml_ext.calibrate.data import tokenize
+from ggml_ext.calibrate.collect import Collector
+tok = tokenize(a["model"], a["text"], a["samples"], a["seq_len"]).ids
+keep = set(a["keep"])
+torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
+t0 = time.perf_counter()
+col = Collector(["hessian", "act_stats"])
+kept = {}
+if a["mode"] == "streamed":
+    from ggml_ext.calibrate.stream import LayerStream
+    st = LayerStream(a["model"], device="cuda", dtype="bfloat16")
+    for i, layer, prefix in st.run(tok, hooks=col.attach, progress=False):
+        r = col.take(prefix)
+        kept.update({k: v["hessian"] for k, v in r.items() if k in keep})
+else:
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(a["model"], dtype=torch.bfloat16).cuda().eval()
+    for i, layer in enumerate(m.model.layers):
+        col.attach(i, layer, f"model.layers.{i}")
+    with torch.no_grad():
+        for row in tok:
+            m(input_ids=row[None].cuda(), use_cache=False)
+    kept = {k: col.results[k]["hessian"].cpu().numpy() for k in keep}
+torch.cuda.synchronize()
+dt = time.perf_counter() - t0
+import numpy as np
+np.savez(a["dump"], **kept)
+print(json.dumps({"seconds": dt, "gpu_peak_gib": torch.cuda.max_memory_allocated() / 2**30,
+                  "rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}))
+"""
+
+
+def make_model(tok_dir: Path, dst: Path) -> float:
+    import torch
+    from accelerate import init_empty_weights
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, LlamaConfig
+    dst.mkdir(parents=True, exist_ok=True)
+    cfg = LlamaConfig(**SHAPE)
+    cfg.save_pretrained(dst)
+    for f in tok_dir.iterdir():
+        if f.name.startswith("tokenizer"):
+            shutil.copy(f, dst / f.name)
+    with init_empty_weights():
+        m = AutoModelForCausalLM.from_config(cfg)
+    shards: dict[str, dict] = {}
+    for name, p in m.named_parameters():
+        key = f"layer{name.split('.')[2]}" if name.startswith("model.layers.") else "outer"
+        shards.setdefault(key, {})[name] = p.shape
+    g = torch.Generator(device="cuda").manual_seed(0)
+    weight_map = {}
+    total = 0
+    for key, params in shards.items():
+        tensors = {}
+        for name, shape in params.items():
+            if len(shape) == 1:
+                t = 1.0 + 0.1 * torch.randn(shape, generator=g, device="cuda")
+            else:
+                t = torch.randn(shape, generator=g, device="cuda") / shape[-1] ** 0.5
+            tensors[name] = t.to(torch.bfloat16).cpu()
+            total += tensors[name].numel() * 2
+            weight_map[name] = f"model-{key}.safetensors"
+        save_file(tensors, str(dst / f"model-{key}.safetensors"), metadata={"format": "pt"})
+    (dst / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                  "weight_map": weight_map}))
+    return total / 2**30
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tokenizer", required=True)
+    p.add_argument("--text", required=True)
+    p.add_argument("--work", default="/tmp/calib7b")
+    p.add_argument("--out", required=True)
+    p.add_argument("--samples", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=512)
+    a = p.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(a.work) / "model"
+    t0 = time.perf_counter()
+    gib = make_model(Path(a.tokenizer), model)
+    summary = {"model_gib_bf16": gib, "make_seconds": time.perf_counter() - t0, "samples": a.samples,
+               "seq_len": a.seq_len}
+    keep = ["model.layers.0.self_attn.q_proj", "model.layers.31.mlp.down_proj", "model.layers.15.mlp.up_proj"]
+    dumps = {}
+    for mode in ("streamed", "naive"):
+        dump = Path(a.work) / f"{mode}.npz"
+        spec = {"mode": mode, "model": str(model), "text": a.text, "samples": a.samples, "seq_len": a.seq_len,
+                "keep": keep, "dump": str(dump)}
+        r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True)
+        if r.returncode:
+            print(r.stderr[-4000:], file=sys.stderr)
+            summary[mode] = {"error": r.stderr[-2000:]}
+            continue
+        summary[mode] = json.loads(r.stdout.strip().splitlines()[-1])
+        dumps[mode] = dump
+        print(mode, summary[mode], flush=True)
+    if len(dumps) == 2:
+        import numpy as np
+        s, n = np.load(dumps["streamed"]), np.load(dumps["naive"])
+        summary["hessian_max_rel_diff"] = {k: float(np.abs(s[k] - n[k]).max() / np.abs(n[k]).max()) for k in keep}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
