@@ -82,6 +82,7 @@ class LayerStream:
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
         self.checkpoint = open_checkpoint(self.model_dir)
+        self._st_files: dict = {}
         config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
         config.use_cache = False
         with init_empty_weights(include_buffers=False):
@@ -103,6 +104,20 @@ class LayerStream:
                     return self._checkpoint_name(f"{n}.weight")
         raise StreamError(f"{self.model_dir}: the checkpoint has no tensor {name!r}")
 
+    def _load(self, name: str):
+        """One checkpoint tensor as a torch tensor. safetensors files (the index from the converter's
+        reader, which checked their headers) are read by safetensors itself straight onto the device in
+        their stored dtype; other formats through the converter's reader (float32 on the host)."""
+        torch = _torch()
+        if self.checkpoint.format == "safetensors":
+            from safetensors import safe_open
+            f = self.checkpoint.tensors[name].file
+            handle = self._st_files.get(f)
+            if handle is None:
+                handle = self._st_files[f] = safe_open(str(f), framework="pt", device=str(self.device))
+            return handle.get_tensor(name)
+        return torch.from_numpy(self.checkpoint.load(name))
+
     def materialize(self, module_name: str) -> None:
         """Read the parameters of ``module_name`` (and its children) from the checkpoint onto the device."""
         from accelerate.utils import set_module_tensor_to_device
@@ -110,7 +125,7 @@ class LayerStream:
         module = self.model.get_submodule(module_name)
         for pname, _ in list(module.named_parameters()):
             full = f"{module_name}.{pname}" if module_name else pname
-            value = torch.from_numpy(self.checkpoint.load(self._checkpoint_name(full)))
+            value = self._load(self._checkpoint_name(full))
             set_module_tensor_to_device(self.model, full, self.device, value=value, dtype=self.dtype)
         for bname, buf in list(module.named_buffers()):
             if buf.device != self.device:
