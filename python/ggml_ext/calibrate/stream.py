@@ -82,7 +82,6 @@ class LayerStream:
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
         self.checkpoint = open_checkpoint(self.model_dir)
-        self._st_files: dict = {}
         config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
         config.use_cache = False
         with init_empty_weights(include_buffers=False):
@@ -104,18 +103,18 @@ class LayerStream:
                     return self._checkpoint_name(f"{n}.weight")
         raise StreamError(f"{self.model_dir}: the checkpoint has no tensor {name!r}")
 
-    def _load(self, name: str):
+    def _load(self, name: str, handles: dict):
         """One checkpoint tensor as a torch tensor. safetensors files (the index from the converter's
         reader, which checked their headers) are read by safetensors itself straight onto the device in
-        their stored dtype; other formats through the converter's reader (float32 on the host)."""
+        their stored dtype, through ``handles`` (file -> open handle, dropped by the caller so no file
+        stays mapped); other formats through the converter's reader (float32 on the host)."""
         torch = _torch()
         if self.checkpoint.format == "safetensors":
             from safetensors import safe_open
             f = self.checkpoint.tensors[name].file
-            handle = self._st_files.get(f)
-            if handle is None:
-                handle = self._st_files[f] = safe_open(str(f), framework="pt", device=str(self.device))
-            return handle.get_tensor(name)
+            if f not in handles:
+                handles[f] = safe_open(str(f), framework="pt", device=str(self.device))
+            return handles[f].get_tensor(name)
         return torch.from_numpy(self.checkpoint.load(name))
 
     def materialize(self, module_name: str) -> None:
@@ -123,10 +122,12 @@ class LayerStream:
         from accelerate.utils import set_module_tensor_to_device
         torch = _torch()
         module = self.model.get_submodule(module_name)
+        handles: dict = {}
         for pname, _ in list(module.named_parameters()):
             full = f"{module_name}.{pname}" if module_name else pname
-            value = self._load(self._checkpoint_name(full))
+            value = self._load(self._checkpoint_name(full), handles)
             set_module_tensor_to_device(self.model, full, self.device, value=value, dtype=self.dtype)
+        handles.clear()
         for bname, buf in list(module.named_buffers()):
             if buf.device != self.device:
                 full = f"{module_name}.{bname}" if module_name else bname
