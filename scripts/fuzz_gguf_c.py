@@ -152,7 +152,7 @@ def sanitizer_env() -> dict[str, str]:
 
 
 def _reader_tests():
-    sys.path.insert(0, str(REPO / "tests"))
+    sys.path.insert(0, str(REPO / "tests" / "formats"))
     import test_gguf_reader
     return test_gguf_reader
 
@@ -227,7 +227,8 @@ def run(target: str, seconds: int, corpus: Path | None, extra: list[str], workdi
             "-rss_limit_mb=2048", "-malloc_limit_mb=2048", "-timeout=20", "-print_final_stats=1",
             f"-artifact_prefix={artifacts}/", *extra]
     t0 = time.time()
-    r = subprocess.run(args, capture_output=True, text=True, errors="replace", env=sanitizer_env())
+    from ggml_ext.tools import fresh_rusage
+    r = subprocess.run(fresh_rusage(args), capture_output=True, text=True, errors="replace", env=sanitizer_env())
     log = r.stdout + r.stderr
     (workdir / f"{target}.log").write_text(log)
     crashes = sorted(p.name for p in artifacts.iterdir())

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ggml_ext.tools import fresh_rusage
+
 
 def run(script: Path, seeds: Path, tmp_path: Path, seconds: int, args: list[str], label: str, on_crash: str,
         timeout_slack: int = 60) -> None:
@@ -14,8 +16,9 @@ def run(script: Path, seeds: Path, tmp_path: Path, seconds: int, args: list[str]
     corpus = tmp_path / "corpus"
     shutil.copytree(seeds, corpus)
     n_seeds = len(list(corpus.iterdir()))
-    r = subprocess.run([sys.executable, str(script), str(corpus), f"-max_total_time={seconds}", *args,
-                        "-print_final_stats=1", f"-artifact_prefix={tmp_path}/crash-"],
+    # fresh_rusage: libFuzzer's -rss_limit_mb would otherwise count this test process's own peak
+    r = subprocess.run(fresh_rusage([sys.executable, str(script), str(corpus), f"-max_total_time={seconds}", *args,
+                                     "-print_final_stats=1", f"-artifact_prefix={tmp_path}/crash-"]),
                        capture_output=True, text=True, timeout=seconds + timeout_slack, cwd=tmp_path)
     crashes = sorted(tmp_path.glob("crash-*")) + sorted(tmp_path.glob("timeout-*")) + sorted(tmp_path.glob("oom-*"))
     log = r.stdout + r.stderr

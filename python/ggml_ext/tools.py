@@ -21,6 +21,15 @@ def command(name: str, *args: str | os.PathLike) -> list[str]:
     return [str(_locate.tool(name)), *(str(a) for a in args)]
 
 
+def fresh_rusage(argv: list[str]) -> list[str]:
+    """`argv` started through a short-lived Python parent, so that the program's peak-RSS count starts from its
+    own use. Linux carries a process's ru_maxrss across fork + exec: a child inherits the high-water mark of its
+    parent (a test process that once held a model at 5 GB makes every later libFuzzer run report 5 GB and trip
+    its -rss_limit_mb at once). A fresh interpreter's fork gives the program a small starting count."""
+    return [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+            *(str(a) for a in argv)]
+
+
 def exec_tool(name: str, args: list[str]) -> int:
     """Run a tool in the foreground, passing its output through; returns its exit code."""
     try:

@@ -37,7 +37,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_gguf_reader import HOSTILE  # the 98 hand-built hostile files of our reader's tests
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "formats"))
+from test_gguf_reader import HOSTILE  # noqa: E402  the 98 hand-built hostile files of our reader's tests
 
 gguf = pytest.importorskip("gguf")
 np = pytest.importorskip("numpy")
