@@ -7,8 +7,11 @@ whole model in GPU memory, bf16 weights and activations, statistics accumulated 
 Makes a random Llama-2-7B-shaped model (32 layers, d=4096, ffn 11008, 32 heads / 8 KV heads, vocab 49152,
 bf16 safetensors, one shard per layer) with the tokenizer of --tokenizer, then times Hessians + activation
 statistics over --samples x --seq-len tokens of --text both ways, each in a fresh process, and writes
-OUT/summary.json and prints a Markdown table: wall time, peak GPU memory (torch.cuda.max_memory_allocated),
-peak RSS, and the largest relative difference of the two ways' Hessians (sampled layers).
+OUT/summary.json: wall time, peak GPU memory (torch.cuda.max_memory_allocated), peak RSS, and the largest
+relative difference of the two ways' Hessians (sampled layers). Then the same for the Fisher diagonal over
+--fisher-samples samples: the layer-wise reverse pass (bf16 compute, float64 sums, each layer's sums sent to
+the host as its step ends) vs autograd on the whole model in GPU memory with float64 sums (20 bytes a weight:
+more than an 80 GB GPU holds) and with float32 sums.
 """
 from __future__ import annotations
 
@@ -35,7 +38,17 @@ torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats()
 t0 = time.perf_counter()
 col = Collector(["hessian", "act_stats"])
 kept = {}
-if a["mode"] == "streamed":
+if a["mode"] == "fisher_streamed":
+    from ggml_ext.calibrate.fisher import fisher_streamed
+    def on_layer(i, res):   # every layer's sums reach the host; the sampled ones are kept for the comparison
+        kept.update({k: v for k, v in res.items() if k in keep})
+    outer = fisher_streamed(a["model"], tok, device="cuda", dtype="bfloat16", progress=False, on_layer=on_layer)
+    kept.update({k: v for k, v in outer.items() if k in keep})
+elif a["mode"] == "fisher_full":
+    from ggml_ext.calibrate.fisher import fisher_full
+    res = fisher_full(a["model"], tok, device="cuda", dtype="bfloat16", accumulate=a["accumulate"])
+    kept.update({k: v for k, v in res.items() if k in keep})
+elif a["mode"] == "streamed":
     from ggml_ext.calibrate.stream import LayerStream
     st = LayerStream(a["model"], device="cuda", dtype="bfloat16")
     for i, layer, prefix in st.run(tok, hooks=col.attach, progress=False):
@@ -106,6 +119,8 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--samples", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=512)
+    p.add_argument("--fisher-samples", type=int, default=8)
+    p.add_argument("--skip", default="", help="comma-separated modes not to run")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -115,23 +130,39 @@ def main() -> int:
     summary = {"model_gib_bf16": gib, "make_seconds": time.perf_counter() - t0, "samples": a.samples,
                "seq_len": a.seq_len}
     keep = ["model.layers.0.self_attn.q_proj", "model.layers.31.mlp.down_proj", "model.layers.15.mlp.up_proj"]
+    fkeep = ["model.layers.0.self_attn.q_proj.weight", "model.layers.31.mlp.down_proj.weight",
+             "model.layers.15.self_attn.k_proj.out_fisher", "model.embed_tokens.weight", "lm_head.weight"]
+    runs = [("streamed", a.samples, keep, {}), ("naive", a.samples, keep, {}),
+            ("fisher_streamed", a.fisher_samples, fkeep, {}),
+            ("fisher_full", a.fisher_samples, fkeep, {"accumulate": "float64"}),
+            ("fisher_full", a.fisher_samples, fkeep, {"accumulate": "float32"})]
     dumps = {}
-    for mode in ("streamed", "naive"):
-        dump = Path(a.work) / f"{mode}.npz"
-        spec = {"mode": mode, "model": str(model), "text": a.text, "samples": a.samples, "seq_len": a.seq_len,
-                "keep": keep, "dump": str(dump)}
+    for mode, samples, kp, extra in runs:
+        label = mode + ("_" + extra["accumulate"] if extra else "")
+        if mode in a.skip.split(","):
+            continue
+        dump = Path(a.work) / f"{label}.npz"
+        spec = {"mode": mode, "model": str(model), "text": a.text, "samples": samples, "seq_len": a.seq_len,
+                "keep": kp, "dump": str(dump), **extra}
         r = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], capture_output=True, text=True)
         if r.returncode:
-            print(r.stderr[-4000:], file=sys.stderr)
-            summary[mode] = {"error": r.stderr[-2000:]}
+            oom = "OutOfMemoryError" in r.stderr
+            print(label, "out of GPU memory" if oom else r.stderr[-4000:], file=sys.stderr)
+            summary[label] = {"error": "CUDA out of memory" if oom else r.stderr[-2000:]}
             continue
-        summary[mode] = json.loads(r.stdout.strip().splitlines()[-1])
-        dumps[mode] = dump
-        print(mode, summary[mode], flush=True)
-    if len(dumps) == 2:
-        import numpy as np
-        s, n = np.load(dumps["streamed"]), np.load(dumps["naive"])
-        summary["hessian_max_rel_diff"] = {k: float(np.abs(s[k] - n[k]).max() / np.abs(n[k]).max()) for k in keep}
+        summary[label] = {**json.loads(r.stdout.strip().splitlines()[-1]), "samples": samples}
+        dumps[label] = dump
+        print(label, summary[label], flush=True)
+    import numpy as np
+
+    def rel(x: str, y: str, names: list[str]) -> dict:
+        s_, n_ = np.load(dumps[x]), np.load(dumps[y])
+        return {k: float(np.abs(s_[k] - n_[k]).max() / np.abs(n_[k]).max()) for k in names}
+    if {"streamed", "naive"} <= set(dumps):
+        summary["hessian_max_rel_diff"] = rel("streamed", "naive", keep)
+    ref = next((f for f in ("fisher_full_float64", "fisher_full_float32") if f in dumps), None)
+    if ref and "fisher_streamed" in dumps:
+        summary["fisher_max_rel_diff"] = rel("fisher_streamed", ref, fkeep)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
     return 0

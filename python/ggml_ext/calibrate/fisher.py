@@ -17,7 +17,10 @@ Two ways, same numbers:
 
 Results: {parameter or module name: float64 array}; parameters by their full name
 (``model.layers.3.mlp.down_proj.weight``), K/V outputs as ``<module>.out_fisher`` (one value per
-output channel, summed over tokens and samples).
+output channel, summed over tokens and samples). Squares are summed in float64 whatever the compute
+dtype (``dtype="bfloat16"`` on a GPU for 7B-sized models). :func:`fisher_streamed` hands each decoder
+layer's results to ``on_layer`` as soon as its reverse step ends (the stats folder writes them to the
+layer's file), so neither the device nor the host ever holds more than one layer's float64 sums.
 """
 from __future__ import annotations
 
@@ -62,13 +65,13 @@ class _KVGrad:
         return handles
 
 
-def _accumulate_param_grads(module, prefix: str, into: dict) -> None:
+def _accumulate_param_grads(module, prefix: str, into: dict, acc=None) -> None:
     torch = _torch()
     for pname, p in module.named_parameters():
         if p.grad is None:
             continue
         name = f"{prefix}.{pname}" if prefix else pname
-        g2 = p.grad.detach().to(torch.float64).pow(2)
+        g2 = p.grad.detach().to(acc or torch.float64).pow(2)
         into[name] = into[name] + g2 if name in into else g2
         p.grad = None
 
@@ -77,11 +80,14 @@ def _numpy(d: dict) -> dict[str, np.ndarray]:
     return {k: v.cpu().numpy() for k, v in d.items()}
 
 
-def fisher_full(model_dir: str | os.PathLike, tokens, device: str = "cpu") -> dict[str, np.ndarray]:
-    """Per-sample squared gradients summed over ``tokens`` (n x L), the whole model in memory."""
+def fisher_full(model_dir: str | os.PathLike, tokens, device: str = "cpu", dtype: str = "float32",
+                accumulate: str = "float64") -> dict[str, np.ndarray]:
+    """Per-sample squared gradients summed over ``tokens`` (n x L), the whole model in memory (weights,
+    gradients and one ``accumulate``-typed sum per weight: 20 bytes a weight in float32/float64)."""
     torch = _torch()
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).to(device)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
+                                                 local_files_only=True).to(device)
     model.eval()
     out: dict = {}
     kv = _KVGrad()
@@ -91,7 +97,7 @@ def fisher_full(model_dir: str | os.PathLike, tokens, device: str = "cpu") -> di
             ids = row[None].to(device)
             loss = model(input_ids=ids, labels=ids, use_cache=False).loss
             loss.backward()
-            _accumulate_param_grads(model, "", out)
+            _accumulate_param_grads(model, "", out, getattr(torch, accumulate))
     finally:
         for h in handles:
             h.remove()
@@ -192,13 +198,18 @@ def _head_loss(stream, hidden_row, ids_row):
 
 
 def fisher_streamed(model_dir: str | os.PathLike, tokens, device: str = "cpu",
-                    spill_dir: str | os.PathLike | None = None, progress: bool = True) -> dict[str, np.ndarray]:
-    """:func:`fisher_full`'s numbers with one decoder layer in memory at a time (see the module's text)."""
+                    spill_dir: str | os.PathLike | None = None, progress: bool = True, dtype: str = "float32",
+                    on_layer=None) -> dict[str, np.ndarray]:
+    """:func:`fisher_full`'s numbers with one decoder layer in memory at a time (see the module's text).
+
+    ``on_layer(i, results)``: called with decoder layer i's results (its parameters and K/V outputs) when
+    its reverse step ends, last layer first; those then stay out of the returned dict, which keeps the
+    parameters outside the decoder layers (and every layer's when ``on_layer`` is None)."""
     torch = _torch()
     from tqdm.auto import tqdm
 
     from .stream import LayerStream
-    stream = LayerStream(model_dir, device=device)
+    stream = LayerStream(model_dir, device=device, dtype=dtype)
     spill = _Spill(Path(spill_dir) if spill_dir is not None else None)
     captured, hidden = stream._capture(tokens)
     # forward: keep every layer's input
@@ -255,6 +266,11 @@ def fisher_streamed(model_dir: str | os.PathLike, tokens, device: str = "cpu",
                 hd.remove()
         grad = torch.cat(grad_in)
         stream.release(prefix)
+        if on_layer is not None:  # this layer's sums to the caller, off the device
+            mine = [k for k in out if k.startswith(prefix + ".")]
+            res_i = {k: out.pop(k).cpu().numpy() for k in mine}
+            res_i.update({f"{k}.out_fisher": kv.sums.pop(k).cpu().numpy() for k in list(kv.sums)})
+            on_layer(i, res_i)
     # the layers before the first decoder layer (the embedding lookup, and whatever the architecture
     # runs there): the gradient reaching layer 0, pushed through them sample by sample
     for m in mods:

@@ -143,7 +143,7 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         done = set(range(stream.n_layers)) if not forward_what else done
         manifest["layers_done"] = sorted(done)
         if "fisher" in what and not manifest.get("fisher_done"):
-            _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
+            _collect_fisher(model_dir, tokens.ids, device, dtype, folder, manifest, stream.layers_name, progress)
         _atomic.write_json(manifest_path, manifest)
         return Stats(folder, manifest)
     collector = Collector(what)
@@ -168,35 +168,37 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
         if stop_after is not None and written >= stop_after:
             return Stats(folder, manifest)
     if "fisher" in what and len(done) == stream.n_layers:
-        _collect_fisher(model_dir, tokens.ids, device, folder, manifest, stream.layers_name, progress)
+        _collect_fisher(model_dir, tokens.ids, device, dtype, folder, manifest, stream.layers_name, progress)
         _atomic.write_json(manifest_path, manifest)
     return Stats(folder, manifest)
 
 
-def _collect_fisher(model_dir, ids, device, folder: Path, manifest: dict, layers_name: str, progress: bool) -> None:
+def _collect_fisher(model_dir, ids, device, dtype, folder: Path, manifest: dict, layers_name: str,
+                    progress: bool) -> None:
     """Fisher of every weight (``<param>.fisher``) and K/V outputs (``<module>.out_fisher``) into the layer
-    files, the parameters outside the layers into ``outer.safetensors``. One reverse pass, not resumable:
-    an interrupt leaves ``fisher_done`` unset and the next run computes it again (activations spill to
-    the folder's ``.spill``, removed after)."""
+    files as each layer's reverse step ends, the parameters outside the layers into ``outer.safetensors``.
+    One reverse pass, not resumable: an interrupt leaves ``fisher_done`` unset and the next run computes it
+    again (activations spill to the folder's ``.spill``, removed after)."""
     from safetensors.numpy import load_file, save
 
     from .fisher import fisher_streamed
-    spill = folder / ".spill"
-    try:
-        fisher = fisher_streamed(model_dir, ids, device=device, spill_dir=spill, progress=progress)
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
-    per_file: dict[str, dict[str, np.ndarray]] = {}
-    for name, v in fisher.items():
-        key = name if name.endswith(".out_fisher") else f"{name}.fisher"
-        rest = name[len(layers_name) + 1:] if name.startswith(layers_name + ".") else None
-        fname = f"layer-{int(rest.split('.', 1)[0]):03d}.safetensors" if rest else "outer.safetensors"
-        per_file.setdefault(fname, {})[key] = np.ascontiguousarray(v)
-    for fname, tensors in per_file.items():
+
+    def write(fname: str, results: dict) -> None:
         p = folder / fname
         flat = load_file(str(p)) if p.is_file() else {}
-        flat.update(tensors)
+        flat = {k: v for k, v in flat.items() if not k.endswith("fisher")}  # a stale partial run's
+        for name, v in results.items():
+            flat[name if name.endswith(".out_fisher") else f"{name}.fisher"] = np.ascontiguousarray(v)
         _atomic.write_bytes(p, save(flat))
+
+    spill = folder / ".spill"
+    try:
+        outer = fisher_streamed(model_dir, ids, device=device, dtype=dtype, spill_dir=spill, progress=progress,
+                                on_layer=lambda i, res: write(f"layer-{i:03d}.safetensors", res))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
+    assert not any(k.startswith(layers_name + ".") for k in outer)
+    write("outer.safetensors", outer)
     manifest["fisher_done"] = True
 
 
