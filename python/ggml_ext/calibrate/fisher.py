@@ -71,8 +71,11 @@ def _accumulate_param_grads(module, prefix: str, into: dict, acc=None) -> None:
         if p.grad is None:
             continue
         name = f"{prefix}.{pname}" if prefix else pname
-        g2 = p.grad.detach().to(acc or torch.float64).pow(2)
-        into[name] = into[name] + g2 if name in into else g2
+        g = p.grad.detach().to(acc or torch.float64)
+        if name in into:
+            into[name].addcmul_(g, g)       # in place: no second model-sized temporary per sample
+        else:
+            into[name] = g * g
         p.grad = None
 
 
