@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the pristine pinned llama.cpp (no ggml-ext patches) beside ours, so
 # benchmarks can put upstream's own paths in the same run.
-# Output: $GGML_EXT_CACHE/upstream-<commit>/bin (printed at the end).
+# Output: $GGML_EXT_CACHE/upstream-<commit>/bin (printed at the end). UPSTREAM_CMAKE_ARGS adds options
+# (the device's CUDA baseline: "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90", UPSTREAM_BUILD_DIR elsewhere).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 py=${PYTHON:-python3}
@@ -15,7 +16,7 @@ targets=(llama-server llama-cli llama-bench llama-perplexity llama-quantize llam
 cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGGML_NATIVE=ON -DGGML_RPC=ON -DGGML_CCACHE=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
-  -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF >"$build.configure.log" 2>&1 \
+  -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF ${UPSTREAM_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 \
   || { cat "$build.configure.log"; exit 1; }
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 echo "$build/bin"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# ggml-ext's ops on CUDA against the CPU (make test-cuda): tests/c/test_ext_ops.cpp built against an
-# installed GGML_EXT_CUDA=ON build and run with --require-gpu: every case of every op on the CPU backend
-# (against its reference, 1-4 threads) and on each GPU (NMSE against the CPU at most 1e-7).
+# ggml-ext's ops and types on CUDA against the CPU (make test-cuda): tests/c/test_ext_ops.cpp and
+# tests/c/test_types_backends.cpp built against an installed GGML_EXT_CUDA=ON build and run with
+# --require-gpu: every case of every op on the CPU backend (against its reference, 1-4 threads) and on each
+# GPU (NMSE against the CPU at most 1e-7); every type with a stock twin in mul_mat on each GPU (the base
+# type's result bit for bit, NMSE against the CPU at most 5e-4, piecewise uploads read back exactly).
 # Usage: scripts/test_cuda.sh [PREFIX]   PREFIX holds lib/ and include/ of the build (default:
 # $GGML_EXT_PREFIX, else the installed ggml_ext package's). Fails when there is no GPU.
 set -euo pipefail
@@ -9,12 +11,16 @@ cd "$(dirname "$0")/.."
 prefix=${1:-${GGML_EXT_PREFIX:-$("${PYTHON:-python3}" -c 'from ggml_ext import _locate; print(_locate.prefix())')}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"${CXX:-g++}" -std=c++17 -O2 -Wall -Wextra -Werror -I"$prefix/include" tests/c/test_ext_ops.cpp \
-    -L"$prefix/lib" -lggml -lggml-base -lggml-cpu -lggml-rpc -Wl,-rpath,"$prefix/lib" -o "$work/test_ext_ops"
-rc=0
-"$work/test_ext_ops" --require-gpu || rc=$?
-if [ "$rc" -eq 77 ]; then
-    echo "test-cuda: no GPU device in $prefix's ggml registry (built without GGML_EXT_CUDA=ON, or no CUDA device)" >&2
-    exit 1
-fi
-exit "$rc"
+status=0
+for prog in test_ext_ops test_types_backends; do
+    "${CXX:-g++}" -std=c++17 -O2 -Wall -Wextra -Werror -I"$prefix/include" "tests/c/$prog.cpp" \
+        -L"$prefix/lib" -lggml -lggml-base -lggml-cpu -lggml-rpc -Wl,-rpath,"$prefix/lib" -o "$work/$prog"
+    rc=0
+    "$work/$prog" --require-gpu || rc=$?
+    if [ "$rc" -eq 77 ]; then
+        echo "test-cuda: no GPU device in $prefix's ggml registry (built without GGML_EXT_CUDA=ON, or no CUDA device)" >&2
+        exit 1
+    fi
+    [ "$rc" -eq 0 ] || status=$rc
+done
+exit "$status"

@@ -105,20 +105,32 @@ def iq4_nl_files(tmp_path_factory) -> dict:
     return out
 
 
-@pytest.fixture(scope="session")
-def ext_ops(tmp_path_factory):
-    """Runs tests/c/test_ext_ops.cpp, built once against the installed libraries: ggml-ext's ops
-    through ggml's backend API (CPU; RPC with --rpc HOST:PORT; each GPU with --require-gpu, exit
-    77 when there is none). Returns the CompletedProcess and prints its last line."""
+def _c_program(tmp_path_factory, name: str):
+    """tests/c/<name>.cpp built once against the installed libraries; returns run(*args) -> CompletedProcess
+    (printing the program's last line)."""
     from ggml_ext import _locate
-    exe = tmp_path_factory.mktemp("ext-ops") / "test_ext_ops"
+    exe = tmp_path_factory.mktemp(name) / name
     lib = _locate.lib_dir()
     subprocess.run(["g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",
-                    str(REPO / "tests" / "c" / "test_ext_ops.cpp"), f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu",
+                    str(REPO / "tests" / "c" / f"{name}.cpp"), f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu",
                     "-lggml-rpc", f"-Wl,-rpath,{lib}", "-o", str(exe)], check=True)
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
         print(proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-2000:])
         return proc
     return run
+
+
+@pytest.fixture(scope="session")
+def ext_ops(tmp_path_factory):
+    """Runs tests/c/test_ext_ops.cpp: ggml-ext's ops through ggml's backend API (CPU; RPC with --rpc
+    HOST:PORT; each GPU with --require-gpu, exit 77 when there is none)."""
+    return _c_program(tmp_path_factory, "test_ext_ops")
+
+
+@pytest.fixture(scope="session")
+def types_backends(tmp_path_factory):
+    """Runs tests/c/test_types_backends.cpp: ggml-ext's types with a stock twin (the interleaved layouts)
+    in mul_mat on the CPU backend, through RPC (--rpc HOST:PORT) and on each GPU (--require-gpu)."""
+    return _c_program(tmp_path_factory, "test_types_backends")

@@ -99,6 +99,16 @@ GGML_EXT_API size_t ggml_ext_quantize_chunk(int type, const float * src, void * 
 GGML_EXT_API size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start,
                                                     int64_t nrows, int64_t n_per_row, const float * imatrix);
 
+// ---- the stock layout of a registered type (backends that keep weights as a stock type: CUDA) ----
+
+// The stock type whose bytes a tensor of `type` holds rearranged (interleaved4: rows de-interleaved
+// give Q4_0 / IQ4_NL of the same size), or -1 when the type has no such stock twin.
+GGML_EXT_API int ggml_ext_base_layout_type(int type);
+// nrows x n_per_row weights of `type` (src) -> the same weights in the base type's layout (dst), and
+// back. nrows must be a multiple of the type's row group, src and dst must not overlap; 0 on success.
+GGML_EXT_API int ggml_ext_to_base_layout(int type, void * dst, const void * src, int64_t nrows, int64_t n_per_row);
+GGML_EXT_API int ggml_ext_from_base_layout(int type, void * dst, const void * src, int64_t nrows, int64_t n_per_row);
+
 // ggml_validate_row_data for the registered types: whole interleaved blocks, finite fp16 deltas.
 GGML_EXT_API bool ggml_ext_validate_row_data(int type, const void * data, size_t nbytes);
 

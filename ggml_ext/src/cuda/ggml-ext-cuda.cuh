@@ -4,6 +4,9 @@
 
 #include "ggml.h"
 
+#include <utility>
+#include <vector>
+
 struct ggml_backend_cuda_context;
 
 // Runs ggml-ext's op `dst` on ctx's stream; false when it is not one of ggml-ext's ops with a CUDA kernel.
@@ -26,3 +29,37 @@ struct ggml_ext_cuda_op {
 #undef GGML_EXT_OP
 #undef GGML_EXT_CUDA_DECL_CUDA
 #undef GGML_EXT_CUDA_DECL_NO_CUDA
+
+// ---- registered types held in their base layout (interleaved4_cuda.cu) ----
+
+// true for a tensor of a registered type with a stock twin (ggml_ext_base_layout_type >= 0)
+bool ggml_ext_cuda_keeps_base_layout(const ggml_tensor * t);
+
+// set/get of such a tensor in a CUDA buffer (the device already current): the caller's bytes are the
+// registered layout, the GPU's the base layout; synchronous on cudaStreamPerThread.
+void ggml_ext_cuda_set_base_layout(ggml_tensor * t, const void * data, size_t offset, size_t size);
+void ggml_ext_cuda_get_base_layout(const ggml_tensor * t, void * data, size_t offset, size_t size);
+void ggml_ext_cuda_set_base_layout_2d(ggml_tensor * t, const void * data, size_t offset, size_t size, size_t n_copies,
+                                      size_t stride_tensor, size_t stride_data);
+void ggml_ext_cuda_get_base_layout_2d(const ggml_tensor * t, void * data, size_t offset, size_t size, size_t n_copies,
+                                      size_t stride_tensor, size_t stride_data);
+
+// supports_op: the node as ggml-cuda holds it. `op` itself when no registered type is involved; a copy
+// whose weights carry their base type for a MUL_MAT that reads them as whole row groups; nullptr (refuse)
+// for anything else that involves them.
+struct ggml_ext_cuda_node_copy {
+    ggml_tensor node;
+    ggml_tensor src0;
+};
+const ggml_tensor * ggml_ext_cuda_base_layout_op(const ggml_tensor * op, ggml_ext_cuda_node_copy & copy);
+
+// For the lifetime of the object, every source of a node of `cgraph` with a registered type carries its
+// base type (graph_optimize and graph_compute enqueue upstream's kernels for the base type); restored after.
+struct ggml_ext_cuda_base_layout_graph {
+    explicit ggml_ext_cuda_base_layout_graph(ggml_cgraph * cgraph);
+    ~ggml_ext_cuda_base_layout_graph();
+    ggml_ext_cuda_base_layout_graph(const ggml_ext_cuda_base_layout_graph &) = delete;
+    ggml_ext_cuda_base_layout_graph & operator=(const ggml_ext_cuda_base_layout_graph &) = delete;
+
+    std::vector<std::pair<ggml_tensor *, ggml_type>> changed;
+};

@@ -1,6 +1,6 @@
 // ggml-base side of the interleaved4 family (interleaved Q4_0 and IQ4_NL): what ggml.c,
 // ggml-quants.c and gguf.cpp call through their hooks (shape rule, ggml_quantize_chunk,
-// row validation).
+// row validation), and the relayout to plain Q4_0 / IQ4_NL that the CUDA backend keeps.
 #include "formats/interleaved4/interleaved4.h"
 #include "ggml-ext.h"
 
@@ -29,6 +29,33 @@ const char * ggml_ext_check_tensor_shape(int type, const int64_t * ne) {
         return t->shape_rule;
     }
     return NULL;
+}
+
+int ggml_ext_base_layout_type(int type) {
+    const struct ggml_ext_type_info * t = interleaved4(type);
+    return t ? t->base_type : -1;
+}
+
+static int relayout(int type, void * dst, const void * src, int64_t nrows, int64_t n_per_row, int to_base) {
+    const struct ggml_ext_type_info * t = interleaved4(type);
+    if (!t || nrows % t->row_group != 0) {
+        return -1;
+    }
+    const enum ggml_ext_i4_layout layout = (enum ggml_ext_i4_layout) t->layout;
+    if (t->base_type == GGML_EXT_BASE_Q4_0) {
+        return to_base ? ggml_ext_unpack_q4_0(layout, (ggml_ext_block_q4_0 *) dst, src, nrows, n_per_row)
+                       : ggml_ext_repack_q4_0(layout, dst, (const ggml_ext_block_q4_0 *) src, nrows, n_per_row);
+    }
+    return to_base ? ggml_ext_unpack_iq4_nl(layout, (ggml_ext_block_iq4_nl *) dst, src, nrows, n_per_row)
+                   : ggml_ext_repack_iq4_nl(layout, dst, (const ggml_ext_block_iq4_nl *) src, nrows, n_per_row);
+}
+
+int ggml_ext_to_base_layout(int type, void * dst, const void * src, int64_t nrows, int64_t n_per_row) {
+    return relayout(type, dst, src, nrows, n_per_row, 1);
+}
+
+int ggml_ext_from_base_layout(int type, void * dst, const void * src, int64_t nrows, int64_t n_per_row) {
+    return relayout(type, dst, src, nrows, n_per_row, 0);
 }
 
 size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t start, int64_t nrows,

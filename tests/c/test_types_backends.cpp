@@ -1,0 +1,291 @@
+// ggml-ext's types on every backend, in the manner of llama.cpp's test-backend-ops: for each registered
+// type with a stock twin (the interleaved Q4_0 / IQ4_NL layouts, ggml_ext_base_layout_type), a weight
+// matrix quantized by ggml_quantize_chunk times F32 activations, over the shapes the models use:
+//   CPU               the reference for every other backend (ggml-ext's kernels), same bits with 1-4 threads
+//   --rpc HOST:PORT   a ggml-rpc-server: the same bits as the local CPU backend when it computes on a CPU;
+//                     with --rpc-gpu the server computes on a GPU and is held to the GPU rules below
+//   GPU devices       every GPU in the ggml registry (CUDA with GGML_EXT_CUDA=ON), which holds these
+//                     weights in the base layout: the result equals, bit for bit, the same GPU's result
+//                     on the base type's tensor the weights were repacked from (upstream's own kernels on
+//                     the same values), and is within test-backend-ops' MUL_MAT bound of the CPU (NMSE
+//                     at most 5e-4: the GPU quantizes activations to Q8_1 or runs cuBLAS on dequantized
+//                     weights, the CPU to Q8_0)
+//   --require-gpu     exit 77 (skip) when there is no GPU device
+// The weights go up in uneven pieces (as llama.cpp's loader sends them) and come back byte for byte,
+// whole and in slices that start and end inside a row group; nodes a backend cannot run on these
+// layouts (get_rows, a view of part of each row) are refused by supports_op, not run wrong.
+// Built and run by tests/formats/test_interleaved4_backends.py and scripts/test_cuda.sh (make test-cuda).
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml-ext.h"
+#include "ggml-rpc.h"
+#include "ggml.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+static int g_fails = 0;
+
+#define CHECK(cond, ...)                                                \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::printf(__VA_ARGS__);                                   \
+            std::printf("\n");                                          \
+            g_fails++;                                                  \
+        }                                                               \
+    } while (0)
+
+struct rng {
+    uint64_t s;
+
+    float next() {  // uniform in [-1, 1)
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        return (float) ((s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+    }
+};
+
+// weights [K, N] (N rows of K), activations [K, M]
+struct mm_case {
+    int64_t K, N, M;
+};
+
+static const mm_case k_cases[] = {
+    { 64, 8, 1 },        // the smallest: two blocks, one group of 8
+    { 576, 576, 1 },     // SmolLM2's attention, one token (MMVQ on CUDA)
+    { 576, 1536, 7 },    // its FFN up, a few tokens
+    { 1536, 576, 33 },   // its FFN down, a batch (MMQ on CUDA)
+    { 4096, 64, 512 },   // a 7B row width, a prompt's batch
+    { 320, 24, 3 },      // K not a multiple of 256, N of 8 but not of 16
+};
+
+struct graph {
+    ggml_context *        ctx = nullptr;
+    ggml_tensor *         w = nullptr, *x = nullptr, *y = nullptr;
+    ggml_cgraph *         gf  = nullptr;
+    ggml_backend_buffer_t buf = nullptr;
+
+    ~graph() {
+        if (buf) {
+            ggml_backend_buffer_free(buf);
+        }
+        if (ctx) {
+            ggml_free(ctx);
+        }
+    }
+};
+
+// y = w x on `backend`, the weights' bytes sent in pieces of `piece` bytes (0: at once)
+static std::vector<float> mul_mat(ggml_backend_t backend, ggml_type type, const mm_case & c,
+                                  const std::vector<uint8_t> & wbytes, const std::vector<float> & x, size_t piece,
+                                  std::vector<uint8_t> * readback = nullptr) {
+    graph            g;
+    ggml_init_params ip = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    g.ctx               = ggml_init(ip);
+    g.w                 = ggml_new_tensor_2d(g.ctx, type, c.K, c.N);
+    g.x                 = ggml_new_tensor_2d(g.ctx, GGML_TYPE_F32, c.K, c.M);
+    g.y                 = ggml_mul_mat(g.ctx, g.w, g.x);
+    g.gf                = ggml_new_graph(g.ctx);
+    ggml_build_forward_expand(g.gf, g.y);
+    g.buf = ggml_backend_alloc_ctx_tensors(g.ctx, backend);
+    CHECK(ggml_nbytes(g.w) == wbytes.size(), "%s bytes", ggml_type_name(type));
+    for (size_t off = 0; off < wbytes.size();) {
+        const size_t n = piece ? std::min(piece, wbytes.size() - off) : wbytes.size();
+        ggml_backend_tensor_set(g.w, wbytes.data() + off, off, n);
+        off += n;
+    }
+    ggml_backend_tensor_set(g.x, x.data(), 0, x.size() * sizeof(float));
+    std::vector<float> y(c.N * c.M, NAN);
+    if (!ggml_backend_supports_op(backend, g.y)) {
+        CHECK(false, "%s refuses mul_mat %s %lldx%lld x %lld", ggml_backend_name(backend), ggml_type_name(type),
+              (long long) c.K, (long long) c.N, (long long) c.M);
+        return y;
+    }
+    CHECK(ggml_backend_graph_compute(backend, g.gf) == GGML_STATUS_SUCCESS, "compute");
+    ggml_backend_tensor_get(g.y, y.data(), 0, y.size() * sizeof(float));
+    if (readback) {
+        readback->assign(wbytes.size(), 0);
+        ggml_backend_tensor_get(g.w, readback->data(), 0, readback->size());
+    }
+    return y;
+}
+
+static double nmse(const std::vector<float> & got, const std::vector<float> & want) {
+    double err = 0, norm = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        err += ((double) got[i] - want[i]) * ((double) got[i] - want[i]);
+        norm += (double) want[i] * want[i];
+    }
+    return err / norm;
+}
+
+// The weights' bytes come back from `backend` as they went in: whole, and in slices that start and end
+// inside a row group (a GPU keeping the base layout re-interleaves on the way out).
+static void check_readback(ggml_backend_t backend, ggml_type type, const mm_case & c, const std::vector<uint8_t> & w) {
+    graph            g;
+    ggml_init_params ip = { 2 * ggml_tensor_overhead(), nullptr, true };
+    g.ctx               = ggml_init(ip);
+    g.w                 = ggml_new_tensor_2d(g.ctx, type, c.K, c.N);
+    g.buf               = ggml_backend_alloc_ctx_tensors(g.ctx, backend);
+    ggml_backend_tensor_set(g.w, w.data(), 0, w.size());
+    // overwrite a middle slice with its own bytes in two odd pieces: nothing may move
+    const size_t a = w.size() / 3 + 5, b = std::min(w.size(), a + 777);
+    ggml_backend_tensor_set(g.w, w.data() + a, a, 100);
+    ggml_backend_tensor_set(g.w, w.data() + a + 100, a + 100, b - a - 100);
+    std::vector<uint8_t> back(w.size());
+    ggml_backend_tensor_get(g.w, back.data(), 0, back.size());
+    CHECK(back == w, "%s: %s %lldx%lld whole readback differs", ggml_backend_name(backend), ggml_type_name(type),
+          (long long) c.K, (long long) c.N);
+    std::vector<uint8_t> part(b - a);
+    ggml_backend_tensor_get(g.w, part.data(), a, part.size());
+    CHECK(!std::memcmp(part.data(), w.data() + a, part.size()), "%s: %s slice readback differs",
+          ggml_backend_name(backend), ggml_type_name(type));
+}
+
+// Nodes a backend cannot run on an interleaved layout must be refused, not run wrong.
+static void check_refusals(ggml_backend_t backend, ggml_type type) {
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    w   = ggml_new_tensor_2d(ctx, type, 64, 16);
+    ggml_tensor *    ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3);
+    ggml_tensor *    gr  = ggml_get_rows(ctx, w, ids);
+    ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 32, 4);
+    ggml_tensor *    wv  = ggml_mul_mat(ctx, ggml_view_2d(ctx, w, 32, 16, w->nb[1], 0), x);  // half of each row
+    const bool       rpc = ggml_backend_is_rpc(backend);  // RPC answers yes to everything
+    CHECK(rpc || !ggml_backend_supports_op(backend, gr), "%s accepts get_rows of %s", ggml_backend_name(backend),
+          ggml_type_name(type));
+    CHECK(rpc || !ggml_backend_supports_op(backend, wv), "%s accepts mul_mat of a column view of %s",
+          ggml_backend_name(backend), ggml_type_name(type));
+    ggml_free(ctx);
+}
+
+int main(int argc, char ** argv) {
+    const char * rpc         = nullptr;
+    bool         require_gpu = false, rpc_gpu = false;
+    for (int i = 1; i < argc; i++) {
+        if (!std::strcmp(argv[i], "--rpc") && i + 1 < argc) {
+            rpc = argv[++i];
+        } else if (!std::strcmp(argv[i], "--rpc-gpu")) {
+            rpc_gpu = true;
+        } else if (!std::strcmp(argv[i], "--require-gpu")) {
+            require_gpu = true;
+        } else {
+            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT [--rpc-gpu]] [--require-gpu]\n", argv[0]);
+            return 2;
+        }
+    }
+    std::vector<ggml_backend_t> others;
+    if (rpc) {
+        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(rpc);
+        CHECK(reg && ggml_backend_reg_dev_count(reg) > 0, "no device at rpc server %s", rpc);
+        if (reg && ggml_backend_reg_dev_count(reg) > 0) {
+            others.push_back(ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr));
+        }
+    }
+    int n_gpu = 0;
+    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
+        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU) {
+            others.push_back(ggml_backend_dev_init(dev, nullptr));
+            n_gpu++;
+        }
+    }
+    if (require_gpu && n_gpu == 0 && !(rpc && rpc_gpu)) {
+        std::printf("SKIP: no GPU device (a build without GGML_EXT_CUDA, or no CUDA device)\n");
+        return 77;
+    }
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+
+    int runs = 0, n_types = 0;
+    for (int t = 0; t < ggml_ext_type_count(); t++) {
+        const ggml_ext_type_info * info = ggml_ext_type_info_at(t);
+        if (ggml_ext_base_layout_type(info->id) < 0) {
+            continue;
+        }
+        n_types++;
+        const ggml_type type = (ggml_type) info->id;
+        const ggml_type base = (ggml_type) ggml_ext_base_layout_type(info->id);
+        check_refusals(cpu, type);
+        for (ggml_backend_t b : others) {
+            check_refusals(b, type);
+        }
+        for (const mm_case & c : k_cases) {
+            rng                r{ (uint64_t) (1000 * info->id + c.K + 7 * c.N) };
+            std::vector<float> wf(c.K * c.N), x(c.K * c.M);
+            for (auto & v : wf) {
+                v = r.next() * 0.1f;
+            }
+            for (auto & v : x) {
+                v = r.next();
+            }
+            const size_t         nbytes = ggml_row_size(type, c.K) * c.N;
+            std::vector<uint8_t> w(nbytes), wb(nbytes), relaid(nbytes);
+            ggml_quantize_chunk(type, wf.data(), w.data(), 0, c.N, c.K, nullptr);
+            ggml_quantize_chunk(base, wf.data(), wb.data(), 0, c.N, c.K, nullptr);
+            // the stock twin: the base type's bytes relaid out are the type's bytes, and back
+            CHECK(ggml_ext_from_base_layout(info->id, relaid.data(), wb.data(), c.N, c.K) == 0 && relaid == w,
+                  "%s %lldx%lld: not the relayout of %s", info->name, (long long) c.K, (long long) c.N,
+                  ggml_type_name(base));
+            CHECK(ggml_ext_to_base_layout(info->id, relaid.data(), w.data(), c.N, c.K) == 0 && relaid == wb,
+                  "%s %lldx%lld: to_base_layout", info->name, (long long) c.K, (long long) c.N);
+
+            std::vector<float> first;
+            for (int nth = 1; nth <= 4; nth += 3) {
+                ggml_backend_cpu_set_n_threads(cpu, nth);
+                const std::vector<float> got = mul_mat(cpu, type, c, w, x, 0);
+                runs++;
+                if (first.empty()) {
+                    first = got;
+                } else {
+                    CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                          "%s: CPU %d threads differ from 1", info->name, nth);
+                }
+            }
+            for (ggml_backend_t b : others) {
+                std::vector<uint8_t>     back;
+                const std::vector<float> got = mul_mat(b, type, c, w, x, 1000003 % (nbytes / 3 + 1) + 1, &back);
+                runs++;
+                CHECK(back == w, "%s: %s %lldx%lld readback after a piecewise upload differs", ggml_backend_name(b),
+                      info->name, (long long) c.K, (long long) c.N);
+                if (ggml_backend_is_rpc(b) && !rpc_gpu) {
+                    CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                          "%s: %s %lldx%lldx%lld differs from the local CPU", ggml_backend_name(b), info->name,
+                          (long long) c.K, (long long) c.N, (long long) c.M);
+                    continue;
+                }
+                const std::vector<float> twin = mul_mat(b, base, c, wb, x, 0);
+                CHECK(!std::memcmp(twin.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %s %lldx%lldx%lld is not the %s result (NMSE %.3g)", ggml_backend_name(b), info->name,
+                      (long long) c.K, (long long) c.N, (long long) c.M, ggml_type_name(base), nmse(got, twin));
+                const double e = nmse(got, first);
+                CHECK(e <= 5e-4, "%s: %s %lldx%lldx%lld NMSE %.3g against the CPU", ggml_backend_name(b), info->name,
+                      (long long) c.K, (long long) c.N, (long long) c.M, e);
+                if (c.M == 1 || c.M == 512) {
+                    std::printf("%s %s K=%lld N=%lld M=%lld: NMSE vs CPU %.2e, == %s\n", ggml_backend_name(b),
+                                info->name, (long long) c.K, (long long) c.N, (long long) c.M, e,
+                                ggml_type_name(base));
+                }
+            }
+            for (ggml_backend_t b : others) {
+                check_readback(b, type, c, w);
+            }
+        }
+    }
+    CHECK(n_types == 6, "%d types with a stock twin", n_types);
+
+    for (ggml_backend_t b : others) {
+        std::printf("backend: %s\n", ggml_backend_name(b));
+        ggml_backend_free(b);
+    }
+    ggml_backend_free(cpu);
+    std::printf("%s: %d mul_mat runs, %d types x %zu shapes on CPU (1, 4 threads)%s%s, %d failures\n",
+                g_fails ? "FAILED" : "OK", runs, n_types, sizeof(k_cases) / sizeof(k_cases[0]), rpc ? " + RPC" : "",
+                n_gpu || rpc_gpu ? " + GPU" : "", g_fails);
+    return g_fails ? 1 : 0;
+}
