@@ -11,7 +11,7 @@
 // chunking of a tensor's upload (llama.cpp's loader sends 1 MiB pieces) gives the same GPU bytes.
 #include "ggml-ext-cuda.cuh"
 
-#include "common.cuh"
+#include "ggml-cuda/common.cuh"
 #include "ggml-ext.h"
 
 #include <algorithm>
