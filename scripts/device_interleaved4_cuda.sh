@@ -10,10 +10,12 @@
 #   bench  llama-bench -ngl 99 (pp512, tg128) of the Q4_0_8_8 file on ours and of the Q4_0 file on ours and
 #          on upstream (with --upstream), in the same run; load time and GPU memory from the logs
 # Usage (device, repository root): bash scripts/device_interleaved4_cuda.sh MODEL TEXT OUT [--upstream]
-# Needs GGML_EXT_LLAMA_CPP_SRC (the unpacked pinned tree); writes OUT/*.log and OUT/summary.txt.
+# Needs GGML_EXT_LLAMA_CPP_SRC (the unpacked pinned tree); writes OUT/summary.txt and OUT/logs.tgz.
 set -uo pipefail
-model=$1 text=$2 out=$3 upstream=${4:-}
+model=$1 text=$2 top=$3 upstream=${4:-}
+out=$top/logs   # every log; packed into $top/logs.tgz at the end (the device returns few files)
 mkdir -p "$out"
+trap 'tar czf "$top/logs.tgz" -C "$out" . && cp "$out/summary.txt" "$top/" 2>/dev/null; rm -rf "$out"' EXIT
 B=${BUILD:-/tmp/bc}
 U=${UPSTREAM_BUILD:-/tmp/bu}
 jobs=$(nproc)
@@ -56,10 +58,14 @@ kill %1 2>/dev/null; wait 2>/dev/null
 [ -f "$model" ] || { say "no model at $model: model runs skipped"; exit 0; }
 m=/tmp/models; mkdir -p $m
 cp "$model" $m/q4_0_8_8.gguf
-for lay in q4_0 4x4 4x8; do python3 -m ggml_ext repack $m/q4_0_8_8.gguf $m/$lay.gguf --layout $lay > /dev/null || say "repack $lay failed"; done
+for lay in q4_0 4x4 4x8; do
+    python3 -c 'import sys; from ggml_ext.cli import main; sys.exit(main(sys.argv[1:]))' repack $m/q4_0_8_8.gguf \
+        $m/$lay.gguf --layout $lay > "$out/repack-$lay.log" 2>&1 || { say "repack $lay failed"; tail -5 "$out/repack-$lay.log"; }
+done
 ppl() {  # name file args...: final estimate of llama-perplexity
     local name=$1 file=$2; shift 2
     "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks 16 -b 512 "$@" > "$out/ppl-$name.log" 2>&1
+    grep -q "Final estimate" "$out/ppl-$name.log" || grep -E "error|abort|ASSERT|pre-allocated" "$out/ppl-$name.log" | head -5
     say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log")"
 }
 CUDA_VISIBLE_DEVICES= ppl q4_0_8_8-cpu $m/q4_0_8_8.gguf -ngl 0 -t 16
@@ -79,7 +85,7 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
 fi
 
 bench() {  # name bin file
-    "$2/llama-bench" -m "$3" -ngl 99 -p 512 -n 128 -r 5 -o md > "$out/bench-$1.log" 2>&1
+    "$2/llama-bench" -m "$3" -ngl 99 -p 512 -n 128 -r 3 -o md > "$out/bench-$1.log" 2>&1
     say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
 }
 bench ours-q4_0_8_8 "$BIN" $m/q4_0_8_8.gguf

@@ -115,6 +115,18 @@ const ggml_tensor * ggml_ext_cuda_base_layout_op(const ggml_tensor * op, ggml_ex
     if (!involved) {
         return op;
     }
+    // the tensors themselves and views of them compute nothing (the scheduler asks about a weight that
+    // sits in a CUDA buffer with the weight as the op)
+    switch (op->op) {
+        case GGML_OP_NONE:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_VIEW:
+        case GGML_OP_PERMUTE:
+        case GGML_OP_TRANSPOSE:
+            return op;
+        default:
+            break;
+    }
     // what the base layout serves: a matrix product with the registered type as the weights (src0),
     // whole contiguous row groups (get_rows, copies and views would need the interleaved row order)
     const ggml_tensor * w = op->src[0];

@@ -30,8 +30,9 @@ int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
     }
     const struct ggml_tensor * src0 = op->src[0];
     const struct ggml_tensor * src1 = op->src[1];
+    // the kernels walk whole interleaved row groups: a view of part of each row cannot be read
     return op->op == GGML_OP_MUL_MAT && src0 && interleaved4(src0->type) && src0->ne[2] == 1 && src0->ne[3] == 1 &&
-           src1 && src1->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
+           ggml_is_contiguous(src0) && src1 && src1->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
 }
 
 bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
