@@ -252,6 +252,12 @@ int main(int argc, char ** argv) {
                           "%s: CPU %d threads differ from 1", info->name, nth);
                 }
             }
+            {  // ggml's own CPU kernel on the base type's tensor: the same products up to float rounding
+                const std::vector<float> stock = mul_mat(cpu, base, c, wb, x, 0);
+                const double             e     = nmse(first, stock);
+                CHECK(e <= 1e-7, "CPU: %s %lldx%lldx%lld NMSE %.3g against ggml's %s kernel", info->name,
+                      (long long) c.K, (long long) c.N, (long long) c.M, e, ggml_type_name(base));
+            }
             for (ggml_backend_t b : others) {
                 std::vector<uint8_t>     back;
                 const std::vector<float> got = mul_mat(b, type, c, w, x, 1000003 % (nbytes / 3 + 1) + 1, &back);

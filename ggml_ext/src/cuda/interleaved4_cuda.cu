@@ -15,6 +15,7 @@
 #include "ggml-ext.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -54,8 +55,21 @@ void read_groups(const ggml_tensor * t, size_t begin, size_t end, uint8_t * dst)
 
 }  // namespace
 
+// ggml_ext_base_layout_type by type id, looked up once: graph_compute asks for every source of every node
+// on every token
+static int base_layout_type(ggml_type type) {
+    static const std::array<int, GGML_TYPE_COUNT> table = [] {
+        std::array<int, GGML_TYPE_COUNT> a{};
+        for (int i = 0; i < GGML_TYPE_COUNT; i++) {
+            a[i] = ggml_ext_base_layout_type(i);
+        }
+        return a;
+    }();
+    return (unsigned) type < (unsigned) GGML_TYPE_COUNT ? table[type] : -1;
+}
+
 bool ggml_ext_cuda_keeps_base_layout(const ggml_tensor * t) {
-    return t != nullptr && ggml_ext_base_layout_type(t->type) >= 0;
+    return t != nullptr && base_layout_type(t->type) >= 0;
 }
 
 void ggml_ext_cuda_set_base_layout(ggml_tensor * t, const void * data, size_t offset, size_t size) {
@@ -141,7 +155,7 @@ const ggml_tensor * ggml_ext_cuda_base_layout_op(const ggml_tensor * op, ggml_ex
     }
     copy.node       = *op;
     copy.src0       = *w;
-    copy.src0.type  = (ggml_type) ggml_ext_base_layout_type(w->type);
+    copy.src0.type  = (ggml_type) base_layout_type(w->type);
     copy.node.src[0] = &copy.src0;
     return &copy.node;
 }
@@ -154,7 +168,7 @@ ggml_ext_cuda_base_layout_graph::ggml_ext_cuda_base_layout_graph(ggml_cgraph * c
             ggml_tensor * src = node->src[j];
             if (ggml_ext_cuda_keeps_base_layout(src)) {
                 changed.emplace_back(src, src->type);
-                src->type = (ggml_type) ggml_ext_base_layout_type(src->type);
+                src->type = (ggml_type) base_layout_type(src->type);
             }
         }
     }
