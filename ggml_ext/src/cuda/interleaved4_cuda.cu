@@ -161,15 +161,29 @@ const ggml_tensor * ggml_ext_cuda_base_layout_op(const ggml_tensor * op, ggml_ex
 }
 
 ggml_ext_cuda_base_layout_graph::ggml_ext_cuda_base_layout_graph(ggml_cgraph * cgraph) {
-    const int n = ggml_graph_n_nodes(cgraph);
-    for (int i = 0; i < n; i++) {
-        ggml_tensor * node = ggml_graph_node(cgraph, i);
-        for (int j = 0; j < GGML_MAX_SRC; j++) {
-            ggml_tensor * src = node->src[j];
-            if (ggml_ext_cuda_keeps_base_layout(src)) {
-                changed.emplace_back(src, src->type);
-                src->type = (ggml_type) base_layout_type(src->type);
+    // a graph the scheduler hands over again unchanged (same uid: llama.cpp reuses its decode graph) has
+    // the same sources: the walk over every node is done once per graph, not once per token
+    thread_local const ggml_cgraph *     last_graph = nullptr;
+    thread_local uint64_t                last_uid   = 0;
+    thread_local std::vector<ggml_tensor *> last_sources;
+    if (cgraph->uid == 0 || cgraph != last_graph || cgraph->uid != last_uid) {
+        last_sources.clear();
+        const int n = ggml_graph_n_nodes(cgraph);
+        for (int i = 0; i < n; i++) {
+            ggml_tensor * node = ggml_graph_node(cgraph, i);
+            for (int j = 0; j < GGML_MAX_SRC; j++) {
+                if (ggml_ext_cuda_keeps_base_layout(node->src[j])) {
+                    last_sources.push_back(node->src[j]);
+                }
             }
+        }
+        last_graph = cgraph;
+        last_uid   = cgraph->uid;
+    }
+    for (ggml_tensor * src : last_sources) {
+        if (ggml_ext_cuda_keeps_base_layout(src)) {  // a weight used by several nodes is listed once per use
+            changed.emplace_back(src, src->type);
+            src->type = (ggml_type) base_layout_type(src->type);
         }
     }
 }
