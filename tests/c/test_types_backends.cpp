@@ -15,6 +15,7 @@
 // whole and in slices that start and end inside a row group; nodes a backend cannot run on these
 // layouts (get_rows, a view of part of each row) are refused by supports_op, not run wrong.
 // Built and run by tests/formats/test_interleaved4_backends.py and scripts/test_cuda.sh (make test-cuda).
+#include "backend_test.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
@@ -29,27 +30,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-static int g_fails = 0;
-
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::printf(__VA_ARGS__);                                   \
-            std::printf("\n");                                          \
-            g_fails++;                                                  \
-        }                                                               \
-    } while (0)
-
-struct rng {
-    uint64_t s;
-
-    float next() {  // uniform in [-1, 1)
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        return (float) ((s >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-    }
-};
 
 // weights [K, N] (N rows of K), activations [K, M]
 struct mm_case {
@@ -180,22 +160,8 @@ int main(int argc, char ** argv) {
             return 2;
         }
     }
-    std::vector<ggml_backend_t> others;
-    if (rpc) {
-        ggml_backend_reg_t reg = ggml_backend_rpc_add_server(rpc);
-        CHECK(reg && ggml_backend_reg_dev_count(reg) > 0, "no device at rpc server %s", rpc);
-        if (reg && ggml_backend_reg_dev_count(reg) > 0) {
-            others.push_back(ggml_backend_dev_init(ggml_backend_reg_dev_get(reg, 0), nullptr));
-        }
-    }
-    int n_gpu = 0;
-    for (size_t i = 0; i < ggml_backend_dev_count(); i++) {
-        ggml_backend_dev_t dev = ggml_backend_dev_get(i);
-        if (ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_GPU) {
-            others.push_back(ggml_backend_dev_init(dev, nullptr));
-            n_gpu++;
-        }
-    }
+    int                         n_gpu  = 0;
+    std::vector<ggml_backend_t> others = other_backends(rpc, &n_gpu);
     if (require_gpu && n_gpu == 0 && !(rpc && rpc_gpu)) {
         std::printf("SKIP: no GPU device (a build without GGML_EXT_CUDA, or no CUDA device)\n");
         return 77;

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from ggml_ext import build_info
-
-SKIP = 77  # the program's exit status when --require-gpu finds no GPU device
+from cuda_support import run_on_gpus
 
 
 @pytest.mark.cuda
 def test_col_sidecar_on_cuda_matches_the_cpu_backend(ext_ops):
-    if not build_info.get().cuda:
-        pytest.skip("build without GGML_EXT_CUDA: no CUDA backend to compare")
-    proc = ext_ops("--require-gpu")
-    if proc.returncode == SKIP:
-        pytest.skip("no CUDA device")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "+ GPU" in proc.stdout and "backend: CUDA0" in proc.stdout, proc.stdout[-2000:]
+    run_on_gpus(ext_ops)

@@ -7,17 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from ggml_ext import build_info
-
-SKIP = 77
+from cuda_support import run_on_gpus
 
 
 @pytest.mark.cuda
 def test_interleaved_types_on_cuda_match_the_base_type_and_the_cpu(types_backends):
-    if not build_info.get().cuda:
-        pytest.skip("build without GGML_EXT_CUDA: no CUDA backend to compare")
-    proc = types_backends("--require-gpu")
-    if proc.returncode == SKIP:
-        pytest.skip("no CUDA device")
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert "+ GPU" in proc.stdout and "backend: CUDA0" in proc.stdout, proc.stdout[-2000:]
+    run_on_gpus(types_backends)
