@@ -46,7 +46,9 @@ elif args["mode"] == "naive":
             m(input_ids=row[None], use_cache=False)
 elif args["mode"] == "fisher_streamed":
     from ggml_ext.calibrate.fisher import fisher_streamed
-    fisher_streamed(args["model"], tok, progress=False)
+    # each layer's sums handed over as its reverse step ends and dropped here (the stats folder writes
+    # them to the layer's file): what `calibrate stats --collect fisher` holds
+    fisher_streamed(args["model"], tok, progress=False, on_layer=lambda i, res: None)
 else:
     from ggml_ext.calibrate.fisher import fisher_full
     fisher_full(args["model"], tok)

@@ -209,17 +209,30 @@ def default_model(ftype: str = "f16") -> Path:
                   recipe, make)
 
 
-def repacked(ftype: str = "Q4_0", layout: str = "8x8") -> Path:
-    """default_model(ftype) (Q4_0 or IQ4_NL) through `ggml-ext repack --layout LAYOUT`: the very same
-    weights, interleaved (a `convert --type q4_0_8_8` file matches the Q4_0 one only because both
-    come from the same converter; `convert --type iq4_nl_8_8` is ggml-ext's quantizer, unlike
-    default_model("IQ4_NL"))."""
+GEMMA = "gemma-3-270m"  # the quality baseline's HF folder (asset gemma3-hf), the largest model the assets have
+
+
+def gemma_model(ftype: str = "q4_0") -> Path:
+    """`ggml-ext convert --type FTYPE` of the HF folder gemma3-hf (Gemma-3-270M dequantized), made on first use."""
+    t = ftype.lower()
+    hf = assets.path("gemma3-hf")
+    recipe = {"model": GEMMA, "type": t, **tool("ggml-ext convert"), "args": ["--type", t], "imatrix": None,
+              "source": source(hf)}
+    return cached(f"{GEMMA}-{t.upper()}", f"ggml-ext convert --type {t} of the HF folder gemma3-hf", recipe,
+                  lambda out: convert(hf, out, t, force=True))
+
+
+def repacked(ftype: str = "Q4_0", layout: str = "8x8", model: str = NAME) -> Path:
+    """default_model(ftype) (Q4_0 or IQ4_NL; gemma_model(ftype) with model=GEMMA) through `ggml-ext repack
+    --layout LAYOUT`: the very same weights, interleaved (a `convert --type q4_0_8_8` file matches the Q4_0
+    one only because both come from the same converter; `convert --type iq4_nl_8_8` is ggml-ext's
+    quantizer, unlike default_model("IQ4_NL"))."""
     from ggml_ext import repack
     ftype = ftype.upper()
-    src = default_model(ftype)
-    recipe = {"model": NAME, "type": f"{ftype}-repack-{layout}", **tool("ggml-ext repack"),
+    src = default_model(ftype) if model == NAME else gemma_model(ftype)
+    recipe = {"model": model, "type": f"{ftype}-repack-{layout}", **tool("ggml-ext repack"),
               "args": ["--layout", layout], "imatrix": None, "source": source(src)}
-    return cached(f"{NAME}-{ftype}-repack-{layout}", f"ggml-ext repack --layout {layout} of {src.name}", recipe,
+    return cached(f"{model}-{ftype}-repack-{layout}", f"ggml-ext repack --layout {layout} of {src.name}", recipe,
                   lambda out: repack.repack(src, out, layout, force=True))
 
 
