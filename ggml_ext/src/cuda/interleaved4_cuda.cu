@@ -79,11 +79,13 @@ void ggml_ext_cuda_set_base_layout(ggml_tensor * t, const void * data, size_t of
     check_tensor(t, offset, size);
     const group_span s = covering_groups(t, offset, size);
     std::vector<uint8_t> inter(s.end - s.begin);
-    if (s.begin < offset) {  // the write starts inside a group: the group's other bytes as they are now
+    // a write that starts or ends inside a group: the group's other bytes as they are now (once, when
+    // the write lies inside a single group)
+    const bool head = s.begin < offset, tail = offset + size < s.end;
+    if (head) {
         read_groups(t, s.begin, s.begin + s.group, inter.data());
     }
-    const bool last_read = s.end - s.group == s.begin && s.begin < offset;  // one group, read just above
-    if (offset + size < s.end && !last_read) {  // the write ends inside a group
+    if (tail && !(head && s.end - s.group == s.begin)) {
         read_groups(t, s.end - s.group, s.end, inter.data() + (s.end - s.group - s.begin));
     }
     std::memcpy(inter.data() + (offset - s.begin), data, size);
@@ -180,6 +182,7 @@ ggml_ext_cuda_base_layout_graph::ggml_ext_cuda_base_layout_graph(ggml_cgraph * c
         last_graph = cgraph;
         last_uid   = cgraph->uid;
     }
+    changed.reserve(last_sources.size());
     for (ggml_tensor * src : last_sources) {
         if (ggml_ext_cuda_keeps_base_layout(src)) {  // a weight used by several nodes is listed once per use
             changed.emplace_back(src, src->type);
