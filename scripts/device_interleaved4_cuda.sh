@@ -9,7 +9,12 @@
 #          weights on the rpc-server's GPU, and -sm layer / -sm row over every GPU when there are two or more
 #   bench  llama-bench -ngl 99 (pp512, tg128) of the Q4_0_8_8 file on ours and of the Q4_0 file on ours and
 #          on upstream (with --upstream), in the same run; load time and GPU memory from the logs
-# Usage (device, repository root): bash scripts/device_interleaved4_cuda.sh MODEL TEXT OUT [--upstream]
+#   big    (BIG=1; BIG=only skips the runs above) Llama-2-7B-shaped random Q4_0 and IQ4_NL files (scripts/make_bench_gguf.py, MODEL as the
+#          tokenizer template) and their 8x8 twins: llama-bench -ngl 99 on ours, the plain files on upstream,
+#          alternating rounds; this is where decode is bound by memory bandwidth, as it is for users
+# Placement: every perplexity run logs at -lv 4, so the summary shows where the loader put the weights
+# ("CUDA0 model buffer size", "offloaded N/M layers").
+# Usage (device, repository root): [BIG=1] bash scripts/device_interleaved4_cuda.sh MODEL TEXT OUT [--upstream]
 # Needs GGML_EXT_LLAMA_CPP_SRC (the unpacked pinned tree); writes OUT/summary.txt and OUT/logs.tgz.
 set -uo pipefail
 model=$1 text=$2 top=$3 upstream=${4:-}
@@ -69,10 +74,11 @@ for lay in q4_0 4x4 4x8; do
 done
 ppl() {  # name file args...: final estimate of llama-perplexity
     local name=$1 file=$2; shift 2
-    "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks 16 -b 512 "$@" > "$out/ppl-$name.log" 2>&1
+    "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks 16 -b 512 -lv 4 "$@" > "$out/ppl-$name.log" 2>&1
     grep -q "Final estimate" "$out/ppl-$name.log" || grep -E "error|abort|ASSERT|pre-allocated" "$out/ppl-$name.log" | head -5
-    say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log")"
+    say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log") |$(grep -o '[A-Za-z0-9_]* model buffer size = *[0-9.]* MiB' "$out/ppl-$name.log" | tr -s ' ' | tr '\n' ';')"
 }
+if [ "${BIG:-}" != only ]; then  # BIG=only: a later call on the same machine, the big files only
 CUDA_VISIBLE_DEVICES= ppl q4_0_8_8-cpu $m/q4_0_8_8.gguf -ngl 0 -t 16
 ppl q4_0_8_8-ngl10 $m/q4_0_8_8.gguf -ngl 10
 ppl q4_0_8_8-ngl99 $m/q4_0_8_8.gguf -ngl 99
@@ -88,11 +94,30 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     ppl q4_0_8_8-sm-tensor $m/q4_0_8_8.gguf -ngl 99 -sm tensor -fa on
     ppl q4_0-sm-tensor $m/q4_0.gguf -ngl 99 -sm tensor -fa on
 fi
+fi
 
-bench() {  # name bin file
-    "$2/llama-bench" -m "$3" -ngl 99 -p 512 -n 128 -r 10 -o md > "$out/bench-$1.log" 2>&1
+bench() {  # name bin file [reps]
+    "$2/llama-bench" -m "$3" -ngl 99 -p 512 -n 128 -r "${4:-10}" -o md > "$out/bench-$1.log" 2>&1
     say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
 }
+if [ -n "${BIG:-}" ]; then
+    for ty in q4_0 iq4_nl; do
+        python3 scripts/make_bench_gguf.py "$model" $m/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 &&
+        python3 -c 'import sys; from ggml_ext.cli import main; sys.exit(main(sys.argv[1:]))' repack \
+            $m/big-$ty.gguf $m/big-${ty}_8_8.gguf --layout 8x8 >> "$out/make-big-$ty.log" 2>&1 ||
+            { say "big $ty: make/repack failed"; tail -5 "$out/make-big-$ty.log"; }
+    done
+    say "big files: $(cd $m && ls -l big-* | awk '{printf "%s %d MiB; ", $9, $5/1048576}')"
+    for round in 1 2; do
+        for ty in q4_0 iq4_nl; do
+            bench big-ours-${ty}_8_8-$round "$BIN" $m/big-${ty}_8_8.gguf 5
+            bench big-ours-$ty-$round "$BIN" $m/big-$ty.gguf 5
+            [ -x "$U/bin/llama-bench" ] && bench big-upstream-$ty-$round "$U/bin" $m/big-$ty.gguf 5
+        done
+    done
+    rm -f $m/big-*.gguf
+fi
+[ "${BIG:-}" = only ] && exit 0
 for round in 1 2; do  # alternating, so drift of clocks or temperature hits all three alike
     bench ours-q4_0_8_8-$round "$BIN" $m/q4_0_8_8.gguf
     bench ours-q4_0-$round "$BIN" $m/q4_0.gguf
