@@ -5,6 +5,7 @@ the helper modules they share (convert_support, q4_0_probe, atheris_smoke) sit h
 tests/, which is put on sys.path below."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -47,12 +48,12 @@ def threads() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-@pytest.fixture()
-def rpc_server(tool_env, threads, tmp_path):
+@contextlib.contextmanager
+def _rpc_server(tool_env, threads, log_path):
     """Our ggml-rpc-server on a free loopback port, listening; yields (port, its log file)."""
     from ggml_ext import serve, tools
     port = serve.free_port()
-    log = open(tmp_path / "rpc-server.log", "w+")
+    log = open(log_path, "w+")
     proc = subprocess.Popen(tools.command("ggml-rpc-server", "-H", "127.0.0.1", "-p", str(port), "-t", str(threads)),
                             env=tool_env, stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120  # a hang guard: it listens within a second on any machine
@@ -70,6 +71,21 @@ def rpc_server(tool_env, threads, tmp_path):
         proc.terminate()
         proc.wait(10)
         log.close()
+
+
+@pytest.fixture()
+def rpc_server(tool_env, threads, tmp_path):
+    """Our ggml-rpc-server on a free loopback port, listening; yields (port, its log file)."""
+    with _rpc_server(tool_env, threads, tmp_path / "rpc-server.log") as server:
+        yield server
+
+
+@pytest.fixture()
+def two_rpc_servers(tool_env, threads, tmp_path):
+    """Two of them (two devices for llama.cpp's split modes); yields their ports."""
+    with _rpc_server(tool_env, 1, tmp_path / "rpc-server-0.log") as a, \
+            _rpc_server(tool_env, 1, tmp_path / "rpc-server-1.log") as b:
+        yield a[0], b[0]
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,27 @@ typedef int (*ggml_ext_llama_kv_type_fn)(void * user, int type, bool is_v, uint3
 // Installs fn (NULL removes it); set it before creating the llama context.
 GGML_EXT_API void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, void * user);
 
+// ---- file types: what llama.cpp calls a file mostly of one of ggml-ext's types (patch 0301) ----
+
+// The name of the llama_ftype value ftype (general.file_type) when it is one of ggml-ext's, NULL when
+// not: 33-35 are Q4_0_4_4/4_8/8_8 (the 2024 values, what `ggml-ext convert` and `repack` write).
+// guessed: the loader guessed the type from the tensors; the name then starts "(guessed) ", as
+// llama_ftype_name's own names do. Static strings.
+GGML_EXT_API const char * ggml_ext_llama_ftype_name(int ftype, bool guessed);
+
+// The llama_ftype value of a file whose most common tensor type is `type`, when that is one of
+// ggml-ext's types (interleaved Q4_0: 33-35; interleaved IQ4_NL: 25, MOSTLY_IQ4_NL, for it never had its
+// own); -1 for any other type.
+GGML_EXT_API int ggml_ext_llama_ftype_of_type(int type);
+
+// ---- split mode "tensor": may a weight of this type be cut across devices? (patch 0302) ----
+
+// -sm tensor (llama.cpp's meta backend) gives each device a slice of every weight, cut by rows or by
+// columns of ggml's plain row-major layout. NULL when a weight of `type` may be cut so (every stock type);
+// else the reason and what to do instead, which the load fails with: the interleaved types store several
+// rows per block, so a column cut mixes rows.
+GGML_EXT_API const char * ggml_ext_llama_split_tensor_refusal(int type);
+
 #ifdef __cplusplus
 }
 #endif

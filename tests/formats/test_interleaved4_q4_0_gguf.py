@@ -264,6 +264,32 @@ def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool
     assert "CPU_Mapped model buffer" in ours
 
 
+def test_llama_names_the_interleaved_file_types(files, wiki_test, tool_env, threads, tmp_path):
+    """Patch 0301: llama.cpp calls a Q4_0_8_8 file "Q4_0_8_8" (load log, llama-bench, the server's model
+    description), both from general.file_type and when it guesses from the tensors without one; it used
+    to say "unknown, may not work" and, guessing, "all F32"."""
+    from ggml_ext import tools
+
+    def file_type(path):
+        proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128",
+                                            "--chunks", "1", "-t", str(threads), "--no-warmup", "-lv", "4"),
+                              env=tool_env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        line = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "file type   =" in ln]
+        assert line, "no file type line in the load log"
+        return line[0].split("file type   =", 1)[1].strip()
+
+    for name in sorted(ROWS):
+        assert file_type(files[name]) == name
+    # the same file without general.file_type (the key renamed in place): llama.cpp guesses from the tensors
+    data = bytearray(open(files["Q4_0_8_8"], "rb").read())
+    at = data.index(b"general.file_type")
+    data[at:at + 17] = b"general.file_tyqe"
+    anonymous = tmp_path / "no-file-type.gguf"
+    anonymous.write_bytes(bytes(data))
+    assert file_type(anonymous) == "(guessed) Q4_0_8_8"
+
+
 def test_cpu_mul_mat_hook_agrees_with_plain_q4_0(tmp_path):
     """tests/c/test_interleaved4_mul_mat.c on our installed libggml: ggml graphs with the
     interleaved and the plain Q4_0 weights side by side, 1-33 activation rows, 1-2 src1
@@ -310,6 +336,41 @@ def test_interleaved_file_runs_across_rpc(files, rpc_server, tool_env, threads):
     assert proc.returncode == 0, out[-3000:]
     assert f"RPC0[127.0.0.1:{port}] model buffer size" in out, out[-3000:]
     assert "Paris" in proc.stdout, out[-3000:]
+
+
+def test_split_modes_over_two_devices(files, two_rpc_servers, wiki_test, tool_env):
+    """Two rpc-servers are two devices to llama.cpp, as two GPUs are: `-sm layer` (whole layers per device)
+    runs an interleaved file with the plain file's perplexity; `-sm tensor` (the meta backend cuts every
+    weight by rows or columns) runs the plain file and refuses the interleaved one at load with the reason
+    (patch 0302) -- it computed garbage before (perplexity 2.3e7 instead of 17.8)."""
+    from ggml_ext import tools
+    rpc = ",".join(f"127.0.0.1:{p}" for p in two_rpc_servers)
+
+    def perplexity(path, mode):
+        proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128",
+                                            "--chunks", "2", "-t", "1", "--no-warmup", "--rpc", rpc, "-ngl", "99",
+                                            "-sm", mode, "-lv", "4"),
+                              env=tool_env, capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            return None, out
+        return float(out.split("Final estimate: PPL = ")[1].split()[0]), out
+
+    plain, out = perplexity(files["q4_0"], "layer")
+    assert plain is not None, out[-3000:]
+    layer, out = perplexity(files["Q4_0_8_8"], "layer")
+    assert layer is not None, out[-3000:]
+    # both devices hold layers
+    assert all(f"RPC0[127.0.0.1:{p}] model buffer size" in out for p in two_rpc_servers), out[-3000:]
+    # the servers' CPU backend runs ggml's Q4_0 kernel on the plain file and ours on the interleaved one:
+    # the same integer dot products, summed in another order (0.2 % on this model; a wrong layout is 1e6x)
+    assert layer == pytest.approx(plain, rel=0.01)
+
+    tensor_plain, out = perplexity(files["q4_0"], "tensor")
+    assert tensor_plain == pytest.approx(plain, rel=0.01), out[-3000:]
+    refused, out = perplexity(files["Q4_0_8_8"], "tensor")
+    assert refused is None, "split mode tensor ran an interleaved file"
+    assert "split mode \"tensor\" cannot cut" in out and "--split-mode layer" in out, out[-3000:]
 
 
 def test_an_interleaved_token_embedding_is_refused_at_load_not_run(files, tmp_path):

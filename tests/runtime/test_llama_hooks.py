@@ -151,3 +151,30 @@ def test_kv_type_hook_chooses_the_cache_type(default_gguf, threads, libs):
     assert seen == [(GGML_TYPE_F16, False, 30, ""), (GGML_TYPE_F16, True, 30, "")]
     assert swapped_size == direct_size
     assert np.array_equal(swapped, direct)
+
+
+def test_file_type_names_of_our_types(libs):
+    """Patch 0301's answers: every registered type maps to the file type its files carry (interleaved Q4_0:
+    the 2024 values 33-35 in layout order, as the converter's policy writes them; interleaved IQ4_NL: 25),
+    and each of those has a name, "(guessed) "-prefixed when llama.cpp guessed it; stock types and unknown
+    values are left to llama.cpp (NULL / -1)."""
+    from ggml_ext import formats
+    from ggml_ext.converters.policy import FILE_TYPES
+
+    llama, _ = libs
+    llama.ggml_ext_llama_ftype_name.argtypes = [ctypes.c_int, ctypes.c_bool]
+    llama.ggml_ext_llama_ftype_name.restype = ctypes.c_char_p
+    llama.ggml_ext_llama_ftype_of_type.argtypes = [ctypes.c_int]
+    llama.ggml_ext_llama_ftype_of_type.restype = ctypes.c_int
+    for t in formats.ext_types():
+        ftype = llama.ggml_ext_llama_ftype_of_type(t.id)
+        assert ftype == FILE_TYPES[t.name.lower()], t.name
+        if t.base_name == "Q4_0":
+            assert llama.ggml_ext_llama_ftype_name(ftype, False) == t.name.encode()
+            assert llama.ggml_ext_llama_ftype_name(ftype, True) == b"(guessed) " + t.name.encode()
+        else:  # MOSTLY_IQ4_NL is llama.cpp's own
+            assert llama.ggml_ext_llama_ftype_name(ftype, False) is None
+    for stock in (0, 1, 2, 8, 20):  # F32, F16, Q4_0, Q8_0, IQ4_NL
+        assert llama.ggml_ext_llama_ftype_of_type(stock) == -1
+    for value in (2, 25, 32, 36, 1024, -1):
+        assert llama.ggml_ext_llama_ftype_name(value, False) is None

@@ -1,5 +1,6 @@
 // What patch 0300 calls from llama.cpp: ggml_ext_llama_linear for each weight matmul of the graph,
-// ggml_ext_llama_kv_type for the K/V types of each KV cache. Compiled into libllama.
+// ggml_ext_llama_kv_type for the K/V types of each KV cache; patch 0301: the names of ggml-ext's file
+// types; patch 0302: which types -sm tensor must not cut. Compiled into libllama.
 //
 // ggml-ext's own rules go first (none yet: no format of ours needs a side-car or its own KV type, so
 // both answer with what llama.cpp asked for); then a registered callback, which tests use to see
@@ -48,4 +49,46 @@ int ggml_ext_llama_kv_type(int type, bool is_v, uint32_t n_layer, const char * n
         }
     }
     return type;
+}
+
+// llama_ftype values (llama.h): MOSTLY_Q4_0 is 2, MOSTLY_IQ4_NL 25; upstream removed 33-35
+// (MOSTLY_Q4_0_4_4/4_8/8_8, in layout order) and keeps them reserved, and ggml-ext writes them again.
+enum { FTYPE_MOSTLY_IQ4_NL = 25, FTYPE_Q4_0_INTERLEAVED_FIRST = 33 };
+
+static const struct {
+    int          ftype;
+    const char * name;  // "(guessed) " + the type name: llama_ftype_name drops the prefix for a stored type
+} ftype_names[] = {
+    { FTYPE_Q4_0_INTERLEAVED_FIRST + 0, "(guessed) Q4_0_4_4" },
+    { FTYPE_Q4_0_INTERLEAVED_FIRST + 1, "(guessed) Q4_0_4_8" },
+    { FTYPE_Q4_0_INTERLEAVED_FIRST + 2, "(guessed) Q4_0_8_8" },
+};
+
+const char * ggml_ext_llama_ftype_name(int ftype, bool guessed) {
+    for (size_t i = 0; i < sizeof(ftype_names) / sizeof(ftype_names[0]); i++) {
+        if (ftype_names[i].ftype == ftype) {
+            return guessed ? ftype_names[i].name : ftype_names[i].name + sizeof("(guessed) ") - 1;
+        }
+    }
+    return NULL;
+}
+
+int ggml_ext_llama_ftype_of_type(int type) {
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    if (t == NULL || t->family != GGML_EXT_FAMILY_INTERLEAVED4) {
+        return -1;
+    }
+    return t->base_type == GGML_TYPE_Q4_0 ? FTYPE_Q4_0_INTERLEAVED_FIRST + t->layout : FTYPE_MOSTLY_IQ4_NL;
+}
+
+const char * ggml_ext_llama_split_tensor_refusal(int type) {
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    if (t == NULL || t->row_group <= 1) {
+        return NULL;
+    }
+    // the meta backend copies row r's bytes [a, b) for a column cut; in an interleaved tensor those
+    // bytes hold pieces of row_group rows, so each device would get a mix of rows
+    return "this type interleaves several rows per block, which split mode \"tensor\" cannot cut across "
+           "devices; use --split-mode layer (the default), or make a plain file with "
+           "`ggml-ext repack FILE OUT --layout q4_0` (or iq4_nl)";
 }
