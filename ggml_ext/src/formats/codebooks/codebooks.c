@@ -6,9 +6,10 @@
 //   1. per sub-group and codebook, the best free scale a_{s,c} > 0: start from every scale that maps
 //      the sub-group's largest-magnitude weight onto a table entry of its sign, assign each weight
 //      its nearest entry, refit a by least squares (sum w x t / sum w t^2), reassign, keep the best;
-//   2. d from a grid around max_s a_s / 16 (every candidate rounded to fp16 first, as stored);
-//      for each d, per sub-group every codebook with m in {round(a_{s,c}/d) - 1, .., + 1}, codes
-//      reassigned at the actual scale d * m; the d with the lowest total E is kept.
+//   2. d from a grid of 7 around max_s a_s / 16 (every candidate rounded to fp16 first, as stored);
+//      for each d, per sub-group every codebook with m in round(a_{s,c}/d) -+ M_SPAN (4), codes
+//      reassigned at the actual scale d * m; the d with the lowest total E is kept;
+//   3. d refitted by least squares to that assignment (fp16-rounded), choices redone, while E falls.
 // Codes are always the nearest entries at the final scale, so dequantize(quantize(x)) is the
 // weighted-nearest point of the chosen grid.
 #include "formats/codebooks/codebooks.h"
@@ -29,7 +30,8 @@ _Static_assert(GGML_EXT_CB2_N_ENTRIES == 4 && GGML_EXT_CB3_N_ENTRIES == 8, "2-bi
 #define NG      GGML_EXT_CB_NGROUPS
 #define NCB     4
 #define MAX_E   8
-#define N_D     13  // super-scale candidates
+#define N_D     7   // super-scale candidates
+#define M_SPAN  4   // multipliers tried around round(a / d)
 #define FP16_MAX 65504.0f
 
 // One code width's tables as floats, with the midpoints between neighbouring entries.
@@ -135,7 +137,7 @@ static float pick_for_d(const tables_t * tb, const float * x, const float * w, f
         int           bc = 0, bm = 1;
         for (int c = 0; c < NCB; c++) {
             const int m0 = a[s][c] > 0.0f ? (int) lrintf(a[s][c] / d) : 1;
-            for (int m = m0 - 1; m <= m0 + 1; m++) {
+            for (int m = m0 - M_SPAN; m <= m0 + M_SPAN; m++) {
                 if (m < 1 || m > 16) {
                     continue;
                 }
@@ -178,7 +180,7 @@ static void choose_block(const tables_t * tb, const float * x, const float * w, 
     }
     float best = INFINITY, best_d = 0.0f;
     for (int i = 0; i < N_D; i++) {
-        const float f = 0.80f + 0.025f * (float) i;  // 0.80 .. 1.10 of the scale that fits the largest at m = 16
+        const float f = 0.80f + 0.05f * (float) i;   // 0.80 .. 1.10 of the scale that fits the largest at m = 16
         const float d = ggml_ext_fp16_to_fp32(ggml_ext_fp32_to_fp16(fminf(amax_a / 16.0f * f, FP16_MAX)));
         if (!(d > 0.0f)) {
             continue;
@@ -192,8 +194,31 @@ static void choose_block(const tables_t * tb, const float * x, const float * w, 
     if (best_d == 0.0f) {  // every candidate underflowed fp16: the block is (numerically) zero
         return;
     }
-    ch->d = best_d;
     pick_for_d(tb, x, w, a, best_d, ch);
+    // 3. refine: the least-squares d of the chosen assignment (rounded to fp16), reassigned; kept while it helps
+    for (int it = 0; it < 3; it++) {
+        float sxv = 0.0f, svv = 0.0f;
+        for (int s = 0; s < NG; s++) {
+            for (int j = 0; j < G; j++) {
+                const float v = (float) (ch->l[s] + 1) * tb->t[ch->c[s]][ch->q[s * G + j]];
+                sxv += w[s * G + j] * x[s * G + j] * v;
+                svv += w[s * G + j] * v * v;
+            }
+        }
+        if (!(sxv > 0.0f && svv > 0.0f)) {
+            break;
+        }
+        const float d = ggml_ext_fp16_to_fp32(ggml_ext_fp32_to_fp16(fminf(sxv / svv, FP16_MAX)));
+        choice_t    trial;
+        const float e = d > 0.0f ? pick_for_d(tb, x, w, a, d, &trial) : INFINITY;
+        if (!(e < best)) {
+            break;
+        }
+        best   = e;
+        best_d = d;
+        *ch    = trial;
+    }
+    ch->d = best_d;
 }
 
 static void pack(int bits, const choice_t * ch, void * dst) {
