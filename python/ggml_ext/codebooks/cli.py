@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._atomic import write_text as atomic_write_text
 from . import discover as disc
-from . import tables
+from . import builtin as tables
 
 DEFAULT_MODELS = ("smollm2-hf", "gemma3-hf")
 
@@ -40,6 +40,13 @@ def _default_models() -> list[str]:
     return [str(assets.path(name)) for name in DEFAULT_MODELS]
 
 
+def _command(args: argparse.Namespace, models: list[str]) -> list[str]:
+    """The discover command as run, every setting spelled out (defaults included)."""
+    cmd = ["ggml-ext", "codebooks", "discover", *models, "-o", args.output, "--max-groups", str(args.max_groups),
+           "--bins", str(args.bins), "--seed", str(args.seed)]
+    return cmd + (["--header", args.header] if args.header else [])
+
+
 def main(args: argparse.Namespace) -> int:
     if args.action == "header":
         result = tables.load(args.tables)
@@ -48,8 +55,7 @@ def main(args: argparse.Namespace) -> int:
     models = args.models or _default_models()
     try:
         result = disc.discover(models, max_groups=args.max_groups, bins=args.bins, seed=args.seed,
-                               command=["ggml-ext", "codebooks", *sys.argv[2:]] if sys.argv[1:2] == ["codebooks"]
-                               else sys.argv, progress=True)
+                               command=_command(args, models), progress=True)
     except disc.DiscoveryError as e:
         print(f"ggml-ext codebooks: {e}", file=sys.stderr)
         return 1

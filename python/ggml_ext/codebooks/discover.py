@@ -151,10 +151,17 @@ def discover_codebooks(scaled: np.ndarray, n_codebooks: int, n_entries: int, bin
                        progress: bool = False) -> dict:
     """Steps 2-4 on already scaled sub-groups: the codebooks (sorted int8), cluster sizes and the
     k-means inertias, for one code width."""
+    from threadpoolctl import threadpool_limits
+
+    hist = histograms(scaled, bins)
+    with threadpool_limits(1):  # one thread: the same sums in the same order on every machine
+        return _discover(scaled, hist, n_codebooks, n_entries, seed, progress)
+
+
+def _discover(scaled: np.ndarray, hist: np.ndarray, n_codebooks: int, n_entries: int, seed: int, progress: bool) -> dict:
     from sklearn.cluster import KMeans
     from tqdm import tqdm
 
-    hist = histograms(scaled, bins)
     km = KMeans(n_clusters=n_codebooks, n_init=4, random_state=seed).fit(hist)
     rng = np.random.default_rng(seed)
     books, sizes, inertias = [], [], []
@@ -191,7 +198,7 @@ def discover(inputs: list[str], max_groups: int = DEFAULT_MAX_GROUPS, bins: int 
     for bits, (n_cb, n_entries) in SHAPES.items():
         types[f"CB{bits}"] = {"code_bits": bits, "n_codebooks": n_cb, "n_entries": n_entries,
                               **discover_codebooks(scaled, n_cb, n_entries, bins, seed, progress)}
-    from .tables import TABLES_VERSION
+    from .builtin import TABLES_VERSION
     return {
         "format": 1,
         "tables_version": TABLES_VERSION,
