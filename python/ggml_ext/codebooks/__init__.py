@@ -27,12 +27,16 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = ["CodebookError", "QK", "GROUP", "BLOCK_BYTES", "bits_per_weight", "tables", "tables_version",
-           "quantize", "dequantize", "dequantize_numpy", "fake_quantize"]
+           "quantize", "dequantize", "dequantize_numpy", "fake_quantize", "WEIGHTINGS"]
 
 QK = 256
 GROUP = 16
 #: bytes per 256-weight block, per code width
 BLOCK_BYTES = {2: 78, 3: 110}
+#: error weightings of the quantizer (enum in codebooks.h): weight j's squared error counts
+#: importance[j] ("importance"), or importance[j] * sqrt(sigma2 + x_j^2) with sigma2 the block's
+#: mean x^2 ("sqrt_s2x2", ggml's Q2_K/Q3_K weighting with an imatrix)
+WEIGHTINGS = {"importance": 0, "sqrt_s2x2": 1}
 
 
 class CodebookError(ValueError):
@@ -62,6 +66,9 @@ def _lib() -> ctypes.CDLL:
     lib.ggml_ext_cb_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                          ctypes.c_int64, ctypes.c_void_p]
     lib.ggml_ext_cb_quantize.restype = ctypes.c_size_t
+    lib.ggml_ext_cb_quantize_weighted.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
+    lib.ggml_ext_cb_quantize_weighted.restype = ctypes.c_size_t
     lib.ggml_ext_cb_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.ggml_ext_cb_dequantize.restype = ctypes.c_int
     return lib
@@ -97,13 +104,15 @@ def _check(rows: np.ndarray, importance: np.ndarray | None, name: str) -> None:
 
 
 def quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, threads: int | None = None,
-             name: str = "") -> np.ndarray:
+             name: str = "", weighting: str = "importance") -> np.ndarray:
     """Float rows (..., n_per_row; n_per_row a multiple of 256) -> CB2/CB3 bytes, uint8 (rows, row bytes).
 
     ``importance``: one non-negative weight per input column (an imatrix row: the activations'
     per-channel sum of x^2), or None for equal weights. Rows are split over ``threads`` (default:
-    all cores); the result does not depend on the split."""
+    all cores); the result does not depend on the split. ``weighting``: a key of :data:`WEIGHTINGS`."""
     bits = _bits(bits)
+    if weighting not in WEIGHTINGS:
+        raise CodebookError(f"unknown weighting {weighting!r} (one of {', '.join(WEIGHTINGS)})")
     rows = np.ascontiguousarray(np.asarray(x, dtype=np.float32).reshape(-1, np.shape(x)[-1]))
     imp = None if importance is None else np.ascontiguousarray(np.asarray(importance, dtype=np.float32))
     _check(rows, imp, name)
@@ -114,8 +123,8 @@ def quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, thr
     imp_ptr = None if imp is None else imp.ctypes.data
 
     def run(lo: int, hi: int) -> None:
-        if hi > lo and lib.ggml_ext_cb_quantize(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
-                                                imp_ptr) != (hi - lo) * row_bytes:
+        if hi > lo and lib.ggml_ext_cb_quantize_weighted(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
+                                                         imp_ptr, WEIGHTINGS[weighting]) != (hi - lo) * row_bytes:
             raise CodebookError(f"tensor {name or '?'}: the C quantizer refused rows {lo}..{hi}")
 
     threads = max(1, min(threads or os.cpu_count() or 1, n))
@@ -165,7 +174,7 @@ def dequantize_numpy(q: np.ndarray, bits: int, table: np.ndarray | None = None) 
 
 
 def fake_quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, threads: int | None = None,
-                  name: str = "") -> np.ndarray:
+                  name: str = "", weighting: str = "importance") -> np.ndarray:
     """dequantize(quantize(x)): the float values a CB2/CB3 tensor decodes to, in x's shape."""
     x = np.asarray(x, dtype=np.float32)
-    return dequantize(quantize(x, bits, importance, threads, name), bits).reshape(x.shape)
+    return dequantize(quantize(x, bits, importance, threads, name, weighting), bits).reshape(x.shape)
