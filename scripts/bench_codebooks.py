@@ -3,7 +3,7 @@
 Q3_K_S made by llama-quantize with an imatrix, at their bits per weight.
 
   scripts/bench_codebooks.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
-                             [--threads N] [--json OUT]
+                             [--weightings importance,sqrt_s2x2] [--threads N] [--json OUT]
 
 CB2 and CB3 are not ggml types yet (no id, no kernels), so their files are *fake-quantized*:
 * the f16 file, its imatrix on wiki-train and the stock files come from scripts/bench_iq4_nl_quality.py's
@@ -11,7 +11,7 @@ CB2 and CB3 are not ggml types yet (no id, no kernels), so their files are *fake
   Q4_K_M GGUF; our llama-imatrix; our llama-quantize with --imatrix);
 * "CB2 (Q2_K mix)": the Q2_K file with every Q2_K tensor replaced by the F16 values
   dequantize(CB2-quantize(f16 values)) of ggml-ext's C reference, importance = that tensor's imatrix
-  row; the Q2_K mix's other tensors (Q3_K/Q4_K/Q6_K ... as llama.cpp chose them) keep their bytes;
+  row (``--weightings sqrt_s2x2``: times sqrt(sigma2 + x^2), ggml's own Q2_K weighting); the Q2_K mix's other tensors (Q3_K/Q4_K/Q6_K ... as llama.cpp chose them) keep their bytes;
 * "CB3 (Q3_K_S mix)": the Q3_K_S file with every Q3_K tensor replaced likewise by CB3 values;
 * "CB2+CB3 (Q2_K mix)": the Q2_K file with Q2_K tensors as CB2 and Q3_K tensors as CB3.
 The files hold F16 for the replaced tensors (what llama-perplexity runs); their bits per weight are
@@ -51,19 +51,25 @@ RECIPES = {
 }
 
 
-def fake_file(model: str, recipe: str, f16: Path, template: Path, im: Path, threads: int | None) -> Path:
+def fake_file(model: str, recipe: str, f16: Path, template: Path, im: Path, weighting: str,
+              threads: int | None) -> Path:
     ftype, replace = RECIPES[recipe]
     code = [Path(codebooks.__file__), Path(__file__).resolve()]
     rec = {"model": model, "type": recipe, **tool("ggml_ext.codebooks", code),
            "tables_version": codebooks.tables_version(), "imatrix": source(im), "source": source(f16),
            "template": source(template)}
+    if weighting != "importance":  # (the first runs' recipes had no weighting key: their files stay valid)
+        rec["weighting"] = weighting
     stem = f"{model}-" + recipe.split(" ")[0].replace("+", "-") + f"-{ftype}-mix"
+    stem += "" if weighting == "importance" else f"-{weighting}"
     what = (f"{template.name} with " + ", ".join(f"{k} tensors as CB{b}" for k, b in replace.items())
-            + f" (fake-quantized to F16 from {f16.name}, imatrix {im.name})")
-    return cached(stem, what, rec, lambda out: _fake(f16, template, out, im, replace, threads), base.work_dir())
+            + f" (fake-quantized to F16 from {f16.name}, imatrix {im.name}, weighting {weighting})")
+    return cached(stem, what, rec, lambda out: _fake(f16, template, out, im, replace, weighting, threads),
+                  base.work_dir())
 
 
-def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int], threads: int | None) -> None:
+def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int], weighting: str,
+          threads: int | None) -> None:
     src, tpl = read_gguf(f16), read_gguf(template)
     imx = imatrix.load(im)
     w = GGUFWriter(out, force=True)
@@ -84,7 +90,7 @@ def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int
                 dtype = {"F16": np.float16, "F32": np.float32}[s.type_name]
                 rows = np.frombuffer(fs.read(s.nbytes), dtype=dtype).astype(np.float32).reshape(-1, s.shape[0])
                 y = codebooks.fake_quantize(rows, replace[t.type_name], imx.for_tensor(t.name, s.shape[0]),
-                                            threads=threads, name=t.name)
+                                            threads=threads, name=t.name, weighting=weighting)
                 w.write_tensor(y.astype(np.float16))
             else:
                 ft.seek(t.file_offset)
@@ -118,6 +124,8 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=20, help="perplexity windows of 512 tokens")
     ap.add_argument("--imatrix-chunks", type=int, default=32)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--weightings", default="importance",
+                    help="codebook quantizer error weightings to run, comma separated (importance, sqrt_s2x2)")
     ap.add_argument("--json", default=None, help="write the results here too")
     a = ap.parse_args()
     text = assets.path("wiki-test")
@@ -128,9 +136,11 @@ def main() -> int:
         files = [("f16", f16, None)]
         stock = {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
         files += [(f"{ft} (llama-quantize)", p, None) for ft, p in stock.items()]
-        for recipe, (ftype, replace) in RECIPES.items():
-            p = fake_file(model, recipe, f16, stock[ftype], im, a.threads)
-            files.append((recipe, p, {**replace, "__template__": stock[ftype]}))
+        for weighting in a.weightings.split(","):
+            for recipe, (ftype, replace) in RECIPES.items():
+                p = fake_file(model, recipe, f16, stock[ftype], im, weighting, a.threads)
+                label = recipe if weighting == "importance" else f"{recipe}, {weighting}"
+                files.append((label, p, {**replace, "__template__": stock[ftype]}))
         f16_ppl = None
         for label, p, as_cb in files:
             t0 = time.time()
