@@ -212,3 +212,18 @@ def test_discovery_refuses_unreadable_input(tmp_path):
         list(disc.iter_matrices(tmp_path / "x.bin"))
     with pytest.raises(disc.DiscoveryError, match="no \\*.safetensors"):
         list(disc.iter_matrices(tmp_path))
+
+
+def test_discovery_reads_gguf_blocks(default_gguf, smollm2_hf):
+    """A GGUF input is dequantized (the gguf package): SmolLM2's Q4_1 file gives the same values as the
+    HF folder dequantized from it (layer 0's MLP down projection, which the converter does not permute)."""
+    from safetensors import safe_open
+    for m in disc.iter_matrices(default_gguf):
+        if m.name == "blk.0.ffn_down.weight":
+            break
+    else:
+        pytest.fail("blk.0.ffn_down.weight not among the GGUF's block matrices")
+    with safe_open(str(smollm2_hf / "model.safetensors"), framework="np") as st:
+        ref = st.get_tensor("model.layers.0.mlp.down_proj.weight")
+    assert m.rows.shape == ref.shape
+    np.testing.assert_allclose(m.rows, ref, rtol=0, atol=1e-6)
