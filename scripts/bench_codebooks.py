@@ -18,6 +18,14 @@ The files hold F16 for the replaced tensors (what llama-perplexity runs); their 
 counted as the codebook types would store them (CB2 78 bytes, CB3 110 bytes per 256 weights), so
 "bits/weight" is the size a real CB file of that recipe will have.
 
+At these models' sizes the mixes say little: SmolLM2's rows are 576 weights and Gemma-3-270M's 640,
+not multiples of 256, so llama-quantize falls back (Q4_0 / IQ4_NL) on every matrix but ffn_down,
+and gives ffn_down Q3_K in its Q2_K mix (no Q2_K tensor at all). Hence the **sweep** (``--sweep``,
+on by default): the f16 file with only the layers' matrices whose rows are a multiple of 256
+(ffn_down, on both models) quantized, to each of Q2_K, IQ2_XS, IQ2_S, Q3_K (ggml's quantizers
+through ``ggml_ext.quants``, real bytes) and CB2, CB3 (fake-quantized to F16), all with the same
+imatrix rows: the same tensors, only the type differs; everything else stays F16.
+
 Perplexity: our llama-perplexity on wiki-test, ctx 512, --chunks windows. Prints a markdown table.
 """
 from __future__ import annotations
@@ -98,6 +106,70 @@ def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int
     print(f"# {out.name}: fake-quantized in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
+SWEEP = ("Q2_K", "IQ2_XS", "IQ2_S", "Q3_K", "CB2", "CB3")
+
+
+def sweep_targets(g) -> list:
+    """The layers' matrices whose rows are a multiple of 256 (what both the K-quants and CB types take)."""
+    return [t for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2 and t.shape[0] % 256 == 0]
+
+
+def sweep_file(model: str, f16: Path, im: Path, ttype: str, threads: int | None) -> Path:
+    code = [Path(codebooks.__file__), Path(__file__).resolve()]
+    rec = {"model": model, "type": f"sweep-{ttype}", **tool("ggml_ext.quants", code),
+           "tables_version": codebooks.tables_version(), "imatrix": source(im), "source": source(f16)}
+    what = f"{f16.name} with its 256-divisible block matrices as {ttype} (imatrix {im.name}), the rest F16"
+    return cached(f"{model}-sweep-{ttype}", what, rec, lambda out: _sweep(f16, out, im, ttype, threads),
+                  base.work_dir())
+
+
+def _sweep(f16: Path, out: Path, im: Path, ttype: str, threads: int | None) -> None:
+    from ggml_ext import quants
+    src, imx = read_gguf(f16), imatrix.load(im)
+    targets = {t.name for t in sweep_targets(src)}
+    w = GGUFWriter(out, force=True)
+    for key, value in src.kv.items():
+        if key != "general.alignment":
+            w.add(key, src.kv_types[key], value)
+    cb_bits = {"CB2": 2, "CB3": 3}.get(ttype)
+    for t in src.tensors:
+        if t.name not in targets:
+            w.add_tensor_info(t.name, t.shape, t.type_id, t.nbytes)
+        elif cb_bits:
+            w.add_tensor_info(t.name, t.shape, F16_ID, t.n_elements * 2)
+        else:
+            w.add_tensor_info(t.name, t.shape, quants.type_id(ttype), t.n_rows * quants.row_size(ttype, t.shape[0]))
+    t0 = time.time()
+    with w, open(f16, "rb") as fs:
+        for t in src.tensors:
+            fs.seek(t.file_offset)
+            data = fs.read(t.nbytes)
+            if t.name not in targets:
+                w.write_tensor(data)
+                continue
+            dtype = {"F16": np.float16, "F32": np.float32}[t.type_name]
+            rows = np.frombuffer(data, dtype=dtype).astype(np.float32).reshape(-1, t.shape[0])
+            imp = imx.for_tensor(t.name, t.shape[0])
+            if cb_bits:
+                w.write_tensor(codebooks.fake_quantize(rows, cb_bits, imp, threads=threads, name=t.name).astype(np.float16))
+            else:
+                w.write_tensor(quants.quantize(rows, ttype, imatrix=imp, threads=threads))
+    print(f"# {out.name}: {len(targets)} tensors as {ttype} in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+def sweep_bpw(path: Path, ttype: str) -> tuple[float, float]:
+    """Bits per weight of the swept tensors (as the type stores them) and their share of the block weights."""
+    g = read_gguf(path)
+    ts = sweep_targets(g)
+    n = sum(t.n_elements for t in ts)
+    blk = sum(t.n_elements for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2)
+    if ttype in ("CB2", "CB3"):
+        bpw = codebooks.bits_per_weight(int(ttype[2]))
+    else:
+        bpw = sum(t.nbytes for t in ts) * 8 / n
+    return bpw, n / blk
+
+
 def counted_bpw(path: Path, as_cb: dict[str, int] | None) -> tuple[float, float]:
     """Bits per weight of all tensors and of the layers' matrices, the replaced tensors counted at
     their codebook type's size (as_cb: template's replaced type -> bits) rather than as F16."""
@@ -127,6 +199,8 @@ def main() -> int:
     ap.add_argument("--weightings", default="importance",
                     help="codebook quantizer error weightings to run, comma separated (importance, sqrt_s2x2)")
     ap.add_argument("--json", default=None, help="write the results here too")
+    ap.add_argument("--no-mixes", action="store_true", help="skip llama-quantize's mixes (run the sweep only)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the same-tensors sweep")
     a = ap.parse_args()
     text = assets.path("wiki-test")
     results = []
@@ -134,9 +208,11 @@ def main() -> int:
         f16 = base.f16_file(model)
         im = base.imatrix_file(model, f16, a.imatrix_chunks, a.threads)
         files = [("f16", f16, None)]
-        stock = {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
+        if not a.no_sweep:
+            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in SWEEP]
+        stock = {} if a.no_mixes else {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
         files += [(f"{ft} (llama-quantize)", p, None) for ft, p in stock.items()]
-        for weighting in a.weightings.split(","):
+        for weighting in ([] if a.no_mixes else a.weightings.split(",")):
             for recipe, (ftype, replace) in RECIPES.items():
                 p = fake_file(model, recipe, f16, stock[ftype], im, weighting, a.threads)
                 label = recipe if weighting == "importance" else f"{recipe}, {weighting}"
@@ -145,7 +221,10 @@ def main() -> int:
         for label, p, as_cb in files:
             t0 = time.time()
             r = tools.perplexity(p, text, n_ctx=512, chunks=a.chunks, threads=a.threads)
-            bpw, bpw_blk = counted_bpw(p, as_cb)
+            if isinstance(as_cb, tuple):  # a sweep file: bpw of the swept tensors, their share of the block weights
+                bpw, bpw_blk = sweep_bpw(p, as_cb[1])
+            else:
+                bpw, bpw_blk = counted_bpw(p, as_cb)
             f16_ppl = f16_ppl or r.ppl
             row = {"model": model, "quant": label, "ppl": r.ppl, "stderr": r.stderr, "ratio_f16": r.ppl / f16_ppl,
                    "bpw": bpw, "bpw_blk": bpw_blk, "n_ctx": r.n_ctx, "chunks": r.n_chunks, "file": p.name,
@@ -154,7 +233,7 @@ def main() -> int:
             print(json.dumps(row), file=sys.stderr, flush=True)
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; wiki-test, ctx 512, {a.chunks} chunks; "
           f"imatrix: wiki-train, {a.imatrix_chunks} x 512 tokens; codebook tables v{codebooks.tables_version()}")
-    print("| model | quantization | bits/weight (all / blk matrices) | PPL | ratio to f16 |")
+    print("| model | quantization | bits/weight (all / blk matrices; sweep: swept tensors / their share) | PPL | ratio to f16 |")
     print("| --- | --- | --- | --- | --- |")
     for r in results:
         print(f"| {r['model']} | {r['quant']} | {r['bpw']:.3f} / {r['bpw_blk']:.3f} | {r['ppl']:.4f} +/- "

@@ -33,10 +33,11 @@ QK = 256
 GROUP = 16
 #: bytes per 256-weight block, per code width
 BLOCK_BYTES = {2: 78, 3: 110}
-#: error weightings of the quantizer (enum in codebooks.h): weight j's squared error counts
-#: importance[j] ("importance"), or importance[j] * sqrt(sigma2 + x_j^2) with sigma2 the block's
-#: mean x^2 ("sqrt_s2x2", ggml's Q2_K/Q3_K weighting with an imatrix)
-WEIGHTINGS = {"importance": 0, "sqrt_s2x2": 1}
+#: error weightings of the quantizer: weight j's squared error counts importance[j] ("importance",
+#: the C function's own), or importance[j] * sqrt(sigma2 + x_j^2) with sigma2 the block's mean x^2
+#: ("sqrt_s2x2", ggml's Q2_K/Q3_K weighting with an imatrix; done here by handing the C function
+#: each row's own importance vector, one row per call)
+WEIGHTINGS = ("importance", "sqrt_s2x2")
 
 
 class CodebookError(ValueError):
@@ -66,9 +67,6 @@ def _lib() -> ctypes.CDLL:
     lib.ggml_ext_cb_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                          ctypes.c_int64, ctypes.c_void_p]
     lib.ggml_ext_cb_quantize.restype = ctypes.c_size_t
-    lib.ggml_ext_cb_quantize_weighted.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                                  ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]
-    lib.ggml_ext_cb_quantize_weighted.restype = ctypes.c_size_t
     lib.ggml_ext_cb_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     lib.ggml_ext_cb_dequantize.restype = ctypes.c_int
     return lib
@@ -123,9 +121,18 @@ def quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, thr
     imp_ptr = None if imp is None else imp.ctypes.data
 
     def run(lo: int, hi: int) -> None:
-        if hi > lo and lib.ggml_ext_cb_quantize_weighted(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
-                                                         imp_ptr, WEIGHTINGS[weighting]) != (hi - lo) * row_bytes:
-            raise CodebookError(f"tensor {name or '?'}: the C quantizer refused rows {lo}..{hi}")
+        if weighting == "importance":
+            if hi > lo and lib.ggml_ext_cb_quantize(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
+                                                    imp_ptr) != (hi - lo) * row_bytes:
+                raise CodebookError(f"tensor {name or '?'}: the C quantizer refused rows {lo}..{hi}")
+            return
+        base = np.ones(k, np.float32) if imp is None else imp
+        for r in range(lo, hi):  # sqrt_s2x2: each row its own importance vector
+            x = rows[r].reshape(-1, QK)
+            w = np.ascontiguousarray((base.reshape(-1, QK) * np.sqrt((x * x).mean(1, keepdims=True) + x * x)).ravel(),
+                                     dtype=np.float32)
+            if lib.ggml_ext_cb_quantize(bits, rows[r].ctypes.data, out[r].ctypes.data, 1, k, w.ctypes.data) != row_bytes:
+                raise CodebookError(f"tensor {name or '?'}: the C quantizer refused row {r}")
 
     threads = max(1, min(threads or os.cpu_count() or 1, n))
     bounds = np.linspace(0, n, threads + 1).astype(int)

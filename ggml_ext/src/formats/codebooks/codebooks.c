@@ -264,14 +264,8 @@ size_t ggml_ext_cb_block_size(int bits) {
 
 size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
                             const float * importance) {
-    return ggml_ext_cb_quantize_weighted(bits, src, dst, nrows, n_per_row, importance, GGML_EXT_CB_W_IMPORTANCE);
-}
-
-size_t ggml_ext_cb_quantize_weighted(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                                     const float * importance, int weighting) {
     const size_t bs = ggml_ext_cb_block_size(bits);
-    if (bs == 0 || n_per_row <= 0 || n_per_row % QK || nrows < 0 ||
-        (weighting != GGML_EXT_CB_W_IMPORTANCE && weighting != GGML_EXT_CB_W_SQRT_S2X2)) {
+    if (bs == 0 || n_per_row <= 0 || n_per_row % QK || nrows < 0) {
         return 0;
     }
     for (int64_t i = 0; i < nrows * n_per_row; i++) {
@@ -294,17 +288,10 @@ size_t ggml_ext_cb_quantize_weighted(int bits, const float * src, void * dst, in
         for (int64_t b = 0; b < nb; b++) {
             const float * x = src + r * n_per_row + b * QK;
             float         w[QK];
-            float         sigma2 = 0.0f;  // the block's mean x^2 (weighting SQRT_S2X2)
-            for (int j = 0; j < QK; j++) {
-                sigma2 += x[j] * x[j];
-            }
-            sigma2 /= (float) QK;
             for (int s = 0; s < NG; s++) {  // a sub-group whose importance is all zero counts its weights equally
                 float sum = 0.0f;
                 for (int j = 0; j < G; j++) {
-                    const float xj = x[s * G + j];
-                    w[s * G + j] = (importance ? importance[b * QK + s * G + j] : 1.0f) *
-                                   (weighting == GGML_EXT_CB_W_SQRT_S2X2 ? sqrtf(sigma2 + xj * xj) : 1.0f);
+                    w[s * G + j] = importance ? importance[b * QK + s * G + j] : 1.0f;
                     sum += w[s * G + j];
                 }
                 if (!(sum > 0.0f)) {

@@ -63,14 +63,6 @@ GGML_EXT_API size_t ggml_ext_cb_block_size(int bits);
 GGML_EXT_API size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
                                          const float * importance);
 
-// The same with a choice of error weighting: GGML_EXT_CB_W_IMPORTANCE (0, what ggml_ext_cb_quantize
-// does) weighs weight j by importance[j] (1 without), GGML_EXT_CB_W_SQRT_S2X2 (1) by
-// importance[j] * sqrt(sigma2 + x_j^2), sigma2 the block's mean x^2 (ggml's Q2_K/Q3_K weighting with
-// an imatrix). 0 for another weighting.
-enum { GGML_EXT_CB_W_IMPORTANCE = 0, GGML_EXT_CB_W_SQRT_S2X2 = 1 };
-GGML_EXT_API size_t ggml_ext_cb_quantize_weighted(int bits, const float * src, void * dst, int64_t nrows,
-                                                  int64_t n_per_row, const float * importance, int weighting);
-
 // Blocks -> floats (n_blocks * 256). Returns 0, or -1 for bits other than 2 and 3.
 GGML_EXT_API int ggml_ext_cb_dequantize(int bits, const void * src, float * dst, int64_t n_blocks);
 
