@@ -107,6 +107,8 @@ def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int
 
 
 SWEEP = ("Q2_K", "IQ2_XS", "IQ2_S", "Q3_K", "CB2", "CB3")
+#: sweep types beyond SWEEP: the codebook types with the quantizer's other weighting
+SWEEP_EXTRA = ("CB2:sqrt_s2x2", "CB3:sqrt_s2x2")
 
 
 def sweep_targets(g) -> list:
@@ -119,7 +121,7 @@ def sweep_file(model: str, f16: Path, im: Path, ttype: str, threads: int | None)
     rec = {"model": model, "type": f"sweep-{ttype}", **tool("ggml_ext.quants", code),
            "tables_version": codebooks.tables_version(), "imatrix": source(im), "source": source(f16)}
     what = f"{f16.name} with its 256-divisible block matrices as {ttype} (imatrix {im.name}), the rest F16"
-    return cached(f"{model}-sweep-{ttype}", what, rec, lambda out: _sweep(f16, out, im, ttype, threads),
+    return cached(f"{model}-sweep-{ttype.replace(':', '-')}", what, rec, lambda out: _sweep(f16, out, im, ttype, threads),
                   base.work_dir())
 
 
@@ -131,6 +133,7 @@ def _sweep(f16: Path, out: Path, im: Path, ttype: str, threads: int | None) -> N
     for key, value in src.kv.items():
         if key != "general.alignment":
             w.add(key, src.kv_types[key], value)
+    ttype, _, weighting = ttype.partition(":")
     cb_bits = {"CB2": 2, "CB3": 3}.get(ttype)
     for t in src.tensors:
         if t.name not in targets:
@@ -151,7 +154,8 @@ def _sweep(f16: Path, out: Path, im: Path, ttype: str, threads: int | None) -> N
             rows = np.frombuffer(data, dtype=dtype).astype(np.float32).reshape(-1, t.shape[0])
             imp = imx.for_tensor(t.name, t.shape[0])
             if cb_bits:
-                w.write_tensor(codebooks.fake_quantize(rows, cb_bits, imp, threads=threads, name=t.name).astype(np.float16))
+                w.write_tensor(codebooks.fake_quantize(rows, cb_bits, imp, threads=threads, name=t.name,
+                                                       weighting=weighting or "importance").astype(np.float16))
             else:
                 w.write_tensor(quants.quantize(rows, ttype, imatrix=imp, threads=threads))
     print(f"# {out.name}: {len(targets)} tensors as {ttype} in {time.time() - t0:.0f} s", file=sys.stderr)
@@ -163,7 +167,7 @@ def sweep_bpw(path: Path, ttype: str) -> tuple[float, float]:
     ts = sweep_targets(g)
     n = sum(t.n_elements for t in ts)
     blk = sum(t.n_elements for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2)
-    if ttype in ("CB2", "CB3"):
+    if ttype.startswith("CB"):
         bpw = codebooks.bits_per_weight(int(ttype[2]))
     else:
         bpw = sum(t.nbytes for t in ts) * 8 / n
@@ -201,6 +205,8 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the results here too")
     ap.add_argument("--no-mixes", action="store_true", help="skip llama-quantize's mixes (run the sweep only)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the same-tensors sweep")
+    ap.add_argument("--sweep-types", default=",".join(SWEEP),
+                    help=f"types of the sweep (default: all of {','.join(SWEEP)}; also {','.join(SWEEP_EXTRA)})")
     a = ap.parse_args()
     text = assets.path("wiki-test")
     results = []
@@ -209,7 +215,7 @@ def main() -> int:
         im = base.imatrix_file(model, f16, a.imatrix_chunks, a.threads)
         files = [("f16", f16, None)]
         if not a.no_sweep:
-            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in SWEEP]
+            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in a.sweep_types.split(",")]
         stock = {} if a.no_mixes else {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
         files += [(f"{ft} (llama-quantize)", p, None) for ft, p in stock.items()]
         for weighting in ([] if a.no_mixes else a.weightings.split(",")):
