@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Perplexity of the codebook types CB2 / CB3 (fake-quantized) beside Q2_K, IQ2_XS, IQ2_S and
+Q3_K_S made by llama-quantize with an imatrix, at their bits per weight.
+
+  scripts/bench_codebooks.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
+                             [--weightings importance,sqrt_s2x2] [--threads N] [--json OUT]
+
+CB2 and CB3 are not ggml types yet (no id, no kernels), so their files are *fake-quantized*:
+* the f16 file, its imatrix on wiki-train and the stock files come from scripts/bench_iq4_nl_quality.py's
+  helpers (same recipes, same cache folder: SmolLM2 from our converter, Gemma-3-270M's f16 from its
+  Q4_K_M GGUF; our llama-imatrix; our llama-quantize with --imatrix);
+* "CB2 (Q2_K mix)": the Q2_K file with every Q2_K tensor replaced by the F16 values
+  dequantize(CB2-quantize(f16 values)) of ggml-ext's C reference, importance = that tensor's imatrix
+  row (``--weightings sqrt_s2x2``: times sqrt(sigma2 + x^2), ggml's own Q2_K weighting); the Q2_K mix's other tensors (Q3_K/Q4_K/Q6_K ... as llama.cpp chose them) keep their bytes;
+* "CB3 (Q3_K_S mix)": the Q3_K_S file with every Q3_K tensor replaced likewise by CB3 values;
+* "CB2+CB3 (Q2_K mix)": the Q2_K file with Q2_K tensors as CB2 and Q3_K tensors as CB3.
+The files hold F16 for the replaced tensors (what llama-perplexity runs); their bits per weight are
+counted as the codebook types would store them (CB2 78 bytes, CB3 110 bytes per 256 weights), so
+"bits/weight" is the size a real CB file of that recipe will have.
+
+At these models' sizes the mixes say little: SmolLM2's rows are 576 weights and Gemma-3-270M's 640,
+not multiples of 256, so llama-quantize falls back (Q4_0 / IQ4_NL) on every matrix but ffn_down,
+and gives ffn_down Q3_K in its Q2_K mix (no Q2_K tensor at all). Hence the **sweep** (``--sweep``,
+on by default): the f16 file with only the layers' matrices whose rows are a multiple of 256
+(ffn_down, on both models) quantized, to each of Q2_K, IQ2_XS, IQ2_S, Q3_K (ggml's quantizers
+through ``ggml_ext.quants``, real bytes) and CB2, CB3 (fake-quantized to F16), all with the same
+imatrix rows: the same tensors, only the type differs; everything else stays F16.
+
+Perplexity: our llama-perplexity on wiki-test, ctx 512, --chunks windows. Prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_iq4_nl_quality as base  # noqa: E402
+from default_models import cached, source, tool  # noqa: E402
+
+from ggml_ext import assets, codebooks, tools  # noqa: E402
+from ggml_ext.calibrate import imatrix  # noqa: E402
+from ggml_ext.gguf import read_gguf  # noqa: E402
+from ggml_ext.gguf.writer import GGUFWriter  # noqa: E402
+
+F16_ID = 1
+STOCK = ("Q2_K", "IQ2_XS", "IQ2_S", "Q3_K_S")
+#: recipe name -> (template file type, {stock tensor type replaced: codebook bits})
+RECIPES = {
+    "CB2 (Q2_K mix)": ("Q2_K", {"Q2_K": 2}),
+    "CB2+CB3 (Q2_K mix)": ("Q2_K", {"Q2_K": 2, "Q3_K": 3}),
+    "CB3 (Q3_K_S mix)": ("Q3_K_S", {"Q3_K": 3}),
+}
+
+
+def fake_file(model: str, recipe: str, f16: Path, template: Path, im: Path, weighting: str,
+              threads: int | None) -> Path:
+    ftype, replace = RECIPES[recipe]
+    code = [Path(codebooks.__file__), Path(__file__).resolve()]
+    rec = {"model": model, "type": recipe, **tool("ggml_ext.codebooks", code),
+           "tables_version": codebooks.tables_version(), "imatrix": source(im), "source": source(f16),
+           "template": source(template)}
+    if weighting != "importance":  # (the first runs' recipes had no weighting key: their files stay valid)
+        rec["weighting"] = weighting
+    stem = f"{model}-" + recipe.split(" ")[0].replace("+", "-") + f"-{ftype}-mix"
+    stem += "" if weighting == "importance" else f"-{weighting}"
+    what = (f"{template.name} with " + ", ".join(f"{k} tensors as CB{b}" for k, b in replace.items())
+            + f" (fake-quantized to F16 from {f16.name}, imatrix {im.name}, weighting {weighting})")
+    return cached(stem, what, rec, lambda out: _fake(f16, template, out, im, replace, weighting, threads),
+                  base.work_dir())
+
+
+def _fake(f16: Path, template: Path, out: Path, im: Path, replace: dict[str, int], weighting: str,
+          threads: int | None) -> None:
+    src, tpl = read_gguf(f16), read_gguf(template)
+    imx = imatrix.load(im)
+    w = GGUFWriter(out, force=True)
+    for key, value in tpl.kv.items():
+        if key != "general.alignment":
+            w.add(key, tpl.kv_types[key], value)
+    for t in tpl.tensors:
+        if t.type_name in replace:
+            w.add_tensor_info(t.name, t.shape, F16_ID, t.n_elements * 2)
+        else:
+            w.add_tensor_info(t.name, t.shape, t.type_id, t.nbytes)
+    t0 = time.time()
+    with w, open(f16, "rb") as fs, open(template, "rb") as ft:
+        for t in tpl.tensors:
+            if t.type_name in replace:
+                s = src.tensor(t.name)
+                fs.seek(s.file_offset)
+                dtype = {"F16": np.float16, "F32": np.float32}[s.type_name]
+                rows = np.frombuffer(fs.read(s.nbytes), dtype=dtype).astype(np.float32).reshape(-1, s.shape[0])
+                y = codebooks.fake_quantize(rows, replace[t.type_name], imx.for_tensor(t.name, s.shape[0]),
+                                            threads=threads, name=t.name, weighting=weighting)
+                w.write_tensor(y.astype(np.float16))
+            else:
+                ft.seek(t.file_offset)
+                w.write_tensor(ft.read(t.nbytes))
+    print(f"# {out.name}: fake-quantized in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+SWEEP = ("Q2_K", "IQ2_XS", "IQ2_S", "Q3_K", "CB2", "CB3")
+#: sweep types beyond SWEEP: the codebook types with the quantizer's other weighting
+SWEEP_EXTRA = ("CB2:sqrt_s2x2", "CB3:sqrt_s2x2")
+
+
+def sweep_targets(g) -> list:
+    """The layers' matrices whose rows are a multiple of 256 (what both the K-quants and CB types take)."""
+    return [t for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2 and t.shape[0] % 256 == 0]
+
+
+def sweep_file(model: str, f16: Path, im: Path, ttype: str, threads: int | None) -> Path:
+    code = [Path(codebooks.__file__), Path(__file__).resolve()]
+    rec = {"model": model, "type": f"sweep-{ttype}", **tool("ggml_ext.quants", code),
+           "tables_version": codebooks.tables_version(), "imatrix": source(im), "source": source(f16)}
+    what = f"{f16.name} with its 256-divisible block matrices as {ttype} (imatrix {im.name}), the rest F16"
+    return cached(f"{model}-sweep-{ttype.replace(':', '-')}", what, rec, lambda out: _sweep(f16, out, im, ttype, threads),
+                  base.work_dir())
+
+
+def _sweep(f16: Path, out: Path, im: Path, ttype: str, threads: int | None) -> None:
+    from ggml_ext import quants
+    src, imx = read_gguf(f16), imatrix.load(im)
+    targets = {t.name for t in sweep_targets(src)}
+    w = GGUFWriter(out, force=True)
+    for key, value in src.kv.items():
+        if key != "general.alignment":
+            w.add(key, src.kv_types[key], value)
+    ttype, _, weighting = ttype.partition(":")
+    cb_bits = {"CB2": 2, "CB3": 3}.get(ttype)
+    for t in src.tensors:
+        if t.name not in targets:
+            w.add_tensor_info(t.name, t.shape, t.type_id, t.nbytes)
+        elif cb_bits:
+            w.add_tensor_info(t.name, t.shape, F16_ID, t.n_elements * 2)
+        else:
+            w.add_tensor_info(t.name, t.shape, quants.type_id(ttype), t.n_rows * quants.row_size(ttype, t.shape[0]))
+    t0 = time.time()
+    with w, open(f16, "rb") as fs:
+        for t in src.tensors:
+            fs.seek(t.file_offset)
+            data = fs.read(t.nbytes)
+            if t.name not in targets:
+                w.write_tensor(data)
+                continue
+            dtype = {"F16": np.float16, "F32": np.float32}[t.type_name]
+            rows = np.frombuffer(data, dtype=dtype).astype(np.float32).reshape(-1, t.shape[0])
+            imp = imx.for_tensor(t.name, t.shape[0])
+            if cb_bits:
+                w.write_tensor(codebooks.fake_quantize(rows, cb_bits, imp, threads=threads, name=t.name,
+                                                       weighting=weighting or "importance").astype(np.float16))
+            else:
+                w.write_tensor(quants.quantize(rows, ttype, imatrix=imp, threads=threads))
+    print(f"# {out.name}: {len(targets)} tensors as {ttype} in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+def sweep_bpw(path: Path, ttype: str) -> tuple[float, float]:
+    """Bits per weight of the swept tensors (as the type stores them) and their share of the block weights."""
+    g = read_gguf(path)
+    ts = sweep_targets(g)
+    n = sum(t.n_elements for t in ts)
+    blk = sum(t.n_elements for t in g.tensors if t.name.startswith("blk.") and len(t.shape) == 2)
+    if ttype.startswith("CB"):
+        bpw = codebooks.bits_per_weight(int(ttype[2]))
+    else:
+        bpw = sum(t.nbytes for t in ts) * 8 / n
+    return bpw, n / blk
+
+
+def counted_bpw(path: Path, as_cb: dict[str, int] | None) -> tuple[float, float]:
+    """Bits per weight of all tensors and of the layers' matrices, the replaced tensors counted at
+    their codebook type's size (as_cb: template's replaced type -> bits) rather than as F16."""
+    g, n_all, b_all, n_blk, b_blk = read_gguf(path), 0, 0, 0, 0
+    tpl_types = {}
+    if as_cb:
+        tpl_types = {t.name: t.type_name for t in read_gguf(as_cb["__template__"]).tensors}
+    for t in g.tensors:
+        nbytes = t.nbytes
+        ttype = tpl_types.get(t.name)
+        if as_cb and ttype in as_cb:
+            nbytes = t.n_elements // codebooks.QK * codebooks.BLOCK_BYTES[as_cb[ttype]]
+        n_all += t.n_elements
+        b_all += nbytes
+        if t.name.startswith("blk.") and len(t.shape) == 2:
+            n_blk += t.n_elements
+            b_blk += nbytes
+    return b_all * 8 / n_all, b_blk * 8 / n_blk
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="smollm2,gemma3")
+    ap.add_argument("--chunks", type=int, default=20, help="perplexity windows of 512 tokens")
+    ap.add_argument("--imatrix-chunks", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--weightings", default="importance",
+                    help="codebook quantizer error weightings to run, comma separated (importance, sqrt_s2x2)")
+    ap.add_argument("--json", default=None, help="write the results here too")
+    ap.add_argument("--no-mixes", action="store_true", help="skip llama-quantize's mixes (run the sweep only)")
+    ap.add_argument("--no-sweep", action="store_true", help="skip the same-tensors sweep")
+    ap.add_argument("--sweep-types", default=",".join(SWEEP),
+                    help=f"types of the sweep (default: all of {','.join(SWEEP)}; also {','.join(SWEEP_EXTRA)})")
+    a = ap.parse_args()
+    text = assets.path("wiki-test")
+    results = []
+    for model in a.models.split(","):
+        f16 = base.f16_file(model)
+        im = base.imatrix_file(model, f16, a.imatrix_chunks, a.threads)
+        files = [("f16", f16, None)]
+        if not a.no_sweep:
+            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in a.sweep_types.split(",")]
+        stock = {} if a.no_mixes else {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
+        files += [(f"{ft} (llama-quantize)", p, None) for ft, p in stock.items()]
+        for weighting in ([] if a.no_mixes else a.weightings.split(",")):
+            for recipe, (ftype, replace) in RECIPES.items():
+                p = fake_file(model, recipe, f16, stock[ftype], im, weighting, a.threads)
+                label = recipe if weighting == "importance" else f"{recipe}, {weighting}"
+                files.append((label, p, {**replace, "__template__": stock[ftype]}))
+        f16_ppl = None
+        for label, p, as_cb in files:
+            t0 = time.time()
+            r = tools.perplexity(p, text, n_ctx=512, chunks=a.chunks, threads=a.threads)
+            if isinstance(as_cb, tuple):  # a sweep file: bpw of the swept tensors, their share of the block weights
+                bpw, bpw_blk = sweep_bpw(p, as_cb[1])
+            else:
+                bpw, bpw_blk = counted_bpw(p, as_cb)
+            f16_ppl = f16_ppl or r.ppl
+            row = {"model": model, "quant": label, "ppl": r.ppl, "stderr": r.stderr, "ratio_f16": r.ppl / f16_ppl,
+                   "bpw": bpw, "bpw_blk": bpw_blk, "n_ctx": r.n_ctx, "chunks": r.n_chunks, "file": p.name,
+                   "seconds": round(time.time() - t0, 1)}
+            results.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; wiki-test, ctx 512, {a.chunks} chunks; "
+          f"imatrix: wiki-train, {a.imatrix_chunks} x 512 tokens; codebook tables v{codebooks.tables_version()}")
+    print("| model | quantization | bits/weight (all / blk matrices; sweep: swept tensors / their share) | PPL | ratio to f16 |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r['model']} | {r['quant']} | {r['bpw']:.3f} / {r['bpw_blk']:.3f} | {r['ppl']:.4f} +/- "
+              f"{r['stderr']:.4f} | {r['ratio_f16']:.3f} |")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
