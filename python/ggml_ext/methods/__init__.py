@@ -128,4 +128,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import rtn  # noqa: E402,F401
+from . import gptq, rtn  # noqa: E402,F401
