@@ -51,6 +51,7 @@ Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``):
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -91,8 +92,10 @@ class GPTQResult:
 
 
 def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: bool = True,
-            name: str = "matrix") -> Prepared:
-    """Damping, dead columns, act-order permutation and the Cholesky factor of H^-1 (numpy float64)."""
+            name: str = "matrix", device: str = "cpu") -> Prepared:
+    """Damping, dead columns, act-order permutation and the Cholesky factor of H^-1 (float64, torch's
+    LAPACK on ``device``; the arrays come back as numpy)."""
+    import torch
     W = np.array(W, dtype=np.float64)
     H = np.array(H, dtype=np.float64)
     cols = W.shape[1]
@@ -110,15 +113,14 @@ def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: 
     W = W[:, perm]
     H = H[np.ix_(perm, perm)]
     H[np.diag_indices(cols)] += percdamp * np.mean(np.diag(H))
-    try:
-        L = np.linalg.cholesky(H)
-        Linv = np.linalg.solve(L, np.eye(cols))
-        Hinv = Linv.T @ Linv
-        U = np.linalg.cholesky(Hinv).T  # upper: Hinv = U^T U
-    except np.linalg.LinAlgError:
+    Ht = torch.from_numpy(H).to(device)
+    L, info = torch.linalg.cholesky_ex(Ht)
+    if int(info) == 0:
+        U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)  # Hinv = U^T U
+    if int(info) != 0:
         raise GPTQError(f"{name}: the damped Hessian is not positive definite; use a larger percdamp "
-                        f"(now {percdamp}) or more calibration samples") from None
-    U = np.triu(U)
+                        f"(now {percdamp}) or more calibration samples")
+    U = U.cpu().numpy()
     pos = np.empty(cols, dtype=np.int64)
     pos[perm] = np.arange(cols)
     importance = 1.0 / np.diag(U)[pos] ** 2
@@ -142,18 +144,18 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
     nb = cols // g.block
     Wc = p.W.copy()
     scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
-    have = np.zeros(nb, dtype=bool)
+    states: dict = {}
     idx = np.zeros((rows, cols), dtype=np.int64)
     Q = np.zeros((rows, cols), dtype=np.float32)
     for j in range(cols):
         c = p.perm[j]
         b = c // g.block
-        if not have[b]:
+        if b not in states:
             block = p.pos[b * g.block:(b + 1) * g.block]           # positions of the block's columns
             imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
             scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
-            have[b] = True
-        k, q = g.round(torch.from_numpy(Wc[:, j]), torch.from_numpy(scales[:, b]))
+            states[b] = g.state(torch.from_numpy(scales[:, b]), torch.float64)
+        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b])
         idx[:, c], Q[:, c] = k.numpy(), q.numpy()
         err = (Wc[:, j] - Q[:, c].astype(np.float64)) / p.U[j, j]
         Wc[:, j:] -= np.outer(err, p.U[j, j:])
@@ -167,43 +169,60 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     :func:`gptq_reference` (up to the summation order of the updates)."""
     import torch
     g = _grid(type_name)
-    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name, device=device)
     rows, cols = p.W.shape
     nb = cols // g.block
     dev, dt = torch.device(device), getattr(torch, dtype)
-    Wt = torch.from_numpy(p.W).to(dev, dt)
+    # transposed (columns x rows): a column of W is a contiguous row here
+    Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
     U = torch.from_numpy(p.U).to(dev, dt)
-    scales = torch.zeros((rows, nb, 2 if g.has_min else 1), dtype=torch.float32, device=dev)
-    have = np.zeros(nb, dtype=bool)
-    idx = torch.zeros((rows, cols), dtype=torch.int64, device=dev)
-    Q = torch.zeros((rows, cols), dtype=torch.float32, device=dev)
+    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    states: dict = {}
+    K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
+    Qt = torch.empty((cols, rows), dtype=dt, device=dev)  # quantized values, by position
     perm = p.perm
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
-        W1 = Wt[:, i1:i2].clone()
+        W1 = Wt[i1:i2].clone()
         U1 = U[i1:i2, i1:i2]
         E1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
             j = i1 + i
-            c = int(perm[j])
-            b = c // g.block
-            if not have[b]:
-                block = torch.from_numpy(p.pos[b * g.block:(b + 1) * g.block]).to(dev)
+            b = int(perm[j]) // g.block
+            if b not in states:
+                block = p.pos[b * g.block:(b + 1) * g.block]
                 # the block's current values: inside the lazy block from W1, beyond it with the pending update
-                cur = torch.where(block[None, :] < i2, W1[:, (block - i1).clamp(0, i2 - i1 - 1)],
-                                  Wt[:, block] - E1[:, :i] @ U[i1:j, block])
+                inside = torch.from_numpy(block < i2).to(dev)
+                bt = torch.from_numpy(block).to(dev)
+                cur = torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1)],
+                                  Wt[bt] - U[i1:j, bt].T @ E1[:i])
                 imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
-                s = _block_scales(g, cur.cpu().numpy(), imp, quantizer or {})
-                scales[:, b] = torch.from_numpy(s).to(dev)
-                have[b] = True
-            w = W1[:, i]
-            k, q = g.round(w, scales[:, b])
-            idx[:, c], Q[:, c] = k, q
-            err = (w - q.to(dt)) / U1[i, i]
-            W1[:, i:] -= err[:, None] * U1[i, i:][None, :]
-            E1[:, i] = err
-        Wt[:, i2:] -= E1 @ U[i1:i2, i2:]
-    return GPTQResult(idx.cpu().numpy(), scales.cpu().numpy(), Q.cpu().numpy())
+                scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
+                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+            w = W1[i]
+            k, q = g.round(w, states[b])
+            K[j], Qt[j] = k, q
+            err = (w - q) / U1[i, i]
+            W1[i:].sub_(torch.outer(U1[i, i:], err))
+            E1[i] = err
+        Wt[i2:] -= U[i1:i2, i2:].T @ E1
+    inv = torch.from_numpy(p.pos).to(dev)
+    idx = K[inv].T.to(torch.int64).cpu().numpy()
+    Q = Qt[inv].T.to(torch.float32).cpu().numpy()
+    return GPTQResult(np.ascontiguousarray(idx), scales, np.ascontiguousarray(Q))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """torch's intra-op threads set to ``n`` for a while. The column sweep is thousands of small
+    operations: split over threads they wait on each other (5x slower on a busy 2-core machine)."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @register("gptq", "GPTQ error compensation with the type's own scales (needs calibration: --calib)")
@@ -256,11 +275,12 @@ class GPTQ:
             return self.rtn.quantize(tensor_name, type_name, rows, out, imatrix=imatrix, threads=threads)
         H = calibration["hessian"]
         qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
-        if self.implementation == "reference":
-            r = gptq_reference(rows, H, type_name, quantizer=qopt, name=tensor_name, **self.options)
-        else:
-            r = gptq(rows, H, type_name, block_size=self.block_size, quantizer=qopt, device=self.device,
-                     dtype=self.dtype, name=tensor_name, **self.options)
+        with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
+            if self.implementation == "reference":
+                r = gptq_reference(rows, H, type_name, quantizer=qopt, name=tensor_name, **self.options)
+            else:
+                r = gptq(rows, H, type_name, block_size=self.block_size, quantizer=qopt, device=self.device,
+                         dtype=self.dtype, name=tensor_name, **self.options)
         b = r.pack(_grid(type_name))
         n = b.nbytes
         if n != rows.shape[0] * quants.row_size(type_name, rows.shape[1]) or out.nbytes < n:

@@ -7,7 +7,8 @@ type's own rule) and *round one weight to the nearest grid value under those fix
 * :meth:`Grid.scales` -- the scales ggml itself picks for a block: the block's rows go through
   :func:`ggml_ext.quants.quantize` (ggml's quantizer; ggml-ext's exact search for IQ4_NL), optionally
   with per-column importances as the imatrix, and the fp16 scale fields are read back from the bytes;
-* :meth:`Grid.round` -- nearest grid index and value of a column of weights (torch, any device);
+* :meth:`Grid.state` / :meth:`Grid.round` -- nearest grid index and value of a column of weights
+  under a block's fixed scales (torch, any device);
   values are computed in float32 the way ggml's ``to_float`` computes them, so they are exactly what
   llama.cpp will use;
 * :meth:`Grid.pack` -- chosen indices and scales -> the type's block bytes (ggml's layout).
@@ -52,30 +53,32 @@ class Grid:
         return b[:, :2 * n].copy().view(np.float16).astype(np.float32)
 
     # ------------------------------------------------------------------ round
-    def values(self, k, s):
-        """Grid values of indices ``k`` (torch int, n) under scales ``s`` (torch float32, n x 1|2), in
-        float32 as ggml's to_float computes them (every product is exact, the one sum rounds once)."""
+    def state(self, s, dtype):
+        """What :meth:`round` needs of one block's row scales ``s`` (torch float32, n x 1|2), prepared
+        once per block: the scale in ``dtype``, a zero scale made infinite (x / inf = 0: the index of
+        value 0), and for the types with a minimum both in float32."""
         import torch
         d = s[:, 0]
+        st = {"d": d.to(dtype), "dsafe": torch.where(d == 0, torch.full_like(d, float("inf")), d).to(dtype)}
+        if self.has_min:
+            st["d32"], st["m32"], st["m"] = d, s[:, 1], s[:, 1].to(dtype)
         if self.name == "IQ4_NL":
-            return d * torch.as_tensor(IQ4_NL_VALUES, device=k.device)[k]
-        q = (k - self.offset).to(torch.float32)
-        return q * d + s[:, 1] if self.has_min else q * d
+            kv = torch.as_tensor(IQ4_NL_VALUES, device=s.device)
+            st["grid"] = (d[:, None] * kv[None, :]).to(dtype)  # exact: 8-bit ints times fp16 values
+        return st
 
-    def round(self, x, s):
-        """Nearest grid index (int64) and its value (float32) for each entry of ``x`` (torch, n) under the
-        row scales ``s`` (float32, n x 1|2). A zero scale gives the index whose value is 0 (``m``)."""
-        import torch
-        d = s[:, 0].to(x.dtype)
+    def round(self, x, st):
+        """Nearest grid index (as a float of ``x``'s dtype) and its value for each entry of ``x`` (torch,
+        n) under a block's :meth:`state`. Values are what ggml's to_float gives: d * (k - offset) and
+        d * kv[k] are exact products in any float type; d * k + m is rounded once in float32 as ggml does."""
         if self.name == "IQ4_NL":
-            kv = torch.as_tensor(IQ4_NL_VALUES, device=x.device).to(x.dtype)
-            k = (x[:, None] - d[:, None] * kv[None, :]).abs().argmin(dim=1)
-        else:
-            base = x - s[:, 1].to(x.dtype) if self.has_min else x
-            safe = torch.where(d == 0, torch.ones_like(d), d)
-            k = torch.round(base / safe) + self.offset
-            k = torch.where(d == 0, torch.full_like(k, self.offset), k).clamp(0, self.levels - 1).to(torch.int64)
-        return k, self.values(k, s.to(torch.float32))
+            k = (x[:, None] - st["grid"]).abs_().argmin(dim=1, keepdim=True)
+            return k[:, 0].to(x.dtype), st["grid"].gather(1, k)[:, 0]
+        base = x - st["m"] if self.has_min else x
+        k = (base / st["dsafe"]).round_().add_(self.offset).clamp_(0, self.levels - 1)
+        if self.has_min:
+            return k, (k.float() * st["d32"] + st["m32"]).to(x.dtype)
+        return k, (k - self.offset) * st["d"]
 
     # ------------------------------------------------------------------ bytes
     def pack(self, k: np.ndarray, s: np.ndarray) -> np.ndarray:
