@@ -296,12 +296,16 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     # a calibrating method has what llama-quantize's imatrix gives: the same type mix as with one
     pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only,
               has_imatrix=im is not None or bool(needs), pre_tokenizer=pre_tokenizer, warn=warn)
+    supports = getattr(quantizer, "supports", None)
+    if needs and supports is not None and not supports(OUTPUT_TYPES[pl.out_type]):
+        raise ConversionError(f"{method} cannot round to {OUTPUT_TYPES[pl.out_type]} (--type {pl.out_type}); "
+                              f"it supports {', '.join(getattr(quantizer, 'types', ()))}")
     out = Path(output)
     if needs and out.exists() and not force:  # said before minutes of calibration, not after
         raise ConversionError(f"{out} exists; pass --force (force=True) to replace it")
-    done: dict[str, np.ndarray] = {}
+    precomputed: dict[str, np.ndarray] = {}
     if needs and not vocab_only:
-        done = _calibrate(pl, quantizer, method, needs, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
+        precomputed = _calibrate(pl, quantizer, method, needs, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
                           device=calib_device, threads=threads, progress=calib_progress)
         fallback = getattr(quantizer, "rtn_fallback", None)
         if fallback:
@@ -311,7 +315,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             (warn or log.warning)(msg)
     try:
         digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, quantizer=quantizer,
-                                    method=method, progress=progress, done=done)
+                                    method=method, progress=progress, precomputed=precomputed)
     except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
         raise ConversionError(str(e)) from None
     if no_imatrix:
@@ -402,11 +406,11 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
 
 def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, quantizer: Any, method: str,
            progress: Callable[[int, int, str], None] | None,
-           done: dict[str, np.ndarray] | None = None) -> tuple[str, list[str]]:
+           precomputed: dict[str, np.ndarray] | None = None) -> tuple[str, list[str]]:
     """Stream ``pl``'s tensors into ``out``, each quantized matrix through ``quantizer`` (the method
-    ``method``) unless ``done`` (from :func:`_calibrate`) holds its bytes already; returns the source
-    hash and the quantized tensors the imatrix missed."""
-    done = done or {}
+    ``method``) unless ``precomputed`` (from :func:`_calibrate`) holds its bytes already; returns the
+    source hash and the quantized tensors the imatrix missed."""
+    precomputed = precomputed or {}
     from ggml_ext import quants
     from ggml_ext.calibrate.imatrix import ImatrixError
     from ggml_ext.methods import MethodError
@@ -454,8 +458,8 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
                     try:
                         if plain:
                             written = quants.quantize_rows_into(p.type_name, rows, buf, threads=threads)
-                        elif p.gguf_name in done:  # quantized during calibration (step 1b)
-                            buf = np.ascontiguousarray(done.pop(p.gguf_name)).reshape(-1)
+                        elif p.gguf_name in precomputed:  # quantized during calibration (step 1b)
+                            buf = np.ascontiguousarray(precomputed.pop(p.gguf_name)).reshape(-1)
                             written = buf.nbytes
                         else:
                             written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, imatrix=weights,

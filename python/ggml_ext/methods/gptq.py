@@ -255,8 +255,12 @@ class GPTQ:
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
         self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
 
+    #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
+    types = tuple(t.lower() for t in GRIDS)
+
     @staticmethod
     def supports(type_name: str) -> bool:
+        """Whether GPTQ can round to ggml type ``type_name`` (else the converter refuses the --type)."""
         return type_name.upper() in GRIDS
 
     def quantize(self, tensor_name: str, type_name: str, rows: np.ndarray, out: np.ndarray, *,
