@@ -14,6 +14,15 @@
    at the end; then the temp file is moved into place. On any error or interrupt
    the temp file is removed and no output exists.
 
+A method that needs calibration (its ``calibration_needs``, e.g. ``gptq``: the Hessians) gets a
+step 1b: the model's decoder layers are streamed over the calibration text by
+:class:`ggml_ext.calibrate.stream.LayerStream`; when a layer's statistics are complete, each of its
+quantized matrices goes through the method with ``calibration={"hessian": H, ...}``, the layer's
+weights are replaced by what the written bytes dequantize to (ggml's ``to_float``), and the layer's
+outputs are recomputed, so the next layer is calibrated on the quantized model's activations. The
+bytes are kept (in memory: the quantized size of the decoder layers) and written in step 2; the
+other matrices (embeddings, output) go through the method without calibration.
+
 Peak memory is about twice the largest tensor as float32 plus its converted
 bytes: nothing else of the model is held.
 """
@@ -237,7 +246,9 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
             imatrix: str | os.PathLike | Any | None = None, method: str = "rtn",
-            iq4_nl_weighting: str = "default",
+            iq4_nl_weighting: str = "default", method_options: dict | None = None,
+            calib: str | os.PathLike | None = None, calib_samples: int | None = None,
+            calib_seq_len: int | None = None, calib_device: str = "cpu", calib_progress: bool = True,
             pre_tokenizer: str | None = None, progress: Callable[[int, int, str], None] | None = None,
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
@@ -252,6 +263,11 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     (:func:`ggml_ext.methods.available`; default ``rtn``, the type's own quantizer);
     ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`),
     an option of the ``rtn`` method, passed to the method when not ``"default"``;
+    ``method_options``: further keyword options of the method (e.g. ``{"percdamp": 0.01}`` for gptq);
+    ``calib``, ``calib_samples``, ``calib_seq_len``: the calibration text (a file or an asset name;
+    default wiki-train) and its sampling (default :mod:`ggml_ext.calibrate.data`'s 64 x 512), for
+    methods that need calibration (gptq); ``calib_device``: where the layers run ("cpu", "cuda");
+    ``calib_progress``: a progress bar over the layers;
     ``pre_tokenizer``: the ``tokenizer.ggml.pre`` of a byte-level BPE tokenizer, instead of detecting it
     (needed when it is not recognised: see :mod:`.vocab`).
     ``progress(done, total, tensor_name)`` is called as weights are written
@@ -268,16 +284,38 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
         except ImatrixError as e:
             raise ConversionError(str(e)) from None
     options = {} if iq4_nl_weighting == "default" else {"iq4_nl_weighting": iq4_nl_weighting}
+    options.update(method_options or {})
     try:
         quantizer = methods.create(method, **options)
     except methods.MethodError as e:
         raise ConversionError(str(e)) from None
-    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only, has_imatrix=im is not None,
-              pre_tokenizer=pre_tokenizer, warn=warn)
+    needs = tuple(getattr(quantizer, "calibration_needs", ()))
+    if not needs and (calib is not None or calib_samples is not None or calib_seq_len is not None):
+        raise ConversionError(f"--calib is for methods that calibrate (method {method!r} does not); "
+                              "for an importance matrix use --imatrix")
+    # a calibrating method has what llama-quantize's imatrix gives: the same type mix as with one
+    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only,
+              has_imatrix=im is not None or bool(needs), pre_tokenizer=pre_tokenizer, warn=warn)
+    supports = getattr(quantizer, "supports", None)
+    if needs and supports is not None and not supports(OUTPUT_TYPES[pl.out_type]):
+        raise ConversionError(f"{method} cannot round to {OUTPUT_TYPES[pl.out_type]} (--type {pl.out_type}); "
+                              f"it supports {', '.join(getattr(quantizer, 'types', ()))}")
     out = Path(output)
+    if needs and out.exists() and not force:  # said before minutes of calibration, not after
+        raise ConversionError(f"{out} exists; pass --force (force=True) to replace it")
+    precomputed: dict[str, np.ndarray] = {}
+    if needs and not vocab_only:
+        precomputed = _calibrate(pl, quantizer, method, needs, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
+                          device=calib_device, threads=threads, progress=calib_progress)
+        fallback = getattr(quantizer, "rtn_fallback", None)
+        if fallback:
+            msg = (f"method {method!r} has no rounding grid for the types of {len(fallback)} layer matrices "
+                   f"({', '.join(fallback[:3])}{', ...' if len(fallback) > 3 else ''}): they were quantized RTN")
+            pl.warnings.append(msg)
+            (warn or log.warning)(msg)
     try:
         digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, quantizer=quantizer,
-                                    method=method, progress=progress)
+                                    method=method, progress=progress, precomputed=precomputed)
     except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
         raise ConversionError(str(e)) from None
     if no_imatrix:
@@ -291,10 +329,88 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
                             size, digest, pl.vocab.pre, pl.warnings)
 
 
+def _quantized_row_order(arch: Arch, hp: HParams, p: Plan, rows: np.ndarray) -> np.ndarray:
+    """The rows of a matrix quantized in the checkpoint's order, put in the GGUF's order (:func:`_transform`
+    for matrices: q/k row permutation). Rows are quantized independently, so permuting whole quantized
+    rows equals quantizing the permuted rows."""
+    if arch.permute_qk and p.hf_name is not None:
+        if p.hf_name.endswith("self_attn.q_proj.weight"):
+            return permute_qk(rows, hp.n_head)
+        if p.hf_name.endswith("self_attn.k_proj.weight"):
+            return permute_qk(rows, hp.n_head_kv)
+    return rows
+
+
+def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str, ...], *, calib, n_samples,
+               seq_len, device: str, threads: int | None, progress: bool) -> dict[str, np.ndarray]:
+    """Step 1b (see the module docstring): stream the decoder layers over the calibration text, quantize
+    each layer's planned matrices with its statistics, feed the quantized layer's output onward.
+    Returns GGUF name -> the tensor's bytes (GGUF row order)."""
+    from ggml_ext import quants
+    from ggml_ext.calibrate import data
+    from ggml_ext.calibrate.collect import CalibrationError, Collector
+    from ggml_ext.calibrate.stream import LayerStream, StreamError
+    from ggml_ext.methods import MethodError
+    import torch
+
+    try:
+        tokens = data.tokenize(pl.checkpoint.folder, calib, n_samples=n_samples or data.DEFAULT_SAMPLES,
+                               seq_len=seq_len or data.DEFAULT_SEQ_LEN)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConversionError(f"calibration text for method {method!r}: {e}") from None
+    by_hf = {p.hf_name: p for p in pl.tensors if p.hf_name is not None}
+    try:
+        stream = LayerStream(pl.checkpoint.folder, device=device)
+    except StreamError as e:
+        raise ConversionError(f"method {method!r} cannot calibrate this model: {e}") from None
+    collector = Collector(needs)
+    done: dict[str, np.ndarray] = {}
+
+    def on_layer(index: int, layer, prefix: str) -> bool:
+        stats = collector.take(prefix)
+        changed = False
+        for module_name, st in stats.items():
+            p = by_hf.get(f"{module_name}.weight")
+            if p is None or p.type_name in ("F32", "F16", "BF16"):
+                continue
+            module = layer.get_submodule(module_name[len(prefix) + 1:])
+            rows = np.ascontiguousarray(module.weight.detach().to("cpu", torch.float32).numpy())
+            buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
+            what = f"tensor {p.hf_name} ({p.gguf_name})"
+            try:
+                written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, threads=threads,
+                                             calibration={**st, "module": module_name})
+            except (quants.QuantError, MethodError) as e:
+                raise ConversionError(f"{what}: {e}") from None
+            if written != buf.nbytes:
+                raise ConversionError(f"{what}: method {method!r} wrote {written} bytes of {buf.nbytes}")
+            deq = quants.dequantize(buf, p.type_name, rows.shape[1])
+            module.weight.data.copy_(torch.from_numpy(deq).to(module.weight.dtype))
+            done[p.gguf_name] = _quantized_row_order(pl.arch, pl.hparams, p, buf.reshape(rows.shape[0], -1))
+            changed = True
+        return changed
+
+    try:
+        for _ in stream.run(tokens.ids, hooks=collector.attach, on_layer=on_layer, progress=progress):
+            pass
+    except CalibrationError as e:
+        raise ConversionError(f"calibration for method {method!r}: {e}") from None
+    missing = [p.gguf_name for p in pl.tensors
+               if p.gguf_name.startswith("blk.") and p.type_name not in ("F32", "F16", "BF16")
+               and p.gguf_name not in done]
+    if missing:
+        raise ConversionError(f"method {method!r}: the layer stream saw no input for {len(missing)} quantized "
+                              f"matrices ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''})")
+    return done
+
+
 def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, quantizer: Any, method: str,
-           progress: Callable[[int, int, str], None] | None) -> tuple[str, list[str]]:
+           progress: Callable[[int, int, str], None] | None,
+           precomputed: dict[str, np.ndarray] | None = None) -> tuple[str, list[str]]:
     """Stream ``pl``'s tensors into ``out``, each quantized matrix through ``quantizer`` (the method
-    ``method``); returns the source hash and the quantized tensors the imatrix missed."""
+    ``method``) unless ``precomputed`` (from :func:`_calibrate`) holds its bytes already; returns the
+    source hash and the quantized tensors the imatrix missed."""
+    precomputed = precomputed or {}
     from ggml_ext import quants
     from ggml_ext.calibrate.imatrix import ImatrixError
     from ggml_ext.methods import MethodError
@@ -342,6 +458,9 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
                     try:
                         if plain:
                             written = quants.quantize_rows_into(p.type_name, rows, buf, threads=threads)
+                        elif p.gguf_name in precomputed:  # quantized during calibration (step 1b)
+                            buf = np.ascontiguousarray(precomputed.pop(p.gguf_name)).reshape(-1)
+                            written = buf.nbytes
                         else:
                             written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, imatrix=weights,
                                                          threads=threads, calibration=None)

@@ -13,7 +13,7 @@ Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (ggml-ext's quantize
 q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
 ``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). ``--method NAME`` picks the
 quantization method by name from :mod:`ggml_ext.methods` (default ``rtn``, the type's own
-quantizer). Errors print ``error: ...`` and exit 1, leaving no output file.
+quantizer; ``gptq``: GPTQ over the layers, calibrated on ``--calib TEXT``, see docs/GPTQ.md). Errors print ``error: ...`` and exit 1, leaving no output file.
 """
 from __future__ import annotations
 
@@ -58,6 +58,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    choices=("default", "one", "x2", "sqrt_s2x2", "s2x2"),
                    help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2); "
                         "an option of --method rtn")
+    p.add_argument("--calib", default=None, metavar="TEXT",
+                   help="calibration text (a file, or an asset name) for methods that calibrate, e.g. gptq "
+                        "(default: the wiki-train asset)")
+    p.add_argument("--calib-samples", type=int, default=None, metavar="N",
+                   help="calibration samples (default 64)")
+    p.add_argument("--calib-seq-len", type=int, default=None, metavar="L",
+                   help="tokens per calibration sample (default 512)")
+    p.add_argument("--device", default="cpu",
+                   help="where calibrating methods run the layers and their own work (cpu, cuda, cuda:1; default cpu)")
+    p.add_argument("--percdamp", type=float, default=None,
+                   help="gptq: damping, a fraction of the Hessian's mean diagonal (default 0.01)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
                         "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
@@ -66,6 +77,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="quantization threads (default: all cores)")
     p.add_argument("--vocab-only", action="store_true", help="write the tokenizer and metadata only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _method_options(args: argparse.Namespace) -> dict:
+    """The options of calibrating methods given on the command line (gptq: --percdamp, --device)."""
+    opts: dict = {}
+    if args.method == "gptq":
+        opts["device"] = args.device
+        if args.percdamp is not None:
+            opts["percdamp"] = args.percdamp
+    elif args.percdamp is not None:
+        opts["percdamp"] = args.percdamp  # refused by the method's option check, naming it
+    return opts
 
 
 def main(args: argparse.Namespace) -> int:
@@ -104,6 +127,9 @@ def main(args: argparse.Namespace) -> int:
         result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
                          threads=args.threads, vocab_only=args.vocab_only, imatrix=args.imatrix,
                          method=args.method, iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
+                         method_options=_method_options(args), calib=args.calib,
+                         calib_samples=args.calib_samples, calib_seq_len=args.calib_seq_len,
+                         calib_device=args.device, calib_progress=not args.quiet,
                          progress=progress, warn=warn)
     except ConversionError as e:
         if bar is not None:

@@ -14,7 +14,7 @@ runtime) would produce from the same float32 rows.
 Only the public API of ``ggml.h`` is used: ``ggml_quantize_chunk``,
 ``ggml_quantize_init``, ``ggml_quantize_requires_imatrix``, ``ggml_row_size``,
 ``ggml_blck_size``, ``ggml_type_size``, ``ggml_type_name``,
-``ggml_validate_row_data``; plus ``ggml_ext_format_version``,
+``ggml_validate_row_data``, ``ggml_get_type_traits`` (its ``to_float``, for :func:`dequantize`); plus ``ggml_ext_format_version``,
 ``ggml_ext_repack_q4_0``, ``ggml_ext_unpack_q4_0``, ``ggml_ext_repack_iq4_nl``,
 ``ggml_ext_unpack_iq4_nl`` and ``ggml_ext_quantize_iq4_nl_weighted`` of our own sources.
 ``ggml_quantize_chunk`` also converts to F16 and BF16 (ggml's rounding), and F32
@@ -49,7 +49,7 @@ from . import _locate, formats, ggml_types
 
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
-    "requires_imatrix", "quantize_rows_into", "quantize", "validate", "format_version",
+    "requires_imatrix", "quantize_rows_into", "quantize", "dequantize", "validate", "format_version",
     "INTERLEAVED", "INTERLEAVED_IQ4_NL", "repack_q4_0", "unpack_q4_0", "repack_iq4_nl", "unpack_iq4_nl",
     "IQ4_NL_WEIGHTINGS",
 ]
@@ -68,6 +68,15 @@ INTERLEAVED_IQ4_NL = {t.name: t.layout for t in formats.family("interleaved4", "
 
 class QuantError(ValueError):
     """A type cannot be produced, or the rows do not fit it."""
+
+
+class _TypeTraits(ctypes.Structure):
+    """``struct ggml_type_traits`` of ggml.h (the fields up to ``to_float``)."""
+    _fields_ = [("type_name", ctypes.c_char_p), ("blck_size", ctypes.c_int64),
+                ("blck_size_interleave", ctypes.c_int64), ("type_size", ctypes.c_size_t),
+                ("is_quantized", ctypes.c_bool),
+                ("to_float", ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)),
+                ("from_float_ref", ctypes.c_void_p)]
 
 
 _init_lock = threading.Lock()
@@ -96,6 +105,8 @@ def library() -> ctypes.CDLL:
     lib.ggml_type_name.restype = ctypes.c_char_p
     lib.ggml_validate_row_data.argtypes = [c_type, ctypes.c_void_p, ctypes.c_size_t]
     lib.ggml_validate_row_data.restype = ctypes.c_bool
+    lib.ggml_get_type_traits.argtypes = [c_type]
+    lib.ggml_get_type_traits.restype = ctypes.POINTER(_TypeTraits)
     lib.ggml_ext_format_version.argtypes = []
     lib.ggml_ext_format_version.restype = ctypes.c_int
     for fn in (lib.ggml_ext_repack_q4_0, lib.ggml_ext_unpack_q4_0, lib.ggml_ext_repack_iq4_nl, lib.ggml_ext_unpack_iq4_nl):
@@ -274,6 +285,28 @@ def quantize(rows: np.ndarray, t, imatrix: np.ndarray | None = None, threads: in
     n_rows, n_per_row = rows.shape
     out = np.empty((n_rows, row_size(t, n_per_row)), dtype=np.uint8)
     quantize_rows_into(t, rows, out, imatrix=imatrix, threads=threads, quantizer=quantizer, weighting=weighting)
+    return out
+
+
+def dequantize(data: np.ndarray | bytes, t, n_per_row: int) -> np.ndarray:
+    """ggml's own ``to_float`` of type ``t``: the float32 rows (n_rows x n_per_row) that ``data`` (a
+    whole number of rows of ``t``) holds -- what llama.cpp computes with. Stock types only."""
+    tid = type_id(t)
+    _producible(tid)
+    buf = np.frombuffer(data, dtype=np.uint8) if isinstance(data, (bytes, bytearray)) else np.ascontiguousarray(data)
+    buf = buf.reshape(-1)
+    rs = row_size(tid, n_per_row)
+    if buf.nbytes % rs:
+        raise QuantError(f"{buf.nbytes} bytes are not a whole number of {type_name(tid)} rows of {n_per_row} weights")
+    traits = library().ggml_get_type_traits(tid).contents
+    if not traits.to_float:
+        raise QuantError(f"ggml has no to_float for {type_name(tid)}")
+    n_rows = buf.nbytes // rs
+    out = np.empty((n_rows, n_per_row), dtype=np.float32)
+    if tid == 0:  # F32: the bytes are the values
+        out.reshape(-1)[:] = buf.view(np.float32)
+        return out
+    traits.to_float(buf.ctypes.data, out.ctypes.data, n_rows * n_per_row)
     return out
 
 

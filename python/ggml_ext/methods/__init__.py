@@ -8,19 +8,31 @@ types (F32, F16, BF16) are converted by ggml directly and never reach a method.
 
     >>> from ggml_ext import methods
     >>> methods.available()
-    ('rtn',)
+    ('gptq', 'rtn')
 
 Registered now:
 
 * ``rtn`` (:mod:`.rtn`): each type's own quantizer, row by row (ggml's, or ggml-ext's
   exact scale search for IQ4_NL), optionally importance-weighted by an imatrix.
+* ``gptq`` (:mod:`.gptq`, with :mod:`.grids`): GPTQ (Hessian-based error compensation,
+  act-order, lazy blocks) with the target type's block scales and grid as the rounding
+  function, so the file is an ordinary GGUF (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL). It
+  declares ``calibration_needs = ("hessian",)``: the pipeline then streams the decoder
+  layers over a calibration text and hands each layer matrix its Hessian.
 
 Later issues add one module each, implementing the same interface and registering
-itself with :func:`register`: ``gptq`` (Hessian-based error compensation), ``ooc``,
+itself with :func:`register`: ``ooc``,
 ``kmeans`` (with upscaling), ``codebooks`` (codebook discovery), ``kvquant`` and ``dec``
 (DEC residuals). Those that need more than an imatrix (Hessians, Fisher information,
 captured activations) get it from :mod:`ggml_ext.calibrate` through the ``calibration``
-argument below; until the pipeline can stream layers it passes ``None``.
+argument below. A method says what it needs with a class attribute ``calibration_needs``
+(collector names of :mod:`ggml_ext.calibrate.collect`, e.g. ``("hessian",)``); the pipeline
+then streams the model's decoder layers over the calibration text, calls :meth:`Method.quantize`
+for each layer matrix with ``calibration={"hessian": H, "hessian_rows": n, ...}`` as soon as the
+layer's statistics are complete, replaces the layer's weights by what the bytes dequantize to
+(so later layers are calibrated on the quantized model), and writes those bytes; matrices
+outside the layers (embeddings, output) get ``calibration=None``. An optional
+``supports(type_name)`` lets the converter refuse a ``--type`` the method cannot produce.
 
 The interface (:class:`Method`): a method is made once per conversion by its factory
 (usually its class), called with the conversion's method options as keywords, so it may
@@ -62,10 +74,10 @@ class Method(Protocol):
         ``imatrix``: the tensor's importances (n_per_row float32 values) when the
         conversion has an importance matrix with an entry for it, else None.
         ``threads``: how many threads the method may use (None: all cores).
-        ``calibration``: the per-layer calibration context of :mod:`ggml_ext.calibrate`
-        (issue 13: the layer's Hessian, Fisher information, activations); None while the
-        pipeline does not stream layers, and a method that cannot work without it raises
-        :class:`MethodError` saying so.
+        ``calibration``: for methods with ``calibration_needs``, the matrix's statistics of
+        :mod:`ggml_ext.calibrate.collect` (``{"hessian": XᵀX, "hessian_rows": n, "module": name}``)
+        while the pipeline streams the layers; None otherwise (and for matrices outside the
+        decoder layers); a method that cannot work without it raises :class:`MethodError`.
 
         Raises :class:`MethodError` (or :class:`ggml_ext.quants.QuantError`) for input it
         cannot quantize; the pipeline reports it with the tensor's name.
@@ -128,4 +140,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import rtn  # noqa: E402,F401
+from . import gptq, rtn  # noqa: E402,F401

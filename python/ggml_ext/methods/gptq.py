@@ -1,0 +1,294 @@
+"""``gptq``: GPTQ (Frantar et al. 2022) with the target ggml type's quantizer as the rounding function.
+
+GPTQ quantizes a weight matrix W (rows x columns) one column at a time and spreads each column's
+rounding error over the columns not yet quantized, weighted by the inverse Hessian of the layer's
+squared output error, H = XᵀX of the layer's calibration inputs. The paper's Algorithm 1, as here:
+
+    H  <- H + percdamp * mean(diag H) * I           (damping; dead columns, H_ii = 0: W_:i = 0, H_ii = 1)
+    perm <- columns by descending diag(H)           (act-order; undone on output)
+    U  <- Cholesky(H^-1), upper                     (row j: how column j's error moves later columns)
+    for each lazy block of B columns (default 128):
+        for each column j of the block:
+            if j is the first column reached of its ggml block:   (32 weights of the ORIGINAL order)
+                choose that block's scale(s) per row from the current, error-updated weights,
+                with the type's own scale rule (ggml's quantizer; importances 1 / U_kk^2)
+            Q_:j <- nearest grid value of W_:j under the block's scales
+            E_:j <- (W_:j - Q_:j) / U_jj
+            W_:j.. (in the block) <- W_:j.. - E_:j U_j,j..
+        W_:rest <- W_:rest - E_block U_block,rest              (the lazy update)
+
+**Blocks and act-order.** ggml's blocks are 32 consecutive columns of the original order, whatever
+order GPTQ visits columns in. A block's scales are chosen when the sweep reaches the first of its
+columns in permuted order, from the current values of all its columns (none is quantized yet; those
+outside the lazy block get the pending lazy update computed for the purpose). We chose this over
+GPTQ's "static groups" (scales from the unmodified weights before the sweep) because the scales then
+fit the weights actually rounded -- which already carry the error of every earlier column --, it
+needs no extra pass, and without act-order it is exactly GPTQ's group-wise rule.
+
+**Scale rule.** ggml's own quantizer picks each block's scales (``Grid.scales``), so the scales
+are those of the type (Q4_0's max/-8, ...; ggml-ext's exact search for IQ4_NL). By default
+(``scale_importance="hessian"``) each column's importance for that choice is 1 / U_jj^2: the cost
+GPTQ's objective assigns to a rounding error in column j once later columns compensate it
+(ggml's importance-weighted scale search, as with an imatrix). ``"none"``: ggml's plain rule.
+
+Two implementations of the same algorithm: :func:`gptq_reference` (numpy, float64, one column at a
+time, every later column updated at once -- no lazy blocks) and :func:`gptq` (torch, float64 by
+default, lazy block updates, on ``device``). They share the preparation (damping, dead columns,
+permutation, Cholesky) and the grid; they differ only in the order the column updates are summed,
+so the bytes agree unless a weight lands within ~1e-13 of a rounding boundary (tests/methods/
+test_gptq.py checks they are identical on real layers).
+
+The method needs each matrix's Hessian: the converter pipeline streams the model's decoder layers
+through :mod:`ggml_ext.calibrate` (``calibration_needs``), quantizes each layer's matrices when its
+Hessians are complete and feeds the quantized layer's output to the next layer. Matrices outside the
+decoder layers (embeddings, output) have no Hessian there and get the type's RTN; so do matrices the
+type policy gives a type without a grid here (K-quants of llama.cpp's mixes), with a warning.
+
+Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
+``act_order`` (True), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"),
+``implementation`` ("batched"|"reference"), ``device`` ("cpu", "cuda", ...), ``dtype`` ("float64"|
+"float32"), ``iq4_nl_weighting`` (ggml-ext's IQ4_NL scale search, as for rtn).
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import MethodError, register
+from .grids import GRIDS, Grid, grid as _grid
+
+__all__ = ["GPTQ", "GPTQResult", "GPTQError", "prepare", "gptq", "gptq_reference"]
+
+log = logging.getLogger("ggml_ext.methods.gptq")
+
+
+class GPTQError(MethodError):
+    """A Hessian GPTQ cannot use (wrong shape, non-finite, not positive definite after damping)."""
+
+
+@dataclass
+class Prepared:
+    """What both implementations start from."""
+    W: np.ndarray         # float64 rows x cols, dead columns zeroed, columns permuted
+    U: np.ndarray         # upper Cholesky factor of the damped inverse Hessian (permuted order)
+    perm: np.ndarray      # perm[j]: original column at position j
+    pos: np.ndarray       # pos[c]: position of original column c
+    importance: np.ndarray  # per ORIGINAL column: 1 / U_jj^2
+    dead: np.ndarray      # original columns with H_ii == 0
+
+
+@dataclass
+class GPTQResult:
+    indices: np.ndarray   # rows x cols grid indices, original column order
+    scales: np.ndarray    # rows x n_blocks x (1|2) float32 (fp16 values)
+    Q: np.ndarray         # rows x cols float32: the quantized matrix (what ggml dequantizes the bytes to)
+
+    def pack(self, g: Grid) -> np.ndarray:
+        return g.pack(self.indices, self.scales)
+
+
+def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: bool = True,
+            name: str = "matrix", device: str = "cpu") -> Prepared:
+    """Damping, dead columns, act-order permutation and the Cholesky factor of H^-1 (float64, torch's
+    LAPACK on ``device``; the arrays come back as numpy)."""
+    import torch
+    W = np.array(W, dtype=np.float64)
+    H = np.array(H, dtype=np.float64)
+    cols = W.shape[1]
+    if H.shape != (cols, cols):
+        raise GPTQError(f"{name}: Hessian of shape {H.shape} for a matrix of {cols} columns")
+    if not np.isfinite(H).all():
+        raise GPTQError(f"{name}: the Hessian holds NaN or infinite values (the calibration activations overflow)")
+    if not np.isfinite(W).all():
+        raise GPTQError(f"{name}: the weights hold NaN or infinite values")
+    diag = np.diag(H).copy()
+    dead = np.flatnonzero(diag == 0)
+    H[dead, dead] = 1.0
+    W[:, dead] = 0.0
+    perm = np.argsort(-np.diag(H), kind="stable") if act_order else np.arange(cols)
+    W = W[:, perm]
+    H = H[np.ix_(perm, perm)]
+    H[np.diag_indices(cols)] += percdamp * np.mean(np.diag(H))
+    Ht = torch.from_numpy(H).to(device)
+    L, info = torch.linalg.cholesky_ex(Ht)
+    if int(info) == 0:
+        U, info = torch.linalg.cholesky_ex(torch.cholesky_inverse(L), upper=True)  # Hinv = U^T U
+    if int(info) != 0:
+        raise GPTQError(f"{name}: the damped Hessian is not positive definite; use a larger percdamp "
+                        f"(now {percdamp}) or more calibration samples")
+    U = U.cpu().numpy()
+    pos = np.empty(cols, dtype=np.int64)
+    pos[perm] = np.arange(cols)
+    importance = 1.0 / np.diag(U)[pos] ** 2
+    return Prepared(W, U, perm, pos, importance, dead)
+
+
+def _block_scales(g: Grid, values: np.ndarray, importance: np.ndarray | None, quantizer: dict) -> np.ndarray:
+    return g.scales(values.astype(np.float32), None if importance is None else importance.astype(np.float32),
+                    **quantizer)
+
+
+def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
+                   scale_importance: str = "hessian", quantizer: dict | None = None,
+                   name: str = "matrix") -> GPTQResult:
+    """GPTQ as the paper states it, one column at a time, every later column updated immediately
+    (numpy, float64). The reference :func:`gptq` is tested against."""
+    import torch
+    g = _grid(type_name)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name)
+    rows, cols = p.W.shape
+    nb = cols // g.block
+    Wc = p.W.copy()
+    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    states: dict = {}
+    idx = np.zeros((rows, cols), dtype=np.int64)
+    Q = np.zeros((rows, cols), dtype=np.float32)
+    for j in range(cols):
+        c = p.perm[j]
+        b = c // g.block
+        if b not in states:
+            block = p.pos[b * g.block:(b + 1) * g.block]           # positions of the block's columns
+            imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
+            scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
+            states[b] = g.state(torch.from_numpy(scales[:, b]), torch.float64)
+        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b])
+        idx[:, c], Q[:, c] = k.numpy(), q.numpy()
+        err = (Wc[:, j] - Q[:, c].astype(np.float64)) / p.U[j, j]
+        Wc[:, j:] -= np.outer(err, p.U[j, j:])
+    return GPTQResult(idx, scales, Q)
+
+
+def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
+         block_size: int = 128, scale_importance: str = "hessian", quantizer: dict | None = None,
+         device: str = "cpu", dtype: str = "float64", name: str = "matrix") -> GPTQResult:
+    """GPTQ with lazy block updates, all rows at once, in torch on ``device``; same result as
+    :func:`gptq_reference` (up to the summation order of the updates)."""
+    import torch
+    g = _grid(type_name)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name, device=device)
+    rows, cols = p.W.shape
+    nb = cols // g.block
+    dev, dt = torch.device(device), getattr(torch, dtype)
+    # transposed (columns x rows): a column of W is a contiguous row here
+    Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
+    U = torch.from_numpy(p.U).to(dev, dt)
+    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    states: dict = {}
+    K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
+    Qt = torch.empty((cols, rows), dtype=dt, device=dev)  # quantized values, by position
+    perm = p.perm
+    for i1 in range(0, cols, block_size):
+        i2 = min(i1 + block_size, cols)
+        W1 = Wt[i1:i2].clone()
+        U1 = U[i1:i2, i1:i2]
+        E1 = torch.zeros_like(W1)
+        for i in range(i2 - i1):
+            j = i1 + i
+            b = int(perm[j]) // g.block
+            if b not in states:
+                block = p.pos[b * g.block:(b + 1) * g.block]
+                # the block's current values: inside the lazy block from W1, beyond it with the pending update
+                inside = torch.from_numpy(block < i2).to(dev)
+                bt = torch.from_numpy(block).to(dev)
+                cur = torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1)],
+                                  Wt[bt] - U[i1:j, bt].T @ E1[:i])
+                imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
+                scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
+                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+            w = W1[i]
+            k, q = g.round(w, states[b])
+            K[j], Qt[j] = k, q
+            err = (w - q) / U1[i, i]
+            W1[i:].sub_(torch.outer(U1[i, i:], err))
+            E1[i] = err
+        Wt[i2:] -= U[i1:i2, i2:].T @ E1
+    inv = torch.from_numpy(p.pos).to(dev)
+    idx = K[inv].T.to(torch.int64).cpu().numpy()
+    Q = Qt[inv].T.to(torch.float32).cpu().numpy()
+    return GPTQResult(np.ascontiguousarray(idx), scales, np.ascontiguousarray(Q))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    """torch's intra-op threads set to ``n`` for a while. The column sweep is thousands of small
+    operations: split over threads they wait on each other (5x slower on a busy 2-core machine)."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@register("gptq", "GPTQ error compensation with the type's own scales (needs calibration: --calib)")
+class GPTQ:
+    """The ``gptq`` method: per decoder-layer matrix, GPTQ with its Hessian; other matrices RTN."""
+
+    #: what the converter pipeline must collect per layer (ggml_ext.calibrate.collect) for this method
+    calibration_needs = ("hessian",)
+
+    def __init__(self, percdamp: float = 0.01, act_order: bool = True, block_size: int = 128,
+                 scale_importance: str = "hessian", implementation: str = "batched", device: str = "cpu",
+                 dtype: str = "float64", iq4_nl_weighting: str = "default"):
+        from ggml_ext import quants
+        from .rtn import RTN
+        if not (0 <= percdamp < 1):
+            raise MethodError(f"percdamp {percdamp}: use a fraction of the mean diagonal, 0 <= percdamp < 1")
+        if block_size < 1:
+            raise MethodError(f"block_size {block_size}: must be positive")
+        if scale_importance not in ("hessian", "none"):
+            raise MethodError(f"unknown scale_importance {scale_importance!r}; choose 'hessian' or 'none'")
+        if implementation not in ("batched", "reference"):
+            raise MethodError(f"unknown implementation {implementation!r}; choose 'batched' or 'reference'")
+        if dtype not in ("float64", "float32"):
+            raise MethodError(f"dtype {dtype!r}: choose 'float64' or 'float32'")
+        if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
+            raise MethodError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}")
+        self.options = dict(percdamp=percdamp, act_order=act_order, scale_importance=scale_importance)
+        self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
+        self.weighting = iq4_nl_weighting
+        self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
+        self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
+
+    #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
+    types = tuple(t.lower() for t in GRIDS)
+
+    @staticmethod
+    def supports(type_name: str) -> bool:
+        """Whether GPTQ can round to ggml type ``type_name`` (else the converter refuses the --type)."""
+        return type_name.upper() in GRIDS
+
+    def quantize(self, tensor_name: str, type_name: str, rows: np.ndarray, out: np.ndarray, *,
+                 imatrix: np.ndarray | None = None, threads: int | None = None,
+                 calibration: Any | None = None) -> int:
+        """``calibration``: ``{"hessian": H}`` (n_per_row x n_per_row, XᵀX of the matrix's inputs) for the
+        decoder layers' matrices; None for the others (embeddings, output), which get the type's RTN."""
+        from ggml_ext import quants
+        if calibration is None:
+            if tensor_name.startswith("blk."):
+                raise MethodError(f"gptq needs the Hessian of {tensor_name}: convert with a calibration text "
+                                  "(--calib; the pipeline streams the layers)")
+            return self.rtn.quantize(tensor_name, type_name, rows, out, imatrix=imatrix, threads=threads)
+        if not self.supports(type_name):
+            self.rtn_fallback.append(f"{tensor_name} ({type_name})")
+            return self.rtn.quantize(tensor_name, type_name, rows, out, imatrix=imatrix, threads=threads)
+        H = calibration["hessian"]
+        qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
+        with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
+            if self.implementation == "reference":
+                r = gptq_reference(rows, H, type_name, quantizer=qopt, name=tensor_name, **self.options)
+            else:
+                r = gptq(rows, H, type_name, block_size=self.block_size, quantizer=qopt, device=self.device,
+                         dtype=self.dtype, name=tensor_name, **self.options)
+        b = r.pack(_grid(type_name))
+        n = b.nbytes
+        if n != rows.shape[0] * quants.row_size(type_name, rows.shape[1]) or out.nbytes < n:
+            raise MethodError(f"{tensor_name}: GPTQ packed {n} bytes, the tensor needs "
+                              f"{rows.shape[0] * quants.row_size(type_name, rows.shape[1])}")
+        out.reshape(-1)[:n] = b.reshape(-1)
+        return n
