@@ -61,9 +61,11 @@ def _torch():
 
 @dataclass
 class KVCalibration:
-    """Per-layer KVQuant quantizers of one model. ``layers[i]`` maps tensor names (``k_lo``, ``k_hi``,
-    ``k_lo0``, ``k_hi0``, ``k_nuq3``, ``k_nuq3_o``, ``v_nuq3``, ``v_nuq3_o``, ``k_fisher``, ``v_fisher``) to
-    float32 arrays; ``meta`` holds the ``kvquant.*`` metadata without its prefix."""
+    """Per-layer KVQuant quantizers of one model. ``layers[i]`` maps tensor names to float32 arrays:
+    ``k_lo0``/``k_hi0`` (per-channel key min/max), ``k_lo``/``k_hi`` (per-channel key outlier thresholds),
+    ``{k,v}_nuq{b}[_o]`` (the nuq levels, without / with outliers) and ``{k,v}_deq{b}[_o]`` (their
+    dequantization values: Q-Normed, or equal to the levels), ``k_fisher``/``v_fisher`` (Fisher per
+    channel, for reference); ``meta`` holds the ``kvquant.*`` metadata without its prefix."""
 
     meta: dict
     layers: list[dict[str, np.ndarray]] = field(default_factory=list)
@@ -72,10 +74,12 @@ class KVCalibration:
     def n_layers(self) -> int:
         return int(self.meta["n_layers"])
 
-    def levels(self, layer: int, which: str, bits: int, outliers: bool) -> np.ndarray:
-        name = f"{which}_nuq{bits}" + ("_o" if outliers else "")
+    def levels(self, layer: int, which: str, bits: int, outliers: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(rounding levels, dequantization values) of nuq``bits`` for ``which`` ("k" or "v")."""
+        tag = f"{bits}" + ("_o" if outliers else "")
+        name = f"{which}_nuq{tag}"
         try:
-            return self.layers[layer][name]
+            return self.layers[layer][name], self.layers[layer][f"{which}_deq{tag}"]
         except KeyError:
             raise KVCalibrationError(f"the KV calibration has no {name} for layer {layer} "
                                      f"(calibrated bits: {self.meta['bits']})") from None
@@ -85,8 +89,9 @@ class KVCalibration:
         shapes = {n: (d,) for n in ("k_lo", "k_hi", "k_lo0", "k_hi0", "k_fisher", "v_fisher")}
         for b in self.meta["bits"]:
             for kv in "kv":
-                shapes[f"{kv}_nuq{b}"] = (2 ** int(b),)
-                shapes[f"{kv}_nuq{b}_o"] = (2 ** int(b),)
+                for t in ("nuq", "deq"):
+                    shapes[f"{kv}_{t}{b}"] = (2 ** int(b),)
+                    shapes[f"{kv}_{t}{b}_o"] = (2 ** int(b),)
         return shapes
 
     # ---------------------------------------------------------------- file
@@ -237,9 +242,8 @@ def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outlier
             xn, wn = normalised(x, w, lo_, hi_, drop)
             for b in bits:
                 c = fit_nuq(xn, wn, b, seed=seed)
-                if b in qnorm_bits:
-                    c = q_norm(xn, c)
                 out[f"{which}_nuq{b}{tag}"] = c
+                out[f"{which}_deq{b}{tag}"] = q_norm(xn, c) if b in qnorm_bits else c
     del torch
     return out
 

@@ -14,7 +14,8 @@ channel) or a value **token** (all channels of one token). Each vector is
 
 Q-Norm (3.5): the k-means centroids are shifted and scaled so the dequantized calibration
 distribution keeps the mean and standard deviation of the normalised one,
-``Ĉ = (C - μ2) σ1 / σ2 + μ1``.
+``Ĉ = (C - μ2) σ1 / σ2 + μ1``: values are still rounded to the nearest centroid C (the signposts), and
+the index is dequantized to Ĉ (a second table of the same size).
 
 Everything here is *simulated* quantization: it returns the dequantized float tensor. The bytes of a
 real cache (4-bit indices, sparse outliers) are the kernels' business (a later issue).
@@ -58,6 +59,7 @@ def fit_nuq(x: np.ndarray, weight: np.ndarray, bits: int, seed: int = 0, n_init:
     """nuqX levels: Fisher-weighted 1-D k-means (scikit-learn ``KMeans`` with ``sample_weight``) of the
     normalised activations ``x`` with per-element Fisher weights ``weight``; 2^bits sorted centroids."""
     from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
     x = np.asarray(x, dtype=np.float64).reshape(-1, 1)
     w = np.asarray(weight, dtype=np.float64).reshape(-1)
     if x.shape[0] != w.shape[0]:
@@ -66,7 +68,9 @@ def fit_nuq(x: np.ndarray, weight: np.ndarray, bits: int, seed: int = 0, n_init:
     if len(np.unique(x)) < k:
         raise ValueError(f"fit_nuq: fewer than {k} distinct values to fit nuq{bits}")
     w = w + 1e-12 * max(w.max(), 1e-30)  # a zero-Fisher element still counts a little (never all-zero weights)
-    km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x, sample_weight=w)
+    # one thread: a 1-D fit of 50k points takes ~0.1 s, and OpenMP threads only fight for a busy CPU (8x slower)
+    with threadpool_limits(1):
+        km = KMeans(n_clusters=k, n_init=n_init, random_state=seed).fit(x, sample_weight=w)
     return np.sort(km.cluster_centers_.reshape(-1)).astype(np.float32)
 
 
@@ -78,7 +82,8 @@ def _nearest(xn, levels):
 
 
 def q_norm(x: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """Q-Norm: ``levels`` shifted and scaled so that ``x`` rounded to them keeps x's mean and std."""
+    """Q-Norm: the dequantization values of ``levels``, shifted and scaled so that ``x`` rounded to
+    ``levels`` and dequantized to them keeps x's mean and std."""
     torch = _torch()
     xt = torch.as_tensor(np.asarray(x, dtype=np.float32))
     lv = torch.as_tensor(np.asarray(levels, dtype=np.float32))
@@ -115,16 +120,18 @@ def quantile_thresholds(x, frac: float, dim: int = 0):
     return lo.squeeze(-1), hi.squeeze(-1)
 
 
-def fake_quant(x, levels, lo, hi, keep_outliers: bool):
+def fake_quant(x, levels, lo, hi, keep_outliers: bool, values=None):
     """Dense-and-sparse quantize-dequantize of ``x`` with thresholds ``lo``/``hi`` (broadcast to x):
-    normalise to [-1, 1], round to the nearest level, map back; values outside [lo, hi] are outliers,
-    kept as they are when ``keep_outliers`` (else they round to the outermost level)."""
+    normalise to [-1, 1], round to the nearest level, map back through ``values`` (the dequantization
+    table: Q-Normed levels; default the levels themselves); values outside [lo, hi] are outliers, kept as
+    they are when ``keep_outliers`` (else they round to the outermost level)."""
     torch = _torch()
     levels = levels.to(device=x.device, dtype=torch.float32)
+    values = levels if values is None else values.to(device=x.device, dtype=torch.float32)
     xf = x.float()
     mid = (hi + lo).float() / 2
     half = ((hi - lo).float() / 2).clamp_min(1e-8)
-    y = levels[_nearest((xf - mid) / half, levels)] * half + mid
+    y = values[_nearest((xf - mid) / half, levels)] * half + mid
     if keep_outliers:
         y = torch.where((xf > hi) | (xf < lo), xf, y)
     return y.to(x.dtype)

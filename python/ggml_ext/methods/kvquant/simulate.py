@@ -89,12 +89,19 @@ def scheme(name: str) -> Scheme:
 
 
 def _levels(s: Scheme, cal, layer: int, which: str):
+    """(rounding levels, dequantization values) of the scheme's datatype."""
     torch = _torch()
     if s.dtype == "int":
-        return int_levels(s.bits)
+        return int_levels(s.bits), None
     if s.dtype == "nf":
-        return nf_levels(s.bits)
-    return torch.from_numpy(cal.levels(layer, which, s.bits, s.outliers > 0))
+        return nf_levels(s.bits), None
+    lv, dq = cal.levels(layer, which, s.bits, s.outliers > 0)
+    return torch.from_numpy(lv), torch.from_numpy(dq)
+
+
+def _lv(s: Scheme, cal, layer: int, which: str, lo, hi):
+    levels, values = _levels(s, cal, layer, which)
+    return levels, lo, hi, s.outliers > 0, values
 
 
 def _keep_sink(s: Scheme, x, y, token_dim: int):
@@ -107,7 +114,7 @@ def _keep_sink(s: Scheme, x, y, token_dim: int):
 def quantize_values(s: Scheme, cal, layer: int, v):
     """Values (batch, tokens, channels): per token, online thresholds."""
     lo, hi = token_thresholds(v.float(), s.outliers)
-    return _keep_sink(s, v, fake_quant(v, _levels(s, cal, layer, "v"), lo, hi, s.outliers > 0), 1)
+    return _keep_sink(s, v, fake_quant(v, *_lv(s, cal, layer, "v", lo, hi)), 1)
 
 
 def quantize_keys(s: Scheme, cal, layer: int, k):
@@ -126,7 +133,7 @@ def quantize_keys(s: Scheme, cal, layer: int, k):
         if s.outliers > 0 and abs(float(cal.meta["outlier_fraction"]) - s.outliers) > 1e-9:
             raise SimulationError(f"{s.name}: the calibration's key thresholds are for "
                                   f"{100 * float(cal.meta['outlier_fraction']):g}% outliers")
-    return _keep_sink(s, k, fake_quant(k, _levels(s, cal, layer, "k"), lo, hi, s.outliers > 0), 1)
+    return _keep_sink(s, k, fake_quant(k, *_lv(s, cal, layer, "k", lo, hi)), 1)
 
 
 def _attention_modules(model) -> list:
