@@ -106,7 +106,7 @@ class KVCalibration:
             elif isinstance(v, int):
                 w.add(f"kvquant.{k}", "u32" if v >= 0 else "i32", v)
             elif isinstance(v, float):
-                w.add(f"kvquant.{k}", "f32", v)
+                w.add(f"kvquant.{k}", "f64", v)
             elif isinstance(v, str):
                 w.add(f"kvquant.{k}", "str", v)
             elif isinstance(v, (list, tuple)) and all(isinstance(e, int) for e in v):
