@@ -34,6 +34,7 @@ def main() -> int:
     ap.add_argument("--calibration", default=None, help="an existing side file instead of calibrating")
     ap.add_argument("--schemes", default=None, help="comma-separated (default: the ladder)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="torch device for calibration and perplexity (cpu, cuda)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
 
@@ -49,12 +50,12 @@ def main() -> int:
     if a.calibration:
         cal = KVCalibration.load(a.calibration, hf)
     else:
-        cal = calibrate(hf, n_samples=a.calib_samples, seq_len=a.calib_seq_len)
+        cal = calibrate(hf, n_samples=a.calib_samples, seq_len=a.calib_seq_len, device=a.device)
         out = Path(f"/tmp/kvquant-{a.model}-{a.calib_samples}x{a.calib_seq_len}.gguf")
         cal.save(out, force=True)
         print(f"calibration: {out}", file=sys.stderr)
     t_cal = time.time() - t0
-    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, local_files_only=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, local_files_only=True).eval().to(a.device)
     tok = AutoTokenizer.from_pretrained(hf, local_files_only=True)
     text = Path(assets.path("wiki-test")).read_text(encoding="utf-8")
     ids = tok(text[: 12 * a.ctx * a.chunks], add_special_tokens=False).input_ids  # ~4 chars a token: enough
@@ -72,7 +73,7 @@ def main() -> int:
     print(f"\n{a.model} ({MODELS[a.model]}), wiki-test, n_ctx {a.ctx}, {a.chunks} windows, {rows[0]['tokens']} "
           f"scored tokens; calibration {cal.meta['calibration.n_samples']}x{cal.meta['calibration.seq_len']} tokens "
           f"of {cal.meta['calibration.text']} ({t_cal:.0f}s); {platform.machine()}, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
+          f"{torch.get_num_threads()} threads, device {a.device}\n")
     print("| KV cache | perplexity | delta vs fp16 |")
     print("| --- | ---: | ---: |")
     for r in rows:
