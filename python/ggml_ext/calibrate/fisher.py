@@ -43,10 +43,14 @@ def _torch():
 
 
 class _KVGrad:
-    """Tensor hooks on the outputs of the K and V projections: Σ g² per output channel."""
+    """Tensor hooks on the outputs of the K and V projections: Σ g² per output channel.
 
-    def __init__(self):
+    ``on_kv(name, activation, grad)``, when given, also receives every sample's projection output and its
+    gradient (both 1 x L x channels, detached): KVQuant's per-element Fisher weights for its k-means."""
+
+    def __init__(self, on_kv=None):
         self.sums: dict[str, Any] = {}
+        self.on_kv = on_kv
 
     def attach(self, root, prefix: str):
         torch = _torch()
@@ -57,9 +61,13 @@ class _KVGrad:
 
                 def fwd(module, args, out, name=name):
                     if out.requires_grad:
-                        def acc(g, name=name):
+                        act = out.detach()
+
+                        def acc(g, name=name, act=act):
                             s = g.detach().to(torch.float64).pow(2).reshape(-1, g.shape[-1]).sum(0)
                             self.sums[name] = self.sums[name] + s if name in self.sums else s
+                            if self.on_kv is not None:
+                                self.on_kv(name, act, g.detach())
                         out.register_hook(acc)
                 handles.append(m.register_forward_hook(fwd))
         return handles
@@ -84,16 +92,17 @@ def _numpy(d: dict) -> dict[str, np.ndarray]:
 
 
 def fisher_full(model_dir: str | os.PathLike, tokens, device: str = "cpu", dtype: str = "float32",
-                accumulate: str = "float64") -> dict[str, np.ndarray]:
+                accumulate: str = "float64", on_kv=None) -> dict[str, np.ndarray]:
     """Per-sample squared gradients summed over ``tokens`` (n x L), the whole model in memory (weights,
-    gradients and one ``accumulate``-typed sum per weight: 20 bytes a weight in float32/float64)."""
+    gradients and one ``accumulate``-typed sum per weight: 20 bytes a weight in float32/float64).
+    ``on_kv``: see :class:`_KVGrad`."""
     torch = _torch()
     from transformers import AutoModelForCausalLM
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype),
                                                  local_files_only=True).to(device)
     model.eval()
     out: dict = {}
-    kv = _KVGrad()
+    kv = _KVGrad(on_kv)
     handles = kv.attach(model, "")
     try:
         for row in tokens:
@@ -202,12 +211,14 @@ def _head_loss(stream, hidden_row, ids_row):
 
 def fisher_streamed(model_dir: str | os.PathLike, tokens, device: str = "cpu",
                     spill_dir: str | os.PathLike | None = None, progress: bool = True, dtype: str = "float32",
-                    on_layer=None) -> dict[str, np.ndarray]:
+                    on_layer=None, on_kv=None) -> dict[str, np.ndarray]:
     """:func:`fisher_full`'s numbers with one decoder layer in memory at a time (see the module's text).
 
     ``on_layer(i, results)``: called with decoder layer i's results (its parameters and K/V outputs) when
     its reverse step ends, last layer first; those then stay out of the returned dict, which keeps the
-    parameters outside the decoder layers (and every layer's when ``on_layer`` is None)."""
+    parameters outside the decoder layers (and every layer's when ``on_layer`` is None).
+    ``on_kv(name, activation, grad)``: every sample's K/V projection output and its gradient, during the
+    layer's reverse step (before its ``on_layer``); see :class:`_KVGrad`."""
     torch = _torch()
     from tqdm.auto import tqdm
 
@@ -245,7 +256,7 @@ def fisher_streamed(model_dir: str | os.PathLike, tokens, device: str = "cpu",
         stream.release(m)
     grad = torch.cat(grads)
     # reverse: recompute each layer's forward from its kept input, push the gradient through it
-    kv = _KVGrad()
+    kv = _KVGrad(on_kv)
     for i in tqdm(reversed(range(stream.n_layers)), total=stream.n_layers, desc="fisher backward",
                   disable=not progress):
         prefix = stream.layer_name(i)

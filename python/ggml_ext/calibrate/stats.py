@@ -4,6 +4,7 @@
                                     [--samples 64] [--seq-len 512] [--device cpu] [--imatrix OUT.gguf]
     ggml-ext calibrate ls
     ggml-ext calibrate rm KEY... | --all
+    ggml-ext calibrate kv HF_DIR -o OUT.gguf   (KVQuant's KV cache calibration: ggml_ext.methods.kvquant)
 
 The model runs one decoder layer at a time (:mod:`.stream`); what is collected is :mod:`.collect`'s.
 Results go to a folder: one ``layer-NNN.safetensors`` per decoder layer (tensors
@@ -281,6 +282,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--imatrix", default=None, metavar="OUT.gguf",
                    help="also write the importance matrix (llama-imatrix's GGUF format)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    kv = sub.add_parser("kv", help="KVQuant: Fisher-weighted nuq datatypes and key thresholds of a model's KV "
+                                   "cache, saved as a GGUF side file (docs/KVQUANT.md)")
+    from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
+    kvquant_calibrate.add_arguments(kv)
     sub.add_parser("ls", help="list cached calibrations")
     r = sub.add_parser("rm", help="remove cached calibrations")
     r.add_argument("keys", nargs="*", help="keys as `calibrate ls` prints them")
@@ -288,6 +293,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.action == "kv":
+        from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
+        return kvquant_calibrate.main(args)
     if args.action == "ls":
         for s in list_cached():
             i = s.manifest.get("inputs", {})

@@ -1,0 +1,354 @@
+"""`ggml-ext calibrate kv`: KVQuant's offline calibration of a Hugging Face model, saved as a GGUF side file.
+
+    ggml-ext calibrate kv HF_DIR -o OUT.gguf [--text wiki-train] [--samples 16] [--seq-len 2048]
+                                             [--bits 2,3,4] [--outliers 0.01] [--device cpu]
+
+What it does, layer by layer (the paper's 4.1.1 setup: 16 samples of 2K tokens of the training text):
+
+1. the Fisher information of the K and V projection outputs (:mod:`ggml_ext.calibrate.fisher`, streamed
+   one decoder layer at a time, GQA included): each sample's projection output and its squared gradient
+   of the loss, per element;
+2. keys (per channel, pre-RoPE: the k_proj output): per-channel thresholds over the calibration tokens,
+   min/max (no outliers) and the ``outliers``/2 and 1 - ``outliers``/2 quantiles (dense-and-sparse);
+   values (per token): thresholds are computed online at run time, nothing to store;
+3. for each bit width and each of (no outliers, outliers): the activations normalised to [-1, 1] by those
+   thresholds (outliers left out) and the Fisher-weighted k-means levels (:func:`.quant.fit_nuq`), Q-Norm
+   applied for the bit widths in ``qnorm_bits`` (2 by default, as the paper does).
+
+The side file is an ordinary GGUF (written atomically by :class:`ggml_ext.gguf.GGUFWriter`; no pickles):
+metadata under ``kvquant.*`` (model digest and id, layers, KV heads, head dim, bits, outlier fraction,
+calibration text and size) and float32 tensors per layer ``kvq.<layer>.<name>``; docs/KVQUANT.md lists
+them. :meth:`KVCalibration.load` checks every shape and refuses a file made for another model.
+
+Architectures whose attention has a K norm (Gemma-3, Qwen3) are calibrated and simulated at the k_proj
+output too: the cached key is then before both the norm and RoPE (the norm is applied with RoPE after
+dequantization). Fused QKV projections (Phi-3) have no k_proj/v_proj output to calibrate: refused.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .quant import fit_nuq, q_norm, quantile_thresholds, token_thresholds
+
+__all__ = ["KVCalibration", "KVCalibrationError", "calibrate", "DEFAULT_BITS", "DEFAULT_OUTLIERS",
+           "DEFAULT_SAMPLES", "DEFAULT_SEQ_LEN", "add_arguments", "main"]
+
+FORMAT_VERSION = 1
+DEFAULT_BITS = (2, 3, 4)
+DEFAULT_OUTLIERS = 0.01
+DEFAULT_QNORM_BITS = (2,)
+DEFAULT_SAMPLES = 16      # the paper's calibration set: 16 samples of 2K tokens of WikiText-2 train
+DEFAULT_SEQ_LEN = 2048
+MAX_POINTS = 50_000       # normalised values per k-means fit (a deterministic subsample beyond that)
+F32 = 0
+
+
+class KVCalibrationError(ValueError):
+    """A KV calibration that cannot be made or used: wrong model, bad file, unsupported architecture."""
+
+
+def _torch():
+    import torch
+    return torch
+
+
+@dataclass
+class KVCalibration:
+    """Per-layer KVQuant quantizers of one model. ``layers[i]`` maps tensor names to float32 arrays:
+    ``k_lo0``/``k_hi0`` (per-channel key min/max), ``k_lo``/``k_hi`` (per-channel key outlier thresholds),
+    ``{k,v}_nuq{b}[_o]`` (the nuq levels, without / with outliers) and ``{k,v}_deq{b}[_o]`` (their
+    dequantization values: Q-Normed, or equal to the levels), ``k_fisher``/``v_fisher`` (Fisher per
+    channel, for reference); ``meta`` holds the ``kvquant.*`` metadata without its prefix."""
+
+    meta: dict
+    layers: list[dict[str, np.ndarray]] = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        return int(self.meta["n_layers"])
+
+    def levels(self, layer: int, which: str, bits: int, outliers: bool) -> tuple[np.ndarray, np.ndarray]:
+        """(rounding levels, dequantization values) of nuq``bits`` for ``which`` ("k" or "v")."""
+        tag = f"{bits}" + ("_o" if outliers else "")
+        name = f"{which}_nuq{tag}"
+        try:
+            return self.layers[layer][name], self.layers[layer][f"{which}_deq{tag}"]
+        except KeyError:
+            raise KVCalibrationError(f"the KV calibration has no {name} for layer {layer} "
+                                     f"(calibrated bits: {self.meta['bits']})") from None
+
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        d = int(self.meta["n_kv_heads"]) * int(self.meta["head_dim"])
+        shapes = {n: (d,) for n in ("k_lo", "k_hi", "k_lo0", "k_hi0", "k_fisher", "v_fisher")}
+        for b in self.meta["bits"]:
+            for kv in "kv":
+                for t in ("nuq", "deq"):
+                    shapes[f"{kv}_{t}{b}"] = (2 ** int(b),)
+                    shapes[f"{kv}_{t}{b}_o"] = (2 ** int(b),)
+        return shapes
+
+    # ---------------------------------------------------------------- file
+    def save(self, path: str | os.PathLike, force: bool = False) -> None:
+        from ggml_ext.gguf import GGUFWriter
+        w = GGUFWriter(path, force=force)
+        w.add("general.type", "str", "kvquant")
+        w.add("kvquant.format_version", "u32", FORMAT_VERSION)
+        for k, v in self.meta.items():
+            if isinstance(v, bool):
+                w.add(f"kvquant.{k}", "bool", v)
+            elif isinstance(v, int):
+                w.add(f"kvquant.{k}", "u32" if v >= 0 else "i32", v)
+            elif isinstance(v, float):
+                w.add(f"kvquant.{k}", "f64", v)
+            elif isinstance(v, str):
+                w.add(f"kvquant.{k}", "str", v)
+            elif isinstance(v, (list, tuple)) and all(isinstance(e, int) for e in v):
+                w.add(f"kvquant.{k}", "array[i32]", list(v))
+            elif isinstance(v, (list, tuple)):
+                w.add(f"kvquant.{k}", "array[str]", [str(e) for e in v])
+            else:
+                raise TypeError(f"kvquant.{k}: cannot store {type(v).__name__}")
+        order = []
+        for i, layer in enumerate(self.layers):
+            for name in sorted(layer):
+                a = np.ascontiguousarray(layer[name], dtype="<f4")
+                w.add_tensor_info(f"kvq.{i}.{name}", (a.size,), F32, a.nbytes)
+                order.append(a)
+        with w:
+            for a in order:
+                w.write_tensor(a)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, model_dir: str | os.PathLike | None = None) -> "KVCalibration":
+        """Read and validate a side file; with ``model_dir``, refuse it unless it was made for that model."""
+        from ggml_ext.gguf import GGUFError, read_gguf
+        try:
+            g = read_gguf(path)
+        except (GGUFError, OSError) as e:
+            raise KVCalibrationError(f"{path}: not a readable GGUF file ({e})") from None
+        if g.kv.get("general.type") != "kvquant":
+            raise KVCalibrationError(f"{path}: not a KV calibration (general.type {g.kv.get('general.type')!r}); "
+                                     f"make one with `ggml-ext calibrate kv`")
+        if g.kv.get("kvquant.format_version") != FORMAT_VERSION:
+            raise KVCalibrationError(f"{path}: KV calibration format {g.kv.get('kvquant.format_version')}, "
+                                     f"this version reads {FORMAT_VERSION}")
+        meta = {}
+        for k, v in g.kv.items():
+            if k.startswith("kvquant.") and k != "kvquant.format_version":
+                meta[k[len("kvquant."):]] = list(v) if not isinstance(v, (str, int, float, bool)) else v
+        for need in ("n_layers", "n_kv_heads", "head_dim", "bits", "model_sha256"):
+            if need not in meta:
+                raise KVCalibrationError(f"{path}: metadata kvquant.{need} missing")
+        cal = cls(meta, [dict() for _ in range(int(meta["n_layers"]))])
+        shapes = cal.expected_shapes()
+        with open(path, "rb") as f:
+            for t in g.tensors:
+                parts = t.name.split(".")
+                if len(parts) != 3 or parts[0] != "kvq" or not parts[1].isdigit():
+                    raise KVCalibrationError(f"{path}: unexpected tensor {t.name}")
+                i, name = int(parts[1]), parts[2]
+                if i >= cal.n_layers or name not in shapes:
+                    raise KVCalibrationError(f"{path}: unexpected tensor {t.name}")
+                if t.type_id != F32 or tuple(t.shape) != shapes[name]:
+                    raise KVCalibrationError(f"{path}: tensor {t.name} has shape {tuple(t.shape)} type {t.type_name}, "
+                                             f"expected F32 {shapes[name]}")
+                f.seek(t.file_offset)
+                a = np.frombuffer(f.read(t.nbytes), dtype="<f4").copy()
+                if not np.isfinite(a).all():
+                    raise KVCalibrationError(f"{path}: tensor {t.name} holds non-finite values")
+                cal.layers[i][name] = a
+        for i, layer in enumerate(cal.layers):
+            missing = sorted(set(shapes) - set(layer))
+            if missing:
+                raise KVCalibrationError(f"{path}: layer {i} lacks {', '.join(missing)}")
+        if model_dir is not None:
+            cal.check_model(model_dir, path)
+        return cal
+
+    def check_model(self, model_dir: str | os.PathLike, path: str | os.PathLike = "the KV calibration") -> None:
+        """Refuse a calibration made for another model (by checkpoint digest and shapes)."""
+        from ggml_ext.converters.source import open_checkpoint
+        digest = open_checkpoint(model_dir).source_hash()
+        if digest != self.meta["model_sha256"]:
+            raise KVCalibrationError(
+                f"{path} was calibrated for model {self.meta.get('model_id')!r} (sha256 {self.meta['model_sha256'][:12]}), "
+                f"not {Path(model_dir).name!r} (sha256 {digest[:12]}); calibrate this model with `ggml-ext calibrate kv`")
+
+    def check_config(self, config) -> None:
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        n = text.num_hidden_layers
+        kvh = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        hd = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        if (n, kvh, hd) != (self.n_layers, int(self.meta["n_kv_heads"]), int(self.meta["head_dim"])):
+            raise KVCalibrationError(
+                f"the KV calibration is for {self.n_layers} layers x {self.meta['n_kv_heads']} KV heads x head dim "
+                f"{self.meta['head_dim']} ({self.meta.get('model_id')!r}), the model has {n} x {kvh} x {hd}")
+
+
+def _model_shape(model_dir) -> tuple[str, int, int, int]:
+    from transformers import AutoConfig
+    c = AutoConfig.from_pretrained(model_dir, local_files_only=True)
+    t = c.get_text_config()
+    kvh = getattr(t, "num_key_value_heads", None) or t.num_attention_heads
+    hd = getattr(t, "head_dim", None) or t.hidden_size // t.num_attention_heads
+    return t.model_type, t.num_hidden_layers, kvh, hd
+
+
+def _subsample(n: int, limit: int, seed: int):
+    if n <= limit:
+        return None
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=limit, replace=False))
+
+
+def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outliers: float = DEFAULT_OUTLIERS,
+              qnorm_bits=DEFAULT_QNORM_BITS, max_points: int = MAX_POINTS, seed: int = 0) -> dict[str, np.ndarray]:
+    """One layer's quantizers from its calibration keys/values (tokens x channels, float tensors) and their
+    per-element Fisher information (same shape): the paper's offline part."""
+    torch = _torch()
+    k, kf = keys.float(), key_fisher.double()
+    v, vf = values.float(), value_fisher.double()
+    out: dict[str, np.ndarray] = {"k_fisher": kf.sum(0).float().numpy(), "v_fisher": vf.sum(0).float().numpy()}
+    # keys: per-channel thresholds calibrated offline (min/max, and the dense-and-sparse quantiles)
+    lo0, hi0 = quantile_thresholds(k, 0.0)
+    lo, hi = quantile_thresholds(k, outliers)
+    out.update(k_lo0=lo0.numpy(), k_hi0=hi0.numpy(), k_lo=lo.numpy(), k_hi=hi.numpy())
+    # values: per-token thresholds, online (here: on the calibration tokens)
+    vlo0, vhi0 = token_thresholds(v, 0.0)
+    vlo, vhi = token_thresholds(v, outliers)
+
+    def normalised(x, w, lo_, hi_, drop_outliers):
+        mid, half = (hi_ + lo_) / 2, ((hi_ - lo_) / 2).clamp_min(1e-8)
+        xn = ((x - mid) / half).reshape(-1)
+        w = w.reshape(-1)
+        if drop_outliers:
+            keep = ((x >= lo_) & (x <= hi_)).reshape(-1)
+            xn, w = xn[keep], w[keep]
+        else:
+            xn = xn.clamp(-1, 1)
+        idx = _subsample(xn.numel(), max_points, seed)
+        xn, w = xn.numpy(), w.numpy()
+        return (xn, w) if idx is None else (xn[idx], w[idx])
+
+    for which, x, w, plain, sparse in (("k", k, kf, (lo0, hi0), (lo, hi)), ("v", v, vf, (vlo0, vhi0), (vlo, vhi))):
+        for tag, (lo_, hi_), drop in (("", plain, False), ("_o", sparse, True)):
+            xn, wn = normalised(x, w, lo_, hi_, drop)
+            for b in bits:
+                c = fit_nuq(xn, wn, b, seed=seed)
+                out[f"{which}_nuq{b}{tag}"] = c
+                out[f"{which}_deq{b}{tag}"] = q_norm(xn, c) if b in qnorm_bits else c
+    del torch
+    return out
+
+
+def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: int = DEFAULT_SAMPLES,
+              seq_len: int = DEFAULT_SEQ_LEN, bits=DEFAULT_BITS, outliers: float = DEFAULT_OUTLIERS,
+              qnorm_bits=DEFAULT_QNORM_BITS, device: str = "cpu", dtype: str = "float32", progress: bool = True,
+              max_points: int = MAX_POINTS, seed: int = 0) -> KVCalibration:
+    """KVQuant calibration of the Hugging Face model in ``model_dir`` (see the module's text)."""
+    from tqdm.auto import tqdm
+
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.fisher import fisher_streamed
+    from ggml_ext.converters.source import open_checkpoint
+
+    bits = tuple(sorted({int(b) for b in bits}))
+    if not bits or any(b < 1 or b > 8 for b in bits):
+        raise KVCalibrationError(f"bits must be in 1..8 (got {bits})")
+    if not 0 <= outliers < 0.5:
+        raise KVCalibrationError(f"outlier fraction must be in [0, 0.5) (got {outliers})")
+    arch, n_layers, kvh, hd = _model_shape(model_dir)
+    tokens = tokenize(model_dir, text, n_samples, seq_len)
+    digest = open_checkpoint(model_dir).source_hash()
+    buf: dict[str, list] = {}
+
+    def on_kv(name, act, grad):
+        buf.setdefault(name, []).append((act.reshape(-1, act.shape[-1]).cpu(),
+                                         grad.double().pow(2).reshape(-1, grad.shape[-1]).cpu()))
+
+    layers: list[dict | None] = [None] * n_layers
+    bar = tqdm(total=n_layers, desc="kv datatypes (k-means)", unit="layer", disable=not progress)
+
+    def on_layer(i, _res):
+        names = sorted(buf)
+        ks = [n for n in names if n.endswith("k_proj")]
+        vs = [n for n in names if n.endswith("v_proj")]
+        if len(ks) != 1 or len(vs) != 1:
+            raise KVCalibrationError(f"layer {i}: expected one k_proj and one v_proj output, got {names or 'none'} "
+                                     f"(fused QKV projections are not supported yet)")
+        torch = _torch()
+        k = torch.cat([a for a, _ in buf[ks[0]]])
+        kf = torch.cat([g for _, g in buf[ks[0]]])
+        v = torch.cat([a for a, _ in buf[vs[0]]])
+        vf = torch.cat([g for _, g in buf[vs[0]]])
+        if k.shape[1] != kvh * hd or v.shape[1] != kvh * hd:
+            raise KVCalibrationError(f"layer {i}: K/V outputs of {k.shape[1]}/{v.shape[1]} channels, "
+                                     f"expected {kvh} KV heads x {hd}")
+        buf.clear()
+        layers[i] = fit_layer(k, kf, v, vf, bits, outliers, qnorm_bits, max_points, seed)
+        bar.update(1)
+
+    try:
+        fisher_streamed(model_dir, tokens.ids, device=device, dtype=dtype, progress=progress,
+                        on_layer=on_layer, on_kv=on_kv)
+    finally:
+        bar.close()
+    missing = [i for i, L in enumerate(layers) if L is None]
+    if missing:
+        raise KVCalibrationError(f"{model_dir}: no K/V projection outputs in layers {missing} "
+                                 f"(fused QKV projections, e.g. Phi-3, are not supported yet)")
+    meta = {"model_id": Path(model_dir).resolve().name, "model_sha256": digest, "architecture": arch,
+            "n_layers": n_layers, "n_kv_heads": kvh, "head_dim": hd, "bits": list(bits),
+            "outlier_fraction": float(outliers), "qnorm_bits": [int(b) for b in qnorm_bits if b in bits],
+            "key_point": "k_proj output (pre-RoPE, per channel)", "value_point": "v_proj output (per token)",
+            "calibration.text": Path(tokens.text_path).name, "calibration.text_sha256": tokens.text_sha256,
+            "calibration.n_samples": tokens.n_samples, "calibration.seq_len": tokens.seq_len,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return KVCalibration(meta, layers)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- CLI (a verb of `ggml-ext calibrate`)
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="Hugging Face model folder")
+    p.add_argument("-o", "--output", required=True, help="the side file to write (GGUF)")
+    p.add_argument("--text", default=None, help="calibration text: a file or an asset name (default wiki-train)")
+    p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"samples (default {DEFAULT_SAMPLES})")
+    p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
+    p.add_argument("--bits", default=",".join(map(str, DEFAULT_BITS)), help="nuq bit widths (default 2,3,4)")
+    p.add_argument("--outliers", type=float, default=DEFAULT_OUTLIERS,
+                   help=f"dense-and-sparse outlier fraction (default {DEFAULT_OUTLIERS})")
+    p.add_argument("--qnorm-bits", default=",".join(map(str, DEFAULT_QNORM_BITS)),
+                   help="bit widths whose levels get Q-Norm (default 2; empty for none)")
+    p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def _ints(s: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in s.split(",") if x.strip())
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        out = Path(args.output)
+        if out.exists() and not args.force:
+            raise FileExistsError(f"{out} exists; pass --force to replace it")
+        cal = calibrate(args.model, args.text, args.samples, args.seq_len, _ints(args.bits), args.outliers,
+                        _ints(args.qnorm_bits), args.device, args.dtype, progress=not args.quiet)
+        cal.save(out, force=args.force)
+    except (ValueError, FileNotFoundError, FileExistsError) as e:
+        print(f"calibrate kv: {e}", file=sys.stderr)
+        return 1
+    m = cal.meta
+    print(f"kv calibration: {out} ({m['n_layers']} layers x {m['n_kv_heads']} KV heads x {m['head_dim']}, "
+          f"nuq{'/'.join(map(str, m['bits']))}, {m['calibration.n_samples']}x{m['calibration.seq_len']} tokens "
+          f"of {m['calibration.text']})")
+    return 0
