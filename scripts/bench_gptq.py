@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -34,17 +33,10 @@ from ggml_ext import assets, tools
 from ggml_ext.calibrate import imatrix
 from ggml_ext.converters import convert
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_convert import cpu_name  # noqa: E402
+
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> int:
