@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,9 @@ import pytest
 from ggml_ext import assets, codebooks
 from ggml_ext.codebooks import discover as disc
 from ggml_ext.codebooks import builtin as tb
+
+#: the source checkout: the committed tables JSON and header (an installed package has neither)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
@@ -63,8 +67,8 @@ def test_discovery_reproducible_from_seed(smollm2_hf, tmp_path):
 
 def test_builtin_header_is_generated_from_the_json():
     """The committed header is what the committed JSON generates, and the library holds those tables."""
-    result = tb.load(tb.builtin_json_path())
-    assert tb.builtin_header_path().read_text() == tb.header_text(result)
+    result = tb.load(tb.builtin_json_path(ROOT))
+    assert tb.builtin_header_path(ROOT).read_text() == tb.header_text(result)
     assert codebooks.tables_version() == result["tables_version"] == tb.TABLES_VERSION
     for bits in (2, 3):
         assert codebooks.tables(bits).tolist() == result["types"][f"CB{bits}"]["codebooks"]
@@ -74,7 +78,7 @@ def test_builtin_tables_come_from_discovery_on_the_real_models():
     """Re-running the recorded discovery on the recorded inputs (the same files, by sha256) gives the
     built-in tables. k-means is only reproducible within one scikit-learn version: skipped on another."""
     import sklearn
-    result = tb.load(tb.builtin_json_path())
+    result = tb.load(tb.builtin_json_path(ROOT))
     prov = result["provenance"]
     if prov["sklearn"] != sklearn.__version__:
         pytest.skip(f"tables made with scikit-learn {prov['sklearn']}, this is {sklearn.__version__}")

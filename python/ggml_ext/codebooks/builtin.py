@@ -14,7 +14,8 @@ from pathlib import Path
 #: other tables decode to other values)
 TABLES_VERSION = 1
 
-REPO_DIR = Path(__file__).resolve().parents[3]
+#: where the JSON and the header live in a source checkout (the library compiles the header in; an
+#: installed package has neither file)
 FAMILY_DIR = Path("ggml_ext/src/formats/codebooks")
 JSON_NAME = "codebooks_tables.json"
 HEADER_NAME = "codebooks_tables.h"
@@ -55,9 +56,11 @@ def header_text(result: dict, json_name: str = JSON_NAME) -> str:
     return "\n".join(lines)
 
 
-def builtin_json_path() -> Path:
-    return REPO_DIR / FAMILY_DIR / JSON_NAME
+def builtin_json_path(root: str | Path) -> Path:
+    """The committed tables JSON in the source checkout ``root``."""
+    return Path(root) / FAMILY_DIR / JSON_NAME
 
 
-def builtin_header_path() -> Path:
-    return REPO_DIR / FAMILY_DIR / HEADER_NAME
+def builtin_header_path(root: str | Path) -> Path:
+    """The committed C header in the source checkout ``root``."""
+    return Path(root) / FAMILY_DIR / HEADER_NAME
