@@ -244,18 +244,19 @@ def test_perplexity_matches_q4_0(files, wiki_test, threads, q4_0_perplexity, nam
         assert ours.ppl == paths["our build's default"], (ours, paths)
 
 
-def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool_env, threads):
+def _load_log(path, wiki_test, tool_env, threads) -> str:
+    """llama-perplexity's log at -lv 4 (the loader's report: buffers, file type) of one short window."""
     from ggml_ext import tools
+    proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128",
+                                        "--chunks", "1", "-t", str(threads), "--no-warmup", "-lv", "4"),
+                          env=tool_env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout + proc.stderr
 
-    def load_log(path):
-        proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128",
-                                            "--chunks", "1", "-t", str(threads), "--no-warmup", "-lv", "4"),
-                              env=tool_env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        return proc.stdout + proc.stderr
 
-    plain = load_log(files["q4_0"])
-    ours = load_log(files["Q4_0_8_8"])
+def test_runtime_repack_for_q4_0_and_mmap_for_interleaved(files, wiki_test, tool_env, threads):
+    plain = _load_log(files["q4_0"], wiki_test, tool_env, threads)
+    ours = _load_log(files["Q4_0_8_8"], wiki_test, tool_env, threads)
     # plain Q4_0 is repacked at load (CPU_REPACK buffer: ours on x86 AVX2, upstream's on Arm)
     if OUR_RUNTIME_REPACK:
         assert "CPU_REPACK model buffer" in plain
@@ -268,14 +269,8 @@ def test_llama_names_the_interleaved_file_types(files, wiki_test, tool_env, thre
     """Patch 0301: llama.cpp calls a Q4_0_8_8 file "Q4_0_8_8" (load log, llama-bench, the server's model
     description), both from general.file_type and when it guesses from the tensors without one; it used
     to say "unknown, may not work" and, guessing, "all F32"."""
-    from ggml_ext import tools
-
     def file_type(path):
-        proc = subprocess.run(tools.command("llama-perplexity", "-m", path, "-f", wiki_test, "-c", "128",
-                                            "--chunks", "1", "-t", str(threads), "--no-warmup", "-lv", "4"),
-                              env=tool_env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        line = [ln for ln in (proc.stdout + proc.stderr).splitlines() if "file type   =" in ln]
+        line = [ln for ln in _load_log(path, wiki_test, tool_env, threads).splitlines() if "file type   =" in ln]
         assert line, "no file type line in the load log"
         return line[0].split("file type   =", 1)[1].strip()
 
