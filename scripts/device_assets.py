@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The test models on the device machine, which has no PyPI: join carried pieces, check, dequantize.
+
+The device takes at most 64 MiB per call, so the models' GGUF files travel in pieces
+(``split -b 50000000 -d FILE PREFIX``: ``sm_part00``, ``sm_part01`` for the default model,
+``gm_part00`` .. ``gm_part04`` for Gemma-3-270M) over several calls on one warm machine; each
+call leaves its pieces in DEST. Once every piece of a model is there, this joins them, checks the
+sha256 the asset pins (``ggml_ext.assets.pins``) and writes the same float32 Hugging Face folder the
+``smollm2-hf`` / ``gemma3-hf`` assets are (``ggml_ext.assets.hf_folder``), with the device's
+transformers (it needs the ``gguf`` package: carry its wheel, see docs/DEVELOPING.md "Device").
+
+Usage (device, repository root):  python3 scripts/device_assets.py DEST [PIECES_DIR ...]
+Prints the folders that are ready (DEST/smollm2-hf, DEST/gemma3-hf).
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+
+from ggml_ext.assets import hf_folder, pins  # noqa: E402
+
+MODELS = {  # piece prefix -> (GGUF asset, HF folder asset, file name)
+    "sm_part": ("smollm2-gguf", "smollm2-hf", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+    "gm_part": ("gemma3-270m-gguf", "gemma3-hf", pins.GEMMA_NAME),
+}
+PIECES = {"sm_part": 2, "gm_part": 5}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    dest = Path(argv[0])
+    dest.mkdir(parents=True, exist_ok=True)
+    for src in map(Path, argv[1:]):  # this call's pieces: keep them for the next call's join
+        for piece in src.glob("*_part*"):
+            shutil.copyfile(piece, dest / piece.name)
+    for prefix, (gguf_asset, hf_asset, name) in MODELS.items():
+        folder = dest / hf_asset
+        if (folder / "model.safetensors").is_file():
+            print(f"ready: {folder}")
+            continue
+        pieces = sorted(dest.glob(prefix + "*"))
+        if len(pieces) < PIECES[prefix]:
+            print(f"{hf_asset}: {len(pieces)} of {PIECES[prefix]} pieces so far")
+            continue
+        gguf = dest / name
+        with gguf.open("wb") as out:
+            for piece in pieces:
+                with piece.open("rb") as f:
+                    shutil.copyfileobj(f, out)
+        want = pins.OUTPUT_SHA256[gguf_asset]
+        if sha256(gguf) != want:
+            print(f"{gguf}: sha256 differs from the pinned {want}: pieces missing or damaged", file=sys.stderr)
+            return 1
+        spec = hf_folder.HF_FOLDERS[hf_asset]
+        tok, model = hf_folder._load_dequantized(gguf, progress=False)
+        tmp = dest / (hf_asset + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        hf_folder._save(spec, model, tok, tmp, progress=False)
+        tmp.rename(folder)
+        print(f"ready: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
