@@ -36,6 +36,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="torch device for calibration and perplexity (cpu, cuda)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--hf", default=None, help="a Hugging Face folder instead of the --model asset (the device)")
+    ap.add_argument("--calib-text", default=None, help="calibration text file (default: the wiki-train asset)")
+    ap.add_argument("--eval-text", default=None, help="evaluation text file (default: the wiki-test asset)")
     a = ap.parse_args()
 
     import torch
@@ -45,19 +48,19 @@ def main() -> int:
     from ggml_ext.methods.kvquant import LADDER, KVCalibration, calibrate, perplexity, scheme, simulate
     if a.threads:
         torch.set_num_threads(a.threads)
-    hf = assets.path(MODELS[a.model])
+    hf = a.hf or assets.path(MODELS[a.model])
     t0 = time.time()
     if a.calibration:
         cal = KVCalibration.load(a.calibration, hf)
     else:
-        cal = calibrate(hf, n_samples=a.calib_samples, seq_len=a.calib_seq_len, device=a.device)
+        cal = calibrate(hf, a.calib_text, n_samples=a.calib_samples, seq_len=a.calib_seq_len, device=a.device)
         out = Path(f"/tmp/kvquant-{a.model}-{a.calib_samples}x{a.calib_seq_len}.gguf")
         cal.save(out, force=True)
         print(f"calibration: {out}", file=sys.stderr)
     t_cal = time.time() - t0
     model = AutoModelForCausalLM.from_pretrained(hf, dtype=torch.float32, local_files_only=True).eval().to(a.device)
     tok = AutoTokenizer.from_pretrained(hf, local_files_only=True)
-    text = Path(assets.path("wiki-test")).read_text(encoding="utf-8")
+    text = Path(a.eval_text or assets.path("wiki-test")).read_text(encoding="utf-8")
     ids = tok(text[: 12 * a.ctx * a.chunks], add_special_tokens=False).input_ids  # ~4 chars a token: enough
     bos = tok.bos_token_id if getattr(tok, "add_bos_token", False) else None
     names = a.schemes.split(",") if a.schemes else list(LADDER)

@@ -219,9 +219,13 @@ def perplexity(model, ids, n_ctx: int, chunks: int | None = None, bos: int | Non
         if bos is not None:
             w[0] = bos
         with torch.no_grad():
-            logits = model(input_ids=w[None].to(device), use_cache=False).logits[0, first:n_ctx - 1].double()
-        logp = torch.log_softmax(logits, dim=-1)
-        tgt = w[first + 1:n_ctx].to(device)
-        nll -= float(logp.gather(1, tgt[:, None]).sum())
+            # only the scored half's logits (a 262K vocabulary at 32K context would not fit otherwise),
+            # in float64 a slice at a time
+            logits = model(input_ids=w[None].to(device), use_cache=False,
+                           logits_to_keep=n_ctx - first).logits[0, :-1]
+            tgt = w[first + 1:n_ctx].to(device)
+            for s in range(0, tgt.numel(), 1024):
+                logp = torch.log_softmax(logits[s:s + 1024].double(), dim=-1)
+                nll -= float(logp.gather(1, tgt[s:s + 1024, None]).sum())
         count += tgt.numel()
     return math.exp(nll / count), count
