@@ -45,6 +45,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ggml_ext import assets
+    from ggml_ext.calibrate.data import leading_bos
     from ggml_ext.methods.kvquant import LADDER, KVCalibration, calibrate, perplexity, scheme, simulate
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -62,7 +63,7 @@ def main() -> int:
     tok = AutoTokenizer.from_pretrained(hf, local_files_only=True)
     text = Path(a.eval_text or assets.path("wiki-test")).read_text(encoding="utf-8")
     ids = tok(text[: 12 * a.ctx * a.chunks], add_special_tokens=False).input_ids  # ~4 chars a token: enough
-    bos = tok.bos_token_id if getattr(tok, "add_bos_token", False) else None
+    bos = leading_bos(tok)
     names = a.schemes.split(",") if a.schemes else list(LADDER)
     rows = []
     base = None

@@ -244,3 +244,24 @@ def test_imatrix_matches_llama_imatrix_and_llama_quantize_takes_it(tmp_path, thr
                        env=tool_env, capture_output=True, text=True)
     assert q.returncode == 0, q.stdout[-2000:] + q.stderr[-2000:]
     assert "imatrix" in (q.stdout + q.stderr) and out.stat().st_size > 0
+
+
+@pytest.mark.parametrize("name", ["smollm2-hf", "gemma3-hf"])
+def test_calibration_samples_start_as_the_tokenizer_starts_text(name):
+    """Gemma-3's tokenizer puts <bos> first although transformers 5 reports add_bos_token False; the
+    samples must start with it too (Gemma without BOS is another model at long context: perplexity 678
+    at 32K tokens). SmolLM2's tokenizer adds no BOS: its samples are plain text."""
+    from transformers import AutoTokenizer
+
+    from ggml_ext import assets
+    from ggml_ext.calibrate.data import leading_bos, tokenize
+    model = assets.path(name)  # `make test` fetches both (assets fetch --all)
+    tok = AutoTokenizer.from_pretrained(model)
+    first = tok("some text", add_special_tokens=True).input_ids[0]
+    ids = tokenize(model, "wiki-train", n_samples=2, seq_len=16).ids
+    if name == "gemma3-hf":
+        assert first == tok.bos_token_id == 2 and leading_bos(tok) == 2
+        assert (ids[:, 0] == 2).all()
+    else:
+        assert leading_bos(tok) is None and first != tok.bos_token_id
+        assert not (ids[:, 0] == tok.bos_token_id).any()

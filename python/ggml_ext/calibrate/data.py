@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DEFAULT_SAMPLES", "DEFAULT_SEQ_LEN", "DEFAULT_TEXT", "Tokens", "tokenize"]
+__all__ = ["DEFAULT_SAMPLES", "DEFAULT_SEQ_LEN", "DEFAULT_TEXT", "Tokens", "leading_bos", "tokenize"]
 
 DEFAULT_SAMPLES = 64
 DEFAULT_SEQ_LEN = 512
@@ -50,6 +50,20 @@ def _text_path(text: str | os.PathLike | None) -> Path:
     raise FileNotFoundError(f"calibration text not found: {p}")
 
 
+def leading_bos(tok) -> int | None:
+    """The BOS id when the tokenizer starts text with it (as the model saw text in training), else None.
+
+    Asked of the tokenizer's own output rather than its ``add_bos_token`` attribute: transformers 5
+    reports ``add_bos_token`` False for Gemma-3's tokenizer, which still puts ``<bos>`` first, and Gemma
+    without BOS at long context is another model (perplexity 678 at 32K tokens instead of ~11).
+    """
+    bos = tok.bos_token_id
+    if bos is None:
+        return None
+    probe = tok("a", add_special_tokens=True).input_ids
+    return bos if len(probe) > 0 and probe[0] == bos else None
+
+
 def tokenize(model_dir: str | os.PathLike, text: str | os.PathLike | None = None,
              n_samples: int = DEFAULT_SAMPLES, seq_len: int = DEFAULT_SEQ_LEN) -> Tokens:
     """``n_samples`` x ``seq_len`` token ids of ``text`` (a file, or an asset name; default wiki-train)."""
@@ -70,11 +84,11 @@ def tokenize(model_dir: str | os.PathLike, text: str | os.PathLike | None = None
         raise ValueError(f"{path}: {ids.numel()} tokens, fewer than {n_samples} samples of {seq_len} "
                          f"without overlap; use fewer samples or a longer text")
     starts = torch.linspace(0, ids.numel() - seq_len, n_samples).round().to(torch.int64)
-    bos = tok.bos_token_id
+    bos = leading_bos(tok)
     rows = []
     for s in starts.tolist():
         row = ids[s:s + seq_len].clone()
-        if bos is not None and getattr(tok, "add_bos_token", False):
+        if bos is not None:
             row = torch.cat([torch.tensor([bos]), row[:-1]])  # as the model sees text: BOS first
         rows.append(row)
     return Tokens(torch.stack(rows), hashlib.sha256(raw).hexdigest(), str(path))

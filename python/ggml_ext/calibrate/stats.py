@@ -118,7 +118,7 @@ def collect(model_dir: str | os.PathLike, out: str | os.PathLike | None = None, 
     digest = open_checkpoint(model_dir).source_hash()
     inputs = {"format": STATS_FORMAT, "model_sha256": digest, "text_sha256": tokens.text_sha256,
               "n_samples": tokens.n_samples, "seq_len": tokens.seq_len, "collect": list(what), "dtype": dtype,
-              "ggml_ext": __version__}
+              "ggml_ext": __version__, "tokens_sha256": hashlib.sha256(tokens.ids.numpy().tobytes()).hexdigest()}
     key = _key(inputs)
     folder = Path(out) if out is not None else cache_dir() / key
     folder.mkdir(parents=True, exist_ok=True)
