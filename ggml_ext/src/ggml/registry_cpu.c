@@ -1,5 +1,7 @@
-// The ggml-cpu hooks (patches 0110 / 0111: mul_mat, supports_op) and the kernel report for every
+// The ggml-cpu hooks (patches 0110 / 0111: mul_mat, supports_op) for every
 // registered type: the registry says the family, the family's code answers (ggml/families.h).
+// The kernel report (ggml_ext_dispatched_kernel) is in formats/dispatch.c, which the standalone kernel
+// library compiles too.
 #include "ggml-cpu-impl.h"
 #include "ggml-ext.h"
 #include "ggml/families.h"
@@ -38,17 +40,5 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
             return ggml_ext_cb_cpu_mul_mat(params, dst);
         default:
             return false;
-    }
-}
-
-const char * ggml_ext_dispatched_kernel(int type, int gemm) {
-    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    switch (t ? t->family : 0) {
-        case GGML_EXT_FAMILY_INTERLEAVED4:
-            return ggml_ext_i4_dispatched_kernel(type, gemm);
-        case GGML_EXT_FAMILY_CODEBOOKS:
-            return ggml_ext_cb_dispatched_kernel(type, gemm);
-        default:
-            return NULL;
     }
 }
