@@ -28,7 +28,10 @@ def _def_rows():
 def test_the_def_holds_the_restored_ids_and_the_own_range():
     rows, (first, last) = _def_rows()
     assert [(t.name, t.id) for t in rows] == [("Q4_0_4_4", 31), ("Q4_0_4_8", 32), ("Q4_0_8_8", 33),
-                                              ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38)]
+                                              ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38),
+                                              ("CB2", 100), ("CB3", 101)]
+    # the interleaved rows come in groups (no row-wise functions), the codebook rows stand alone
+    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2
     assert (first, last) == (100, 119)
     assert len({t.id for t in rows}) == len(rows) and len({t.name for t in rows}) == len(rows)
     for t in rows:  # restored ids sit below the own range, new ones inside it
@@ -66,10 +69,14 @@ def test_library_answers_from_the_same_table():
         r = lib.ggml_ext_type_info_by_id(t.id).contents
         assert (r.name.decode(), r.id, r.layout, r.base_name.decode(), r.vec_dot_type) == \
                (t.name, t.id, t.layout, t.base_name, t.vec_dot_type)
-        assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
+        assert r.rowwise == t.rowwise
+        if t.rowwise:
+            assert t.row_group == 1 and r.shape_rule.decode() == "rows stand alone: any row count"
+        else:
+            assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
         for gemm in (False, True):
             assert formats.dispatched_kernel(t.id, gemm) in KERNELS
-    for other in (0, 2, 8, 20, 34, 39, 42, 100, 119, -1, 10**6):
+    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 102, 119, -1, 10**6):
         assert not lib.ggml_ext_is_type(other) and not lib.ggml_ext_type_info_by_id(other)
         assert lib.ggml_ext_type_row_group(other) == 0
         assert formats.dispatched_kernel(other, False) is None
