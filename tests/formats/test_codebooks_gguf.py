@@ -56,6 +56,15 @@ def test_recipes(recipe, expect):
     assert choose_type("output.weight", (576, 49152), recipe, has_output=True) == "Q8_0"
 
 
+def test_keep_cb_on_a_short_row_is_refused_by_name():
+    from ggml_ext.converters import ConversionError
+    from ggml_ext.converters.policy import parse_keep
+    rule = parse_keep("blk.*.attn_q.weight=cb2")
+    assert choose_type("blk.3.attn_q.weight", (1024, 1024), "q8_0", has_output=True, keep=(rule,)) == "CB2"
+    with pytest.raises(ConversionError, match=r"blk\.3\.attn_q\.weight has rows of 576 weights.*CB2's block of 256"):
+        choose_type("blk.3.attn_q.weight", (576, 576), "q8_0", has_output=True, keep=(rule,))
+
+
 def _code_digest() -> str:
     import ggml_ext
     from ggml_ext import _locate

@@ -101,10 +101,16 @@ def test_hand_kept_tables_derive_from_the_registry():
     for t in ext:
         info = ggml_types.TYPES[t.id]
         assert (info.name, info.block_size, info.type_size, info.row_group, info.ggml_name, info.kind) == \
-               (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name, "legacy")
-        assert policy.INTERLEAVED_ROWS[t.name] == t.row_group and policy.BLOCK[t.name] == t.blck_size
+               (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name,
+                "legacy" if t.id < ggml_types.EXT_ID_MIN else "ext")
+        assert policy.BLOCK[t.name] == t.blck_size
         assert t.name.lower() in convert.TYPES and policy.OUTPUT_TYPES[t.name.lower()] == t.name
-        assert build_info.INTERLEAVED_TYPES[t.id] == t.name
+        if t.family == "interleaved4":
+            assert policy.INTERLEAVED_ROWS[t.name] == t.row_group
+            assert build_info.INTERLEAVED_TYPES[t.id] == t.name
+        else:  # codebooks: own ids, rows alone, produced by ggml_quantize_chunk
+            assert t.family == "codebooks" and t.name not in policy.INTERLEAVED_ROWS
+            assert quants.CODEBOOKS[t.name] == t.layout
     assert quants.INTERLEAVED == {t.name: t.layout for t in ext if t.base_name == "Q4_0"}
     assert quants.INTERLEAVED_IQ4_NL == {t.name: t.layout for t in ext if t.base_name == "IQ4_NL"}
     assert repack.Q4_0_LAYOUTS == {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
@@ -149,8 +155,8 @@ def test_info_types_json_lists_every_type_truthfully():
     for t in formats.ext_types():
         r = by_id[t.id]
         assert (r["name"], r["block"], r["bytes"], r["stock_readable"], r["family"], r["base"], r["row_group"],
-                r["origin"]) == (t.name, t.blck_size, t.type_size, False, "interleaved4", t.base_name, t.row_group,
-                                 "restored")
+                r["origin"]) == (t.name, t.blck_size, t.type_size, False, t.family, t.base_name, t.row_group,
+                                 "restored" if t.family == "interleaved4" else "ggml-ext")
         assert r["kernels"] == {"arch": platform.machine(), "gemv": formats.dispatched_kernel(t.id, False),
                                 "gemm": formats.dispatched_kernel(t.id, True)}
         assert {r["kernels"]["gemv"], r["kernels"]["gemm"]} <= KERNELS
