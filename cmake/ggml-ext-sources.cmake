@@ -27,12 +27,13 @@ target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 #              the family's dispatch.c excepted), src/generic/*.c (scalar twin of every kernel),
 #              src/ggml/*_base.c (what ggml.c / ggml-quants.c / gguf.cpp call: quantize_chunk, row
 #              validation, shape rule);
-#   ggml-cpu:  src/formats/<family>/dispatch.c, src/x86/*.c and src/arm/*.c (each compiles to nothing
+#   ggml-cpu:  src/formats/<family>/dispatch.c and src/formats/dispatch.c (which family's dispatcher), src/x86/*.c and src/arm/*.c (each compiles to nothing
 #              unless the target's flags enable its instruction set, so the same list cross-compiles),
 #              src/ggml/*_cpu.c and *.cpp (mul_mat hooks, runtime repack: patches 0110-0112).
 file(GLOB GGML_EXT_FORMATS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/*.c")
 list(FILTER GGML_EXT_FORMATS_BASE EXCLUDE REGEX "/dispatch\\.c$")
-file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c")
+file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c"
+    "${GGML_EXT_DIR}/src/formats/dispatch.c")
 file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "${GGML_EXT_DIR}/src/ggml/*_base.c")
 file(GLOB GGML_EXT_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/x86/*.c" "${GGML_EXT_DIR}/src/arm/*.c"
     "${GGML_EXT_DIR}/src/ggml/*_cpu.c" "${GGML_EXT_DIR}/src/ggml/*.cpp")

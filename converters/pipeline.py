@@ -45,7 +45,7 @@ from ggml_ext.gguf import GGUFWriter, GGUFWriteError
 
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
-from .policy import FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
+from .policy import CODEBOOK_RECIPES, FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
 from .source import Checkpoint
 from .vocab import Vocab, load_vocab
 
@@ -147,6 +147,14 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
         p.type_name = choose_type(p.gguf_name, tuple(reversed(p.shape)), out_type, has_output=has_output,
                                   keep=keep_rules, used=used, n_gqa=max(1, hp.n_head // max(1, hp.n_head_kv)),
                                   n_layer=hp.n_layer, has_imatrix=has_imatrix)
+    if out_type in CODEBOOK_RECIPES:  # say which matrices could not hold codebook blocks
+        fell = [f"{p.gguf_name} ({tuple(reversed(p.shape))[0]} per row -> {p.type_name})" for p in tensors
+                if p.type_name not in ("F32", "Q6_K", "Q8_0") and not p.type_name.startswith("CB")
+                and p.type_name not in CODEBOOK_RECIPES[out_type][1].values()]
+        if fell:
+            _warn(f"{len(fell)} matrices have rows that are not a multiple of 256 weights, which {out_type} "
+                  f"blocks need; they fall back as llama-quantize's do: {', '.join(fell[:4])}"
+                  f"{', ...' if len(fell) > 4 else ''}")
     if not vocab_only:
         for i, rule in enumerate(keep_rules):
             if i not in used:
@@ -245,7 +253,7 @@ def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", *,  # noqa: A002
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
-            imatrix: str | os.PathLike | Any | None = None, method: str = "rtn",
+            imatrix: str | os.PathLike | Any | None = None, method: str | None = None,
             iq4_nl_weighting: str = "default", method_options: dict | None = None,
             calib: str | os.PathLike | None = None, calib_samples: int | None = None,
             calib_seq_len: int | None = None, calib_device: str = "cpu", calib_progress: bool = True,
@@ -260,7 +268,9 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     :class:`ggml_ext.calibrate.imatrix.Imatrix`), used for every quantized matrix as
     ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
     ``method``: the name of the quantization method every quantized matrix goes through
-    (:func:`ggml_ext.methods.available`; default ``rtn``, the type's own quantizer);
+    (:func:`ggml_ext.methods.available`; default ``rtn``, the type's own quantizer -- for the codebook
+    recipes cb2/cb2_m/cb3/cb3_m without ``imatrix``, ``act-importance``: importance from the activations
+    of the calibration text, ``calib``, default wiki-train);
     ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`),
     an option of the ``rtn`` method, passed to the method when not ``"default"``;
     ``method_options``: further keyword options of the method (e.g. ``{"percdamp": 0.01}`` for gptq);
@@ -283,6 +293,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             im = imatrix if isinstance(imatrix, Imatrix) else load_imatrix(imatrix)
         except ImatrixError as e:
             raise ConversionError(str(e)) from None
+    if method is None:  # the codebook types weigh their error by activation importance (the paper's objective)
+        method = "act-importance" if str(type).lower() in CODEBOOK_RECIPES and im is None else "rtn"
     options = {} if iq4_nl_weighting == "default" else {"iq4_nl_weighting": iq4_nl_weighting}
     options.update(method_options or {})
     try:

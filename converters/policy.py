@@ -37,6 +37,24 @@ For output type T (``--type``):
 * **iq4_nl_4_4, iq4_nl_4_8, iq4_nl_8_8** (restored interleaved IQ4_NL): the iq4_nl
   policy, then the interleave rule of the Q4_0 layouts for the matrices it makes IQ4_NL.
 
+* **cb2, cb3** (ggml-ext's group-wise codebook types, docs/formats/codebooks.md; run by our CPU
+  kernels, not by stock llama.cpp) and their named mixes, each mirroring the llama.cpp file type
+  of about the same size (``llama_tensor_get_type`` in the pinned ``src/llama-quant.cpp``):
+
+  - ``cb2``: every matrix CB2 (the "pure" file);
+  - ``cb2_m`` (llama.cpp's Q2_K mix): ``attn_v`` and ``ffn_down`` CB3 (Q2_K gives them Q3_K),
+    every other matrix CB2;
+  - ``cb3``: every matrix CB3;
+  - ``cb3_m`` (llama.cpp's Q3_K_M mix): ``attn_v``, ``attn_output`` and ``ffn_down`` Q4_K
+    (Q3_K_M gives them Q4_K / Q5_K), every other matrix CB3;
+
+  and in each ``output.weight`` (or a tied ``token_embd.weight``) Q6_K, as in every llama.cpp
+  mix. A row length that is not a multiple of 256 (SmolLM2's 576, Gemma 3's 640: every matrix
+  that reads the hidden state) cannot hold a codebook block: such a tensor falls back as
+  llama-quantize falls back, to IQ4_NL (Q4_K to Q5_0, Q6_K to Q8_0), and the
+  converter lists the fallbacks in its warnings. (llama-quantize at the pin sends Q2_K / Q3_K to Q4_0
+  and the IQ2 / IQ3 types to IQ4_NL; IQ4_NL is the better 4.5-bit type, so we take it.)
+
 ``--keep PATTERN=TYPE`` (repeatable) overrides the choice for weight matrices whose
 GGUF name matches the shell glob PATTERN (``fnmatch``; the first matching rule
 wins). TYPE may be any of :data:`KEEP_TYPES`. Non-matrix tensors stay F32 whatever
@@ -60,24 +78,37 @@ __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep",
 # ggml-ext's interleaved types, from the format registry (ggml_ext/include/ggml-ext-types.def)
 _Q4_0_IL = _formats.family("interleaved4", "Q4_0")
 _IQ4_NL_IL = _formats.family("interleaved4", "IQ4_NL")
+_CB = _formats.family("codebooks")  # CB2, CB3
+#: the codebook recipes (--type) -> (the type of most matrices, {tensor suffix: its type})
+CODEBOOK_RECIPES = {
+    "cb2": ("CB2", {}),
+    "cb2_m": ("CB2", {"attn_v.weight": "CB3", "ffn_down.weight": "CB3"}),
+    "cb3": ("CB3", {}),
+    "cb3_m": ("CB3", {"attn_v.weight": "Q4_K", "attn_output.weight": "Q4_K", "ffn_down.weight": "Q4_K"}),
+}
 
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
                 "q5_0": "Q5_0", "q5_1": "Q5_1", **{t.name.lower(): t.name for t in _Q4_0_IL},
-                "iq4_nl": "IQ4_NL", **{t.name.lower(): t.name for t in _IQ4_NL_IL}}
+                "iq4_nl": "IQ4_NL", **{t.name.lower(): t.name for t in _IQ4_NL_IL},
+                **({r: main for r, (main, _) in CODEBOOK_RECIPES.items()} if _CB else {})}
 #: interleaved types -> rows per interleaved group (N)
 INTERLEAVED_ROWS = {t.name: t.row_group for t in (*_Q4_0_IL, *_IQ4_NL_IL)}
 #: --keep types: the output types, plus the K-quants and IQ4_NL that ggml quantizes without an imatrix.
-KEEP_TYPES = {**OUTPUT_TYPES, "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
+KEEP_TYPES = {**{k: v for k, v in OUTPUT_TYPES.items() if k not in ("cb2_m", "cb3_m")},
+              "q6_k": "Q6_K", "q5_k": "Q5_K", "q4_k": "Q4_K", "q3_k": "Q3_K", "iq4_nl": "IQ4_NL"}
 #: llama_ftype of each output type (general.file_type); 33-35 are the 2024 LLAMA_FTYPE_MOSTLY_Q4_0_4_4/4_8/8_8
 #: (llama.h's enum, in layout order); interleaved IQ4_NL never had an ftype of its own: 25, MOSTLY_IQ4_NL.
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
               **{t.name.lower(): 33 + t.layout for t in _Q4_0_IL}, "iq4_nl": 25,
-              **{t.name.lower(): 25 for t in _IQ4_NL_IL}}
+              **{t.name.lower(): 25 for t in _IQ4_NL_IL},
+              # a codebook file's type is the id of its main type (ggml_ext/src/glue/llama_hooks.c)
+              **{r: next(t.id for t in _CB if t.name == main) for r, (main, _) in CODEBOOK_RECIPES.items()
+                 if any(t.name == main for t in _CB)}}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
          "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
-         **{t.name: t.blck_size for t in (*_Q4_0_IL, *_IQ4_NL_IL)}}
+         **{t.name: t.blck_size for t in (*_Q4_0_IL, *_IQ4_NL_IL, *_CB)}}
 _FLOAT = {"F32", "F16", "BF16"}
 
 
@@ -135,6 +166,8 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
                                       f"2-D matrix whose row count divides by {n}")
             return rule.type_name
     default = OUTPUT_TYPES[out_type]
+    if out_type in CODEBOOK_RECIPES:
+        return _codebook_recipe(name, ncols, out_type, has_output)
     n = INTERLEAVED_ROWS.get(default)
     if n is not None:
         plain = "iq4_nl" if default.startswith("IQ4_NL") else "q4_0"
@@ -163,9 +196,23 @@ def _iq4_nl_mix(name: str, n_gqa: int, n_layer: int, has_imatrix: bool) -> str:
     return "IQ4_NL"
 
 
+def _codebook_recipe(name: str, ncols: int, recipe: str, has_output: bool) -> str:
+    main, more = CODEBOOK_RECIPES[recipe]
+    if name == "output.weight" or (not has_output and name == "token_embd.weight"):
+        return _fallback("Q6_K", ncols)
+    t = next((v for suffix, v in more.items() if name.endswith(suffix)), main)
+    return _fallback(t, ncols)
+
+
 def _fallback(t: str, ncols: int) -> str:
+    """llama-quantize's fallback for a row length that is not a whole number of t's blocks
+    (``tensor_type_fallback`` of the pinned llama-quant.cpp: the 256-blocks go to a 32-block type)."""
     if ncols % BLOCK[t] == 0:
         return t
+    if t in ("CB2", "CB3") and ncols % BLOCK["IQ4_NL"] == 0:
+        return "IQ4_NL"
+    if t == "Q4_K" and ncols % BLOCK["Q5_0"] == 0:
+        return "Q5_0"
     if t == "Q6_K" and ncols % BLOCK["Q8_0"] == 0:
         return "Q8_0"
     if t == "Q5_K" and ncols % BLOCK["Q5_1"] == 0:

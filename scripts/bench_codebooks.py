@@ -27,6 +27,14 @@ through ``ggml_ext.quants``, real bytes) and CB2, CB3 (fake-quantized to F16), a
 imatrix rows: the same tensors, only the type differs; everything else stays F16.
 
 Perplexity: our llama-perplexity on wiki-test, ctx 512, --chunks windows. Prints a markdown table.
+
+``--real`` (now that CB2 / CB3 are ggml types, ids 100 / 101): real files instead of the fake ones --
+our converter's recipes (``ggml-ext convert --type cb2 | cb2_m | cb3 | cb3_m --imatrix IM`` of the
+model's HF folder, the same imatrix as llama-quantize's) beside llama-quantize's Q2_K, Q3_K_S,
+Q3_K_M, IQ2_XS, IQ2_S, IQ3_XS of the f16 file with that imatrix; bits per weight of the layers'
+matrices as stored; ``--plot PNG`` draws perplexity against those bits (the Pareto view).
+``--speed``: llama-bench pp/tg (``--bench-args``) of the cb2 file, Q2_K and IQ2_S in our build, and
+Q2_K / IQ2_S in the pristine upstream build (``make upstream``) when it is there.
 """
 from __future__ import annotations
 
@@ -194,6 +202,79 @@ def counted_bpw(path: Path, as_cb: dict[str, int] | None) -> tuple[float, float]
     return b_all * 8 / n_all, b_blk * 8 / n_blk
 
 
+REAL_STOCK = ("Q2_K", "Q3_K_S", "Q3_K_M", "IQ2_XS", "IQ2_S", "IQ3_XS")
+REAL_RECIPES = ("cb2", "cb2_m", "cb3", "cb3_m")
+HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
+
+
+def cb_file(model: str, recipe: str, im: Path, threads: int | None) -> Path:
+    """Our converter's codebook recipe of the model's HF folder with the imatrix ``im``."""
+    import ggml_ext
+    from ggml_ext import converters
+    hf = assets.path(HF[model])
+    root = Path(converters.__file__).resolve().parent
+    code = [Path(codebooks.__file__), *sorted(root.glob("*.py")), Path(__file__).resolve()]
+    rec = {"model": model, "type": recipe, **tool("ggml_ext.quants", code), "tables_version": codebooks.tables_version(),
+           "imatrix": source(im), "source": source(hf)}
+
+    def make(out: Path) -> None:
+        t0 = time.time()
+        ggml_ext.convert(hf, out, recipe, imatrix=im, threads=threads, force=True)
+        print(f"# {model} {recipe}: converted in {time.time() - t0:.0f} s", file=sys.stderr)
+
+    return cached(f"{model}-{recipe}-imatrix", f"ggml-ext convert --type {recipe} --imatrix {im.name} of {hf.name}",
+                  rec, make, base.work_dir())
+
+
+def plot(results: list[dict], out: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    models = sorted({r["model"] for r in results})
+    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        rows = [r for r in results if r["model"] == model and r["quant"] != "f16"]
+        f16 = next((r for r in results if r["model"] == model and r["quant"] == "f16"), None)
+        for r in rows:
+            cb = r["quant"].startswith("cb")
+            ax.errorbar(r["bpw_blk"], r["ppl"], yerr=r["stderr"], fmt="o" if cb else "s",
+                        color="tab:red" if cb else "tab:blue", capsize=2)
+            ax.annotate(r["quant"].split(" ")[0], (r["bpw_blk"], r["ppl"]), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8)
+        if f16:
+            ax.axhline(f16["ppl"], color="gray", ls="--", lw=0.8, label=f"f16 {f16['ppl']:.2f}")
+            ax.legend(loc="upper right", fontsize=8)
+        ax.set_xlabel("bits per weight of the layers' matrices (as stored)")
+        ax.set_ylabel("perplexity (wiki-test)")
+        ax.set_title(f"{model}: CB recipes (red) vs llama-quantize + imatrix (blue)", fontsize=9)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+
+
+def speed(files: dict[str, Path], bench_args: list[str], threads: int | None) -> list[dict]:
+    """llama-bench of each file in our build, and of the stock ones in the pristine upstream build."""
+    import subprocess
+    import fetch_llama_cpp
+    up = fetch_llama_cpp.cache_root() / f"upstream-{fetch_llama_cpp.COMMIT}" / "bin" / "llama-bench"
+    rows = []
+    for label, p in files.items():
+        builds = [("ours", tools.command("llama-bench"), tools.tool_env())]
+        if not label.startswith("cb") and up.is_file():
+            builds.append(("upstream", [str(up)], {**os.environ, "LD_LIBRARY_PATH": str(up.parent)}))
+        for build, cmd, env in builds:
+            args = [*cmd, "-m", str(p), "-o", "json", *bench_args, *(["-t", str(threads)] if threads else [])]
+            r = subprocess.run(args, env=env, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"llama-bench failed:\n{r.stderr[-2000:]}")
+            for t in json.loads(r.stdout):
+                test = f"pp{t['n_prompt']}" if t["n_prompt"] else f"tg{t['n_gen']}"
+                rows.append({"file": label, "build": build, "test": test, "t_s": t["avg_ts"], "stddev": t["stddev_ts"]})
+                print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="smollm2,gemma3")
@@ -205,15 +286,30 @@ def main() -> int:
     ap.add_argument("--json", default=None, help="write the results here too")
     ap.add_argument("--no-mixes", action="store_true", help="skip llama-quantize's mixes (run the sweep only)")
     ap.add_argument("--no-sweep", action="store_true", help="skip the same-tensors sweep")
+    ap.add_argument("--real", action="store_true", help="real CB files from our converter's recipes vs "
+                    "llama-quantize's Q2_K, Q3_K_S/M, IQ2_XS/S, IQ3_XS (implies --no-mixes --no-sweep)")
+    ap.add_argument("--plot", default=None, metavar="PNG", help="with --real: perplexity vs bits per weight")
+    ap.add_argument("--speed", action="store_true", help="with --real: llama-bench of cb2, Q2_K, IQ2_S (first model)")
+    ap.add_argument("--bench-args", default="-p 64 -n 16 -r 3", help="llama-bench arguments for --speed")
     ap.add_argument("--sweep-types", default=",".join(SWEEP),
                     help=f"types of the sweep (default: all of {','.join(SWEEP)}; also {','.join(SWEEP_EXTRA)})")
     a = ap.parse_args()
+    if a.real:
+        a.no_mixes = a.no_sweep = True
     text = assets.path("wiki-test")
     results = []
+    speed_rows: list[dict] = []
     for model in a.models.split(","):
         f16 = base.f16_file(model)
         im = base.imatrix_file(model, f16, a.imatrix_chunks, a.threads)
         files = [("f16", f16, None)]
+        if a.real:
+            real = {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in REAL_STOCK}
+            real.update({r: cb_file(model, r, im, a.threads) for r in REAL_RECIPES})
+            files += [(f"{k} (llama-quantize)" if k in REAL_STOCK else k, p, None) for k, p in real.items()]
+            if a.speed and not speed_rows:
+                speed_rows = speed({"cb2": real["cb2"], "Q2_K": real["Q2_K"], "IQ2_S": real["IQ2_S"]},
+                                   a.bench_args.split(), a.threads)
         if not a.no_sweep:
             files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in a.sweep_types.split(",")]
         stock = {} if a.no_mixes else {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
@@ -244,8 +340,15 @@ def main() -> int:
     for r in results:
         print(f"| {r['model']} | {r['quant']} | {r['bpw']:.3f} / {r['bpw_blk']:.3f} | {r['ppl']:.4f} +/- "
               f"{r['stderr']:.4f} | {r['ratio_f16']:.3f} |")
+    if speed_rows:
+        print("\n| file | build | test | t/s |")
+        print("| --- | --- | --- | --- |")
+        for r in speed_rows:
+            print(f"| {r['file']} | {r['build']} | {r['test']} | {r['t_s']:.2f} +/- {r['stddev']:.2f} |")
+    if a.plot:
+        plot(results, Path(a.plot))
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1))
+        Path(a.json).write_text(json.dumps({"perplexity": results, "speed": speed_rows}, indent=1))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The C files of the standalone interleaved4 kernel library (Q4_0 and IQ4_NL values), for the
+"""The C files of the standalone kernel libraries (interleaved4: Q4_0 and IQ4_NL values; codebooks:
+CB2 / CB3), for the
 kernel tests and benchmarks that compile it outside the CMake build (natively and for aarch64).
 The CMake build finds the same files by folder (cmake/ggml-ext-sources.cmake), split between
 ggml-base and ggml-cpu; compile with -I of ggml_ext/include and of SRC."""
@@ -16,4 +17,17 @@ INTERLEAVED4 = [
     SRC / "arm" / "interleaved4_neon.c",
     SRC / "arm" / "interleaved4_i8mm.c",
     SRC / "arm" / "interleaved4_sve.c",
+    SRC / "formats" / "dispatch.c",  # ggml_ext_dispatched_kernel: asks each family's dispatcher
 ]
+
+CODEBOOKS = [
+    SRC / "formats" / "codebooks" / "codebooks.c",
+    SRC / "formats" / "codebooks" / "dispatch.c",
+    SRC / "generic" / "codebooks.c",
+    SRC / "x86" / "codebooks_avx2.c",
+    SRC / "arm" / "codebooks_neon.c",
+]
+
+# formats/dispatch.c names every family's dispatcher: each library holds both families.
+INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS
+CODEBOOKS = INTERLEAVED4

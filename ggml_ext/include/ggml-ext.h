@@ -46,8 +46,10 @@ GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_n
 // Families: the code a type's bytes and kernels belong to (FAMILY column of the .def).
 enum ggml_ext_family {
     GGML_EXT_FAMILY_INTERLEAVED4 = 1,  // 4-bit values (Q4_0 or IQ4_NL) of 4 or 8 rows interleaved
+    GGML_EXT_FAMILY_CODEBOOKS    = 2,  // group-wise codebooks CB2 / CB3 (docs/formats/codebooks.md), rows alone
 };
 #define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
+#define GGML_EXT_FAMILY_NAME_CODEBOOKS    "codebooks"
 
 struct ggml_ext_type_info {
     const char * name;          // "Q4_0_4_4" (GGML_TYPE_Q4_0_4_4)
@@ -64,7 +66,29 @@ struct ggml_ext_type_info {
     const char * base_name;     // "Q4_0"
     int          vec_dot_type;  // the type activations are quantized to on the CPU (8: Q8_0)
     const char * shape_rule;    // why a row count that is not a multiple of row_group is refused
+    bool         rowwise;       // the ROWWISE column: rows stand alone, ggml has row-wise to_float / from_float_ref
 };
+
+// The row-wise functions ggml's type traits get for each ROWWISE row of the .def (ggml.c, patch 0100):
+// ggml_ext_to_float_<NAME>(blocks, k floats out) and ggml_ext_from_float_ref_<NAME>(k floats, blocks out,
+// no importance), k a multiple of the type's block size.
+#define GGML_EXT_DECLARE_ROWWISE(NAME)                                                                       \
+    GGML_EXT_API void ggml_ext_to_float_##NAME(const void * GGML_EXT_RESTRICT_ x, float * GGML_EXT_RESTRICT_ y, \
+                                               int64_t k);                                                   \
+    GGML_EXT_API void ggml_ext_from_float_ref_##NAME(const float * GGML_EXT_RESTRICT_ x,                      \
+                                                     void * GGML_EXT_RESTRICT_ y, int64_t k);
+#define GGML_EXT_DECLARE_GROUPED(NAME)
+#ifdef __cplusplus
+#    define GGML_EXT_RESTRICT_ __restrict__
+#else
+#    define GGML_EXT_RESTRICT_ restrict
+#endif
+#define GGML_EXT_TYPE(NAME, ID, BLCK, TYPE_SIZE, ROWS, CHUNK, GGML_NAME, FAMILY, LAYOUT, BASE, BASE_ID, VEC_DOT, \
+                      VEC_DOT_ID, ROWWISE)                                                                        \
+    GGML_EXT_DECLARE_##ROWWISE(NAME)
+#include "ggml-ext-types.def"
+#undef GGML_EXT_DECLARE_ROWWISE
+#undef GGML_EXT_DECLARE_GROUPED
 
 // Number of registered types, and entry i (0 <= i < count, in .def order; NULL out of range).
 GGML_EXT_API int                                ggml_ext_type_count(void);

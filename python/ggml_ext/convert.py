@@ -51,15 +51,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--imatrix", default=None, metavar="FILE",
                    help="importance matrix from llama-imatrix / `ggml-ext imatrix` (GGUF or legacy .dat): "
                         "used for every quantized matrix, as llama-quantize --imatrix")
-    p.add_argument("--method", default="rtn", choices=_methods.available(),
-                   help="quantization method for the quantized matrices (default rtn): "
+    p.add_argument("--method", default=None, choices=_methods.available(),
+                   help="quantization method for the quantized matrices (default rtn; act-importance for the "
+                        "codebook types cb2/cb2_m/cb3/cb3_m without --imatrix): "
                         + "; ".join(f"{n}: {h}" for n, h in _methods.describe().items()))
     p.add_argument("--iq4-nl-weighting", default="default",
                    choices=("default", "one", "x2", "sqrt_s2x2", "s2x2"),
                    help="what each weight's IQ4_NL error is multiplied by, besides the imatrix (default: sqrt_s2x2); "
                         "an option of --method rtn")
     p.add_argument("--calib", default=None, metavar="TEXT",
-                   help="calibration text (a file, or an asset name) for methods that calibrate, e.g. gptq "
+                   help="calibration text (a file, or an asset name) for methods that calibrate, e.g. gptq, "
+                        "act-importance (the codebook types' importance) "
                         "(default: the wiki-train asset)")
     p.add_argument("--calib-samples", type=int, default=None, metavar="N",
                    help="calibration samples (default 64)")

@@ -50,7 +50,7 @@ from . import _locate, formats, ggml_types
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
     "requires_imatrix", "quantize_rows_into", "quantize", "dequantize", "validate", "format_version",
-    "INTERLEAVED", "INTERLEAVED_IQ4_NL", "repack_q4_0", "unpack_q4_0", "repack_iq4_nl", "unpack_iq4_nl",
+    "INTERLEAVED", "INTERLEAVED_IQ4_NL", "CODEBOOKS", "repack_q4_0", "unpack_q4_0", "repack_iq4_nl", "unpack_iq4_nl",
     "IQ4_NL_WEIGHTINGS",
 ]
 
@@ -64,6 +64,9 @@ IQ4_NL_ID = 20
 INTERLEAVED = {t.name: t.layout for t in formats.family("interleaved4", "Q4_0")}
 #: interleaved IQ4_NL type name -> the same layout numbers
 INTERLEAVED_IQ4_NL = {t.name: t.layout for t in formats.family("interleaved4", "IQ4_NL")}
+#: ggml-ext's codebook types (CB2, CB3) -> code bits: ggml_quantize_chunk makes them (with the
+#: imatrix as the importance), ggml's to_float reads them back
+CODEBOOKS = {t.name: t.layout for t in formats.family("codebooks")}
 
 
 class QuantError(ValueError):
@@ -137,7 +140,8 @@ def _producible(tid: int) -> None:
     info = ggml_types.find_type(tid)
     if info is None:
         raise QuantError(ggml_types.describe_id(tid))
-    if info.kind != "stock" and info.name not in INTERLEAVED and info.name not in INTERLEAVED_IQ4_NL:
+    if info.kind != "stock" and info.name not in INTERLEAVED and info.name not in INTERLEAVED_IQ4_NL \
+            and info.name not in CODEBOOKS:
         raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
     if info.name in ("I8", "I16", "I32", "I64", "F64", "Q8_1", "Q8_K"):
         raise QuantError(f"{info.name} is not a storage type ggml_quantize_chunk produces")

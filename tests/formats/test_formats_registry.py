@@ -28,7 +28,10 @@ def _def_rows():
 def test_the_def_holds_the_restored_ids_and_the_own_range():
     rows, (first, last) = _def_rows()
     assert [(t.name, t.id) for t in rows] == [("Q4_0_4_4", 31), ("Q4_0_4_8", 32), ("Q4_0_8_8", 33),
-                                              ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38)]
+                                              ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38),
+                                              ("CB2", 100), ("CB3", 101)]
+    # the interleaved rows come in groups (no row-wise functions), the codebook rows stand alone
+    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2
     assert (first, last) == (100, 119)
     assert len({t.id for t in rows}) == len(rows) and len({t.name for t in rows}) == len(rows)
     for t in rows:  # restored ids sit below the own range, new ones inside it
@@ -66,10 +69,14 @@ def test_library_answers_from_the_same_table():
         r = lib.ggml_ext_type_info_by_id(t.id).contents
         assert (r.name.decode(), r.id, r.layout, r.base_name.decode(), r.vec_dot_type) == \
                (t.name, t.id, t.layout, t.base_name, t.vec_dot_type)
-        assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
+        assert r.rowwise == t.rowwise
+        if t.rowwise:
+            assert t.row_group == 1 and r.shape_rule.decode() == "rows stand alone: any row count"
+        else:
+            assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
         for gemm in (False, True):
             assert formats.dispatched_kernel(t.id, gemm) in KERNELS
-    for other in (0, 2, 8, 20, 34, 39, 42, 100, 119, -1, 10**6):
+    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 102, 119, -1, 10**6):
         assert not lib.ggml_ext_is_type(other) and not lib.ggml_ext_type_info_by_id(other)
         assert lib.ggml_ext_type_row_group(other) == 0
         assert formats.dispatched_kernel(other, False) is None
@@ -94,10 +101,16 @@ def test_hand_kept_tables_derive_from_the_registry():
     for t in ext:
         info = ggml_types.TYPES[t.id]
         assert (info.name, info.block_size, info.type_size, info.row_group, info.ggml_name, info.kind) == \
-               (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name, "legacy")
-        assert policy.INTERLEAVED_ROWS[t.name] == t.row_group and policy.BLOCK[t.name] == t.blck_size
+               (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name,
+                "legacy" if t.id < ggml_types.EXT_ID_MIN else "ext")
+        assert policy.BLOCK[t.name] == t.blck_size
         assert t.name.lower() in convert.TYPES and policy.OUTPUT_TYPES[t.name.lower()] == t.name
-        assert build_info.INTERLEAVED_TYPES[t.id] == t.name
+        if t.family == "interleaved4":
+            assert policy.INTERLEAVED_ROWS[t.name] == t.row_group
+            assert build_info.INTERLEAVED_TYPES[t.id] == t.name
+        else:  # codebooks: own ids, rows alone, produced by ggml_quantize_chunk
+            assert t.family == "codebooks" and t.name not in policy.INTERLEAVED_ROWS
+            assert quants.CODEBOOKS[t.name] == t.layout
     assert quants.INTERLEAVED == {t.name: t.layout for t in ext if t.base_name == "Q4_0"}
     assert quants.INTERLEAVED_IQ4_NL == {t.name: t.layout for t in ext if t.base_name == "IQ4_NL"}
     assert repack.Q4_0_LAYOUTS == {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
@@ -142,8 +155,8 @@ def test_info_types_json_lists_every_type_truthfully():
     for t in formats.ext_types():
         r = by_id[t.id]
         assert (r["name"], r["block"], r["bytes"], r["stock_readable"], r["family"], r["base"], r["row_group"],
-                r["origin"]) == (t.name, t.blck_size, t.type_size, False, "interleaved4", t.base_name, t.row_group,
-                                 "restored")
+                r["origin"]) == (t.name, t.blck_size, t.type_size, False, t.family, t.base_name, t.row_group,
+                                 "restored" if t.family == "interleaved4" else "ggml-ext")
         assert r["kernels"] == {"arch": platform.machine(), "gemv": formats.dispatched_kernel(t.id, False),
                                 "gemm": formats.dispatched_kernel(t.id, True)}
         assert {r["kernels"]["gemv"], r["kernels"]["gemm"]} <= KERNELS

@@ -4,11 +4,15 @@
 
 #include <stddef.h>
 
+// The shape rule names what a tensor of the type must satisfy beyond whole blocks per row.
+#define GGML_EXT_SHAPE_RULE_GROUPED(BASE, ROWS) "interleaved " #BASE " type needs a row count (ne[1]) divisible by " #ROWS
+#define GGML_EXT_SHAPE_RULE_ROWWISE(BASE, ROWS) "rows stand alone: any row count"
+#define GGML_EXT_IS_ROWWISE_GROUPED false
+#define GGML_EXT_IS_ROWWISE_ROWWISE true
 #define GGML_EXT_TYPE(NAME, ID, BLCK, TYPE_SIZE, ROWS, CHUNK, GGML_NAME, FAMILY, LAYOUT, BASE, BASE_ID, VEC_DOT, \
-                      VEC_DOT_ID)                                                                                 \
+                      VEC_DOT_ID, ROWWISE)                                                                        \
     { #NAME,  GGML_NAME, ID,      BLCK,  TYPE_SIZE, ROWS, CHUNK, GGML_EXT_FAMILY_##FAMILY, GGML_EXT_FAMILY_NAME_##FAMILY, \
-      LAYOUT, BASE_ID,   #BASE,   VEC_DOT_ID,                                                                  \
-      "interleaved " #BASE " type needs a row count (ne[1]) divisible by " #ROWS },
+      LAYOUT, BASE_ID,   #BASE,   VEC_DOT_ID, GGML_EXT_SHAPE_RULE_##ROWWISE(BASE, ROWS), GGML_EXT_IS_ROWWISE_##ROWWISE },
 static const struct ggml_ext_type_info types[] = {
 #include "ggml-ext-types.def"
 };

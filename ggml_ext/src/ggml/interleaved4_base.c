@@ -3,6 +3,7 @@
 // row validation), and the relayout to plain Q4_0 / IQ4_NL that the CUDA backend keeps.
 #include "formats/interleaved4/interleaved4.h"
 #include "ggml-ext.h"
+#include "ggml/families.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,8 +83,8 @@ size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t 
     return (size_t) nrows * row_bytes;
 }
 
-size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
-                                       int64_t n_per_row, const float * imatrix) {
+size_t ggml_ext_i4_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
+                                          int64_t n_per_row, const float * imatrix) {
     const struct ggml_ext_type_info * t = interleaved4(type);
     if (!t) {
         return 0;
@@ -139,7 +140,7 @@ static bool fp16_finite(ggml_ext_fp16_t h, size_t block) {
     return true;
 }
 
-bool ggml_ext_validate_row_data(int type, const void * data, size_t nbytes) {
+bool ggml_ext_i4_validate_row_data(int type, const void * data, size_t nbytes) {
     const struct ggml_ext_type_info * t = interleaved4(type);
     if (!t) {
         return true;

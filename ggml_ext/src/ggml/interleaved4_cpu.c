@@ -9,6 +9,7 @@
 #include "ggml-cpu-impl.h"
 
 #include "formats/interleaved4/interleaved4.h"
+#include "ggml/families.h"
 #include "ggml/interleaved4_runtime_repack.h"
 
 // The registry (ggml-ext-types.def) says which types are ours and which family runs them.
@@ -20,14 +21,7 @@ static const struct ggml_ext_type_info * interleaved4(enum ggml_type type) {
 static void mul_mat_interleaved(const struct ggml_compute_params * params, struct ggml_tensor * dst,
                                 const struct ggml_ext_i4_layout_traits * lt);
 
-int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
-    bool involved = ggml_ext_is_type((int) op->type);
-    for (int i = 0; i < GGML_MAX_SRC; i++) {
-        involved = involved || (op->src[i] && ggml_ext_is_type((int) op->src[i]->type));
-    }
-    if (!involved) {
-        return -1;
-    }
+bool ggml_ext_i4_cpu_supports_op(const struct ggml_tensor * op) {
     const struct ggml_tensor * src0 = op->src[0];
     const struct ggml_tensor * src1 = op->src[1];
     // the kernels walk whole interleaved row groups: a view of part of each row cannot be read
@@ -35,7 +29,7 @@ int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
            ggml_is_contiguous(src0) && src1 && src1->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
 }
 
-bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+bool ggml_ext_i4_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
     const struct ggml_ext_type_info * t = interleaved4(dst->src[0]->type);
     if (!t) {
         return false;

@@ -53,7 +53,12 @@ int ggml_ext_llama_kv_type(int type, bool is_v, uint32_t n_layer, const char * n
 
 // llama_ftype values (llama.h): MOSTLY_Q4_0 is 2, MOSTLY_IQ4_NL 25; upstream removed 33-35
 // (MOSTLY_Q4_0_4_4/4_8/8_8, in layout order) and keeps them reserved, and ggml-ext writes them again.
+// The types of the other families (own ids 100-119, far above upstream's file types, 0-41) are their
+// own file type: a file mostly of CB2 is file type 100, named "CB2 - 2.4375 bpw".
 enum { FTYPE_MOSTLY_IQ4_NL = 25, FTYPE_Q4_0_INTERLEAVED_FIRST = 33 };
+
+#define FTYPE_NAME_INTERLEAVED4(NAME, ID, BPW)
+#define FTYPE_NAME_CODEBOOKS(NAME, ID, BPW) { ID, "(guessed) " #NAME " - " BPW " bpw" },
 
 static const struct {
     int          ftype;
@@ -62,6 +67,12 @@ static const struct {
     { FTYPE_Q4_0_INTERLEAVED_FIRST + 0, "(guessed) Q4_0_4_4" },
     { FTYPE_Q4_0_INTERLEAVED_FIRST + 1, "(guessed) Q4_0_4_8" },
     { FTYPE_Q4_0_INTERLEAVED_FIRST + 2, "(guessed) Q4_0_8_8" },
+    // bits per weight: TYPE_SIZE * 8 / BLCK of the .def, written out (78 * 8 / 256, 110 * 8 / 256)
+#define BPW_CB2 "2.4375"
+#define BPW_CB3 "3.4375"
+#define GGML_EXT_TYPE(NAME, ID, BLCK, TYPE_SIZE, ROWS, CHUNK, GGML_NAME, FAMILY, ...) \
+    FTYPE_NAME_##FAMILY(NAME, ID, BPW_##NAME)
+#include "ggml-ext-types.def"
 };
 
 const char * ggml_ext_llama_ftype_name(int ftype, bool guessed) {
@@ -75,8 +86,11 @@ const char * ggml_ext_llama_ftype_name(int ftype, bool guessed) {
 
 int ggml_ext_llama_ftype_of_type(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    if (t == NULL || t->family != GGML_EXT_FAMILY_INTERLEAVED4) {
+    if (t == NULL) {
         return -1;
+    }
+    if (t->family != GGML_EXT_FAMILY_INTERLEAVED4) {
+        return t->id;  // its own file type
     }
     return t->base_type == GGML_TYPE_Q4_0 ? FTYPE_Q4_0_INTERLEAVED_FIRST + t->layout : FTYPE_MOSTLY_IQ4_NL;
 }

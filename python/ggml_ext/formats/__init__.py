@@ -50,7 +50,8 @@ class ExtType:
     layout: int        # layout number inside the family
     base_name: str     # the stock type whose values it stores: "Q4_0" / "IQ4_NL"
     base_type: int
-    vec_dot_type: int  # what the CPU quantizes activations to (8: Q8_0)
+    vec_dot_type: int  # what the CPU quantizes activations to (8: Q8_0, 15: Q8_K)
+    rowwise: bool = False  # rows stand alone (ROWWISE column): ggml has row-wise to_float for it
 
     @property
     def bits_per_weight(self) -> float:
@@ -84,7 +85,7 @@ class _Info(ctypes.Structure):
         ("blck_size", ctypes.c_int), ("type_size", ctypes.c_int), ("row_group", ctypes.c_int),
         ("chunk", ctypes.c_int), ("family", ctypes.c_int), ("family_name", ctypes.c_char_p),
         ("layout", ctypes.c_int), ("base_type", ctypes.c_int), ("base_name", ctypes.c_char_p),
-        ("vec_dot_type", ctypes.c_int), ("shape_rule", ctypes.c_char_p),
+        ("vec_dot_type", ctypes.c_int), ("shape_rule", ctypes.c_char_p), ("rowwise", ctypes.c_bool),
     ]
 
 
@@ -129,11 +130,13 @@ def parse_def(text: str) -> tuple[list[ExtType], tuple[int, int]]:
     rows = []
     for m in _ROW.finditer(text):
         f = [x.strip() for x in m.group(1).split(",")]
-        if len(f) != 13:
-            raise ValueError(f"ggml-ext-types.def: a row needs 13 fields, not {len(f)}: {m.group(0)}")
-        name, id_, blck, size, rows_, chunk, gname, fam, layout, base, base_id, _vd, vd_id = f
+        if len(f) != 14:
+            raise ValueError(f"ggml-ext-types.def: a row needs 14 fields, not {len(f)}: {m.group(0)}")
+        name, id_, blck, size, rows_, chunk, gname, fam, layout, base, base_id, _vd, vd_id, rowwise = f
+        if rowwise not in ("ROWWISE", "GROUPED"):
+            raise ValueError(f"ggml-ext-types.def: ROWWISE column must be ROWWISE or GROUPED: {m.group(0)}")
         rows.append(ExtType(name, gname.strip('"'), int(id_), int(blck), int(size), int(rows_), int(chunk),
-                            fam.lower(), int(layout), base, int(base_id), int(vd_id)))
+                            fam.lower(), int(layout), base, int(base_id), int(vd_id), rowwise == "ROWWISE"))
     d = dict(_DEFINE.findall(text))
     return rows, (int(d["GGML_EXT_TYPE_FIRST_OWN"]), int(d["GGML_EXT_TYPE_LAST_OWN"]))
 
@@ -158,7 +161,7 @@ def ext_types() -> tuple[ExtType, ...]:
         r = lib.ggml_ext_type_info_at(i).contents
         out.append(ExtType(r.name.decode(), r.ggml_name.decode(), r.id, r.blck_size, r.type_size, r.row_group,
                            r.chunk, r.family_name.decode(), r.layout, r.base_name.decode(), r.base_type,
-                           r.vec_dot_type))
+                           r.vec_dot_type, bool(r.rowwise)))
     return tuple(out)
 
 

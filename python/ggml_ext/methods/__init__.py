@@ -140,4 +140,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import gptq, rtn  # noqa: E402,F401
+from . import act_importance, gptq, rtn  # noqa: E402,F401

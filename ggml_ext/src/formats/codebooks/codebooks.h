@@ -13,7 +13,8 @@
 //            its codes in qs: one byte per 16-byte qs chunk);
 //   - hmask: (CB3) bit 2 of the code of weight j of sub-group s at bit (s&7) of hmask[16*(s>>3) + j];
 //   - scales: sub-group s's local scale in the low (s even) / high (s odd) nibble of scales[s>>1].
-// This is a reference only: no type id, no kernels yet (docs/formats/codebooks.md, "What is left").
+// GGML types CB2 (id 100) and CB3 (id 101), ggml-ext-types.def; kernels: src/generic/codebooks.c (scalar
+// reference), src/x86/codebooks_avx2.c, src/arm/codebooks_neon.c, chosen by formats/codebooks/dispatch.c.
 #pragma once
 
 #include "common/blocks.h"  // ggml_ext_fp16_t
@@ -65,6 +66,42 @@ GGML_EXT_API size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst
 
 // Blocks -> floats (n_blocks * 256). Returns 0, or -1 for bits other than 2 and 3.
 GGML_EXT_API int ggml_ext_cb_dequantize(int bits, const void * src, float * dst, int64_t n_blocks);
+
+// ---- kernels: weights (CB2 / CB3 rows) times activations quantized to Q8_K ----
+// Activations are quantized per 256 values (one weight block) to ggml's Q8_K bytes: an fp32 scale,
+// 256 int8, 16 int16 sums of 16 (unused here; kept so ggml-cpu's work-buffer size, planned from the
+// vec_dot_type Q8_K, is exact). Q8_K rather than Q8_0: one scale per weight super-block, so a
+// block's dot product is one integer sum of 16 sub-group sums times (l + 1), then one float multiply.
+typedef struct {
+    float   d;
+    int8_t  qs[GGML_EXT_QK_CB];
+    int16_t bsums[GGML_EXT_QK_CB / 16];
+} ggml_ext_block_q8_K;  // 292 bytes, ggml-common.h's block_q8_K
+
+// k floats (k a multiple of 256) -> k / 256 Q8_K blocks: d = max |x| / 127, q = round(x / d).
+GGML_EXT_API void ggml_ext_cb_quantize_row_q8_K(const float * x, void * y, int64_t k);
+
+// s[r * bs + c] = dot(weight row c, activation row r) for c < nc, r < nr: vx holds nc rows of n
+// weights (CB2 or CB3 blocks), vy nr rows of n activations as Q8_K blocks; n a multiple of 256.
+#define GGML_EXT_CB_MM_ARGS int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc
+typedef void (*ggml_ext_cb_mm_fn)(GGML_EXT_CB_MM_ARGS);
+
+// One implementation of the kernels (generic: the scalar reference; avx2; neon-dotprod). mm[0] is
+// CB2's, mm[1] CB3's; the scalar reference has both, a SIMD implementation may lack one (NULL).
+struct ggml_ext_cb_impl {
+    const char *      name;
+    int (*usable)(void);  // NULL: always usable where compiled
+    ggml_ext_cb_mm_fn mm[2];
+};
+
+// Every implementation compiled in (0: generic ... best last), and the one that runs for bits.
+GGML_EXT_API int                              ggml_ext_cb_impl_count(void);
+GGML_EXT_API const struct ggml_ext_cb_impl * ggml_ext_cb_impl_get(int i);
+GGML_EXT_API const char *                     ggml_ext_cb_dispatched(int bits);
+// The dispatched kernel for bits 2 or 3 (what ggml-cpu's mul_mat runs).
+GGML_EXT_API void ggml_ext_cb_mm(int bits, GGML_EXT_CB_MM_ARGS);
+
+GGML_EXT_API extern const struct ggml_ext_cb_impl ggml_ext_cb_impl_generic;
 
 #ifdef __cplusplus
 }

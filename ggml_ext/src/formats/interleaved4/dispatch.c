@@ -77,7 +77,7 @@ static int values_of(const struct ggml_ext_type_info * t) {
     return t->base_type == GGML_EXT_BASE_IQ4_NL ? GGML_EXT_I4_IQ4_NL : GGML_EXT_I4_Q4_0;
 }
 
-const char * ggml_ext_dispatched_kernel(int type, int gemm) {
+const char * ggml_ext_i4_dispatched_kernel(int type, int gemm) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
     if (!t || t->family != GGML_EXT_FAMILY_INTERLEAVED4) {
         return NULL;
