@@ -17,3 +17,12 @@ INTERLEAVED4 = [
     SRC / "arm" / "interleaved4_i8mm.c",
     SRC / "arm" / "interleaved4_sve.c",
 ]
+
+# The KVQuant KV-cache kernels (docs/formats/kvquant.md): bytes, dispatch, scalar reference, SIMD twins.
+KVQUANT = [
+    SRC / "formats" / "kvquant" / "kvquant.c",
+    SRC / "formats" / "kvquant" / "dispatch.c",
+    SRC / "generic" / "kvquant.c",
+    SRC / "x86" / "kvquant_avx2.c",
+    SRC / "arm" / "kvquant_neon.c",
+]

@@ -1,0 +1,182 @@
+// KVQuant kernels, NEON (scalar twin: ../generic/kvquant.c): the AVX2 kernels' method
+// (x86/kvquant_avx2.c explains it) four lanes at a time: 4-bit layers, head_dim a multiple of 16,
+// dense part only. The 16-entry value table is one 64-byte vqtbl4q lookup (byte indices 4 i + 0..3).
+#include "formats/kvquant/kvquant.h"
+
+#if defined(GGML_EXT_HAVE_NEON)
+#    include <arm_neon.h>
+#    include <math.h>
+
+#    define INLINE GGML_EXT_INLINE
+#    define MAXG   4
+
+INLINE float32x4_t lut16(uint8x16x4_t tab, uint32x4_t idx) {
+    const uint32x4_t b = vaddq_u32(vmulq_n_u32(idx, 0x04040404u), vdupq_n_u32(0x03020100u));
+    return vreinterpretq_f32_u8(vqtbl4q_u8(tab, vreinterpretq_u8_u32(b)));
+}
+
+INLINE void sincos4(float32x4_t x, float32x4_t * s, float32x4_t * c) {
+    const float32x4_t j  = vrndnq_f32(vmulq_n_f32(x, 0.636619772367581343f));
+    float32x4_t       r  = vfmsq_f32(x, j, vdupq_n_f32(1.5703125f));
+    r                    = vfmsq_f32(r, j, vdupq_n_f32(4.837512969970703125e-4f));
+    r                    = vfmsq_f32(r, j, vdupq_n_f32(7.54978995489188216e-8f));
+    const float32x4_t r2 = vmulq_f32(r, r);
+    float32x4_t       sp = vfmaq_f32(vdupq_n_f32(-1.0f / 5040), r2, vdupq_n_f32(1.0f / 362880));
+    sp                   = vfmaq_f32(vdupq_n_f32(1.0f / 120), r2, sp);
+    sp                   = vfmaq_f32(vdupq_n_f32(-1.0f / 6), r2, sp);
+    sp                   = vfmaq_f32(r, vmulq_f32(r2, r), sp);
+    float32x4_t cp       = vfmaq_f32(vdupq_n_f32(1.0f / 40320), r2, vdupq_n_f32(-1.0f / 3628800));
+    cp                   = vfmaq_f32(vdupq_n_f32(-1.0f / 720), r2, cp);
+    cp                   = vfmaq_f32(vdupq_n_f32(1.0f / 24), r2, cp);
+    cp                   = vfmaq_f32(vdupq_n_f32(-0.5f), r2, cp);
+    cp                   = vfmaq_f32(vdupq_n_f32(1.0f), r2, cp);
+    const uint32x4_t q    = vreinterpretq_u32_s32(vcvtq_s32_f32(j));
+    const uint32x4_t odd  = vtstq_u32(q, vdupq_n_u32(1));
+    const float32x4_t s0  = vbslq_f32(odd, cp, sp);
+    const float32x4_t c0  = vbslq_f32(odd, sp, cp);
+    const uint32x4_t ssgn = vshlq_n_u32(vandq_u32(q, vdupq_n_u32(2)), 30);
+    const uint32x4_t csgn = vshlq_n_u32(vandq_u32(vaddq_u32(q, vdupq_n_u32(1)), vdupq_n_u32(2)), 30);
+    *s = vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(s0), ssgn));
+    *c = vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(c0), csgn));
+}
+
+// eight bytes -> low nibbles (two vectors of four) and high nibbles
+INLINE void nibbles8(const uint8_t * p, uint32x4_t lo[2], uint32x4_t hi[2]) {
+    const uint16x8_t b  = vmovl_u8(vld1_u8(p));
+    const uint16x8_t l  = vandq_u16(b, vdupq_n_u16(15));
+    const uint16x8_t h  = vshrq_n_u16(b, 4);
+    lo[0]               = vmovl_u16(vget_low_u16(l));
+    lo[1]               = vmovl_u16(vget_high_u16(l));
+    hi[0]               = vmovl_u16(vget_low_u16(h));
+    hi[1]               = vmovl_u16(vget_high_u16(h));
+}
+
+INLINE uint8x16x4_t table(const float * v) {
+    uint8x16x4_t t;
+    t.val[0] = vreinterpretq_u8_f32(vld1q_f32(v));
+    t.val[1] = vreinterpretq_u8_f32(vld1q_f32(v + 4));
+    t.val[2] = vreinterpretq_u8_f32(vld1q_f32(v + 8));
+    t.val[3] = vreinterpretq_u8_f32(vld1q_f32(v + 12));
+    return t;
+}
+
+static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
+                    size_t stride, const int32_t * pos, int n_tokens, float * scores) {
+    const int hd = L->head_dim, h2 = hd / 2;
+    if (L->bits != 4 || hd % 16) {
+        return 0;
+    }
+    float              co[MAXG][6][GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    float              cs[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    float              cd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    const uint8x16x4_t tab = table(L->k_values);
+    const float *      kh = L->k_half + head * hd, * km = L->k_mid + head * hd;
+    for (int j = 0; j < h2; j++) {
+        cd[j] = cosf(L->pair_theta[j]);
+        sd[j] = sinf(L->pair_theta[j]);
+    }
+    for (int g0 = 0; g0 < n_q; g0 += MAXG) {
+        const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
+        for (int g = 0; g < ng; g++) {
+            const float * qg = q + (size_t) (g0 + g) * hd;
+            for (int j = 0; j < h2; j++) {
+                const int   a = L->perm[j], b = L->perm[j + h2];
+                const float qa = qg[a], qb = qg[b];
+                co[g][0][j] = qa * kh[a];
+                co[g][1][j] = qb * kh[b];
+                co[g][2][j] = qb * kh[a];
+                co[g][3][j] = qa * kh[b];
+                co[g][4][j] = qa * km[a] + qb * km[b];
+                co[g][5][j] = qb * km[a] - qa * km[b];
+            }
+        }
+        for (int t = 0; t < n_tokens; t++) {
+            const uint8_t * blk    = (const uint8_t *) k_rows + (size_t) t * stride + head * L->head_bytes;
+            const int       anchor = t % 16 == 0 || pos[t] != pos[t - 1] + 1;
+            const float     pf     = (float) pos[t];
+            float32x4_t     acc[MAXG];
+            for (int g = 0; g < ng; g++) {
+                acc[g] = vdupq_n_f32(0.0f);
+            }
+            for (int j = 0; j < h2; j += 8) {
+                uint32x4_t ia[2], ib[2];
+                nibbles8(blk + j, ia, ib);
+                for (int h = 0; h < 2; h++) {
+                    const int   jj = j + 4 * h;
+                    float32x4_t c, s;
+                    if (anchor) {
+                        sincos4(vmulq_n_f32(vld1q_f32(L->pair_theta + jj), pf), &s, &c);
+                    } else {
+                        const float32x4_t c1 = vld1q_f32(cs + jj), s1 = vld1q_f32(sn + jj);
+                        const float32x4_t dc = vld1q_f32(cd + jj), ds = vld1q_f32(sd + jj);
+                        c = vfmsq_f32(vmulq_f32(c1, dc), s1, ds);
+                        s = vfmaq_f32(vmulq_f32(s1, dc), c1, ds);
+                    }
+                    vst1q_f32(cs + jj, c);
+                    vst1q_f32(sn + jj, s);
+                    const float32x4_t da = lut16(tab, ia[h]), db = lut16(tab, ib[h]);
+                    for (int g = 0; g < ng; g++) {
+                        const float32x4_t x = vfmaq_f32(vfmaq_f32(vld1q_f32(co[g][4] + jj), vld1q_f32(co[g][1] + jj), db),
+                                                        vld1q_f32(co[g][0] + jj), da);
+                        const float32x4_t y = vfmaq_f32(vfmsq_f32(vld1q_f32(co[g][5] + jj), vld1q_f32(co[g][3] + jj), db),
+                                                        vld1q_f32(co[g][2] + jj), da);
+                        acc[g] = vfmaq_f32(vfmaq_f32(acc[g], s, y), c, x);
+                    }
+                }
+            }
+            for (int g = 0; g < ng; g++) {
+                scores[(size_t) (g0 + g) * n_tokens + t] = vaddvq_f32(acc[g]);
+            }
+        }
+    }
+    return 1;
+}
+
+static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q, const void * v_rows,
+                        size_t stride, int n_tokens, float * out) {
+    const int hd = L->head_dim, h2 = hd / 2;
+    if (L->bits != 4 || hd % 16) {
+        return 0;
+    }
+    const uint8x16x4_t tab = table(L->v_values);
+    for (int i = 0; i < n_q * hd; i++) {
+        out[i] = 0.0f;
+    }
+    for (int g0 = 0; g0 < n_q; g0 += MAXG) {
+        const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
+        float     cst[MAXG] = { 0 };
+        for (int t = 0; t < n_tokens; t++) {
+            const uint8_t * row = (const uint8_t *) v_rows + (size_t) t * stride;
+            float           mid, half, a[MAXG];
+            ggml_ext_kvq_v_scale(L, row, &mid, &half);
+            for (int g = 0; g < ng; g++) {
+                const float wt = w[(size_t) (g0 + g) * n_tokens + t];
+                a[g]           = wt * half;
+                cst[g] += wt * mid;
+            }
+            const uint8_t * blk = row + head * L->head_bytes;
+            for (int j = 0; j < h2; j += 8) {
+                uint32x4_t il[2], ih[2];
+                nibbles8(blk + j, il, ih);
+                for (int h = 0; h < 2; h++) {
+                    const float32x4_t dl = lut16(tab, il[h]), dh = lut16(tab, ih[h]);
+                    for (int g = 0; g < ng; g++) {
+                        float * o = out + (size_t) (g0 + g) * hd + j + 4 * h;
+                        vst1q_f32(o, vfmaq_n_f32(vld1q_f32(o), dl, a[g]));
+                        vst1q_f32(o + h2, vfmaq_n_f32(vld1q_f32(o + h2), dh, a[g]));
+                    }
+                }
+            }
+        }
+        for (int g = 0; g < ng; g++) {
+            for (int c = 0; c < hd; c++) {
+                out[(size_t) (g0 + g) * hd + c] += cst[g];
+            }
+        }
+    }
+    return 1;
+}
+
+const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_neon = { "neon", 1, k_scores, v_accumulate };
+
+#endif  // GGML_EXT_HAVE_NEON
