@@ -130,7 +130,9 @@ class KVCacheLayer:
                  name: str = "layer"):
         self.name, self.bits, self.n_kv_heads, self.head_dim = name, bits, n_kv_heads, head_dim
         self.n_channels = D = n_kv_heads * head_dim
-        n = 2 ** bits if bits in (2, 3, 4) else 0
+        if bits not in (2, 3, 4):
+            raise KVKernelError(f"{name}: bits must be 2, 3 or 4, not {bits}")
+        n = 2 ** bits
         self._keep = [_f32(k_lo, D, f"{name} k_lo"), _f32(k_hi, D, f"{name} k_hi"),
                       _f32(k_levels, n, f"{name} k levels"), _f32(k_values, n, f"{name} k values"),
                       _f32(v_levels, n, f"{name} v levels"), _f32(v_values, n, f"{name} v values")]
