@@ -1,6 +1,5 @@
 // KVQuant kernels, NEON (scalar twin: ../generic/kvquant.c): the AVX2 kernels' method
-// (x86/kvquant_avx2.c explains it) four lanes at a time: 4-bit layers, head_dim a multiple of 16,
-// dense part only. The 16-entry value table is one 64-byte vqtbl4q lookup (byte indices 4 i + 0..3).
+// (x86/kvquant_avx2.c explains it) four lanes at a time: 4-bit layers, head_dim a multiple of 16. The 16-entry value table is one 64-byte vqtbl4q lookup (byte indices 4 i + 0..3).
 #include "formats/kvquant/kvquant.h"
 
 #if defined(GGML_EXT_HAVE_NEON)
@@ -127,6 +126,8 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float *
             for (int g = 0; g < ng; g++) {
                 scores[(size_t) (g0 + g) * n_tokens + t] = vaddvq_f32(acc[g]);
             }
+            ggml_ext_kvq_k_row_sparse(L, head, blk - head * L->head_bytes, cs, sn, q + (size_t) g0 * hd, ng,
+                                      scores + (size_t) g0 * n_tokens + t, (size_t) n_tokens);
         }
     }
     return 1;
@@ -167,6 +168,8 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
                     }
                 }
             }
+            ggml_ext_kvq_v_row_sparse(L, head, row, mid, half, w + (size_t) g0 * n_tokens + t, ng, (size_t) n_tokens,
+                                      out + (size_t) g0 * hd);
         }
         for (int g = 0; g < ng; g++) {
             for (int c = 0; c < hd; c++) {
@@ -177,6 +180,6 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
     return 1;
 }
 
-const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_neon = { "neon", 1, k_scores, v_accumulate };
+const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_neon = { "neon", k_scores, v_accumulate };
 
 #endif  // GGML_EXT_HAVE_NEON

@@ -77,4 +77,4 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
     return 1;
 }
 
-const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_generic = { "generic", 0, k_scores, v_accumulate };
+const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_generic = { "generic", k_scores, v_accumulate };

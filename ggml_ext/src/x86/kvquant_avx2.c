@@ -1,5 +1,5 @@
 // KVQuant kernels, AVX2 + FMA (scalar twin: ../generic/kvquant.c): 4-bit layers, head_dim a multiple
-// of 16, dense part only (the dispatcher adds the outliers' corrections).
+// of 16; the outliers' corrections per token (kvquant.h's shared helpers) use the token's cos/sin.
 //
 // Keys. A head block's byte j holds rotation pair j: slot j (low nibble) and slot j + hd/2 (high), so
 // eight bytes give eight pairs (a, b). With ka = da ha + ma, kb = db hb + mb (da, db: the table's
@@ -134,6 +134,8 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float *
             for (int g = 0; g < ng; g++) {
                 scores[(size_t) (g0 + g) * n_tokens + t] = hsum(acc[g]);
             }
+            ggml_ext_kvq_k_row_sparse(L, head, blk - head * L->head_bytes, cs, sn, q + (size_t) g0 * hd, ng,
+                                      scores + (size_t) g0 * n_tokens + t, (size_t) n_tokens);
         }
     }
     return 1;
@@ -175,6 +177,8 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
                     _mm256_storeu_ps(o + h2 + j, _mm256_fmadd_ps(a[g], dh, _mm256_loadu_ps(o + h2 + j)));
                 }
             }
+            ggml_ext_kvq_v_row_sparse(L, head, row, mid, half, w + (size_t) g0 * n_tokens + t, ng, (size_t) n_tokens,
+                                      out + (size_t) g0 * hd);
         }
         for (int g = 0; g < ng; g++) {
             for (int c = 0; c < hd; c++) {
@@ -185,6 +189,6 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
     return 1;
 }
 
-const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_avx2 = { "avx2", 1, k_scores, v_accumulate };
+const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_avx2 = { "avx2", k_scores, v_accumulate };
 
 #endif  // GGML_EXT_HAVE_AVX2

@@ -1,6 +1,5 @@
 // Dispatch of the KVQuant kernels: the best compiled-in implementation (common/simd.h decides from
-// the target flags, as for every family) that takes the layer, else the scalar reference. SIMD
-// implementations compute the dense part and leave the outliers to the shared scalar corrections.
+// the target flags, as for every family) that takes the layer, else the scalar reference.
 #include "formats/kvquant/kvquant.h"
 
 #include <string.h>
@@ -54,8 +53,6 @@ void ggml_ext_kvq_k_scores(const struct ggml_ext_kvq_layer * L, int head, const 
     const struct ggml_ext_kvq_impl * p = pick(L);
     if (!p->k_scores(L, head, q, n_q, k_rows, stride, pos, n_tokens, scores)) {
         impls[0]->k_scores(L, head, q, n_q, k_rows, stride, pos, n_tokens, scores);
-    } else if (p->dense_only) {
-        ggml_ext_kvq_k_scores_sparse(L, head, q, n_q, k_rows, stride, pos, n_tokens, scores);
     }
 }
 
@@ -64,7 +61,5 @@ void ggml_ext_kvq_v_accumulate(const struct ggml_ext_kvq_layer * L, int head, co
     const struct ggml_ext_kvq_impl * p = pick(L);
     if (!p->v_accumulate(L, head, w, n_q, v_rows, stride, n_tokens, out)) {
         impls[0]->v_accumulate(L, head, w, n_q, v_rows, stride, n_tokens, out);
-    } else if (p->dense_only) {
-        ggml_ext_kvq_v_accumulate_sparse(L, head, w, n_q, v_rows, stride, n_tokens, out);
     }
 }

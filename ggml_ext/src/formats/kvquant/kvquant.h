@@ -110,20 +110,55 @@ static inline void ggml_ext_kvq_v_scale(const struct ggml_ext_kvq_layer * L, con
 // The RoPE angle of key pair j (slot order) at position pos, as llama.cpp's rope computes it.
 GGML_EXT_API float ggml_ext_kvq_rope_angle(const struct ggml_ext_kvq_layer * L, int j, int32_t pos);
 
-// What the SIMD kernels leave to shared scalar code: the outlier corrections. They add, for every
-// kept outlier of head `head`, the difference between its fp16 value and the dense element under it.
-GGML_EXT_API void ggml_ext_kvq_k_scores_sparse(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q,
-                                  const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
-                                  float * scores);
-GGML_EXT_API void ggml_ext_kvq_v_accumulate_sparse(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q,
-                                      const void * v_rows, size_t row_stride, int n_tokens, float * out);
+// The outlier corrections of one token for KV head `head`, which the SIMD kernels add inside their token
+// loop: for each kept outlier, the difference between its fp16 value and the dense element under it.
+// Keys: given the cosine and sine of every pair at the token's position (slot order); adds to
+// scores[g * n_tokens] for the n_q query heads q. Values: adds w[g * n_tokens] * difference to out[g * hd + c].
+static inline void ggml_ext_kvq_k_row_sparse(const struct ggml_ext_kvq_layer * L, int head, const uint8_t * row,
+                                             const float * cs, const float * sn, const float * q, int n_q,
+                                             float * scores, size_t n_tokens) {
+    const int       hd = L->head_dim, h2 = hd / 2;
+    const uint8_t * sparse = row + L->dense_bytes;
+    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
+        const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
+        if (sl.channel / hd != head) {
+            continue;
+        }
+        const int   s     = L->slot_of[sl.channel % hd], j = s % h2;
+        const float dense = L->k_values[ggml_ext_kvq_get(row + head * L->head_bytes, L->bits, hd, s)] *
+                                L->k_half[sl.channel] + L->k_mid[sl.channel];
+        const float delta = ggml_ext_fp16_to_fp32(sl.value) - dense;
+        for (int g = 0; g < n_q; g++) {
+            const float qa = q[g * hd + L->perm[j]], qb = q[g * hd + L->perm[j + h2]];
+            // q . R(delta e_a) = delta (qa c + qb s);  q . R(delta e_b) = delta (qb c - qa s)
+            scores[g * n_tokens] += s < h2 ? delta * (qa * cs[j] + qb * sn[j]) : delta * (qb * cs[j] - qa * sn[j]);
+        }
+    }
+}
 
-// One implementation of the dense kernels (generic: the whole computation, outliers included).
-// k_scores / v_accumulate return 0 when they cannot take the layer (bits, head_dim): the dispatcher
-// then runs the scalar reference. dense_only: the caller adds the outlier corrections.
+static inline void ggml_ext_kvq_v_row_sparse(const struct ggml_ext_kvq_layer * L, int head, const uint8_t * row,
+                                             float mid, float half, const float * w, int n_q, size_t n_tokens,
+                                             float * out) {
+    const int       hd     = L->head_dim;
+    const uint8_t * sparse = ggml_ext_kvq_v_sparse(L, row);
+    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
+        const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
+        if (sl.channel / hd != head) {
+            continue;
+        }
+        const int   c     = sl.channel % hd;
+        const float dense = L->v_values[ggml_ext_kvq_get(row + head * L->head_bytes, L->bits, hd, c)] * half + mid;
+        const float delta = ggml_ext_fp16_to_fp32(sl.value) - dense;
+        for (int g = 0; g < n_q; g++) {
+            out[g * hd + c] += w[g * n_tokens] * delta;
+        }
+    }
+}
+
+// One implementation of the kernels, outliers included. k_scores / v_accumulate return 0 when they
+// cannot take the layer (bits, head_dim): the dispatcher then runs the scalar reference.
 struct ggml_ext_kvq_impl {
     const char * name;
-    int          dense_only;
     int (*k_scores)(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
                     size_t row_stride, const int32_t * pos, int n_tokens, float * scores);
     int (*v_accumulate)(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q,
