@@ -6,7 +6,7 @@
 //   dense:  n_kv_heads head blocks of head_dim * B / 8 bytes (head h at h * head_dim * B / 8);
 //   sparse: keys   u16 n_kept, u16 n_dropped, k_slots x {u16 channel, fp16 value}
 //           values fp16 mid, fp16 half, u16 n_kept, u16 n_dropped, v_slots x {u16 channel, fp16 value}
-// (little-endian, no padding; read with memcpy). A dense element is an index into the layer's 2^B
+// (little-endian, no padding; read with memcpy; slots in ascending channel order). A dense element is an index into the layer's 2^B
 // dequantization values: key channel c = values[i] * half[c] + mid[c] (per-channel, calibrated
 // offline, held by the layer, not the row), value = values[i] * half_t + mid_t (per token, in the row).
 // An outlier slot holds the element's own value in fp16; its dense index is the clamped one.
@@ -110,6 +110,21 @@ static inline void ggml_ext_kvq_v_scale(const struct ggml_ext_kvq_layer * L, con
 // The RoPE angle of key pair j (slot order) at position pos, as llama.cpp's rope computes it.
 GGML_EXT_API float ggml_ext_kvq_rope_angle(const struct ggml_ext_kvq_layer * L, int j, int32_t pos);
 
+// Slots are in ascending channel order: the first slot of head `head` (binary search), so a kernel
+// visits only its head's outliers.
+static inline int ggml_ext_kvq_first_slot(const uint8_t * sparse, int n, int channel) {
+    int lo = 0, hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (ggml_ext_kvq_slot_at(sparse, mid).channel < channel) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
 // The outlier corrections of one token for KV head `head`, which the SIMD kernels add inside their token
 // loop: for each kept outlier, the difference between its fp16 value and the dense element under it.
 // Keys: given the cosine and sine of every pair at the token's position (slot order); adds to
@@ -119,10 +134,11 @@ static inline void ggml_ext_kvq_k_row_sparse(const struct ggml_ext_kvq_layer * L
                                              float * scores, size_t n_tokens) {
     const int       hd = L->head_dim, h2 = hd / 2;
     const uint8_t * sparse = row + L->dense_bytes;
-    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
+    const int       n      = ggml_ext_kvq_n_kept(sparse);
+    for (int i = n ? ggml_ext_kvq_first_slot(sparse, n, head * hd) : 0; i < n; i++) {
         const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
-        if (sl.channel / hd != head) {
-            continue;
+        if (sl.channel >= (head + 1) * hd) {
+            break;
         }
         const int   s     = L->slot_of[sl.channel % hd], j = s % h2;
         const float dense = L->k_values[ggml_ext_kvq_get(row + head * L->head_bytes, L->bits, hd, s)] *
@@ -141,10 +157,14 @@ static inline void ggml_ext_kvq_v_row_sparse(const struct ggml_ext_kvq_layer * L
                                              float * out) {
     const int       hd     = L->head_dim;
     const uint8_t * sparse = ggml_ext_kvq_v_sparse(L, row);
-    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
+    const int       n      = ggml_ext_kvq_n_kept(sparse);
+    if (!n) {
+        return;
+    }
+    for (int i = ggml_ext_kvq_first_slot(sparse, n, head * hd); i < n; i++) {
         const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
-        if (sl.channel / hd != head) {
-            continue;
+        if (sl.channel >= (head + 1) * hd) {
+            break;
         }
         const int   c     = sl.channel % hd;
         const float dense = L->v_values[ggml_ext_kvq_get(row + head * L->head_bytes, L->bits, hd, c)] * half + mid;
