@@ -1,6 +1,6 @@
 // Timing program of scripts/bench_kvquant_kernels.py: one layer's attention over a cache of T tokens,
-// single thread, KVQuant nuq4 kernels (ggml_ext_kvq_k_scores / v_accumulate, every KV head, its query
-// heads in one call) against llama.cpp's fp16 cache path on the same data: ggml-cpu's own F16 vec_dot
+// single thread, KVQuant nuq4 kernels (ggml_ext_kvq_k_scores / v_accumulate with head -1: every KV head
+// and its query heads in one call) against llama.cpp's fp16 cache path on the same data: ggml-cpu's own F16 vec_dot
 // (ggml_get_type_traits_cpu(GGML_TYPE_F16)), per token over post-RoPE fp16 keys (K . q) and per channel
 // over the transposed fp16 values (V^T . w, llama.cpp's non-flash-attention layout), q and w converted
 // to fp16 once as its mul_mat does. Prints one line of key=value per measurement.
@@ -79,13 +79,13 @@ int main(int argc, char ** argv) {
         }
         pos[t] = t;
     }
-    float *       q = malloc(4 * (size_t) D * G), * w = malloc(4 * (size_t) T * G), * scores = malloc(4 * (size_t) T * G);
-    float *       out = malloc(4 * (size_t) hd * G);
+    float *       q = malloc(4 * (size_t) D * G), * w = malloc(4 * (size_t) T * G * n_kv), * scores = malloc(4 * (size_t) T * G * n_kv);
+    float *       out = malloc(4 * (size_t) D * G);
     ggml_fp16_t * q16 = malloc(2 * (size_t) D * G), * w16 = malloc(2 * (size_t) T * G);
     for (int i = 0; i < D * G; i++) {
         q[i] = gauss();
     }
-    for (int i = 0; i < T * G; i++) {
+    for (int i = 0; i < T * G * n_kv; i++) {
         w[i] = 1.0f / T;
     }
     const struct ggml_type_traits_cpu * f16 = ggml_get_type_traits_cpu(GGML_TYPE_F16);
@@ -93,13 +93,9 @@ int main(int argc, char ** argv) {
     volatile float sink = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now();
-        for (int h = 0; h < n_kv; h++) {
-            ggml_ext_kvq_k_scores(L, h, q + (size_t) h * G * hd, G, K, kr, pos, T, scores);
-        }
+        ggml_ext_kvq_k_scores(L, -1, q, G, K, kr, pos, T, scores);  // every KV head in one pass
         double t1 = now();
-        for (int h = 0; h < n_kv; h++) {
-            ggml_ext_kvq_v_accumulate(L, h, w, G, V, vr, T, out);
-        }
+        ggml_ext_kvq_v_accumulate(L, -1, w, G, V, vr, T, out);
         double t2 = now();
         for (int h = 0; h < n_kv; h++) {  // fp16: q -> fp16 once, one vec_dot per token (mul_mat's path)
             f16->from_float(q + (size_t) h * G * hd, q16, (int64_t) G * hd);

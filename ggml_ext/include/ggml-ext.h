@@ -212,11 +212,14 @@ GGML_EXT_API void ggml_ext_kvq_dequantize_v(const struct ggml_ext_kvq_layer * la
 
 // scores[g * n_tokens + t] = q_g . RoPE(pos[t], K_t) over KV head `head`, for the n_q query heads
 // q_g = q + g * head_dim (already rotated to their own position, as llama.cpp's graph does), tokens
-// t < n_tokens at k_rows + t * row_stride. Outliers included.
+// t < n_tokens at k_rows + t * row_stride. Outliers included. head = -1: every KV head in one pass over
+// the rows (faster: each row is read once, RoPE's cos/sin computed once per token), q holding
+// n_kv_heads * n_q query heads, head-major (GQA's grouping), scores n_kv_heads * n_q rows of n_tokens.
 GGML_EXT_API void ggml_ext_kvq_k_scores(const struct ggml_ext_kvq_layer * layer, int head, const float * q, int n_q,
                                         const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
                                         float * scores);
-// out[g * head_dim + c] = sum_t w[g * n_tokens + t] * V_t[head * head_dim + c] (overwrites out).
+// out[g * head_dim + c] = sum_t w[g * n_tokens + t] * V_t[head * head_dim + c] (overwrites out);
+// head = -1: every KV head, w and out holding n_kv_heads * n_q query heads, head-major.
 GGML_EXT_API void ggml_ext_kvq_v_accumulate(const struct ggml_ext_kvq_layer * layer, int head, const float * w,
                                             int n_q, const void * v_rows, size_t row_stride, int n_tokens,
                                             float * out);

@@ -132,6 +132,45 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
             check(ok, what);
         }
     }
+    // every KV head in one call (head = -1), each impl against the per-head reference
+    {
+        float * qa = malloc(sizeof(float) * n_kv * n_q * hd), * wa = malloc(sizeof(float) * n_kv * n_q * n_tok);
+        float * sa = malloc(sizeof(float) * n_kv * n_q * n_tok), * oa = malloc(sizeof(float) * n_kv * n_q * hd);
+        for (int i = 0; i < n_kv * n_q * hd; i++) {
+            qa[i] = gauss();
+        }
+        for (int i = 0; i < n_kv * n_q * n_tok; i++) {
+            wa[i] = uni() / n_tok;
+        }
+        for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
+            if (ggml_ext_kvq_force(NAMES[i]) != 0) {
+                continue;
+            }
+            ggml_ext_kvq_k_scores(L, -1, qa, n_q, K, kr, pos, n_tok, sa);
+            ggml_ext_kvq_v_accumulate(L, -1, wa, n_q, V, vr, n_tok, oa);
+            ggml_ext_kvq_force("generic");
+            int ok = 1;
+            for (int head = 0; head < n_kv && ok; head++) {
+                ggml_ext_kvq_k_scores(L, head, qa + (size_t) head * n_q * hd, n_q, K, kr, pos, n_tok, ref_s);
+                ggml_ext_kvq_v_accumulate(L, head, wa + (size_t) head * n_q * n_tok, n_q, V, vr, n_tok, ref_o);
+                for (int i2 = 0; i2 < n_q * n_tok && ok; i2++) {
+                    const float * qg  = qa + ((size_t) head * n_q + i2 / n_tok) * hd;
+                    float         mag = 0;
+                    for (int c = 0; c < hd; c++) {
+                        mag += fabsf(qg[c]) * 20;
+                    }
+                    ok = fabsf(sa[(size_t) head * n_q * n_tok + i2] - ref_s[i2]) <= 2e-5f * mag + 1e-4f;
+                }
+                for (int i2 = 0; i2 < n_q * hd && ok; i2++) {
+                    ok = fabsf(oa[(size_t) head * n_q * hd + i2] - ref_o[i2]) <= 1e-4f * (1 + fabsf(ref_o[i2]));
+                }
+            }
+            char what[160];
+            snprintf(what, sizeof what, "%s all heads: bits %d hd %d n_kv %d n_q %d", NAMES[i], bits, hd, n_kv, n_q);
+            check(ok, what);
+        }
+        free(qa); free(wa); free(sa); free(oa);
+    }
     ggml_ext_kvq_force(NULL);
     free(lo); free(hi); free(scale); free(K); free(V); free(pos); free(x); free(y); free(q); free(w);
     free(ref_s); free(got_s); free(ref_o); free(got_o);

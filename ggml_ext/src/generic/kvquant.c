@@ -23,8 +23,8 @@ static void dequant_head_k(const struct ggml_ext_kvq_layer * L, const uint8_t * 
     }
 }
 
-static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
-                    size_t stride, const int32_t * pos, int n_tokens, float * scores) {
+static void k_scores_head(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
+                          size_t stride, const int32_t * pos, int n_tokens, float * scores) {
     const int hd = L->head_dim, h2 = hd / 2;
     float     ks[GGML_EXT_KVQ_MAX_HEAD_DIM], kr[GGML_EXT_KVQ_MAX_HEAD_DIM];
     for (int t = 0; t < n_tokens; t++) {
@@ -44,11 +44,19 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float *
             scores[(size_t) g * n_tokens + t] = (float) acc;
         }
     }
+}
+
+static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
+                    size_t stride, const int32_t * pos, int n_tokens, float * scores) {
+    for (int h = 0; h < nh; h++) {
+        k_scores_head(L, h0 + h, q + (size_t) h * n_q * L->head_dim, n_q, k_rows, stride, pos, n_tokens,
+                      scores + (size_t) h * n_q * n_tokens);
+    }
     return 1;
 }
 
-static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q, const void * v_rows,
-                        size_t stride, int n_tokens, float * out) {
+static void v_accumulate_head(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q,
+                              const void * v_rows, size_t stride, int n_tokens, float * out) {
     const int hd = L->head_dim;
     for (int i = 0; i < n_q * hd; i++) {
         out[i] = 0.0f;
@@ -73,6 +81,14 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const flo
                 out[g * hd + c] += wt * vs[c];
             }
         }
+    }
+}
+
+static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * w, int n_q,
+                        const void * v_rows, size_t stride, int n_tokens, float * out) {
+    for (int h = 0; h < nh; h++) {
+        v_accumulate_head(L, h0 + h, w + (size_t) h * n_q * n_tokens, n_q, v_rows, stride, n_tokens,
+                          out + (size_t) h * n_q * L->head_dim);
     }
     return 1;
 }

@@ -18,6 +18,7 @@
 #if defined(GGML_EXT_HAVE_AVX2)
 #    include <immintrin.h>
 #    include <math.h>
+#    include <stdlib.h>
 
 #    define INLINE GGML_EXT_INLINE
 #    define MAXG   4  // query heads per pass (one KV head's group is done in passes of MAXG)
@@ -68,124 +69,144 @@ INLINE void nibbles8(const uint8_t * p, __m256i * lo, __m256i * hi) {
     *hi             = _mm256_srli_epi32(b, 4);
 }
 
-static int k_scores(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
+static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
                     size_t stride, const int32_t * pos, int n_tokens, float * scores) {
-    const int hd = L->head_dim, h2 = hd / 2;
+    const int hd = L->head_dim, h2 = hd / 2, nqh = nh * n_q;
     if (L->bits != 4 || hd % 16) {
         return 0;
     }
-    float         co[MAXG][6][GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
-    float         cs[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
-    float         cd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
-    const __m256  tlo = _mm256_loadu_ps(L->k_values), thi = _mm256_loadu_ps(L->k_values + 8);
-    const float * kh = L->k_half + head * hd, * km = L->k_mid + head * hd;
+    float * co = malloc(sizeof(float) * 6 * h2 * (size_t) nqh);  // per query head: P Q R S U W of each pair
+    if (!co) {
+        return 0;
+    }
+    float        cs[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    float        cd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    const __m256 tlo = _mm256_loadu_ps(L->k_values), thi = _mm256_loadu_ps(L->k_values + 8);
     for (int j = 0; j < h2; j++) {
         cd[j] = cosf(L->pair_theta[j]);
         sd[j] = sinf(L->pair_theta[j]);
     }
-    for (int g0 = 0; g0 < n_q; g0 += MAXG) {
-        const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
-        for (int g = 0; g < ng; g++) {
-            const float * qg = q + (size_t) (g0 + g) * hd;
-            for (int j = 0; j < h2; j++) {
-                const int   a = L->perm[j], b = L->perm[j + h2];
-                const float qa = qg[a], qb = qg[b];
-                co[g][0][j] = qa * kh[a];
-                co[g][1][j] = qb * kh[b];
-                co[g][2][j] = qb * kh[a];
-                co[g][3][j] = qa * kh[b];
-                co[g][4][j] = qa * km[a] + qb * km[b];
-                co[g][5][j] = qb * km[a] - qa * km[b];
-            }
-        }
-        for (int t = 0; t < n_tokens; t++) {
-            const uint8_t * blk    = (const uint8_t *) k_rows + (size_t) t * stride + head * L->head_bytes;
-            const int       anchor = t % 16 == 0 || pos[t] != pos[t - 1] + 1;
-            const __m256    pf     = _mm256_set1_ps((float) pos[t]);
-            __m256          acc[MAXG];
-            for (int g = 0; g < ng; g++) {
-                acc[g] = _mm256_setzero_ps();
-            }
-            for (int j = 0; j < h2; j += 8) {
-                __m256 c, s;
-                if (anchor) {
-                    sincos8(_mm256_mul_ps(pf, _mm256_loadu_ps(L->pair_theta + j)), &s, &c);
-                } else {
-                    const __m256 c1 = _mm256_loadu_ps(cs + j), s1 = _mm256_loadu_ps(sn + j);
-                    const __m256 dc = _mm256_loadu_ps(cd + j), ds = _mm256_loadu_ps(sd + j);
-                    c = _mm256_fmsub_ps(c1, dc, _mm256_mul_ps(s1, ds));
-                    s = _mm256_fmadd_ps(s1, dc, _mm256_mul_ps(c1, ds));
-                }
-                _mm256_storeu_ps(cs + j, c);
-                _mm256_storeu_ps(sn + j, s);
-                __m256i ia, ib;
-                nibbles8(blk + j, &ia, &ib);
-                const __m256 da = lut16(tlo, thi, ia), db = lut16(tlo, thi, ib);
-                for (int g = 0; g < ng; g++) {
-                    const __m256 x = _mm256_fmadd_ps(_mm256_loadu_ps(co[g][0] + j), da,
-                                                     _mm256_fmadd_ps(_mm256_loadu_ps(co[g][1] + j), db,
-                                                                     _mm256_loadu_ps(co[g][4] + j)));
-                    const __m256 y = _mm256_fmadd_ps(_mm256_loadu_ps(co[g][2] + j), da,
-                                                     _mm256_fnmadd_ps(_mm256_loadu_ps(co[g][3] + j), db,
-                                                                      _mm256_loadu_ps(co[g][5] + j)));
-                    acc[g] = _mm256_fmadd_ps(c, x, _mm256_fmadd_ps(s, y, acc[g]));
-                }
-            }
-            for (int g = 0; g < ng; g++) {
-                scores[(size_t) (g0 + g) * n_tokens + t] = hsum(acc[g]);
-            }
-            ggml_ext_kvq_k_row_sparse(L, head, blk - head * L->head_bytes, cs, sn, q + (size_t) g0 * hd, ng,
-                                      scores + (size_t) g0 * n_tokens + t, (size_t) n_tokens);
+    for (int i = 0; i < nqh; i++) {
+        const int     h  = h0 + i / n_q;
+        const float * qg = q + (size_t) i * hd, * kh = L->k_half + h * hd, * km = L->k_mid + h * hd;
+        float *       c  = co + (size_t) i * 6 * h2;
+        for (int j = 0; j < h2; j++) {
+            const int   a = L->perm[j], b = L->perm[j + h2];
+            const float qa = qg[a], qb = qg[b];
+            c[j]          = qa * kh[a];
+            c[h2 + j]     = qb * kh[b];
+            c[2 * h2 + j] = qb * kh[a];
+            c[3 * h2 + j] = qa * kh[b];
+            c[4 * h2 + j] = qa * km[a] + qb * km[b];
+            c[5 * h2 + j] = qb * km[a] - qa * km[b];
         }
     }
+    for (int t = 0; t < n_tokens; t++) {
+        const uint8_t * row = (const uint8_t *) k_rows + (size_t) t * stride;
+        // the (cos, sin) of every pair at this position: afresh every 16 tokens and after a jump, else one
+        // step on from the previous token's; shared by every head
+        if (t % 16 == 0 || pos[t] != pos[t - 1] + 1) {
+            const __m256 pf = _mm256_set1_ps((float) pos[t]);
+            for (int j = 0; j < h2; j += 8) {
+                __m256 c, s;
+                sincos8(_mm256_mul_ps(pf, _mm256_loadu_ps(L->pair_theta + j)), &s, &c);
+                _mm256_storeu_ps(cs + j, c);
+                _mm256_storeu_ps(sn + j, s);
+            }
+        } else {
+            for (int j = 0; j < h2; j += 8) {
+                const __m256 c1 = _mm256_loadu_ps(cs + j), s1 = _mm256_loadu_ps(sn + j);
+                const __m256 dc = _mm256_loadu_ps(cd + j), ds = _mm256_loadu_ps(sd + j);
+                _mm256_storeu_ps(cs + j, _mm256_fmsub_ps(c1, dc, _mm256_mul_ps(s1, ds)));
+                _mm256_storeu_ps(sn + j, _mm256_fmadd_ps(s1, dc, _mm256_mul_ps(c1, ds)));
+            }
+        }
+        for (int h = 0; h < nh; h++) {
+            const uint8_t * blk = row + (h0 + h) * L->head_bytes;
+            for (int g0 = 0; g0 < n_q; g0 += MAXG) {
+                const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
+                const float * cg = co + (size_t) (h * n_q + g0) * 6 * h2;
+                __m256 acc[MAXG];
+                for (int g = 0; g < ng; g++) {
+                    acc[g] = _mm256_setzero_ps();
+                }
+                for (int j = 0; j < h2; j += 8) {
+                    const __m256 c = _mm256_loadu_ps(cs + j), s = _mm256_loadu_ps(sn + j);
+                    __m256i      ia, ib;
+                    nibbles8(blk + j, &ia, &ib);
+                    const __m256 da = lut16(tlo, thi, ia), db = lut16(tlo, thi, ib);
+                    for (int g = 0; g < ng; g++) {
+                        const float * p = cg + (size_t) g * 6 * h2 + j;
+                        const __m256  x = _mm256_fmadd_ps(_mm256_loadu_ps(p), da,
+                                                          _mm256_fmadd_ps(_mm256_loadu_ps(p + h2), db, _mm256_loadu_ps(p + 4 * h2)));
+                        const __m256  y = _mm256_fmadd_ps(_mm256_loadu_ps(p + 2 * h2), da,
+                                                          _mm256_fnmadd_ps(_mm256_loadu_ps(p + 3 * h2), db, _mm256_loadu_ps(p + 5 * h2)));
+                        acc[g] = _mm256_fmadd_ps(c, x, _mm256_fmadd_ps(s, y, acc[g]));
+                    }
+                }
+                for (int g = 0; g < ng; g++) {
+                    scores[(size_t) (h * n_q + g0 + g) * n_tokens + t] = hsum(acc[g]);
+                }
+            }
+            ggml_ext_kvq_k_row_sparse(L, h0 + h, row, cs, sn, q + (size_t) h * n_q * hd, n_q,
+                                      scores + (size_t) h * n_q * n_tokens + t, (size_t) n_tokens);
+        }
+    }
+    free(co);
     return 1;
 }
 
-static int v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q, const void * v_rows,
-                        size_t stride, int n_tokens, float * out) {
-    const int hd = L->head_dim, h2 = hd / 2;
+static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * w, int n_q,
+                        const void * v_rows, size_t stride, int n_tokens, float * out) {
+    const int hd = L->head_dim, h2 = hd / 2, nqh = nh * n_q;
     if (L->bits != 4 || hd % 16) {
         return 0;
     }
-    const __m256 tlo = _mm256_loadu_ps(L->v_values), thi = _mm256_loadu_ps(L->v_values + 8);
-    for (int g = 0; g < n_q; g++) {
-        for (int c = 0; c < hd; c++) {
-            out[(size_t) g * hd + c] = 0.0f;
-        }
+    float * cst = calloc((size_t) nqh, sizeof(float));  // sum_t w_t mid_t per query head
+    if (!cst) {
+        return 0;
     }
-    for (int g0 = 0; g0 < n_q; g0 += MAXG) {
-        const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
-        float     cst[MAXG] = { 0 };
-        for (int t = 0; t < n_tokens; t++) {
-            const uint8_t * row = (const uint8_t *) v_rows + (size_t) t * stride;
-            float           mid, half;
-            ggml_ext_kvq_v_scale(L, row, &mid, &half);
-            __m256 a[MAXG];
-            for (int g = 0; g < ng; g++) {
-                const float wt = w[(size_t) (g0 + g) * n_tokens + t];
-                a[g]           = _mm256_set1_ps(wt * half);
-                cst[g] += wt * mid;
-            }
-            const uint8_t * blk = row + head * L->head_bytes;
-            for (int j = 0; j < h2; j += 8) {
-                __m256i il, ih;
-                nibbles8(blk + j, &il, &ih);
-                const __m256 dl = lut16(tlo, thi, il), dh = lut16(tlo, thi, ih);
+    const __m256 tlo = _mm256_loadu_ps(L->v_values), thi = _mm256_loadu_ps(L->v_values + 8);
+    for (int i = 0; i < nqh * hd; i++) {
+        out[i] = 0.0f;
+    }
+    for (int t = 0; t < n_tokens; t++) {
+        const uint8_t * row = (const uint8_t *) v_rows + (size_t) t * stride;
+        float           mid, half;
+        ggml_ext_kvq_v_scale(L, row, &mid, &half);
+        for (int h = 0; h < nh; h++) {
+            const uint8_t * blk = row + (h0 + h) * L->head_bytes;
+            for (int g0 = 0; g0 < n_q; g0 += MAXG) {
+                const int ng = n_q - g0 < MAXG ? n_q - g0 : MAXG;
+                float     a[MAXG];
                 for (int g = 0; g < ng; g++) {
-                    float * o = out + (size_t) (g0 + g) * hd;
-                    _mm256_storeu_ps(o + j, _mm256_fmadd_ps(a[g], dl, _mm256_loadu_ps(o + j)));
-                    _mm256_storeu_ps(o + h2 + j, _mm256_fmadd_ps(a[g], dh, _mm256_loadu_ps(o + h2 + j)));
+                    const float wt = w[(size_t) (h * n_q + g0 + g) * n_tokens + t];
+                    a[g]           = wt * half;
+                    cst[h * n_q + g0 + g] += wt * mid;
+                }
+                float * og = out + (size_t) (h * n_q + g0) * hd;
+                for (int j = 0; j < h2; j += 8) {
+                    __m256i il, ih;
+                    nibbles8(blk + j, &il, &ih);
+                    const __m256 dl = lut16(tlo, thi, il), dh = lut16(tlo, thi, ih);
+                    for (int g = 0; g < ng; g++) {
+                        float *      o  = og + (size_t) g * hd;
+                        const __m256 ag = _mm256_set1_ps(a[g]);
+                        _mm256_storeu_ps(o + j, _mm256_fmadd_ps(ag, dl, _mm256_loadu_ps(o + j)));
+                        _mm256_storeu_ps(o + h2 + j, _mm256_fmadd_ps(ag, dh, _mm256_loadu_ps(o + h2 + j)));
+                    }
                 }
             }
-            ggml_ext_kvq_v_row_sparse(L, head, row, mid, half, w + (size_t) g0 * n_tokens + t, ng, (size_t) n_tokens,
-                                      out + (size_t) g0 * hd);
-        }
-        for (int g = 0; g < ng; g++) {
-            for (int c = 0; c < hd; c++) {
-                out[(size_t) (g0 + g) * hd + c] += cst[g];
-            }
+            ggml_ext_kvq_v_row_sparse(L, h0 + h, row, mid, half, w + (size_t) h * n_q * n_tokens + t, n_q,
+                                      (size_t) n_tokens, out + (size_t) h * n_q * hd);
         }
     }
+    for (int i = 0; i < nqh; i++) {
+        for (int c = 0; c < hd; c++) {
+            out[(size_t) i * hd + c] += cst[i];
+        }
+    }
+    free(cst);
     return 1;
 }
 

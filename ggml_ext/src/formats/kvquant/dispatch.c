@@ -48,18 +48,34 @@ const char * ggml_ext_kvq_kernel(const struct ggml_ext_kvq_layer * L) {
     return pick(L)->name;
 }
 
+static void k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
+                     size_t stride, const int32_t * pos, int n_tokens, float * scores) {
+    if (!pick(L)->k_scores(L, h0, nh, q, n_q, k_rows, stride, pos, n_tokens, scores)) {
+        impls[0]->k_scores(L, h0, nh, q, n_q, k_rows, stride, pos, n_tokens, scores);
+    }
+}
+
+static void v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * w, int n_q,
+                         const void * v_rows, size_t stride, int n_tokens, float * out) {
+    if (!pick(L)->v_accumulate(L, h0, nh, w, n_q, v_rows, stride, n_tokens, out)) {
+        impls[0]->v_accumulate(L, h0, nh, w, n_q, v_rows, stride, n_tokens, out);
+    }
+}
+
 void ggml_ext_kvq_k_scores(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
                            size_t stride, const int32_t * pos, int n_tokens, float * scores) {
-    const struct ggml_ext_kvq_impl * p = pick(L);
-    if (!p->k_scores(L, head, q, n_q, k_rows, stride, pos, n_tokens, scores)) {
-        impls[0]->k_scores(L, head, q, n_q, k_rows, stride, pos, n_tokens, scores);
+    if (head < 0) {
+        k_scores(L, 0, L->n_kv_heads, q, n_q, k_rows, stride, pos, n_tokens, scores);
+    } else if (head < L->n_kv_heads) {
+        k_scores(L, head, 1, q, n_q, k_rows, stride, pos, n_tokens, scores);
     }
 }
 
 void ggml_ext_kvq_v_accumulate(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q,
                                const void * v_rows, size_t stride, int n_tokens, float * out) {
-    const struct ggml_ext_kvq_impl * p = pick(L);
-    if (!p->v_accumulate(L, head, w, n_q, v_rows, stride, n_tokens, out)) {
-        impls[0]->v_accumulate(L, head, w, n_q, v_rows, stride, n_tokens, out);
+    if (head < 0) {
+        v_accumulate(L, 0, L->n_kv_heads, w, n_q, v_rows, stride, n_tokens, out);
+    } else if (head < L->n_kv_heads) {
+        v_accumulate(L, head, 1, w, n_q, v_rows, stride, n_tokens, out);
     }
 }

@@ -175,13 +175,14 @@ static inline void ggml_ext_kvq_v_row_sparse(const struct ggml_ext_kvq_layer * L
     }
 }
 
-// One implementation of the kernels, outliers included. k_scores / v_accumulate return 0 when they
-// cannot take the layer (bits, head_dim): the dispatcher then runs the scalar reference.
+// One implementation of the kernels, outliers included, over KV heads h0 .. h0 + nh - 1 (q / scores / w /
+// out hold nh * n_q query heads, head-major). k_scores / v_accumulate return 0 when they cannot take the
+// layer (bits, head_dim): the dispatcher then runs the scalar reference.
 struct ggml_ext_kvq_impl {
     const char * name;
-    int (*k_scores)(const struct ggml_ext_kvq_layer * L, int head, const float * q, int n_q, const void * k_rows,
+    int (*k_scores)(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
                     size_t row_stride, const int32_t * pos, int n_tokens, float * scores);
-    int (*v_accumulate)(const struct ggml_ext_kvq_layer * L, int head, const float * w, int n_q,
+    int (*v_accumulate)(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * w, int n_q,
                         const void * v_rows, size_t row_stride, int n_tokens, float * out);
 };
 
