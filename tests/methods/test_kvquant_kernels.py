@@ -7,7 +7,8 @@ default model's real keys and values (layer 5 of SmolLM2 on wiki-test, 3 KV head
 * q . K with RoPE on the fly equals q . RoPE(dequantized K) computed in numpy with llama.cpp's angles,
   for the scalar reference (forced) and for the implementation this CPU dispatches to; the same keys in
   llama.cpp's GGUF channel order with normal RoPE give the same scores;
-* attention . V equals weights @ dequantized V; bad input is refused naming the layer.
+* attention . V equals weights @ dequantized V; every KV head in one call equals the per-head calls; bad
+  input is refused naming the layer.
 
 The calibration (1 x 64 tokens of wiki-train, nuq2/3/4) is cached under ~/.cache/ggml-ext/tests/.
 """
@@ -164,6 +165,11 @@ def test_scores_equal_rope_of_dequantized_keys(real, bits):
                 tol = (2e-6 if impl == "generic" else 2e-4) * mag + 1e-5
                 assert (np.abs(got - ref) <= tol).all(), (impl, h, np.abs(got - ref).max())
                 assert (np.abs(got_norm - ref) <= tol).all(), (impl, h, np.abs(got_norm - ref).max())
+        # every KV head in one call: the per-head results, head-major
+        qa = Q[11].reshape(-1, hd)
+        every = layer.k_scores(None, qa, rows, pos)
+        per = np.concatenate([layer.k_scores(h, qa[h * group:(h + 1) * group], rows, pos) for h in range(n_kv)])
+        np.testing.assert_allclose(every, per, rtol=1e-5, atol=1e-4)
 
 
 def test_attention_weights_times_values(real):
@@ -184,6 +190,10 @@ def test_attention_weights_times_values(real):
                 finally:
                     force(None)
                 np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(deq).max())
+        wa = rng.dirichlet(np.ones(T), size=3 * n_kv).astype(np.float32)
+        every = layer.v_accumulate(None, wa, rows)
+        per = np.concatenate([layer.v_accumulate(h, wa[3 * h:3 * h + 3], rows) for h in range(n_kv)])
+        np.testing.assert_allclose(every, per, rtol=1e-5, atol=1e-6)
 
 
 def test_bad_input_refused(real):

@@ -39,7 +39,7 @@ static void k_scores_head(const struct ggml_ext_kvq_layer * L, int head, const f
         for (int g = 0; g < n_q; g++) {
             double acc = 0;
             for (int c = 0; c < hd; c++) {
-                acc += (double) q[g * hd + c] * kr[c];
+                acc += (double) q[g * hd + c] * (double) kr[c];
             }
             scores[(size_t) g * n_tokens + t] = (float) acc;
         }

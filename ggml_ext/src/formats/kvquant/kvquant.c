@@ -87,7 +87,8 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
     }
     if (!(c->rope_freq_base > 0) || !isfinite(c->rope_freq_base) || !(c->rope_freq_scale > 0) ||
         !isfinite(c->rope_freq_scale)) {
-        fail(err, en, "kvquant: rope_freq_base %g / rope_freq_scale %g", c->rope_freq_base, c->rope_freq_scale);
+        fail(err, en, "kvquant: rope_freq_base %g / rope_freq_scale %g", (double) c->rope_freq_base,
+             (double) c->rope_freq_scale);
         return NULL;
     }
     if (!c->k_lo || !c->k_hi || !finite_all(c->k_lo, D) || !finite_all(c->k_hi, D)) {

@@ -211,25 +211,36 @@ class KVCacheLayer:
         if not 0 <= head < self.n_kv_heads:
             raise KVKernelError(f"{self.name}: KV head {head} of {self.n_kv_heads}")
 
-    def k_scores(self, head: int, q, rows, pos) -> np.ndarray:
-        """(n_q, tokens): q_g . RoPE(pos_t, K_t[head]) for the query heads q (n_q, head_dim) of KV head ``head``."""
-        self._head(head)
+    def k_scores(self, head: int | None, q, rows, pos) -> np.ndarray:
+        """(n_q, tokens): q_g . RoPE(pos_t, K_t[head]) for the query heads q (n_q, head_dim) of KV head ``head``;
+        head None: every KV head in one pass, q (n_kv_heads * n_q, head_dim) head-major, same shape out."""
+        if head is not None:
+            self._head(head)
         q = _f32(q).reshape(-1, self.head_dim)
+        n_q = q.shape[0] if head is not None else q.shape[0] // self.n_kv_heads
+        if head is None and q.shape[0] != n_q * self.n_kv_heads:
+            raise KVKernelError(f"{self.name}: {q.shape[0]} query heads for {self.n_kv_heads} KV heads")
         rows = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1, self.k_row_size)
         pos = np.ascontiguousarray(pos, dtype=np.int32)
         if pos.shape != (rows.shape[0],):
             raise KVKernelError(f"{self.name}: {pos.size} positions for {rows.shape[0]} key rows")
         out = np.empty((q.shape[0], rows.shape[0]), dtype=np.float32)
-        _lib().ggml_ext_kvq_k_scores(self._h, head, q.ctypes.data, q.shape[0], rows.ctypes.data, self.k_row_size,
+        _lib().ggml_ext_kvq_k_scores(self._h, -1 if head is None else head, q.ctypes.data, n_q, rows.ctypes.data,
+                                     self.k_row_size,
                                      pos.ctypes.data, rows.shape[0], out.ctypes.data)
         return out
 
-    def v_accumulate(self, head: int, w, rows) -> np.ndarray:
-        """(n_q, head_dim): sum_t w[g, t] V_t[head] for attention weights w (n_q, tokens)."""
-        self._head(head)
+    def v_accumulate(self, head: int | None, w, rows) -> np.ndarray:
+        """(n_q, head_dim): sum_t w[g, t] V_t[head] for attention weights w (n_q, tokens); head None: every KV
+        head, w (n_kv_heads * n_q, tokens) head-major."""
+        if head is not None:
+            self._head(head)
         rows = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1, self.v_row_size)
         w = _f32(w).reshape(-1, rows.shape[0])
+        n_q = w.shape[0] if head is not None else w.shape[0] // self.n_kv_heads
+        if head is None and w.shape[0] != n_q * self.n_kv_heads:
+            raise KVKernelError(f"{self.name}: {w.shape[0]} weight rows for {self.n_kv_heads} KV heads")
         out = np.empty((w.shape[0], self.head_dim), dtype=np.float32)
-        _lib().ggml_ext_kvq_v_accumulate(self._h, head, w.ctypes.data, w.shape[0], rows.ctypes.data,
+        _lib().ggml_ext_kvq_v_accumulate(self._h, -1 if head is None else head, w.ctypes.data, n_q, rows.ctypes.data,
                                          self.v_row_size, rows.shape[0], out.ctypes.data)
         return out
