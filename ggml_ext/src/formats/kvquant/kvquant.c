@@ -175,13 +175,43 @@ size_t ggml_ext_kvq_v_row_size(const struct ggml_ext_kvq_layer * L) {
     return L->v_row_size;
 }
 
-// the nearest level of xn: how many decision points lie below it (ties go down, as torch.bucketize)
+// the nearest level of xn: how many of the n - 1 ascending decision points lie strictly below it (ties go
+// down, as torch.bucketize; a NaN, refused before, would give 0), by binary search
 static inline int nearest(const float * mids, int n, float xn) {
-    int i = 0;
-    while (i < n - 1 && mids[i] < xn) {
-        i++;
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int m = (lo + hi) / 2;
+        if (mids[m] < xn) {
+            lo = m + 1;
+        } else {
+            hi = m;
+        }
     }
-    return i;
+    return lo;
+}
+
+// one head block from its indices in slot order (the layout of kvquant.h), no divisions per element
+static void pack_head(uint8_t * blk, int bits, int hd, const uint8_t * idx) {
+    if (bits == 4) {
+        for (int j = 0; j < hd / 2; j++) {
+            blk[j] = (uint8_t) (idx[j] | idx[j + hd / 2] << 4);
+        }
+        return;
+    }
+    const int q = hd / 4;
+    for (int j = 0; j < q; j++) {
+        blk[j] = (uint8_t) ((idx[j] & 3) | (idx[j + q] & 3) << 2 | (idx[j + 2 * q] & 3) << 4 | (idx[j + 3 * q] & 3) << 6);
+    }
+    if (bits == 3) {
+        const int e = hd / 8;
+        for (int j = 0; j < e; j++) {
+            uint8_t b = 0;
+            for (int k = 0; k < 8; k++) {
+                b |= (uint8_t) (((idx[j + k * e] >> 2) & 1) << k);
+            }
+            blk[q + j] = b;
+        }
+    }
 }
 
 static void put_slot(uint8_t * sparse, int i, int channel, float value) {
@@ -194,6 +224,11 @@ static void put_counts(uint8_t * sparse, int kept, int dropped) {
     memcpy(sparse, h, 4);
 }
 
+static int cmp_desc(const void * a, const void * b) {
+    const float x = *(const float *) a, y = *(const float *) b;
+    return (x < y) - (x > y);
+}
+
 int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * L, const float * k, void * vrow) {
     const int D = L->n_channels, hd = L->head_dim, n = 1 << L->bits;
     if (!finite_all(k, D)) {
@@ -201,50 +236,61 @@ int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * L, const float * k
     }
     uint8_t * row = vrow;
     memset(row, 0, L->k_row_size);
-    // outliers kept: the k_slots largest excesses beyond the threshold (in units of the channel's half
-    // range); a min-heap would do for many slots, a sorted insertion is plenty for a few
-    int    n_out = 0, n_cand = 0;
-    int    ch[GGML_EXT_KVQ_MAX_HEAD_DIM];
-    float  ex[GGML_EXT_KVQ_MAX_HEAD_DIM];
-    int *  kept_ch = L->k_slots <= GGML_EXT_KVQ_MAX_HEAD_DIM ? ch : malloc(sizeof(int) * L->k_slots);
-    float * kept_ex = L->k_slots <= GGML_EXT_KVQ_MAX_HEAD_DIM ? ex : malloc(sizeof(float) * L->k_slots);
+    // outlier candidates in channel order, with their excess beyond the threshold in units of the
+    // channel's half range; when more than k_slots, the k_slots largest excesses are kept (ties: the
+    // lower channels), the rest stay clamped in the dense part
+    enum { STACK = 512 };
+    int     cand_s[STACK];
+    float   ex_s[STACK], sorted_s[STACK];
+    int *   cand   = D <= STACK ? cand_s : malloc(sizeof(int) * D);
+    float * ex     = D <= STACK ? ex_s : malloc(sizeof(float) * D);
+    float * sorted = D <= STACK ? sorted_s : malloc(sizeof(float) * D);
+    if (!cand || !ex || !sorted) {
+        if (cand != cand_s) {
+            free(cand);
+            free(ex);
+            free(sorted);
+        }
+        return -1;
+    }
+    int     n_cand = 0;
+    uint8_t idx[GGML_EXT_KVQ_MAX_HEAD_DIM];
     for (int c = 0; c < D; c++) {
+        const int   h = c / hd, s = L->slot_of[c - h * hd];
         const float x  = k[c];
         const float xn = (x - L->k_mid[c]) / L->k_half[c];
-        ggml_ext_kvq_set(row + (c / hd) * L->head_bytes, L->bits, hd, L->slot_of[c % hd], nearest(L->k_mids, n, xn));
+        idx[s]         = (uint8_t) nearest(L->k_mids, n, xn);
+        if (c - h * hd == hd - 1) {
+            pack_head(row + h * L->head_bytes, L->bits, hd, idx);
+        }
         if (x > L->k_hi[c] || x < L->k_lo[c]) {
-            const float e = (x > L->k_hi[c] ? x - L->k_hi[c] : L->k_lo[c] - x) / L->k_half[c];
-            n_cand++;
-            int i = n_out < L->k_slots ? n_out++ : L->k_slots;  // insertion point from the end
-            while (i > 0 && kept_ex[i - 1] < e) {
-                if (i < L->k_slots) {
-                    kept_ex[i] = kept_ex[i - 1];
-                    kept_ch[i] = kept_ch[i - 1];
-                }
-                i--;
-            }
-            if (i < L->k_slots) {
-                kept_ex[i] = e;
-                kept_ch[i] = c;
-            }
+            ex[n_cand]     = (x > L->k_hi[c] ? x - L->k_hi[c] : L->k_lo[c] - x) / L->k_half[c];
+            cand[n_cand++] = c;
         }
     }
-    // slots in channel order
-    for (int a = 1; a < n_out; a++) {
-        for (int b = a; b > 0 && kept_ch[b - 1] > kept_ch[b]; b--) {
-            int t = kept_ch[b]; kept_ch[b] = kept_ch[b - 1]; kept_ch[b - 1] = t;
+    int   n_out = n_cand < L->k_slots ? n_cand : L->k_slots;
+    float thr   = -1.0f;  // keep excesses above thr, and of those equal to it as many as fit
+    int   n_eq  = n_out;
+    if (n_cand > L->k_slots && L->k_slots > 0) {
+        memcpy(sorted, ex, sizeof(float) * n_cand);
+        qsort(sorted, n_cand, sizeof(float), cmp_desc);
+        thr  = sorted[L->k_slots - 1];
+        n_eq = 0;
+        for (int i = 0; i < L->k_slots; i++) {
+            n_eq += sorted[i] == thr;
         }
     }
     uint8_t * sparse = row + L->dense_bytes;
-    for (int i = 0; i < n_out; i++) {
-        put_slot(sparse, i, kept_ch[i], k[kept_ch[i]]);
+    for (int i = 0, m = 0; i < n_cand && m < n_out; i++) {
+        if (ex[i] > thr || (ex[i] == thr && n_eq-- > 0)) {
+            put_slot(sparse, m++, cand[i], k[cand[i]]);
+        }
     }
     put_counts(sparse, n_out, n_cand - n_out);
-    if (kept_ch != ch) {
-        free(kept_ch);
-    }
-    if (kept_ex != ex) {
-        free(kept_ex);
+    if (cand != cand_s) {
+        free(cand);
+        free(ex);
+        free(sorted);
     }
     return n_cand - n_out;
 }
@@ -284,9 +330,14 @@ int ggml_ext_kvq_quantize_v(const struct ggml_ext_kvq_layer * L, const float * v
     memcpy(row + L->dense_bytes, scale, 4);
     uint8_t * sparse = row + L->dense_bytes + 4;
     int       n_out  = 0;
-    for (int c = 0; c < D; c++) {
+    uint8_t idx[GGML_EXT_KVQ_MAX_HEAD_DIM];
+    for (int c = 0, i = 0, h = 0; c < D; c++) {
         const float x = v[c];
-        ggml_ext_kvq_set(row + (c / hd) * L->head_bytes, L->bits, hd, c % hd, nearest(L->v_mids, n, (x - mid) / half));
+        idx[i++]      = (uint8_t) nearest(L->v_mids, n, (x - mid) / half);
+        if (i == hd) {
+            pack_head(row + (h++) * L->head_bytes, L->bits, hd, idx);
+            i = 0;
+        }
         if (L->v_k > 0 && (x > hi || x < lo)) {
             put_slot(sparse, n_out++, c, x);  // at most 2k: only the k beyond each threshold
         }
