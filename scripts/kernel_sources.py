@@ -31,3 +31,12 @@ CODEBOOKS = [
 # formats/dispatch.c names every family's dispatcher: each library holds both families.
 INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS
 CODEBOOKS = INTERLEAVED4
+
+# The KVQuant KV-cache kernels (docs/formats/kvquant.md): bytes, dispatch, scalar reference, SIMD twins.
+KVQUANT = [
+    SRC / "formats" / "kvquant" / "kvquant.c",
+    SRC / "formats" / "kvquant" / "dispatch.c",
+    SRC / "generic" / "kvquant.c",
+    SRC / "x86" / "kvquant_avx2.c",
+    SRC / "arm" / "kvquant_neon.c",
+]

@@ -3,6 +3,9 @@
 // are), and the inlining, unrolling and rounding controls the kernels are written with.
 #pragma once
 
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#    define GGML_EXT_HAVE_NEON 1  // every aarch64 target (kvquant's float kernels need nothing more)
+#endif
 #if defined(__aarch64__) && defined(__ARM_NEON) && defined(__ARM_FEATURE_DOTPROD)
 #    define GGML_EXT_HAVE_NEON_DOTPROD 1
 #    if defined(__ARM_FEATURE_MATMUL_INT8)

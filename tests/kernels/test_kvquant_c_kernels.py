@@ -1,0 +1,71 @@
+"""KVQuant KV-cache kernels (ggml_ext/src/formats/kvquant, generic/x86/arm kvquant*.c): the C test program
+tests/c/test_kvquant.c, built natively (every SIMD implementation of this CPU against the scalar
+reference, and a build without AVX2 where the scalar kernels run) and cross-built for aarch64 and run
+under qemu (NEON). Compiled outside CMake from scripts/kernel_sources.py's KVQUANT list, like the
+interleaved kernels' test. A second of run time each; qemu a few."""
+from __future__ import annotations
+
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+from kernel_sources import KVQUANT as SOURCES, SRC  # noqa: E402
+
+TEST_C = REPO / "tests" / "c" / "test_kvquant.c"
+CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]
+IS_X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _build(cc: str, march: str, out: Path, static: bool = False) -> Path:
+    cmd = [cc, *CFLAGS, f"-march={march}", str(TEST_C), *map(str, SOURCES), "-lm", "-o", str(out)]
+    if static:
+        cmd.insert(1, "-static")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr}"
+    return out
+
+
+def _run(cmd: list[str], impls: str) -> str:
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    out = r.stdout + r.stderr
+    m = re.search(r"^(\d+) passed, (\d+) failed$", r.stdout, re.M)
+    assert m and r.returncode == 0 and int(m.group(2)) == 0 and int(m.group(1)) > 1000, out
+    assert f"implementations: {impls}\n" in r.stdout, out
+    return out
+
+
+@pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
+def test_native_simd_against_scalar(tmp_path):
+    impls = "generic avx2" if {"avx2", "fma", "f16c"} <= _cpu_flags() else "generic"
+    _run([str(_build("gcc", "native", tmp_path / "t_native"))], impls)
+
+
+@pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
+def test_native_without_avx2(tmp_path):
+    _run([str(_build("gcc", "x86-64", tmp_path / "t_x86_64"))], "generic")
+
+
+@pytest.mark.qemu
+def test_aarch64_neon_under_qemu(tmp_path):
+    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
+    exe = _build("aarch64-linux-gnu-gcc", "armv8-a", tmp_path / "t_arm", static=True)
+    _run(["qemu-aarch64-static", "-cpu", "max", str(exe)], "generic neon")
