@@ -7,10 +7,9 @@
 # baseline). Needs only torch, transformers, scikit-learn, safetensors, tqdm (no build, no gguf package).
 # Usage (device, repository root):
 #   bash scripts/device_kvquant.sh SMOLLM2_HF GEMMA3_HF WIKI_TRAIN WIKI_TEST OUT [SCHEMES]
-# Assets: scripts/pack_kvquant_device_assets.sh makes parts of <= 60 MB; carry one a call, e.g.
-#   call k: mkdir -p /tmp/kvq && cp .dev19X/partNN /tmp/kvq/
-#   last:   cd /tmp/kvq && cat part* | zstd -d | tar -x && cd - && bash scripts/device_kvquant.sh \
-#             /tmp/kvq/kvq/smollm2-hf /tmp/kvq/kvq/gemma3-hf /tmp/kvq/kvq/wiki.train.txt /tmp/kvq/kvq/wiki.test.txt $OUT
+# Assets: the GGUF assets in pieces, one carried folder per call, joined and dequantized on the device
+#   by scripts/device_assets.py (its header; docs/KVQUANT.md "Kernels and the device ladder"), then:
+#   bash scripts/device_kvquant.sh /tmp/assets/smollm2-hf /tmp/assets/gemma3-hf TRAIN TEST $OUT
 # Environment: PYTHON (default /opt/torch/.venv/bin/python3), DEVICE (cuda), CHUNKS (0: every window),
 # CALIB (16x2048), MODELS (smollm2,gemma3).
 set -uo pipefail
@@ -19,7 +18,7 @@ PY=${PYTHON:-/opt/torch/.venv/bin/python3}
 DEVICE=${DEVICE:-cuda}
 CHUNKS=${CHUNKS:-0}
 CALIB=${CALIB:-16x2048}
-LADDER=${6:-fp16,int4,int3,int2,int4-pc,int3-pc,int2-pc,int4-pc-post,int3-pc-post,int2-pc-post,nf4,nf3,nf2,nuq4,nuq3,nuq2,nuq4-1%,nuq3-1%,nuq2-1%}
+LADDER=${6:-fp16,int4,int3,int2,int4-pc,int3-pc,int2-pc,int4-pc-post,int3-pc-post,int2-pc-post,nf4,nf3,nf2,nuq4,nuq3,nuq2,nuq4-1%,nuq3-1%,nuq2-1%,nuq4-1%+sink,nuq3-1%+sink,nuq2-1%+sink}
 mkdir -p "$out"
 say() { echo "$*" | tee -a "$out/summary.txt"; }
 say "device_kvquant: $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?') device $DEVICE calib $CALIB"
