@@ -9,6 +9,11 @@ sha256 the asset pins (``ggml_ext.assets.pins``) and writes the same float32 Hug
 ``smollm2-hf`` / ``gemma3-hf`` assets are (``ggml_ext.assets.hf_folder``), with the device's
 transformers (it needs the ``gguf`` package: carry its wheel, see docs/DEVELOPING.md "Device").
 
+The device's transformers (5.17) makes a broken Gemma-3 tokenizer from the GGUF (no ``<bos>``, text cut
+into single characters: perplexity 678 instead of 12 at 32K tokens), so the tokenizer files of the
+folders made here travel too: a carried ``smollm2-hf/`` or ``gemma3-hf/`` folder holding ``tokenizer*``
+files replaces the device's own. Every folder's tokenization of a probe sentence is printed for the log.
+
 Usage (device, repository root):  python3 scripts/device_assets.py DEST [PIECES_DIR ...]
 Prints the folders that are ready (DEST/smollm2-hf, DEST/gemma3-hf).
 """
@@ -44,10 +49,14 @@ def main(argv: list[str]) -> int:
     for src in map(Path, argv[1:]):  # this call's pieces: keep them for the next call's join
         for piece in src.glob("*_part*"):
             shutil.copyfile(piece, dest / piece.name)
+        for hf_asset in ("smollm2-hf", "gemma3-hf"):  # tokenizer files made by this machine's transformers
+            for f in (src / hf_asset).glob("tokenizer*"):
+                (dest / "tokenizers" / hf_asset).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest / "tokenizers" / hf_asset / f.name)
     for prefix, (gguf_asset, hf_asset, name) in MODELS.items():
         folder = dest / hf_asset
         if (folder / "model.safetensors").is_file():
-            print(f"ready: {folder}")
+            ready(folder, dest / "tokenizers" / hf_asset)
             continue
         pieces = sorted(dest.glob(prefix + "*"))
         if len(pieces) < PIECES[prefix]:
@@ -69,8 +78,19 @@ def main(argv: list[str]) -> int:
         tmp.mkdir()
         hf_folder._save(spec, model, tok, tmp, progress=False)
         tmp.rename(folder)
-        print(f"ready: {folder}")
+        ready(folder, dest / "tokenizers" / hf_asset)
     return 0
+
+
+def ready(folder: Path, tokenizer_files: Path) -> None:
+    """Put the carried tokenizer files (if any) into ``folder``; say how it tokenizes a probe."""
+    from transformers import AutoTokenizer
+
+    for f in sorted(tokenizer_files.glob("tokenizer*")):
+        shutil.copyfile(f, folder / f.name)
+    ids = AutoTokenizer.from_pretrained(folder).encode("The capital of France is Paris.")
+    print(f"ready: {folder} (tokenizer files {'carried' if tokenizer_files.is_dir() else 'made here'}; "
+          f"probe -> {ids[:8]})")
 
 
 if __name__ == "__main__":
