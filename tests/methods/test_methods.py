@@ -38,7 +38,7 @@ def _tiny():
 
 
 def test_registry_lists_rtn():
-    assert methods.available() == ("gptq", "rtn")
+    assert methods.available() == ("act-importance", "gptq", "rtn")
     assert methods.get("rtn") is RTN
     assert "quantizer" in methods.describe()["rtn"]
     m = methods.create("rtn")
@@ -69,7 +69,7 @@ def test_register_refuses_bad_and_duplicate_names(registry):
     for bad in ("", "Upper", "has space", "a/b"):
         with pytest.raises(ValueError, match="lower-case"):
             registry.register(bad)
-    assert registry.available() == ("gptq", "rtn")
+    assert registry.available() == ("act-importance", "gptq", "rtn")
 
 
 def test_rtn_options_are_checked():
@@ -125,7 +125,7 @@ class _Recording:
 
 def test_registered_method_is_called_by_name_for_each_quantized_tensor(registry, tmp_path):
     registry.register("recording", "rtn, with its calls written down")(_Recording)
-    assert registry.available() == ("gptq", "recording", "rtn")
+    assert registry.available() == ("act-importance", "gptq", "recording", "rtn")
     _Recording.calls = []
     folder = _tiny()
     out = tmp_path / "recorded.gguf"

@@ -172,6 +172,11 @@ def test_file_type_names_of_our_types(libs):
         if t.base_name == "Q4_0":
             assert llama.ggml_ext_llama_ftype_name(ftype, False) == t.name.encode()
             assert llama.ggml_ext_llama_ftype_name(ftype, True) == b"(guessed) " + t.name.encode()
+        elif t.family == "codebooks":  # its own id as file type: "CB2 - 2.4375 bpw"
+            assert ftype == t.id
+            bpw = f"{t.type_size * 8 / t.blck_size:g}"
+            assert llama.ggml_ext_llama_ftype_name(ftype, False) == f"{t.name} - {bpw} bpw".encode()
+            assert llama.ggml_ext_llama_ftype_name(ftype, True) == f"(guessed) {t.name} - {bpw} bpw".encode()
         else:  # MOSTLY_IQ4_NL is llama.cpp's own
             assert llama.ggml_ext_llama_ftype_name(ftype, False) is None
     for stock in (0, 1, 2, 8, 20):  # F32, F16, Q4_0, Q8_0, IQ4_NL
