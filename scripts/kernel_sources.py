@@ -17,3 +17,13 @@ INTERLEAVED4 = [
     SRC / "arm" / "interleaved4_i8mm.c",
     SRC / "arm" / "interleaved4_sve.c",
 ]
+
+# The any-precision bitplane GEMV (formats/anyprec): the byte layout and reference, the scalar twin,
+# the SIMD kernels and the dispatcher (tests/c/test_anyprec_kernels.c).
+ANYPREC = [
+    SRC / "formats" / "anyprec" / "anyprec.c",
+    SRC / "formats" / "anyprec" / "dispatch.c",
+    SRC / "generic" / "anyprec.c",
+    SRC / "x86" / "anyprec_avx2.c",
+    SRC / "arm" / "anyprec_neon.c",
+]

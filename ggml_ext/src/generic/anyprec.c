@@ -34,7 +34,7 @@ int ggml_ext_apq_gemv_ref(const uint8_t * planes, const ggml_ext_fp16_t * tables
                 acc[l] += lut[code] * x[8 * i + l];
             }
         }
-        y[r] = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+        y[r] = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
     }
     return 0;
 }
