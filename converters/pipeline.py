@@ -21,7 +21,12 @@ quantized matrices goes through the method with ``calibration={"hessian": H, ...
 weights are replaced by what the written bytes dequantize to (ggml's ``to_float``), and the layer's
 outputs are recomputed, so the next layer is calibrated on the quantized model's activations. The
 bytes are kept (in memory: the quantized size of the decoder layers) and written in step 2; the
-other matrices (embeddings, output) go through the method without calibration.
+other matrices (embeddings, output) go through the method without calibration. A method that needs
+the Fisher diagonal (``calibration_needs = ("fisher",)``, e.g. ``anyprec``) gets it from the
+calibration engine's cached streamed Fisher of the unquantized model instead
+(:func:`ggml_ext.calibrate.stats.collect`), as ``calibration={"fisher": F}`` in step 2. A method with a
+``tensors(gguf_name, type_name, ggml_shape)`` may write a matrix as tensors of its own (anyprec: its
+bitplanes and centroid tables); ``default_type`` is the ``type`` a method gets when none is asked.
 
 Peak memory is about twice the largest tensor as float32 plus its converted
 bytes: nothing else of the model is held.
@@ -250,7 +255,7 @@ def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", *,  # noqa: A002
+def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str | None = None, *,  # noqa: A002
             keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
             threads: int | None = None, vocab_only: bool = False,
             imatrix: str | os.PathLike | Any | None = None, method: str | None = None,
@@ -261,7 +266,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             warn: Callable[[str], None] | None = None) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
 
-    ``type``: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
+    ``type``: None (the method's ``default_type``, else f16), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
     which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
     replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
     only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
@@ -302,6 +307,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     except methods.MethodError as e:
         raise ConversionError(str(e)) from None
     needs = tuple(getattr(quantizer, "calibration_needs", ()))
+    if type is None:
+        type = getattr(quantizer, "default_type", "f16")  # noqa: A001
     if not needs and (calib is not None or calib_samples is not None or calib_seq_len is not None):
         raise ConversionError(f"--calib is for methods that calibrate (method {method!r} does not); "
                               "for an importance matrix use --imatrix")
@@ -316,7 +323,11 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
     if needs and out.exists() and not force:  # said before minutes of calibration, not after
         raise ConversionError(f"{out} exists; pass --force (force=True) to replace it")
     precomputed: dict[str, np.ndarray] = {}
-    if needs and not vocab_only:
+    fisher = None
+    if "fisher" in needs and not vocab_only:
+        fisher = _fisher(pl, method, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
+                         device=calib_device, progress=calib_progress)
+    elif needs and not vocab_only:
         precomputed = _calibrate(pl, quantizer, method, needs, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
                           device=calib_device, threads=threads, progress=calib_progress)
         fallback = getattr(quantizer, "rtn_fallback", None)
@@ -327,7 +338,7 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
             (warn or log.warning)(msg)
     try:
         digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, quantizer=quantizer,
-                                    method=method, progress=progress, precomputed=precomputed)
+                                    method=method, progress=progress, precomputed=precomputed, fisher=fisher)
     except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
         raise ConversionError(str(e)) from None
     if no_imatrix:
@@ -416,12 +427,70 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
     return done
 
 
+class _FisherSource:
+    """The Fisher diagonal of each source weight, from a calibration folder (:mod:`ggml_ext.calibrate.stats`),
+    one decoder layer's file loaded at a time, in the GGUF's row order (the weights' own transform)."""
+
+    def __init__(self, pl: ConversionPlan, stats: Any):
+        self.pl, self.stats = pl, stats
+        self._layer: tuple[int | None, dict] = (-1, {})
+
+    def __call__(self, p: Plan) -> np.ndarray | None:
+        if p.hf_name is None:
+            return None
+        _, index = _layer_key(self.pl.arch, p.hf_name)
+        if self._layer[0] != index:
+            if index is None:
+                self._layer = (None, self.stats.outer())
+            else:
+                flat = {}
+                for module, st in self.stats.layer(index).items():
+                    for stat, v in st.items():
+                        if stat.endswith("_fisher"):
+                            flat[f"{module}.{stat[:-len('_fisher')]}"] = v
+                self._layer = (index, flat)
+        f = self._layer[1].get(p.hf_name)
+        if f is None:
+            return None
+        return _transform(self.pl.arch, self.pl.hparams, p, np.asarray(f, dtype=np.float32))
+
+
+def _fisher(pl: ConversionPlan, method: str, *, calib, n_samples, seq_len, device: str,
+            progress: bool) -> _FisherSource:
+    """Step 1b for methods that need the Fisher diagonal: the calibration engine's streamed Fisher over the
+    calibration text (cached under the ggml-ext cache by model, text and sampling: a second conversion with
+    the same inputs reads it back)."""
+    from ggml_ext.calibrate import data, stats
+    from ggml_ext.calibrate.collect import CalibrationError
+    from ggml_ext.calibrate.stream import StreamError
+    try:
+        st = stats.collect(pl.checkpoint.folder, text=calib, what=("fisher",),
+                           n_samples=n_samples or data.DEFAULT_SAMPLES, seq_len=seq_len or data.DEFAULT_SEQ_LEN,
+                           device=device, progress=progress)
+    except (FileNotFoundError, ValueError) as e:
+        raise ConversionError(f"calibration text for method {method!r}: {e}") from None
+    except (StreamError, CalibrationError) as e:
+        raise ConversionError(f"method {method!r} cannot calibrate this model: {e}") from None
+    return _FisherSource(pl, st)
+
+
+def _layout(quantizer: Any, p: Plan, ggml_shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...], str, int]] | None:
+    """The tensors a method writes for one planned matrix, when it writes its own (``tensors``, e.g.
+    anyprec's bitplanes and tables): [(gguf name, ggml shape, ggml type name, bytes)], else None."""
+    f = getattr(quantizer, "tensors", None)
+    return None if f is None or p.type_name in ("F32", "F16", "BF16") else f(p.gguf_name, p.type_name, ggml_shape)
+
+
 def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, quantizer: Any, method: str,
            progress: Callable[[int, int, str], None] | None,
-           precomputed: dict[str, np.ndarray] | None = None) -> tuple[str, list[str]]:
+           precomputed: dict[str, np.ndarray] | None = None,
+           fisher: Callable[[Plan], np.ndarray | None] | None = None) -> tuple[str, list[str]]:
     """Stream ``pl``'s tensors into ``out``, each quantized matrix through ``quantizer`` (the method
     ``method``) unless ``precomputed`` (from :func:`_calibrate`) holds its bytes already; returns the
-    source hash and the quantized tensors the imatrix missed."""
+    source hash and the quantized tensors the imatrix missed. ``fisher``: a matrix's Fisher diagonal
+    (GGUF row order), handed to the method as ``calibration={"fisher": F}``. A method with ``tensors``
+    may write a matrix as several tensors of its own (:func:`_layout`): its ``quantize`` then fills
+    their bytes, concatenated, into ``out``."""
     precomputed = precomputed or {}
     from ggml_ext import quants
     from ggml_ext.calibrate.imatrix import ImatrixError
@@ -431,9 +500,18 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
     writer = GGUFWriter(out, force=force)
     for key, vtype, value in pl.metadata:
         writer.add(key, vtype, value)
+    for key, vtype, value in getattr(quantizer, "metadata", lambda: [])():  # a method's own keys (anyprec)
+        writer.add(key, vtype, value)
+    layouts: dict[str, list] = {}
     for p in pl.tensors:
         ggml_shape = tuple(reversed(p.shape))
         nrows = int(np.prod(ggml_shape[1:])) if len(ggml_shape) > 1 else 1
+        own = _layout(quantizer, p, ggml_shape)
+        if own is not None:
+            layouts[p.gguf_name] = own
+            for name, shape, tname, nbytes in own:
+                writer.add_tensor_info(name, shape, quants.type_id(tname), nbytes)
+            continue
         writer.add_tensor_info(p.gguf_name, ggml_shape, quants.type_id(p.type_name),
                                nrows * quants.row_size(p.type_name, ggml_shape[0]))
 
@@ -457,7 +535,10 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
                         raise ConversionError(f"{what} has values up to {peak:g}, beyond float16's range: "
                                               f"use --type bf16/f32 or --keep '{p.gguf_name}=f32'")
                     rows = np.ascontiguousarray(x.reshape(-1, x.shape[-1]) if x.ndim > 1 else x.reshape(1, -1))
-                    buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
+                    own = layouts.get(p.gguf_name)
+                    size = (sum(t[3] for t in own) if own is not None
+                            else rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]))
+                    buf = np.empty(size, dtype=np.uint8)
                     weights = None
                     plain = p.type_name in ("F32", "F16", "BF16")  # converted by ggml, not quantized by a method
                     if im is not None and not plain and rows.shape[0] > 1:
@@ -474,8 +555,10 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
                             buf = np.ascontiguousarray(precomputed.pop(p.gguf_name)).reshape(-1)
                             written = buf.nbytes
                         else:
+                            f = fisher(p) if fisher is not None else None
                             written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, imatrix=weights,
-                                                         threads=threads, calibration=None)
+                                                         threads=threads,
+                                                         calibration=None if f is None else {"fisher": f})
                     except (quants.QuantError, MethodError) as e:
                         raise ConversionError(f"{what}: {e}") from None
                     if written != buf.nbytes:
@@ -484,11 +567,17 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
                     # the f16 block scales of the quantized types (and BF16's own range) can overflow to inf,
                     # only for values beyond float16's range: ggml's row check finds them (llama.cpp refuses
                     # such a file when it checks tensors, and computes NaN when it does not)
-                    if peak > _F16_MAX and p.type_name != "F32" and not quants.validate(p.type_name, buf):
+                    if own is None and peak > _F16_MAX and p.type_name != "F32" and not quants.validate(p.type_name, buf):
                         raise ConversionError(f"{what} has values up to {peak:g}: too large for {p.type_name} "
                                               f"(they overflow to inf): use --type f32 or --keep '{p.gguf_name}=f32'")
                     del x, rows
-                    writer.write_tensor(buf)
+                    if own is None:
+                        writer.write_tensor(buf)
+                    else:
+                        at = 0
+                        for _name, _shape, _tname, nbytes in own:
+                            writer.write_tensor(buf[at:at + nbytes])
+                            at += nbytes
                     del buf
                     done += int(np.prod(p.shape))
                     if progress:

@@ -40,3 +40,13 @@ KVQUANT = [
     SRC / "x86" / "kvquant_avx2.c",
     SRC / "arm" / "kvquant_neon.c",
 ]
+
+# The any-precision bitplane GEMV (formats/anyprec): the byte layout and reference, the scalar twin,
+# the SIMD kernels and the dispatcher (tests/c/test_anyprec_kernels.c).
+ANYPREC = [
+    SRC / "formats" / "anyprec" / "anyprec.c",
+    SRC / "formats" / "anyprec" / "dispatch.c",
+    SRC / "generic" / "anyprec.c",
+    SRC / "x86" / "anyprec_avx2.c",
+    SRC / "arm" / "anyprec_neon.c",
+]

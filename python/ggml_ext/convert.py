@@ -34,7 +34,7 @@ __all__ = ["convert", "add_arguments", "main"]
 TYPES = tuple(_policy.OUTPUT_TYPES)
 
 
-def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str = "f16", **kwargs):  # noqa: A002
+def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str | None = None, **kwargs):  # noqa: A002
     """Convert a Hugging Face folder to GGUF; see :func:`ggml_ext.converters.convert` for the options."""
     from ggml_ext.converters import convert as _convert
     return _convert(model_dir, output, type, **kwargs)
@@ -43,8 +43,9 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str =
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model_dir", metavar="HF_DIR", help="Hugging Face model folder (config.json, weights, tokenizer)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.gguf", help="file to write")
-    p.add_argument("--type", default="f16", choices=TYPES, type=str.lower,
-                   help="output type (default f16); norms and other 1-D tensors stay f32")
+    p.add_argument("--type", default=None, choices=TYPES, type=str.lower,
+                   help="output type (default f16; q8_0 for the matrices anyprec leaves alone); norms and other "
+                        "1-D tensors stay f32")
     p.add_argument("--keep", action="append", default=[], metavar="PATTERN=TYPE",
                    help="type for the weight matrices whose GGUF name matches the glob PATTERN "
                         "(e.g. 'blk.*.attn_v.weight=q8_0'); repeatable, first match wins")
@@ -69,6 +70,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per calibration sample (default 512)")
     p.add_argument("--device", default="cpu",
                    help="where calibrating methods run the layers and their own work (cpu, cuda, cuda:1; default cpu)")
+    p.add_argument("--bits", default=None, metavar="S-P",
+                   help="anyprec: seed and parent precisions, one file serving each of S..P bits (default 3-8)")
     p.add_argument("--percdamp", type=float, default=None,
                    help="gptq: damping, a fraction of the Hessian's mean diagonal (default 0.01)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
@@ -90,6 +93,8 @@ def _method_options(args: argparse.Namespace) -> dict:
             opts["percdamp"] = args.percdamp
     elif args.percdamp is not None:
         opts["percdamp"] = args.percdamp  # refused by the method's option check, naming it
+    if args.bits is not None:
+        opts["bits"] = args.bits  # anyprec's; refused by the other methods' option check
     return opts
 
 

@@ -15,6 +15,9 @@
 #        define GGML_EXT_HAVE_SVE_I8MM 1  // usable only with 256-bit vectors (arm/interleaved4_sve.c)
 #    endif
 #endif
+#if defined(__aarch64__) && defined(__ARM_NEON)
+#    define GGML_EXT_HAVE_NEON 1  // plain Armv8 NEON (the any-precision GEMV)
+#endif
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #    define GGML_EXT_HAVE_AVX2 1
 #    if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)

@@ -8,7 +8,7 @@ types (F32, F16, BF16) are converted by ggml directly and never reach a method.
 
     >>> from ggml_ext import methods
     >>> methods.available()
-    ('gptq', 'rtn')
+    ('anyprec', 'gptq', 'rtn')
 
 Registered now:
 
@@ -19,6 +19,10 @@ Registered now:
   function, so the file is an ordinary GGUF (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL). It
   declares ``calibration_needs = ("hessian",)``: the pipeline then streams the decoder
   layers over a calibration text and hands each layer matrix its Hessian.
+
+* ``anyprec`` (:mod:`.anyprec`): Any-Precision LLM, Fisher-weighted k-means seed + incremental
+  upscaling into one bitplane file serving every precision 3..8 (``calibration_needs = ("fisher",)``:
+  the calibration engine's cached Fisher diagonal; docs/formats/anyprec.md).
 
 Later issues add one module each, implementing the same interface and registering
 itself with :func:`register`: ``ooc``,
@@ -140,4 +144,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import act_importance, gptq, rtn  # noqa: E402,F401
+from . import act_importance, anyprec, gptq, rtn  # noqa: E402,F401

@@ -1,0 +1,321 @@
+// Any-precision bitplanes: the quantizer (seed + incremental upscaling), the byte layout and
+// dequantization, in scalar C (anyprec.h has the format; docs/formats/anyprec.md the bytes).
+//
+// Everything runs on the sorted row: in one dimension every k-means cluster (seed) and every
+// 2-means half (upscaling) is a range of consecutive sorted values, so with prefix sums of
+// w, w*x and w*x^2 a range's weighted mean and squared error cost O(1). The seed is the exact
+// optimum of weighted 1-D k-means (dynamic programming over split points; the optimal split
+// points move right as the prefix grows, so each of the k passes is a divide-and-conquer over
+// positions, O(k n log n)); each upscaling step splits every range at its exact weighted 2-means
+// optimum (a scan over its split points). A weight's P-bit code is the index of its final range:
+// splitting a range gives its children codes 2c and 2c + 1, so the top b bits are the b-bit code.
+#include "formats/anyprec/anyprec.h"
+
+#include "common/fp16.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    double * sw;   // prefix sums over the sorted row: w, w*x, w*x^2 (n + 1 each)
+    double * swx;
+    double * swxx;
+    double * sx;   // plain x (means of clusters whose weights sum to 0)
+} apq_prefix;
+
+// Weighted squared error of sorted items [l, r) around their weighted mean.
+static inline double apq_cost(const apq_prefix * p, int64_t l, int64_t r) {
+    const double W = p->sw[r] - p->sw[l];
+    if (r <= l || W <= 0.0) {
+        return 0.0;
+    }
+    const double S1 = p->swx[r] - p->swx[l];
+    const double c  = p->swxx[r] - p->swxx[l] - S1 * S1 / W;
+    return c > 0.0 ? c : 0.0;
+}
+
+static inline double apq_mean(const apq_prefix * p, int64_t l, int64_t r, double fallback) {
+    if (r <= l) {
+        return fallback;
+    }
+    const double W = p->sw[r] - p->sw[l];
+    if (W > 0.0) {
+        return (p->swx[r] - p->swx[l]) / W;
+    }
+    return (p->sx[r] - p->sx[l]) / (double) (r - l);
+}
+
+typedef struct {
+    const apq_prefix * p;
+    const double *     prev;  // D[k-1][i], i = 0..n
+    double *           cur;   // D[k][i]
+    int64_t *          arg;   // best split for D[k][i]
+} apq_dp;
+
+// D[k][i] = min over j < i of D[k-1][j] + cost(j, i) for i in [lo, hi], knowing the optimal j
+// lies in [jlo, jhi] (monotone: the 1-D k-means cost satisfies the quadrangle inequality).
+static void apq_dp_solve(apq_dp * d, int64_t lo, int64_t hi, int64_t jlo, int64_t jhi) {
+    while (lo <= hi) {
+        const int64_t mid  = lo + (hi - lo) / 2;
+        double        best = INFINITY;
+        int64_t       bj   = jlo;
+        const int64_t jmax = jhi < mid ? jhi : mid;  // j <= mid: the last segment may be empty
+        for (int64_t j = jlo; j <= jmax; j++) {
+            const double v = d->prev[j] + apq_cost(d->p, j, mid);
+            if (v < best) {
+                best = v;
+                bj   = j;
+            }
+        }
+        d->cur[mid] = best;
+        d->arg[mid] = bj;
+        // left half recursively, right half by the loop (bounded stack: log n deep)
+        if (mid - lo < hi - mid) {
+            apq_dp_solve(d, lo, mid - 1, jlo, bj);
+            lo  = mid + 1;
+            jlo = bj;
+        } else {
+            apq_dp_solve(d, mid + 1, hi, bj, jhi);
+            hi  = mid - 1;
+            jhi = bj;
+        }
+    }
+}
+
+typedef struct {
+    float   x;
+    float   w;
+    int64_t j;
+} apq_item;
+
+static int apq_item_cmp(const void * a, const void * b) {
+    const apq_item * u = (const apq_item *) a;
+    const apq_item * v = (const apq_item *) b;
+    if (u->x != v->x) {
+        return u->x < v->x ? -1 : 1;
+    }
+    return u->j < v->j ? -1 : (u->j > v->j);  // ties by position: deterministic
+}
+
+int64_t ggml_ext_apq_row_table_len(int seed_bits, int parent_bits) {
+    return ((int64_t) 1 << (parent_bits + 1)) - ((int64_t) 1 << seed_bits);
+}
+
+static int apq_bits_ok(int seed_bits, int parent_bits) {
+    return seed_bits >= GGML_EXT_APQ_MIN_BITS && seed_bits <= parent_bits && parent_bits <= GGML_EXT_APQ_MAX_BITS;
+}
+
+// One row: x, w (n) -> codes (n), tables (row_table_len floats). Work buffers passed in.
+static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, uint8_t * codes,
+                             float * tables, apq_item * it, apq_prefix * p, double * dp, int64_t * arg,
+                             int64_t * bounds, int64_t * nbounds) {
+    for (int64_t j = 0; j < n; j++) {
+        it[j].x = x[j];
+        it[j].w = w ? (w[j] > 0.0f ? w[j] : 0.0f) : 1.0f;
+        it[j].j = j;
+    }
+    qsort(it, (size_t) n, sizeof(*it), apq_item_cmp);
+    // centre on the row's mid-range: the prefix sums of x^2 lose less to cancellation
+    const double c0 = 0.5 * ((double) it[0].x + (double) it[n - 1].x);
+    p->sw[0] = p->swx[0] = p->swxx[0] = p->sx[0] = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v  = (double) it[i].x - c0;
+        const double wi = (double) it[i].w;
+        p->sw[i + 1]    = p->sw[i] + wi;
+        p->swx[i + 1]   = p->swx[i] + wi * v;
+        p->swxx[i + 1]  = p->swxx[i] + wi * v * v;
+        p->sx[i + 1]    = p->sx[i] + v;
+    }
+
+    // Seed: the optimal partition of the sorted row into K = 2^S ranges (some may be empty).
+    const int K    = 1 << S;
+    double *  prev = dp;
+    double *  cur  = dp + (n + 1);
+    for (int64_t i = 0; i <= n; i++) {
+        prev[i] = apq_cost(p, 0, i);
+        arg[i]  = 0;  // row 1 of arg: all ranges start at 0
+    }
+    for (int k = 2; k <= K; k++) {
+        apq_dp d = { p, prev, cur, arg + (int64_t) (k - 1) * (n + 1) };
+        apq_dp_solve(&d, 0, n, 0, n);
+        double * t = prev;
+        prev       = cur;
+        cur        = t;
+    }
+    // Walk back: bounds[c] .. bounds[c+1] is seed cluster c.
+    bounds[K]  = n;
+    int64_t hi = n;
+    for (int k = K; k >= 2; k--) {
+        hi            = arg[(int64_t) (k - 1) * (n + 1) + hi];
+        bounds[k - 1] = hi;
+    }
+    bounds[0] = 0;
+
+    // Tables of the seed, then upscaling: split every range at its optimal 2-means point.
+    const double row_mean = apq_mean(p, 0, n, 0.0);
+    int          nr       = K;
+    float *      tab      = tables;
+    double       parent_c[256];
+    for (int c = 0; c < nr; c++) {
+        parent_c[c] = apq_mean(p, bounds[c], bounds[c + 1], row_mean);
+        tab[c]      = (float) (parent_c[c] + c0);
+    }
+    tab += nr;
+    for (int b = S + 1; b <= P; b++) {
+        double child_c[256];
+        for (int c = 0; c < nr; c++) {
+            const int64_t l = bounds[c], r = bounds[c + 1];
+            int64_t       s = l;  // an empty or single-valued range: everything to the left child
+            if (r - l >= 2) {
+                double best = INFINITY;
+                for (int64_t m = l + 1; m < r; m++) {
+                    if (it[m].x == it[m - 1].x) {
+                        continue;  // equal values stay together
+                    }
+                    const double v = apq_cost(p, l, m) + apq_cost(p, m, r);
+                    if (v < best) {
+                        best = v;
+                        s    = m;
+                    }
+                }
+                if (s == l) {
+                    s = r;
+                }
+            } else {
+                s = r;
+            }
+            nbounds[2 * c]     = l;
+            nbounds[2 * c + 1] = s;
+            child_c[2 * c]     = apq_mean(p, l, s, parent_c[c]);
+            child_c[2 * c + 1] = apq_mean(p, s, r, parent_c[c]);
+        }
+        nr *= 2;
+        nbounds[nr] = n;
+        memcpy(bounds, nbounds, sizeof(*bounds) * (size_t) (nr + 1));
+        for (int c = 0; c < nr; c++) {
+            parent_c[c] = child_c[c];
+            tab[c]      = (float) (child_c[c] + c0);
+        }
+        tab += nr;
+    }
+    for (int c = 0; c < nr; c++) {
+        for (int64_t i = bounds[c]; i < bounds[c + 1]; i++) {
+            codes[it[i].j] = (uint8_t) c;
+        }
+    }
+}
+
+int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                          int parent_bits, uint8_t * codes, float * tables) {
+    if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_rows < 0 || !x || !codes || !tables) {
+        return -1;
+    }
+    const int64_t n = n_per_row;
+    const int     K = 1 << seed_bits;
+    apq_item *    it     = malloc(sizeof(apq_item) * (size_t) n);
+    double *      pre    = malloc(sizeof(double) * (size_t) (4 * (n + 1)));
+    double *      dp     = malloc(sizeof(double) * (size_t) (2 * (n + 1)));
+    int64_t *     arg    = malloc(sizeof(int64_t) * (size_t) (K * (n + 1)));
+    int64_t       bounds[257], nbounds[257];
+    int           rc = 0;
+    if (!it || !pre || !dp || !arg) {
+        rc = -1;
+    } else {
+        apq_prefix p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
+        const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
+        for (int64_t r = 0; r < n_rows; r++) {
+            apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, codes + r * n,
+                             tables + r * tl, it, &p, dp, arg, bounds, nbounds);
+        }
+    }
+    free(it);
+    free(pre);
+    free(dp);
+    free(arg);
+    return rc;
+}
+
+double ggml_ext_apq_row_sse(const float * x, const float * w, int64_t n_per_row, const uint8_t * codes,
+                            const float * tables, int seed_bits, int parent_bits, int bits) {
+    const float * t = tables + (((int64_t) 1 << bits) - ((int64_t) 1 << seed_bits));
+    double        s = 0.0;
+    for (int64_t j = 0; j < n_per_row; j++) {
+        const double e = (double) x[j] - (double) t[codes[j] >> (parent_bits - bits)];
+        s += (w ? (double) w[j] : 1.0) * e * e;
+    }
+    return s;
+}
+
+size_t ggml_ext_apq_planes_size(int parent_bits, int64_t n_rows, int64_t n_per_row) {
+    return (size_t) parent_bits * (size_t) n_rows * (size_t) (n_per_row / 8);
+}
+
+int ggml_ext_apq_pack(const uint8_t * codes, int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row,
+                      int parent_bits, uint8_t * planes) {
+    if (n_per_row % GGML_EXT_APQ_QK || parent_bits < 1 || parent_bits > 8 || r0 < 0 || r0 + nr > n_rows) {
+        return -1;
+    }
+    const int64_t row_bytes   = n_per_row / 8;
+    const size_t  plane_bytes = (size_t) n_rows * (size_t) row_bytes;
+    for (int k = 0; k < parent_bits; k++) {
+        const int shift = parent_bits - 1 - k;
+        for (int64_t r = 0; r < nr; r++) {
+            const uint8_t * c   = codes + r * n_per_row;
+            uint8_t *       dst = planes + (size_t) k * plane_bytes + (size_t) (r0 + r) * (size_t) row_bytes;
+            for (int64_t i = 0; i < row_bytes; i++) {
+                uint8_t byte = 0;
+                for (int l = 0; l < 8; l++) {
+                    byte |= (uint8_t) (((c[8 * i + l] >> shift) & 1) << l);
+                }
+                dst[i] = byte;
+            }
+        }
+    }
+    return 0;
+}
+
+int64_t ggml_ext_apq_table_offset(int64_t n_rows, int seed_bits, int bits) {
+    return n_rows * (((int64_t) 1 << bits) - ((int64_t) 1 << seed_bits));
+}
+
+int ggml_ext_apq_pack_tables(const float * tables, int64_t r0, int64_t nr, int64_t n_rows, int seed_bits,
+                             int parent_bits, ggml_ext_fp16_t * out) {
+    if (!apq_bits_ok(seed_bits, parent_bits) || r0 < 0 || r0 + nr > n_rows) {
+        return -1;
+    }
+    const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
+    for (int b = seed_bits; b <= parent_bits; b++) {
+        const int64_t K   = (int64_t) 1 << b;
+        const int64_t off = ((int64_t) 1 << b) - ((int64_t) 1 << seed_bits);
+        for (int64_t r = 0; r < nr; r++) {
+            ggml_ext_fp16_t * dst = out + ggml_ext_apq_table_offset(n_rows, seed_bits, b) + (r0 + r) * K;
+            for (int64_t c = 0; c < K; c++) {
+                dst[c] = ggml_ext_fp32_to_fp16(tables[r * tl + off + c]);
+            }
+        }
+    }
+    return 0;
+}
+
+int ggml_ext_apq_dequantize(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                            int64_t n_rows, int64_t n_per_row, int seed_bits, int parent_bits, int bits, float * y) {
+    if (!apq_bits_ok(seed_bits, parent_bits) || bits < seed_bits || bits > parent_bits ||
+        n_per_row % GGML_EXT_APQ_QK || r0 < 0 || r0 + nr > n_rows) {
+        return -1;
+    }
+    const int64_t row_bytes   = n_per_row / 8;
+    const size_t  plane_bytes = (size_t) n_rows * (size_t) row_bytes;
+    for (int64_t r = 0; r < nr; r++) {
+        const ggml_ext_fp16_t * t = tables + ggml_ext_apq_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        for (int64_t j = 0; j < n_per_row; j++) {
+            int code = 0;
+            for (int k = 0; k < bits; k++) {
+                const uint8_t byte = planes[(size_t) k * plane_bytes + (size_t) (r0 + r) * (size_t) row_bytes + j / 8];
+                code               = (code << 1) | ((byte >> (j % 8)) & 1);
+            }
+            y[r * n_per_row + j] = ggml_ext_fp16_to_fp32(t[code]);
+        }
+    }
+    return 0;
+}

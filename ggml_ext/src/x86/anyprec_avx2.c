@@ -1,0 +1,69 @@
+// AVX2 GEMV of the any-precision bitplanes (formats/anyprec/anyprec_impl.h). Per 32 weights: one 32-bit
+// word of each of the first b planes; each word's bits are spread to one byte per weight (pshufb
+// replicates byte j/8 of the word into byte j, AND with 1 << (j%8), compare: the bit-transpose as 32
+// byte lanes), the bytes OR-ed into the codes with the plane's weight 2^(b-1-k); then 4 x 8 codes are
+// widened and looked up in the row's float table (gather) and multiply-accumulated with x. Lane l of the
+// accumulator holds weights j = l mod 8, as the scalar twin's.
+#include "formats/anyprec/anyprec_impl.h"
+
+#if defined(GGML_EXT_HAVE_AVX2)
+#    include "common/fp16.h"
+
+#    include <immintrin.h>
+#    include <string.h>
+
+int ggml_ext_apq_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+    if (!ggml_ext_apq_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+        return -1;
+    }
+    const int64_t row_bytes   = n_per_row / 8;
+    const size_t  plane_bytes = (size_t) n_rows * (size_t) row_bytes;
+    const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,   // lane 0: bytes 0, 1
+                                            2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);  // lane 1: bytes 2, 3
+    const __m256i bitsel = _mm256_set1_epi64x((long long) 0x8040201008040201ull);
+    __m256i       weight[GGML_EXT_APQ_MAX_BITS];
+    for (int k = 0; k < bits; k++) {
+        weight[k] = _mm256_set1_epi8((char) (1 << (bits - 1 - k)));
+    }
+    float lut[256];
+    for (int64_t r = 0; r < nr; r++) {
+        const ggml_ext_fp16_t * t = tables + ggml_ext_apq_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        if (bits >= 3) {
+            for (int c = 0; c < (1 << bits); c += 8) {
+                _mm256_storeu_ps(lut + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (t + c))));
+            }
+        } else {
+            for (int c = 0; c < (1 << bits); c++) {
+                lut[c] = ggml_ext_fp16_to_fp32(t[c]);
+            }
+        }
+        const uint8_t * row = planes + (size_t) (r0 + r) * (size_t) row_bytes;
+        __m256          acc = _mm256_setzero_ps();
+        for (int64_t i = 0; i < row_bytes; i += 4) {
+            __m256i codes = _mm256_setzero_si256();
+            for (int k = 0; k < bits; k++) {
+                uint32_t w;
+                memcpy(&w, row + (size_t) k * plane_bytes + (size_t) i, 4);
+                __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int) w), spread);
+                v         = _mm256_cmpeq_epi8(_mm256_and_si256(v, bitsel), bitsel);
+                codes     = _mm256_or_si256(codes, _mm256_and_si256(v, weight[k]));
+            }
+            const __m128i lo = _mm256_castsi256_si128(codes);
+            const __m128i hi = _mm256_extracti128_si256(codes, 1);
+            const float * xi = x + 8 * i;
+            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(lo), 4), _mm256_loadu_ps(xi), acc);
+            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), 4),
+                                  _mm256_loadu_ps(xi + 8), acc);
+            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(hi), 4), _mm256_loadu_ps(xi + 16), acc);
+            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), 4),
+                                  _mm256_loadu_ps(xi + 24), acc);
+        }
+        // ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the scalar twin's order
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        s        = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        y[r]     = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
+    }
+    return 0;
+}
+#endif
