@@ -274,3 +274,16 @@ def test_static_scales_are_the_imatrix_quantizers_and_both_implementations_agree
         want = np.ascontiguousarray(im[:, :, :2 * n]).view(np.float16).astype(np.float32)
         np.testing.assert_array_equal(a.scales, want)
         assert _err(W, a.Q, H) < _err(W, quants.dequantize(im.reshape(W.shape[0], -1), t, W.shape[1]), H)
+
+
+def test_cli_gptq_scales_reaches_the_method():
+    """`convert --gptq-scales static` becomes the method's scale_rule; rtn refuses the option by name."""
+    from ggml_ext import cli
+    from ggml_ext.convert import _method_options
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "gptq", "--gptq-scales", "static"])
+    opts = _method_options(args)
+    assert opts["scale_rule"] == "static"
+    assert methods.create("gptq", **opts).options["scale_rule"] == "static"
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--gptq-scales", "static"])
+    with pytest.raises(methods.MethodError, match="scale_rule"):
+        methods.create(args.method, **_method_options(args))
