@@ -273,7 +273,11 @@ def test_static_scales_are_the_imatrix_quantizers_and_both_implementations_agree
         n = 2 if g.has_min else 1
         want = np.ascontiguousarray(im[:, :, :2 * n]).view(np.float16).astype(np.float32)
         np.testing.assert_array_equal(a.scales, want)
-        assert _err(W, a.Q, H) < _err(W, quants.dequantize(im.reshape(W.shape[0], -1), t, W.shape[1]), H)
+        e_im = _err(W, quants.dequantize(im.reshape(W.shape[0], -1), t, W.shape[1]), H)
+        if e_im == 0:  # SmolLM2's weights sit on a Q4_1 grid (ASSETS.md): the imatrix's scales find it exactly
+            assert _err(W, a.Q, H) == 0, t
+        else:
+            assert _err(W, a.Q, H) < 0.95 * e_im, t
 
 
 def test_cli_gptq_scales_reaches_the_method():
