@@ -11,7 +11,11 @@ device; then
   and :func:`~ggml_ext.methods.gptq.gptq` on the device must give identical bytes
   (``GPTQResult.pack``); the script exits 1 if they do not;
 * every shape: the wall time of ``gptq`` on the device (median of ``--repeat`` runs after a warm-up),
-  and on the CPU for shapes up to ``--cpu-max`` weights, all in the same run.
+  and on the CPU for shapes up to ``--cpu-max`` weights, all in the same run;
+* ``--reference`` shapes: the wall time of the sequential reference (numpy, float64, one column at a
+  time, every later column updated at once: the plain algorithm) on the same problem, one run, and the
+  batched implementation's speed-up over it;
+* ``--json FILE``: every row written as JSON as well (the device script puts it under $OUT).
 
     PYTHONPATH=python GGML_EXT_PREFIX=... python3 scripts/bench_gptq_gpu.py --device cuda \\
         --check 576x1536,1536x576 --shapes 4096x4096,11008x4096,4096x11008 --type q4_0
@@ -22,6 +26,7 @@ the column sweep and the lazy updates run on ``--device``.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -72,6 +77,9 @@ def main() -> int:
     ap.add_argument("--shapes", default="4096x4096,11008x4096,4096x11008", help="shapes timed")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--cpu-max", type=int, default=4096 * 4096, help="time the CPU too up to this many weights")
+    ap.add_argument("--reference", default="", help="shapes on which the sequential numpy reference is timed too")
+    ap.add_argument("--scale-rule", default="dynamic", choices=("dynamic", "static"))
+    ap.add_argument("--json", default=None, help="write the rows as JSON to this file")
     ap.add_argument("--cpu-threads", type=int, default=0, help="torch threads on the CPU (0: torch's default)")
     a = ap.parse_args()
     if a.cpu_threads:
@@ -82,23 +90,37 @@ def main() -> int:
     print(f"# device {a.device} ({dev_name}), torch {torch.__version__}, type {type_name}, CPU threads "
           f"{torch.get_num_threads()}")
     ok = True
+    rows_out: list[dict] = []
     for rows, cols in shapes(a.check):
         W, H = problem(rows, cols, 1, a.device)
-        ref = gptq_reference(W, H, type_name).pack(g)
-        dev = gptq(W, H, type_name, device=a.device).pack(g)
+        ref = gptq_reference(W, H, type_name, scale_rule=a.scale_rule).pack(g)
+        dev = gptq(W, H, type_name, device=a.device, scale_rule=a.scale_rule).pack(g)
         same = np.array_equal(ref, dev)
         ok &= same
+        rows_out.append({"check": f"{rows}x{cols}", "identical": bool(same)})
         print(f"check {rows}x{cols}: reference (numpy, CPU) vs batched ({a.device}): "
               f"{'identical bytes' if same else f'DIFFER in {int((ref != dev).sum())} of {ref.size} bytes'}")
     print("| shape (rows x cols) | device | seconds (median) | columns/s |")
     print("| --- | --- | ---: | ---: |")
     for rows, cols in shapes(a.shapes):
         W, H = problem(rows, cols, 2, a.device)
-        gptq(W[:64], H, type_name, device=a.device)  # warm-up: kernels, cuSOLVER
+        gptq(W[:64], H, type_name, device=a.device, scale_rule=a.scale_rule)  # warm-up: kernels, cuSOLVER
         where = [a.device] + (["cpu"] if a.device != "cpu" and rows * cols <= a.cpu_max else [])
+        batched = None
         for d in where:
-            t = timed(lambda: gptq(W, H, type_name, device=d), a.repeat if d == a.device else 1)
-            print(f"| {rows}x{cols} | {d} | {t:.2f} | {cols / t:.0f} |", flush=True)
+            t = timed(lambda: gptq(W, H, type_name, device=d, scale_rule=a.scale_rule), a.repeat if d == a.device else 1)
+            batched = batched or t
+            rows_out.append({"shape": f"{rows}x{cols}", "impl": "batched", "device": d, "seconds": t})
+            print(f"| {rows}x{cols} | batched, {d} | {t:.2f} | {cols / t:.0f} |", flush=True)
+        if (rows, cols) in shapes(a.reference):
+            t = timed(lambda: gptq_reference(W, H, type_name, scale_rule=a.scale_rule), 1)
+            rows_out.append({"shape": f"{rows}x{cols}", "impl": "reference", "device": "cpu", "seconds": t,
+                             "batched_speedup": t / batched})
+            print(f"| {rows}x{cols} | sequential reference (numpy), cpu | {t:.2f} | {cols / t:.0f} "
+                  f"(batched: {t / batched:.1f}x its speed) |", flush=True)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"device": a.device, "device_name": dev_name, "torch": torch.__version__,
+                                            "type": type_name, "scale_rule": a.scale_rule, "rows": rows_out}, indent=1))
     return 0 if ok else 1
 
 

@@ -21,6 +21,7 @@ VERBS = {
     "anyprec": ("ggml_ext.anyprec.extract", "any-precision bitplane files (convert --method anyprec): `extract` one precision as an ordinary GGUF (interim, until the bitplane op), `info`"),
     "repack": ("ggml_ext.repack", "rewrite a GGUF's Q4_0 matrices in an interleaved layout (4x4/4x8/8x8/auto), or back"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
+    "bits": ("ggml_ext.bits", "bit family of a GGUF file (K-OOC): quant, flag and mark bits per weight, A_max and A_lim, per tensor and total"),
     "chat": ("ggml_ext.chat", "chat with a GGUF model (interactive, or --prompt for one answer)"),
     "serve": ("ggml_ext.serve", "run our llama-server on loopback (OpenAI API and web UI)"),
     "bench": ("ggml_ext.bench", "llama-bench of our build"),

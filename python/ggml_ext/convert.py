@@ -74,6 +74,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="anyprec: seed and parent precisions, one file serving each of S..P bits (default 3-8)")
     p.add_argument("--percdamp", type=float, default=None,
                    help="gptq: damping, a fraction of the Hessian's mean diagonal (default 0.01)")
+    p.add_argument("--gptq-scales", choices=("dynamic", "static"), default=None,
+                   help="gptq: a block's scales chosen when the sweep reaches it from the updated weights "
+                        "(dynamic, default) or fixed before the sweep as llama-quantize --imatrix would write them "
+                        "(static; docs/GPTQ.md)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
                         "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
@@ -91,8 +95,13 @@ def _method_options(args: argparse.Namespace) -> dict:
         opts["device"] = args.device
         if args.percdamp is not None:
             opts["percdamp"] = args.percdamp
-    elif args.percdamp is not None:
-        opts["percdamp"] = args.percdamp  # refused by the method's option check, naming it
+        if getattr(args, "gptq_scales", None) is not None:
+            opts["scale_rule"] = args.gptq_scales
+    else:  # refused by the method's option check, naming it
+        if args.percdamp is not None:
+            opts["percdamp"] = args.percdamp
+        if getattr(args, "gptq_scales", None) is not None:
+            opts["scale_rule"] = args.gptq_scales
     if args.bits is not None:
         opts["bits"] = args.bits  # anyprec's; refused by the other methods' option check
     return opts

@@ -257,3 +257,37 @@ def test_default_model_gptq_runs_in_llama_perplexity(wiki_test, threads):
     p = tools.perplexity(path, wiki_test, n_ctx=256, chunks=4, threads=threads)
     rtn = tools.perplexity(cs.default_converted("q4_0"), wiki_test, n_ctx=256, chunks=4, threads=threads)
     assert np.isfinite(p.ppl) and 1 < p.ppl < rtn.ppl, (p.ppl, rtn.ppl)
+
+
+def test_static_scales_are_the_imatrix_quantizers_and_both_implementations_agree():
+    """scale_rule="static" (GPTQ's static groups): every block's scales are those llama.cpp's imatrix
+    quantizer writes for the unmodified weights with diag(H) as imatrix (act-order's permutation undone),
+    and the reference and the batched sweep write the same bytes with them."""
+    W, H = _default_layer1()["model.layers.1.self_attn.k_proj"]
+    for t in ("Q4_0", "Q4_1", "IQ4_NL"):
+        g = GRIDS[t]
+        a = G.gptq(W, H, t, scale_rule="static", block_size=48)
+        b = G.gptq_reference(W, H, t, scale_rule="static")
+        np.testing.assert_array_equal(a.pack(g), b.pack(g))
+        im = quants.quantize(W, t, imatrix=np.diag(H).astype(np.float32)).reshape(W.shape[0], -1, g.nbytes)
+        n = 2 if g.has_min else 1
+        want = np.ascontiguousarray(im[:, :, :2 * n]).view(np.float16).astype(np.float32)
+        np.testing.assert_array_equal(a.scales, want)
+        e_im = _err(W, quants.dequantize(im.reshape(W.shape[0], -1), t, W.shape[1]), H)
+        if e_im == 0:  # SmolLM2's weights sit on a Q4_1 grid (ASSETS.md): the imatrix's scales find it exactly
+            assert _err(W, a.Q, H) == 0, t
+        else:
+            assert _err(W, a.Q, H) < 0.95 * e_im, t
+
+
+def test_cli_gptq_scales_reaches_the_method():
+    """`convert --gptq-scales static` becomes the method's scale_rule; rtn refuses the option by name."""
+    from ggml_ext import cli
+    from ggml_ext.convert import _method_options
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "gptq", "--gptq-scales", "static"])
+    opts = _method_options(args)
+    assert opts["scale_rule"] == "static"
+    assert methods.create("gptq", **opts).options["scale_rule"] == "static"
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--gptq-scales", "static"])
+    with pytest.raises(methods.MethodError, match="scale_rule"):
+        methods.create(args.method, **_method_options(args))

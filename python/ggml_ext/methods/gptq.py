@@ -45,7 +45,10 @@ decoder layers (embeddings, output) have no Hessian there and get the type's RTN
 type policy gives a type without a grid here (K-quants of llama.cpp's mixes), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
-``act_order`` (True), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"),
+``act_order`` (True), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
+("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
+every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
+with diag(H) as the imatrix -- the scales ``llama-quantize --imatrix`` would write),
 ``implementation`` ("batched"|"reference"), ``device`` ("cpu", "cuda", ...), ``dtype`` ("float64"|
 "float32"), ``iq4_nl_weighting`` (ggml-ext's IQ4_NL scale search, as for rtn).
 """
@@ -79,6 +82,7 @@ class Prepared:
     pos: np.ndarray       # pos[c]: position of original column c
     importance: np.ndarray  # per ORIGINAL column: 1 / U_jj^2
     dead: np.ndarray      # original columns with H_ii == 0
+    hdiag: np.ndarray     # per ORIGINAL column: H_ii as given (llama.cpp's imatrix entry for the column)
 
 
 @dataclass
@@ -106,6 +110,7 @@ def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: 
     if not np.isfinite(W).all():
         raise GPTQError(f"{name}: the weights hold NaN or infinite values")
     diag = np.diag(H).copy()
+    hdiag = diag.copy()
     dead = np.flatnonzero(diag == 0)
     H[dead, dead] = 1.0
     W[:, dead] = 0.0
@@ -124,7 +129,7 @@ def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: 
     pos = np.empty(cols, dtype=np.int64)
     pos[perm] = np.arange(cols)
     importance = 1.0 / np.diag(U)[pos] ** 2
-    return Prepared(W, U, perm, pos, importance, dead)
+    return Prepared(W, U, perm, pos, importance, dead, hdiag)
 
 
 def _block_scales(g: Grid, values: np.ndarray, importance: np.ndarray | None, quantizer: dict) -> np.ndarray:
@@ -132,8 +137,21 @@ def _block_scales(g: Grid, values: np.ndarray, importance: np.ndarray | None, qu
                     **quantizer)
 
 
+def static_scales(g: Grid, p: Prepared, quantizer: dict) -> np.ndarray:
+    """Every block's scales fixed before the sweep (GPTQ's "static groups"): the scales llama.cpp's
+    imatrix quantizer picks for the unmodified weights with the Hessian's diagonal as importance matrix
+    (its importance-weighted scale search), rows x n_blocks x (1|2) float32."""
+    from ggml_ext import quants
+    rows, cols = p.W.shape
+    W = np.ascontiguousarray(p.W[:, p.pos], dtype=np.float32)   # original column order
+    b = quants.quantize(W, g.name, imatrix=p.hdiag.astype(np.float32), **quantizer)
+    n = 2 if g.has_min else 1
+    b = b.reshape(rows, cols // g.block, g.nbytes)
+    return np.ascontiguousarray(b[:, :, :2 * n]).view(np.float16).astype(np.float32)
+
+
 def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
-                   scale_importance: str = "hessian", quantizer: dict | None = None,
+                   scale_importance: str = "hessian", scale_rule: str = "dynamic", quantizer: dict | None = None,
                    name: str = "matrix") -> GPTQResult:
     """GPTQ as the paper states it, one column at a time, every later column updated immediately
     (numpy, float64). The reference :func:`gptq` is tested against."""
@@ -144,6 +162,7 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
     nb = cols // g.block
     Wc = p.W.copy()
     scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     idx = np.zeros((rows, cols), dtype=np.int64)
     Q = np.zeros((rows, cols), dtype=np.float32)
@@ -151,9 +170,12 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
         c = p.perm[j]
         b = c // g.block
         if b not in states:
-            block = p.pos[b * g.block:(b + 1) * g.block]           # positions of the block's columns
-            imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
-            scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
+            if fixed is not None:
+                scales[:, b] = fixed[:, b]
+            else:
+                block = p.pos[b * g.block:(b + 1) * g.block]           # positions of the block's columns
+                imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
+                scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
             states[b] = g.state(torch.from_numpy(scales[:, b]), torch.float64)
         k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b])
         idx[:, c], Q[:, c] = k.numpy(), q.numpy()
@@ -163,7 +185,8 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
 
 
 def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
-         block_size: int = 128, scale_importance: str = "hessian", quantizer: dict | None = None,
+         block_size: int = 128, scale_importance: str = "hessian", scale_rule: str = "dynamic",
+         quantizer: dict | None = None,
          device: str = "cpu", dtype: str = "float64", name: str = "matrix") -> GPTQResult:
     """GPTQ with lazy block updates, all rows at once, in torch on ``device``; same result as
     :func:`gptq_reference` (up to the summation order of the updates)."""
@@ -177,6 +200,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
     U = torch.from_numpy(p.U).to(dev, dt)
     scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
     Qt = torch.empty((cols, rows), dtype=dt, device=dev)  # quantized values, by position
@@ -189,7 +213,10 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
         for i in range(i2 - i1):
             j = i1 + i
             b = int(perm[j]) // g.block
-            if b not in states:
+            if b not in states and fixed is not None:
+                scales[:, b] = fixed[:, b]
+                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+            elif b not in states:
                 block = p.pos[b * g.block:(b + 1) * g.block]
                 # the block's current values: inside the lazy block from W1, beyond it with the pending update
                 inside = torch.from_numpy(block < i2).to(dev)
@@ -233,7 +260,8 @@ class GPTQ:
     calibration_needs = ("hessian",)
 
     def __init__(self, percdamp: float = 0.01, act_order: bool = True, block_size: int = 128,
-                 scale_importance: str = "hessian", implementation: str = "batched", device: str = "cpu",
+                 scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
+                 device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
         from ggml_ext import quants
         from .rtn import RTN
@@ -243,13 +271,16 @@ class GPTQ:
             raise MethodError(f"block_size {block_size}: must be positive")
         if scale_importance not in ("hessian", "none"):
             raise MethodError(f"unknown scale_importance {scale_importance!r}; choose 'hessian' or 'none'")
+        if scale_rule not in ("dynamic", "static"):
+            raise MethodError(f"unknown scale_rule {scale_rule!r}; choose 'dynamic' or 'static'")
         if implementation not in ("batched", "reference"):
             raise MethodError(f"unknown implementation {implementation!r}; choose 'batched' or 'reference'")
         if dtype not in ("float64", "float32"):
             raise MethodError(f"dtype {dtype!r}: choose 'float64' or 'float32'")
         if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
             raise MethodError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}")
-        self.options = dict(percdamp=percdamp, act_order=act_order, scale_importance=scale_importance)
+        self.options = dict(percdamp=percdamp, act_order=act_order, scale_importance=scale_importance,
+                            scale_rule=scale_rule)
         self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
         self.weighting = iq4_nl_weighting
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
