@@ -82,25 +82,7 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const f
     float        cs[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
     float        cd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
     const __m256 tlo = _mm256_loadu_ps(L->k_values), thi = _mm256_loadu_ps(L->k_values + 8);
-    for (int j = 0; j < h2; j++) {
-        cd[j] = cosf(L->pair_theta[j]);
-        sd[j] = sinf(L->pair_theta[j]);
-    }
-    for (int i = 0; i < nqh; i++) {
-        const int     h  = h0 + i / n_q;
-        const float * qg = q + (size_t) i * hd, * kh = L->k_half + h * hd, * km = L->k_mid + h * hd;
-        float *       c  = co + (size_t) i * 6 * h2;
-        for (int j = 0; j < h2; j++) {
-            const int   a = L->perm[j], b = L->perm[j + h2];
-            const float qa = qg[a], qb = qg[b];
-            c[j]          = qa * kh[a];
-            c[h2 + j]     = qb * kh[b];
-            c[2 * h2 + j] = qb * kh[a];
-            c[3 * h2 + j] = qa * kh[b];
-            c[4 * h2 + j] = qa * km[a] + qb * km[b];
-            c[5 * h2 + j] = qb * km[a] - qa * km[b];
-        }
-    }
+    ggml_ext_kvq_k_coefficients(L, q, h0, nqh, n_q, co, cd, sd);
     for (int t = 0; t < n_tokens; t++) {
         const uint8_t * row = (const uint8_t *) k_rows + (size_t) t * stride;
         // the (cos, sin) of every pair at this position: afresh every 16 tokens and after a jump, else one

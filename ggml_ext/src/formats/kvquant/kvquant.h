@@ -26,6 +26,7 @@
 #include "common/fp16.h"
 #include "ggml-ext.h"
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -194,3 +195,31 @@ extern const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_avx2;
 #ifdef GGML_EXT_HAVE_NEON
 extern const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_neon;
 #endif
+
+// What the SIMD q.K kernels compute once per call (x86/kvquant_avx2.c's header has the algebra): for the
+// nqh query heads from KV head h0 (n_q query heads per KV head; q: nqh x head_dim), the six coefficient rows
+// P Q R S U W of each rotation pair into co (6 * head_dim/2 floats per query head), and each pair's
+// one-position step (cos, sin of its angle per position) into cd, sd (head_dim/2 each).
+static inline void ggml_ext_kvq_k_coefficients(const struct ggml_ext_kvq_layer * L, const float * q, int h0, int nqh,
+                                               int n_q, float * co, float * cd, float * sd) {
+    const int hd = L->head_dim, h2 = hd / 2;
+    for (int j = 0; j < h2; j++) {
+        cd[j] = cosf(L->pair_theta[j]);
+        sd[j] = sinf(L->pair_theta[j]);
+    }
+    for (int i = 0; i < nqh; i++) {
+        const int     h  = h0 + i / n_q;
+        const float * qg = q + (size_t) i * hd, * kh = L->k_half + h * hd, * km = L->k_mid + h * hd;
+        float *       c  = co + (size_t) i * 6 * h2;
+        for (int j = 0; j < h2; j++) {
+            const int   a = L->perm[j], b = L->perm[j + h2];
+            const float qa = qg[a], qb = qg[b];
+            c[j]          = qa * kh[a];
+            c[h2 + j]     = qb * kh[b];
+            c[2 * h2 + j] = qb * kh[a];
+            c[3 * h2 + j] = qa * kh[b];
+            c[4 * h2 + j] = qa * km[a] + qb * km[b];
+            c[5 * h2 + j] = qb * km[a] - qa * km[b];
+        }
+    }
+}
