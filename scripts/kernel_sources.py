@@ -50,3 +50,15 @@ ANYPREC = [
     SRC / "x86" / "anyprec_avx2.c",
     SRC / "arm" / "anyprec_neon.c",
 ]
+
+
+def cpu_flags() -> set[str]:
+    """The host CPU's feature flags (/proc/cpuinfo; empty where there is none): which of the kernel
+    tests' builds can run natively here."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()

@@ -32,7 +32,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
+from kernel_sources import INTERLEAVED4 as SOURCES, SRC, cpu_flags  # noqa: E402
 
 TEST_C = REPO / "tests" / "c" / "test_interleaved4.c"
 COMPAT_C = REPO / "tests" / "c" / "test_interleaved4_upstream_compat.c"
@@ -43,16 +43,6 @@ QEMU = ["qemu-aarch64-static", "-cpu", "max", "-L", "/usr/aarch64-linux-gnu"]
 GGML_TYPE_Q4_0, GGML_TYPE_Q8_0 = 2, 8
 
 IS_X86 = platform.machine() in ("x86_64", "AMD64")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _build(cc: str, march: str, out: Path, main: Path = TEST_C, extra: tuple[Path, ...] = ()) -> Path:
@@ -175,7 +165,7 @@ def ggml_fixture(tmp_path_factory) -> Path:
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
 def test_native_every_simd_kernel(tmp_path, ggml_fixture):
-    flags = _cpu_flags()
+    flags = cpu_flags()
     impls = "generic"
     if {"avx2", "fma", "f16c"} <= flags:
         impls += " avx2"
@@ -191,7 +181,7 @@ def test_native_every_simd_kernel(tmp_path, ggml_fixture):
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
 @pytest.mark.parametrize("march,impls", [("x86-64-v3", "generic avx2"), ("x86-64", "generic")])
 def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
-    if "avx2" in impls and "avx2" not in _cpu_flags():
+    if "avx2" in impls and "avx2" not in cpu_flags():
         pytest.skip("this CPU has no AVX2")
     exe = _build("gcc", march, tmp_path / f"t_{march}")
     out = _run([str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
@@ -249,7 +239,7 @@ def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls,
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
 def test_upstream_x86_kernels_read_our_bytes(tmp_path):
-    if not {"avx2", "fma", "f16c"} <= _cpu_flags():
+    if not {"avx2", "fma", "f16c"} <= cpu_flags():
         pytest.skip("upstream's x86 Q4_0_8_8 kernels need AVX2")
     up = _build_upstream_repack("g++", "x86", "native", tmp_path / "upstream_x86_repack.o")
     exe = _build("gcc", "native", tmp_path / "t_compat", COMPAT_C, (up,))

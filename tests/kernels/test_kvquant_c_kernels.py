@@ -16,21 +16,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
-from kernel_sources import KVQUANT as SOURCES, SRC  # noqa: E402
+from kernel_sources import KVQUANT as SOURCES, SRC, cpu_flags  # noqa: E402
 
 TEST_C = REPO / "tests" / "c" / "test_kvquant.c"
 CFLAGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}"]
 IS_X86 = platform.machine() in ("x86_64", "AMD64")
-
-
-def _cpu_flags() -> set[str]:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def _build(cc: str, march: str, out: Path, static: bool = False) -> Path:
@@ -53,7 +43,7 @@ def _run(cmd: list[str], impls: str) -> str:
 
 @pytest.mark.skipif(not IS_X86, reason="x86 builds run on x86 hosts")
 def test_native_simd_against_scalar(tmp_path):
-    impls = "generic avx2" if {"avx2", "fma", "f16c"} <= _cpu_flags() else "generic"
+    impls = "generic avx2" if {"avx2", "fma", "f16c"} <= cpu_flags() else "generic"
     _run([str(_build("gcc", "native", tmp_path / "t_native"))], impls)
 
 
