@@ -46,12 +46,12 @@ def test_registry_lists_rtn():
 
 
 def test_unknown_method_names_the_choices(tmp_path):
-    with pytest.raises(methods.MethodError, match=r"unknown quantization method 'nope'; choose from anyprec, gptq, rtn$"):
+    with pytest.raises(methods.MethodError, match=r"unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
         methods.get("nope")
-    with pytest.raises(methods.MethodError, match="unknown quantization method 'nope'; choose from anyprec, gptq, rtn$"):
+    with pytest.raises(methods.MethodError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
         methods.create("nope")
     out = tmp_path / "x.gguf"
-    with pytest.raises(ConversionError, match="unknown quantization method 'nope'; choose from anyprec, gptq, rtn$"):
+    with pytest.raises(ConversionError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
         convert(_tiny(), out, "q4_0", method="nope")
     assert not out.exists()
     r = subprocess.run([*CLI, "convert", str(_tiny()), "-o", str(out), "--type", "q4_0", "--method", "nope", "-q"],
@@ -60,7 +60,7 @@ def test_unknown_method_names_the_choices(tmp_path):
     assert not out.exists()
     r = subprocess.run([*CLI, "convert", "--help"], capture_output=True, text=True, timeout=300)
     text = " ".join(r.stdout.split())  # argparse wraps the help to the terminal's width
-    assert r.returncode == 0 and "--method {anyprec,gptq,rtn}" in text and "rtn: the type's own quantizer" in text
+    assert r.returncode == 0 and "--method {act-importance,anyprec,gptq,rtn}" in text and "rtn: the type's own quantizer" in text
 
 
 def test_register_refuses_bad_and_duplicate_names(registry):
