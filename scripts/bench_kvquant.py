@@ -92,7 +92,7 @@ def main() -> int:
         base = ppl if name == "fp16" else base
         rows.append({"scheme": name, "ppl": ppl, "tokens": n, "seconds": time.time() - t})
         print(f"{name:14s} {ppl:10.4f}  {n} tokens  {time.time() - t:.0f}s", file=sys.stderr, flush=True)
-    print(f"\n{a.model} ({a.hf or MODELS[a.model]}), {a.test_text or 'wiki-test'}, n_ctx {a.ctx}, {a.chunks} windows, {rows[0]['tokens']} "
+    print(f"\n{a.model} ({a.hf or MODELS[a.model]}), {a.test_text or 'wiki-test'}, n_ctx {a.ctx}, {min(a.chunks, len(ids) // a.ctx)} windows, {rows[0]['tokens']} "
           f"scored tokens; calibration {cal.meta['calibration.n_samples']}x{cal.meta['calibration.seq_len']} tokens "
           f"of {cal.meta['calibration.text']} ({t_cal:.0f}s); {platform.machine()}, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads, device {a.device}\n")
