@@ -288,6 +288,6 @@ def test_cli_gptq_scales_reaches_the_method():
     opts = _method_options(args)
     assert opts["scale_rule"] == "static"
     assert methods.create("gptq", **opts).options["scale_rule"] == "static"
-    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--gptq-scales", "static"])
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "rtn", "--gptq-scales", "static"])
     with pytest.raises(methods.MethodError, match="scale_rule"):
         methods.create(args.method, **_method_options(args))
