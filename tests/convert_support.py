@@ -7,6 +7,7 @@ builds the same bytes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -264,3 +265,20 @@ def default_sigint() -> None:
     KeyboardInterrupt; a real terminal's Ctrl-C reaches the converter with the default."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def code_digest(*modules: str) -> str:
+    """What a cached conversion of the default model depends on: the given package modules' bytes (paths
+    relative to the ggml_ext package), the built libggml-base (size and mtime) and the default model's
+    files (names and sizes). A cache file named by it is remade when any of them changes."""
+    import ggml_ext
+    from ggml_ext import _locate
+    root = Path(ggml_ext.__file__).resolve().parent
+    h = hashlib.sha256()
+    for rel in modules:
+        h.update((root / rel).read_bytes())
+    lib = Path(_locate.library("ggml-base"))
+    h.update(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}".encode())
+    for f in sorted(Path(default_hf()).glob("*")):
+        h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return h.hexdigest()[:16]

@@ -12,7 +12,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import subprocess
 from pathlib import Path
 
@@ -66,18 +65,8 @@ def test_keep_cb_on_a_short_row_is_refused_by_name():
 
 
 def _code_digest() -> str:
-    import ggml_ext
-    from ggml_ext import _locate
-    root = Path(ggml_ext.__file__).resolve().parent
-    h = hashlib.sha256()
-    for rel in ("methods/act_importance.py", "methods/rtn.py", "converters/pipeline.py", "converters/policy.py",
-                "quants.py", "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py"):
-        h.update((root / rel).read_bytes())
-    lib = Path(_locate.library("ggml-base"))
-    h.update(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}".encode())
-    for f in sorted(Path(cs.default_hf()).glob("*")):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
-    return h.hexdigest()[:16]
+    return cs.code_digest("methods/act_importance.py", "methods/rtn.py", "converters/pipeline.py", "converters/policy.py",
+                          "quants.py", "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py")
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,6 @@ costs a few minutes) runs in our llama-perplexity with a finite perplexity below
 """
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from pathlib import Path
 
@@ -230,18 +229,8 @@ def test_convert_errors_are_clear(tmp_path):
 
 def _code_digest() -> str:
     """What the GPTQ conversion's bytes depend on: our code, the library, the assets."""
-    import ggml_ext
-    from ggml_ext import _locate
-    root = Path(ggml_ext.__file__).resolve().parent
-    h = hashlib.sha256()
-    for rel in ("methods/gptq.py", "methods/grids.py", "methods/rtn.py", "converters/pipeline.py", "quants.py",
-                "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py", "converters/policy.py"):
-        h.update((root / rel).read_bytes())
-    lib = Path(_locate.library("ggml-base"))
-    h.update(f"{lib.stat().st_size}:{lib.stat().st_mtime_ns}".encode())
-    for f in sorted(Path(cs.default_hf()).glob("*")):
-        h.update(f"{f.name}:{f.stat().st_size}".encode())
-    return h.hexdigest()[:16]
+    return cs.code_digest("methods/gptq.py", "methods/grids.py", "methods/rtn.py", "converters/pipeline.py", "quants.py",
+                          "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py", "converters/policy.py")
 
 
 def test_default_model_gptq_runs_in_llama_perplexity(wiki_test, threads):
