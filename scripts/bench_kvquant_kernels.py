@@ -26,20 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "scripts"))
+from bench_convert import cpu_name  # noqa: E402
 
 # (layers, KV heads, head dim, query heads per KV head): SmolLM2-135M-Instruct and Gemma-3-270M from their
 # config.json (the assets), Llama-7B (LLaMA-1/2 7B: 32 layers, 32 heads of 128, no GQA), the paper's model
 SHAPES = {"smollm2": (30, 3, 64, 3), "gemma3": (18, 1, 256, 4), "llama7b": (32, 32, 128, 1)}
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def build(tmp: Path) -> Path:
@@ -92,7 +83,7 @@ def main() -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
-    results = {"machine": f"{_cpu()}, {platform.machine()}", "rows": [], "memory": {}}
+    results = {"machine": f"{cpu_name()}, {platform.machine()}", "rows": [], "memory": {}}
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(Path(tmp))
         print(f"machine: {results['machine']}; single thread; best of {a.reps}; times in ms per layer (all heads)\n")
