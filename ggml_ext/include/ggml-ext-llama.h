@@ -67,6 +67,28 @@ GGML_EXT_API int ggml_ext_llama_ftype_of_type(int type);
 // rows per block, so a column cut mixes rows.
 GGML_EXT_API const char * ggml_ext_llama_split_tensor_refusal(int type);
 
+// ---- any-precision weights (APQ, docs/formats/anyprec.md; patch 0303 in the loader, 0304 in common) ----
+
+// The tensor the loader must create with weight w, in w's context: "<w name>.apq_tables" for an APQ
+// weight (its centroid tables), NULL for every other weight. Per-thread static buffer.
+GGML_EXT_API const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w);
+
+// The loader created the companion of w (as named above): remembers it for the linear hook, which turns
+// ggml_mul_mat(w, x) into ggml_ext_apq_mul_mat(w, x, tables, b). NULL when usable, else why not (the
+// load fails with it): tables of the wrong type or length, or a precision (ggml_ext_llama_apq_bits) the
+// file does not serve.
+GGML_EXT_API const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w, struct ggml_tensor * companion);
+
+// The precision APQ weights run at in graphs built from now on: bits in 1..8, or 0 to go back to the
+// environment (GGML_EXT_APQ_BITS) and else each weight's parent precision. Process-wide (llama tools:
+// --apq-bits B; llama-cpp-python: ggml_ext's apq_bits); set it before loading / creating a context.
+// Returns 0, or -1 for a value outside 0..8.
+GGML_EXT_API int ggml_ext_llama_set_apq_bits(int bits);
+
+// The precision asked for: the value set above, else GGML_EXT_APQ_BITS, else 0 (each weight's parent);
+// -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
+GGML_EXT_API int ggml_ext_llama_apq_bits(void);
+
 #ifdef __cplusplus
 }
 #endif

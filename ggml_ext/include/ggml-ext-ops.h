@@ -26,6 +26,25 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_col_sidecar(struct ggml_context * ctx
 // static message saying why not. Backends check it before running a node they received (RPC).
 GGML_EXT_API const char * ggml_ext_col_sidecar_check(const struct ggml_tensor * dst);
 
+// GGML_OP_APQ_MUL_MAT: dst = W_b . x for an any-precision weight (docs/formats/anyprec.md).
+//   w      APQ [K, N]: the bitplanes of the parent precision P (8 for the APQ type), plane-major
+//   x      F32 [K, n1, n2, n3], rows contiguous
+//   tables F16 [N (2^(P+1) - 2^S)] (1-D): every precision's per-row centroids, precision-major
+//   bits   the precision b to compute at, S <= b <= P (S follows from the tables' length)
+// dst F32 [N, n1, n2, n3]: dst[r, t] = sum_j T_b[r][code_b(r, j)] x[j, t], reading the first b planes and
+// precision b's tables only. Aborts on a bad node (check with ggml_ext_apq_mul_mat_check first).
+GGML_EXT_API struct ggml_tensor * ggml_ext_apq_mul_mat(struct ggml_context * ctx, struct ggml_tensor * w,
+                                                       struct ggml_tensor * x, struct ggml_tensor * tables, int bits);
+
+// The seed precision S an APQ weight's tables imply (their length is N (2^(P+1) - 2^S)), or -1 when w is
+// not an APQ tensor, tables is not F16 1-D, or its length fits no S in 1..P.
+GGML_EXT_API int ggml_ext_apq_seed_bits(const struct ggml_tensor * w, const struct ggml_tensor * tables);
+// The parent precision P of an APQ type (its planes), 0 for any other type.
+GGML_EXT_API int ggml_ext_apq_parent_bits(int type);
+
+// NULL when a GGML_OP_APQ_MUL_MAT node is usable (types, shapes, op params), else a static message.
+GGML_EXT_API const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * dst);
+
 // ---- the CPU backend (ggml-cpu): what patch 0200 calls for ops past upstream's ----
 struct ggml_compute_params;
 

@@ -47,9 +47,11 @@ GGML_EXT_API const char * ggml_ext_check_hparams(uint32_t n_ctx_train, float f_n
 enum ggml_ext_family {
     GGML_EXT_FAMILY_INTERLEAVED4 = 1,  // 4-bit values (Q4_0 or IQ4_NL) of 4 or 8 rows interleaved
     GGML_EXT_FAMILY_CODEBOOKS    = 2,  // group-wise codebooks CB2 / CB3 (docs/formats/codebooks.md), rows alone
+    GGML_EXT_FAMILY_ANYPREC      = 3,  // any-precision bitplanes APQ (docs/formats/anyprec.md), plane-major
 };
 #define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
 #define GGML_EXT_FAMILY_NAME_CODEBOOKS    "codebooks"
+#define GGML_EXT_FAMILY_NAME_ANYPREC      "anyprec"
 
 struct ggml_ext_type_info {
     const char * name;          // "Q4_0_4_4" (GGML_TYPE_Q4_0_4_4)
