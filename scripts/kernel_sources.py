@@ -28,9 +28,6 @@ CODEBOOKS = [
     SRC / "arm" / "codebooks_neon.c",
 ]
 
-# formats/dispatch.c names every family's dispatcher: each library holds both families.
-INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS
-CODEBOOKS = INTERLEAVED4
 
 # The KVQuant KV-cache kernels (docs/formats/kvquant.md): bytes, dispatch, scalar reference, SIMD twins.
 KVQUANT = [
@@ -62,3 +59,7 @@ def cpu_flags() -> set[str]:
     except OSError:
         pass
     return set()
+
+# formats/dispatch.c names every family's dispatcher: each library of the weight formats holds them all.
+INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS + ANYPREC
+CODEBOOKS = INTERLEAVED4

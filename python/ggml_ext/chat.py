@@ -21,6 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+                   help="precision of an any-precision file (convert --method anyprec; default: its highest)")
 
 
 def stream_reply(llm, messages: list[dict], max_tokens: int, temperature: float) -> Iterator[str]:
@@ -33,7 +35,7 @@ def stream_reply(llm, messages: list[dict], max_tokens: int, temperature: float)
 
 def main(args: argparse.Namespace) -> int:
     try:
-        llm = Llama(args.model, n_ctx=args.ctx_size, n_threads=args.threads, seed=args.seed)
+        llm = Llama(args.model, n_ctx=args.ctx_size, n_threads=args.threads, seed=args.seed, apq_bits=args.apq_bits)
     except (BindingError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -18,7 +18,7 @@ VERBS = {
     "calibrate": ("ggml_ext.calibrate.stats", "collect Hessians, activation statistics and Fisher information of a Hugging Face model, one layer at a time (cached); `calibrate kv`: KVQuant KV cache calibration"),
     "imatrix": ("ggml_ext.calibrate.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
     "codebooks": ("ggml_ext.codebooks.cli", "group-wise codebooks (CB2/CB3): discover tables from model weights (Algorithm 1), write the C header"),
-    "anyprec": ("ggml_ext.anyprec.extract", "any-precision bitplane files (convert --method anyprec): `extract` one precision as an ordinary GGUF (interim, until the bitplane op), `info`"),
+    "anyprec": ("ggml_ext.anyprec.extract", "any-precision bitplane files (convert --method anyprec): `extract` one precision as an ordinary GGUF (for stock llama.cpp), `info` (our llama tools run the file itself: --apq-bits)"),
     "repack": ("ggml_ext.repack", "rewrite a GGUF's Q4_0 matrices in an interleaved layout (4x4/4x8/8x8/auto), or back"),
     "info": ("ggml_ext.info", "show a GGUF file's metadata, tensor types and bits per weight (--build: this build)"),
     "bits": ("ggml_ext.bits", "bit family of a GGUF file (K-OOC): quant, flag and mark bits per weight, A_max and A_lim, per tensor and total"),

@@ -140,6 +140,10 @@ def format_info(gguf: GGUFFile, show_tensors: bool = False) -> str:
     out.append(f"overall bits per weight: {g.bits_per_weight():.4f} "
                f"({g.n_weights} weights in {g.tensor_bytes} bytes, {_fmt_bytes(g.tensor_bytes)})")
     out.append("")
+    if "ggml_ext.anyprec.version" in g.kv:
+        out.append("any-precision (docs/formats/anyprec.md):")
+        out.extend("  " + line for line in _anyprec_report(g).splitlines())
+        out.append("")
 
     out.append(f"metadata ({len(g.kv)} keys):")
     for key, value in g.kv.items():
@@ -160,6 +164,27 @@ def format_info(gguf: GGUFFile, show_tensors: bool = False) -> str:
             shape = "x".join(str(d) for d in t.shape) or "scalar"
             out.append(f"  {i:5d} {t.name:{w}s} {t.type_name:10s} {shape:24s} {t.nbytes:12d} B  @ {t.file_offset}")
     return "\n".join(out) + "\n"
+
+
+def _anyprec_report(g: GGUFFile) -> str:
+    """The precisions an any-precision file serves and the bytes each reads (ggml-ext anyprec info)."""
+    from .anyprec import AnyPrecError
+    from .anyprec.extract import describe
+    try:
+        return describe(g.path)
+    except AnyPrecError as e:
+        return f"not a usable any-precision file: {e}"
+
+
+def _anyprec_dict(g: GGUFFile) -> dict[str, Any] | None:
+    from .anyprec import AnyPrecError
+    from .anyprec.extract import open_file
+    try:
+        f = open_file(g.path)
+    except AnyPrecError as e:
+        return {"error": str(e)}
+    return {"seed_bits": f.seed, "parent_bits": f.parent, "precisions": list(range(f.seed, f.parent + 1)),
+            "matrices": len(f.matrices)}
 
 
 def info_dict(gguf: GGUFFile, show_tensors: bool = False) -> dict[str, Any]:
@@ -187,6 +212,8 @@ def info_dict(gguf: GGUFFile, show_tensors: bool = False) -> dict[str, Any]:
                      for k, v in g.kv.items()},
         "warnings": list(g.warnings),
     }
+    if "ggml_ext.anyprec.version" in g.kv:
+        d["anyprec"] = _anyprec_dict(g)
     if show_tensors:
         d["tensors"] = [{"name": t.name, "type": t.type_name, "type_id": t.type_id, "shape": list(t.shape),
                          "offset": t.offset, "file_offset": t.file_offset, "nbytes": t.nbytes}

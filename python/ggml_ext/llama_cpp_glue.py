@@ -7,6 +7,7 @@ through LLAMA_CPP_LIB_PATH, which must be set before `llama_cpp` is imported.
 """
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.metadata
 import os
@@ -60,11 +61,41 @@ def load_llama_cpp() -> ModuleType:
     return module
 
 
-def Llama(model_path: str | os.PathLike, **kwargs):  # noqa: N802 - mirrors llama_cpp.Llama
-    """`llama_cpp.Llama` on our libllama; raises ValueError with llama.cpp's reason when loading fails."""
+def set_apq_bits(bits: int | None) -> None:
+    """The precision any-precision (APQ) weights run at in graphs built from now on (None: back to
+    GGML_EXT_APQ_BITS, else each file's highest). Process-wide in libllama (ggml_ext_llama_set_apq_bits):
+    a Llama created earlier picks it up too when it next builds a graph."""
+    lib = load_llama_cpp().llama_cpp._lib
+    fn = lib.ggml_ext_llama_set_apq_bits
+    fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+    if fn(0 if bits is None else int(bits)) != 0 or (bits is not None and bits < 1):
+        raise ValueError(f"apq_bits={bits}: a precision is 1..8")
+
+
+def check_apq_bits(path: str | os.PathLike, bits: int) -> None:
+    """ValueError unless ``path`` is an any-precision file serving ``bits``."""
+    from .anyprec import AnyPrecError
+    from .anyprec.extract import open_file
+    try:
+        f = open_file(path)
+    except AnyPrecError as e:
+        raise ValueError(f"apq_bits={bits} given, but {e}") from None
+    if not f.seed <= bits <= f.parent:
+        raise ValueError(f"apq_bits={bits}: {path} serves {f.seed} to {f.parent} bits")
+
+
+def Llama(model_path: str | os.PathLike, *, apq_bits: int | None = None, **kwargs):  # noqa: N802 - mirrors llama_cpp.Llama
+    """`llama_cpp.Llama` on our libllama; raises ValueError with llama.cpp's reason when loading fails.
+
+    ``apq_bits``: the precision of an any-precision file (``convert --method anyprec``; default: its
+    highest); checked against the file. It is process-wide (:func:`set_apq_bits`): Llama objects of one
+    process run their APQ weights at the precision last set."""
     llama_cpp = load_llama_cpp()
     path = Path(model_path)
     if not path.is_file():
         raise FileNotFoundError(f"model file not found: {path}")
+    if apq_bits is not None:
+        check_apq_bits(path, apq_bits)
+        set_apq_bits(apq_bits)
     kwargs.setdefault("verbose", False)
     return llama_cpp.Llama(model_path=str(path), **kwargs)

@@ -17,12 +17,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=512)
     p.add_argument("--chunks", type=int, default=None, help="score only the first N windows")
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+                   help="precision of an any-precision file (convert --method anyprec; default: its highest)")
     p.add_argument("-v", "--verbose", action="store_true", help="show llama-perplexity's output")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        result = tools.perplexity(args.model, args.text, args.ctx_size, args.chunks, args.threads, echo=args.verbose)
+        result = tools.perplexity(args.model, args.text, args.ctx_size, args.chunks, args.threads, echo=args.verbose,
+                                  apq_bits=args.apq_bits)
     except (FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

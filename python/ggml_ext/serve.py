@@ -24,6 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+                   help="precision of an any-precision file (convert --method anyprec; default: its highest)")
     p.epilog = "Further llama-server arguments go after --, e.g. `ggml-ext serve M.gguf --port 8081 -- -t 4`."
     p.set_defaults(extra=[])  # cli.main puts what follows "--" here
 
@@ -94,6 +96,8 @@ def main(args: argparse.Namespace) -> int:
     """Run the server until it exits (its exit code) or until Ctrl-C, SIGTERM (kill, systemd, docker stop)
     or SIGHUP (the terminal closed) stops it: 0 after a stop by signal."""
     extra = list(args.extra)
+    if getattr(args, "apq_bits", None) is not None:
+        extra += ["--apq-bits", str(args.apq_bits)]
     # Python's default for SIGTERM/SIGHUP is to die at once, leaving llama-server holding the port.
     try:
         for sig in (signal.SIGTERM, signal.SIGHUP):

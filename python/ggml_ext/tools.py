@@ -57,9 +57,10 @@ _CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)")
 
 def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 512, chunks: int | None = None,
                threads: int | None = None, extra: list[str] | None = None, echo: bool = False,
-               env: dict[str, str] | None = None) -> Perplexity:
+               env: dict[str, str] | None = None, apq_bits: int | None = None) -> Perplexity:
     """Perplexity of `model` on the text file, by our llama-perplexity (fixed windows, second half scored).
-    `env`: extra environment variables for the tool (e.g. GGML_EXT_RUNTIME_REPACK=0)."""
+    `env`: extra environment variables for the tool (e.g. GGML_EXT_RUNTIME_REPACK=0); `apq_bits`: the
+    precision of an any-precision file (--apq-bits; default its highest)."""
     for p in (model, text):
         if not Path(p).is_file():
             raise FileNotFoundError(f"not found: {p}")
@@ -68,6 +69,8 @@ def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 5
         args += ["--chunks", str(chunks)]
     if threads:
         args += ["-t", str(threads)]
+    if apq_bits is not None:
+        args += ["--apq-bits", str(apq_bits)]
     args += list(extra or [])
     proc = subprocess.Popen(command("llama-perplexity", *args), env={**tool_env(), **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")

@@ -12,6 +12,8 @@ const char * ggml_ext_dispatched_kernel(int type, int gemm) {
             return ggml_ext_i4_dispatched_kernel(type, gemm);
         case GGML_EXT_FAMILY_CODEBOOKS:
             return ggml_ext_cb_dispatched_kernel(type, gemm);
+        case GGML_EXT_FAMILY_ANYPREC:
+            return ggml_ext_apq_dispatched_kernel(type, gemm);
         default:
             return NULL;
     }

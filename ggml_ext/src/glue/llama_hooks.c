@@ -2,14 +2,19 @@
 // ggml_ext_llama_kv_type for the K/V types of each KV cache; patch 0301: the names of ggml-ext's file
 // types; patch 0302: which types -sm tensor must not cut. Compiled into libllama.
 //
-// ggml-ext's own rules go first (none yet: no format of ours needs a side-car or its own KV type, so
-// both answer with what llama.cpp asked for); then a registered callback, which tests use to see
-// every call and programs may use to try a rule before it becomes one here.
+// ggml-ext's own rules go first (any-precision weights: an APQ weight's mul_mat becomes
+// ggml_ext_apq_mul_mat with the tables the loader attached, patch 0303, at the precision asked for); then
+// a registered callback, which tests use to see every call and programs may use to try a rule before it
+// becomes one here.
 #include "ggml-ext-llama.h"
+#include "ggml-ext-ops.h"
 #include "ggml.h"
 
-#include <stddef.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static ggml_ext_llama_linear_fn  linear_fn;
 static void *                    linear_user;
@@ -26,8 +31,160 @@ void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, void * user) 
     kv_type_user = user;
 }
 
+// ---- any-precision weights ----
+//
+// The loader (patch 0303) creates an APQ weight's tables beside it and attaches them here; the linear
+// hook looks them up by the weight's address. Entries are never removed: a freed model's entries stay
+// until a later weight at the same address attaches its own, and only APQ weights are looked up, each
+// attached when its model loaded, so a stale entry is never read.
+struct apq_entry {
+    const struct ggml_tensor * w;
+    struct ggml_tensor *       tables;
+};
+
+static pthread_mutex_t    apq_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct apq_entry * apq_entries;
+static size_t             apq_count, apq_cap;
+static int                apq_bits_set;  // ggml_ext_llama_set_apq_bits; 0: the environment decides
+
+static struct ggml_tensor * apq_tables_of(const struct ggml_tensor * w) {
+    struct ggml_tensor * t = NULL;
+    pthread_mutex_lock(&apq_lock);
+    for (size_t i = apq_count; i-- > 0;) {
+        if (apq_entries[i].w == w) {
+            t = apq_entries[i].tables;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&apq_lock);
+    return t;
+}
+
+static int apq_remember(const struct ggml_tensor * w, struct ggml_tensor * tables) {
+    int ok = 1;
+    pthread_mutex_lock(&apq_lock);
+    size_t i = 0;
+    while (i < apq_count && apq_entries[i].w != w) {
+        i++;
+    }
+    if (i == apq_count) {
+        if (apq_count == apq_cap) {
+            const size_t       cap = apq_cap ? 2 * apq_cap : 256;
+            struct apq_entry * e   = (struct apq_entry *) realloc(apq_entries, cap * sizeof(*e));
+            if (e == NULL) {
+                ok = 0;
+            } else {
+                apq_entries = e;
+                apq_cap     = cap;
+            }
+        }
+        if (ok) {
+            apq_count++;
+        }
+    }
+    if (ok) {
+        apq_entries[i].w      = w;
+        apq_entries[i].tables = tables;
+    }
+    pthread_mutex_unlock(&apq_lock);
+    return ok;
+}
+
+const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w) {
+    static _Thread_local char name[GGML_MAX_NAME + 16];
+    if (w == NULL || ggml_ext_apq_parent_bits((int) w->type) == 0) {
+        return NULL;
+    }
+    snprintf(name, sizeof(name), "%s.apq_tables", w->name);
+    return name;
+}
+
+int ggml_ext_llama_set_apq_bits(int bits) {
+    if (bits < 0 || bits > 8) {
+        return -1;
+    }
+    apq_bits_set = bits;
+    return 0;
+}
+
+int ggml_ext_llama_apq_bits(void) {
+    if (apq_bits_set > 0) {
+        return apq_bits_set;
+    }
+    const char * env = getenv("GGML_EXT_APQ_BITS");
+    if (env == NULL || env[0] == '\0') {
+        return 0;
+    }
+    char *     end = NULL;
+    const long v   = strtol(env, &end, 10);
+    return (end && *end == '\0' && v >= 1 && v <= 8) ? (int) v : -1;
+}
+
+// The precision w runs at, or why not (message in err, of size n): -1 on error.
+static int apq_precision(const struct ggml_tensor * w, int seed, int parent, char * err, size_t n) {
+    const int bits = ggml_ext_llama_apq_bits();
+    if (bits < 0) {
+        snprintf(err, n, "GGML_EXT_APQ_BITS=\"%s\" is not a precision (a number from 1 to 8)",
+                 getenv("GGML_EXT_APQ_BITS"));
+        return -1;
+    }
+    if (bits == 0) {
+        return parent;
+    }
+    if (bits < seed || bits > parent) {
+        snprintf(err, n,
+                 "%d-bit precision asked for (--apq-bits / GGML_EXT_APQ_BITS), but this file's any-precision weights "
+                 "(%s, ...) serve %d to %d bits only",
+                 bits, w->name, seed, parent);
+        return -1;
+    }
+    return bits;
+}
+
+const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w, struct ggml_tensor * companion) {
+    static _Thread_local char err[256];
+    const int                 seed = ggml_ext_apq_seed_bits(w, companion);
+    if (seed < 0) {
+        snprintf(err, sizeof(err),
+                 "its tables '%s' are not F16 [N (2^(P+1) - 2^S)] for %lld rows and parent precision %d "
+                 "(a damaged or foreign any-precision file)",
+                 companion ? companion->name : "?", (long long) w->ne[1], ggml_ext_apq_parent_bits((int) w->type));
+        return err;
+    }
+    if (apq_precision(w, seed, ggml_ext_apq_parent_bits((int) w->type), err, sizeof(err)) < 0) {
+        return err;
+    }
+    if (!apq_remember(w, companion)) {
+        return "out of memory";
+    }
+    return NULL;
+}
+
+// An APQ weight's mul_mat as the APQ op: its tables, the precision asked for.
+static struct ggml_tensor * apq_linear(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * cur,
+                                       struct ggml_tensor * result) {
+    struct ggml_tensor * tables = apq_tables_of(w);
+    if (tables == NULL) {
+        GGML_ABORT("ggml-ext: the any-precision weight %s has no tables attached (loaded without patch 0303?)",
+                   w->name);
+    }
+    char      err[256];
+    const int seed = ggml_ext_apq_seed_bits(w, tables);
+    const int bits = apq_precision(w, seed, ggml_ext_apq_parent_bits((int) w->type), err, sizeof(err));
+    if (bits < 0) {
+        GGML_ABORT("ggml-ext: %s", err);  // checked when the model loaded; changed since
+    }
+    if (cur->type != GGML_TYPE_F32) {
+        return result;  // the CPU backend's mul_mat check refuses it (clear abort), as for any bad node
+    }
+    return ggml_ext_apq_mul_mat(ctx, w, cur, tables, bits);
+}
+
 struct ggml_tensor * ggml_ext_llama_linear(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * cur,
                                            struct ggml_tensor * result) {
+    if (w && ggml_ext_apq_parent_bits((int) w->type) > 0) {
+        result = apq_linear(ctx, w, cur, result);
+    }
     if (linear_fn) {
         struct ggml_tensor * t = linear_fn(linear_user, ctx, w, cur, result);
         if (t) {
@@ -58,6 +215,7 @@ int ggml_ext_llama_kv_type(int type, bool is_v, uint32_t n_layer, const char * n
 enum { FTYPE_MOSTLY_IQ4_NL = 25, FTYPE_Q4_0_INTERLEAVED_FIRST = 33 };
 
 #define FTYPE_NAME_INTERLEAVED4(NAME, ID, BPW)
+#define FTYPE_NAME_ANYPREC(NAME, ID, BPW) { ID, "(guessed) " #NAME " - any-precision bitplanes" },
 #define FTYPE_NAME_CODEBOOKS(NAME, ID, BPW) { ID, "(guessed) " #NAME " - " BPW " bpw" },
 
 static const struct {
@@ -97,6 +255,11 @@ int ggml_ext_llama_ftype_of_type(int type) {
 
 const char * ggml_ext_llama_split_tensor_refusal(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    if (t != NULL && t->family == GGML_EXT_FAMILY_ANYPREC) {
+        // planes are plane-major over the whole tensor: no row or column range is a contiguous slice
+        return "any-precision (APQ) weights hold a whole matrix's bitplanes, which split mode \"tensor\" cannot "
+               "cut across devices; use --split-mode layer (the default)";
+    }
     if (t == NULL || t->row_group <= 1) {
         return NULL;
     }

@@ -2,8 +2,9 @@
 
 ``extract FILE --bits B -o OUT.gguf`` writes precision B of every bitplane matrix as an ordinary F16 (or
 Q8_0) tensor, every other tensor and key copied as is, so stock llama.cpp runs (and measures the
-perplexity of) each precision the file serves. This is the **interim** path until ggml-ext's bitplane
-op reads the planes at run time (docs/formats/anyprec.md): the written file is as large as F16/Q8_0.
+perplexity of) each precision the file serves: the reference the APQ op is checked against, and the
+only way to run a file whose parent precision is not 8 (no ggml type holds it). Our llama.cpp runs an
+APQ file directly at any precision (``--apq-bits``; docs/formats/anyprec.md).
 ``info FILE`` lists the precisions a file serves and the bytes each reads.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ from . import AnyPrecError, dequantize, planes_bytes, tables_bytes
 __all__ = ["BitplaneFile", "open_file", "extract", "add_arguments", "main"]
 
 TABLES_SUFFIX = ".apq_tables"
-FILE_TYPES = {"f16": 1, "q8_0": 7}  # general.file_type (llama_ftype) of what extract writes
+FILE_TYPES = {"f16": 1, "q8_0": 7, "f32": 0}  # general.file_type (llama_ftype) of what extract writes
 
 
 @dataclass
@@ -36,10 +37,15 @@ class BitplaneFile:
         t = self.gguf.tensor(name)
         return np.memmap(self.path, dtype=np.uint8, mode="r", offset=t.file_offset, shape=(t.nbytes,))
 
+    def dims(self, name: str) -> tuple[int, int]:
+        """(n_per_row, n_rows) of bitplane matrix ``name`` (an APQ tensor of that shape, or I8 (k/8, n, P))."""
+        s = self.gguf.tensor(name).shape
+        return (s[0], s[1]) if len(s) == 2 else (s[0] * 8, s[1])
+
     def planes(self, name: str) -> np.ndarray:
         """(P, n_rows, n_per_row / 8) uint8."""
-        k8, n, p = self.gguf.tensor(name).shape
-        return self.array(name).reshape(p, n, k8)
+        k, n = self.dims(name)
+        return self.array(name).reshape(self.parent, n, k // 8)
 
     def tables(self, name: str) -> np.ndarray:
         return self.array(name + TABLES_SUFFIX).view(np.uint16)
@@ -69,9 +75,13 @@ def open_file(path: str | os.PathLike) -> BitplaneFile:
         if t.name + TABLES_SUFFIX not in names:
             continue
         tab = g.tensor(t.name + TABLES_SUFFIX)
-        ok = (t.type_name == "I8" and len(t.shape) == 3 and t.shape[2] == parent and tab.type_name == "F16"
-              and len(tab.shape) == 1 and tab.shape[0] == t.shape[1] * ((1 << (parent + 1)) - (1 << seed))
-              and (t.shape[0] * 8) % 32 == 0)
+        from ggml_ext.methods.anyprec import planes_type
+        if t.type_name == "I8":
+            ok, k = len(t.shape) == 3 and t.shape[2] == parent, t.shape[0] * 8
+        else:
+            ok, k = t.type_name == planes_type(parent) and len(t.shape) == 2, t.shape[0]
+        ok = (ok and tab.type_name == "F16" and len(tab.shape) == 1 and k % 32 == 0
+              and tab.shape[0] == t.shape[1] * ((1 << (parent + 1)) - (1 << seed)))
         if not ok:
             raise AnyPrecError(f"{path}: tensor {t.name} ({t.type_name} {list(t.shape)}) with tables "
                                f"{tab.type_name} {list(tab.shape)} is not a {seed}..{parent}-bit bitplane matrix")
@@ -82,12 +92,13 @@ def open_file(path: str | os.PathLike) -> BitplaneFile:
 def extract(path: str | os.PathLike, bits: int, output: str | os.PathLike, type: str = "f16",  # noqa: A002
             force: bool = False, progress: bool = False) -> Path:
     """Write precision ``bits`` of the bitplane file ``path`` as an ordinary GGUF (matrices in ``type``:
-    f16 or q8_0). Atomic: on any error no output exists."""
+    f16 -- exactly the b-bit values, which are fp16 table entries --, f32, the same values with llama.cpp
+    multiplying in float32 as the APQ op does, or q8_0). Atomic: on any error no output exists."""
     from ggml_ext import quants
     from ggml_ext.gguf import GGUFWriter
     type = type.lower()  # noqa: A001
     if type not in FILE_TYPES:
-        raise AnyPrecError(f"extract writes f16 or q8_0, not {type!r}")
+        raise AnyPrecError(f"extract writes {', '.join(FILE_TYPES)}, not {type!r}")
     f = open_file(path)
     if not f.seed <= bits <= f.parent:
         raise AnyPrecError(f"{path} serves {f.seed}..{f.parent} bits, not {bits}")
@@ -107,8 +118,8 @@ def extract(path: str | os.PathLike, bits: int, output: str | os.PathLike, type:
         if t.name in skip:
             continue
         if t.name in mats:
-            k8, n, _ = t.shape
-            w.add_tensor_info(t.name, (k8 * 8, n), quants.type_id(tname), n * quants.row_size(tname, k8 * 8))
+            k, n = f.dims(t.name)
+            w.add_tensor_info(t.name, (k, n), quants.type_id(tname), n * quants.row_size(tname, k))
         else:
             w.add_tensor_info(t.name, t.shape, t.type_id, t.nbytes)
     bar = None
@@ -137,16 +148,19 @@ def describe(path: str | os.PathLike) -> str:
     """The precisions a bitplane file serves and what each reads."""
     f = open_file(path)
     g = f.gguf
-    weights = sum(g.tensor(m).shape[0] * 8 * g.tensor(m).shape[1] for m in f.matrices)
+    dims = {m: f.dims(m) for m in f.matrices}
+    weights = sum(k * n for k, n in dims.values())
     lines = [f"{path}: any-precision bitplanes, {len(f.matrices)} matrices, {weights} weights, "
              f"precisions {f.seed}..{f.parent} (seed {f.seed}, parent {f.parent})",
              "bits  planes+table bytes read  bits/weight"]
     for b in range(f.seed, f.parent + 1):
-        nbytes = sum(planes_bytes(g.tensor(m).shape[1], g.tensor(m).shape[0] * 8, b) +
-                     tables_bytes(g.tensor(m).shape[1], b) for m in f.matrices)
+        nbytes = sum(planes_bytes(n, k, b) + tables_bytes(n, b) for k, n in dims.values())
         lines.append(f"{b:>4}  {nbytes:>23}  {nbytes * 8 / weights:11.3f}")
     stored = sum(g.tensor(m).nbytes + g.tensor(m + TABLES_SUFFIX).nbytes for m in f.matrices)
     lines.append(f"stored (all precisions): {stored} bytes, {stored * 8 / weights:.3f} bits/weight")
+    runnable = all(g.tensor(m).type_name != "I8" for m in f.matrices)
+    lines.append(f"runs in ggml-ext's llama.cpp at --apq-bits {f.seed}..{f.parent} (default {f.parent})" if runnable
+                 else f"parent {f.parent} has no ggml type (APQ is parent 8): `ggml-ext anyprec extract` only")
     return "\n".join(lines)
 
 

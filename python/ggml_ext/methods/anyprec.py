@@ -20,8 +20,10 @@ Options (``methods.create("anyprec", ...)``; ``ggml-ext convert --bits``):
 * ``fisher``: True (default) weights the k-means by the Fisher diagonal (needs ``--calib``, computed by
   :mod:`ggml_ext.calibrate`, cached); False weighs every weight equally (no calibration).
 
-Until ggml-ext has the bitplane op (next session) llama.cpp cannot run the file itself:
-``ggml-ext anyprec extract FILE --bits B`` writes precision B as an ordinary GGUF (interim path).
+With the parent precision of the ``APQ`` type (8, the default) the planes are written as an ``APQ``
+tensor of the matrix's own shape, which our llama.cpp runs at any precision S..8 (``--apq-bits B``,
+``GGML_EXT_APQ_BITS``: the ``APQ_MUL_MAT`` op, docs/formats/anyprec.md); with another parent as I8
+``(n_per_row / 8, n_rows, P)`` (the same bytes), which only ``ggml-ext anyprec extract`` reads.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .. import anyprec as ap
+from .. import formats as _formats
 from . import MethodError, register
 
 __all__ = ["AnyPrec", "FORMAT_VERSION", "PLANES_SUFFIX", "TABLES_SUFFIX", "FISHER_FLOOR"]
@@ -42,6 +45,11 @@ TABLES_SUFFIX = ".apq_tables"
 FISHER_FLOOR = 1e-6
 #: ``ggml_ext.anyprec.version`` of the files written here
 FORMAT_VERSION = 1
+
+
+def planes_type(parent: int) -> str | None:
+    """The registered type holding ``parent`` bitplanes (``APQ`` for 8), None when there is none."""
+    return next((t.name for t in _formats.family("anyprec") if t.layout == parent), None)
 
 
 def seed_and_upscale(W: np.ndarray, F: np.ndarray | None, seed: int, parent: int, threads: int | None,
@@ -78,12 +86,15 @@ class AnyPrec:
         return gguf_name.startswith("blk.") and len(ggml_shape) == 2 and ggml_shape[0] % ap.QK == 0
 
     def tensors(self, gguf_name: str, type_name: str, ggml_shape: tuple[int, ...]):
-        """The matrix's bitplanes (I8, ggml shape (n_per_row / 8, n_rows, P)) and fp16 tables (F16, 1-D),
-        or None for a matrix written in the conversion's type."""
+        """The matrix's bitplanes (APQ of the matrix's shape for P = 8, else I8 of ggml shape
+        (n_per_row / 8, n_rows, P): the same bytes) and fp16 tables (F16, 1-D), or None for a matrix
+        written in the conversion's type."""
         if not self._mine(gguf_name, ggml_shape):
             return None
         k, n = ggml_shape
-        planes = (gguf_name + PLANES_SUFFIX, (k // 8, n, self.parent), "I8", ap.planes_bytes(n, k, self.parent))
+        ptype = planes_type(self.parent)
+        shape = (k, n) if ptype else (k // 8, n, self.parent)
+        planes = (gguf_name + PLANES_SUFFIX, shape, ptype or "I8", ap.planes_bytes(n, k, self.parent))
         n_tab = n * ap.row_table_len(self.seed, self.parent)
         return [planes, (gguf_name + TABLES_SUFFIX, (n_tab,), "F16", 2 * n_tab)]
 

@@ -1,0 +1,113 @@
+"""Any-precision files run in our llama.cpp (the APQ type and the APQ_MUL_MAT op, docs/formats/anyprec.md).
+
+The default model converted once with ``--method anyprec --bits 3-8`` (cached under
+``~/.cache/ggml-ext/tests``, keyed by the code it depends on; unweighted k-means, ``fisher=False``: the
+Fisher-weighted conversion is tested in tests/methods/test_anyprec.py and costs a calibration pass more).
+From that one file our llama-perplexity, at ``--apq-bits`` 3, 4 and 8, gives the perplexity of the same
+file's precision extracted as F32 matrices (``ggml-ext anyprec extract --type f32``: the b-bit values,
+multiplied by llama.cpp's own F32 path) up to summation order; a small batch (``-ub 8``) goes through the
+bitplane GEMV instead of the dequantized blocks and agrees as well; the 8-bit model is near the f16
+model; a precision the file does not serve is refused with a message naming the range, from the flag,
+the environment and llama-cpp-python's ``apq_bits``; ``ggml-ext info`` lists the precisions.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import convert_support as cs
+from ggml_ext import tools
+from ggml_ext.anyprec import extract as X
+
+CTX, CHUNKS = 256, 3
+
+
+def _code_digest() -> str:
+    """What the bitplane conversion's bytes depend on: our code, the library, the assets."""
+    return cs.code_digest("methods/anyprec.py", "anyprec/__init__.py", "converters/pipeline.py",
+                          "converters/policy.py", "quants.py")
+
+
+@pytest.fixture(scope="module")
+def apq_file():
+    from ggml_ext import cache
+    from ggml_ext.converters import convert
+    d = cache.cache_root() / "tests"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"smollm2-anyprec-3-8-{_code_digest()}.gguf"
+    if not path.exists():
+        for old in d.glob("smollm2-anyprec-3-8-*.gguf"):
+            old.unlink()
+        convert(cs.default_hf(), path, method="anyprec", method_options={"fisher": False, "bits": "3-8"})
+    return path
+
+
+def _ppl(path, wiki_test, threads, **kw):
+    return tools.perplexity(path, wiki_test, n_ctx=CTX, chunks=CHUNKS, threads=threads, **kw).ppl
+
+
+def test_file_holds_apq_weights_and_info_lists_the_precisions(apq_file):
+    f = X.open_file(apq_file)
+    assert (f.seed, f.parent) == (3, 8) and len(f.matrices) == 7 * 30
+    t = f.gguf.tensor("blk.0.ffn_down.weight")
+    assert t.type_name == "APQ" and tuple(t.shape) == (1536, 576)
+    out = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "info", str(apq_file)], capture_output=True, text=True,
+                         env=tools.tool_env())
+    assert out.returncode == 0, out.stderr
+    assert "precisions 3..8" in out.stdout and "--apq-bits 3..8" in out.stdout
+
+
+@pytest.mark.parametrize("bits", [3, 4, 8])
+def test_perplexity_at_each_precision_is_the_extracted_models(apq_file, wiki_test, threads, tmp_path, bits):
+    got = _ppl(apq_file, wiki_test, threads, apq_bits=bits)
+    ref_file = X.extract(apq_file, bits, tmp_path / f"x{bits}.gguf", type="f32")
+    want = _ppl(ref_file, wiki_test, threads)
+    # the same weights; only the order of float32 sums differs (dequantized blocks + ggml's dot vs its GEMM)
+    assert abs(got - want) <= 2e-4 * want, (bits, got, want)
+    if bits == 8:
+        f16 = _ppl(cs.default_converted("f16"), wiki_test, threads)
+        assert abs(got - f16) <= 0.02 * f16, (got, f16)
+    if bits == 4:
+        # ubatches of 8 tokens: the bitplane GEMV (AVX2 / NEON / scalar) per token, not the dequantized
+        # blocks; one shorter window, as it is slower
+        small = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4,
+                                 extra=["-b", "128", "-ub", "8"]).ppl
+        big = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4).ppl
+        assert abs(small - big) <= 2e-4 * big, (small, big)
+
+
+def test_default_precision_is_the_parent(apq_file, wiki_test, threads):
+    assert _ppl(apq_file, wiki_test, threads) == _ppl(apq_file, wiki_test, threads, env={"GGML_EXT_APQ_BITS": "8"})
+
+
+def test_a_precision_the_file_does_not_serve_is_refused(apq_file, wiki_test, threads):
+    with pytest.raises(RuntimeError, match="serve 3 to 8 bits only"):
+        _ppl(apq_file, wiki_test, threads, apq_bits=2)
+    with pytest.raises(RuntimeError, match="serve 3 to 8 bits only"):
+        _ppl(apq_file, wiki_test, threads, env={"GGML_EXT_APQ_BITS": "2"})
+    with pytest.raises(RuntimeError, match="not a precision"):
+        _ppl(apq_file, wiki_test, threads, env={"GGML_EXT_APQ_BITS": "eight"})
+    with pytest.raises(RuntimeError, match="--apq-bits takes 1..8"):
+        _ppl(apq_file, wiki_test, threads, apq_bits=9)
+
+
+def test_llama_cpp_python_apq_bits(apq_file, tmp_path):
+    pytest.importorskip("llama_cpp")
+    from ggml_ext.llama_cpp_glue import Llama, set_apq_bits
+    with pytest.raises(ValueError, match="serves 3 to 8 bits"):
+        Llama(apq_file, apq_bits=2)
+    ids = [1, 504, 3458, 314, 4649, 282]
+    try:
+        got = Llama(apq_file, apq_bits=3, n_ctx=64, n_threads=2, logits_all=True)
+        got.eval(ids)
+        lg = np.array(got.scores[:len(ids)])
+        ref = Llama(X.extract(apq_file, 3, tmp_path / "x3.gguf", type="f32"), n_ctx=64, n_threads=2,
+                    logits_all=True)
+        ref.eval(ids)
+        want = np.array(ref.scores[:len(ids)])
+    finally:
+        set_apq_bits(None)
+    assert np.abs(lg - want).max() <= 1e-3 * np.abs(want).max(), np.abs(lg - want).max()
