@@ -10,8 +10,9 @@ Per model (the HF folders ``smollm2-hf``, ``gemma3-hf`` of the assets):
 
 * ``anyprec S-P``: ``ggml-ext convert --method anyprec --bits S-P --calib wiki-train`` (Fisher of the
   calibration engine, ``calib-samples`` x ``calib-seq-len`` tokens, cached), then for every b in S..P
-  ``ggml-ext anyprec extract --bits b`` (the interim path: precision b as F16 matrices) and its
-  perplexity -- every precision from the one file;
+  the perplexity of that one file run by our llama-perplexity with ``--apq-bits b`` (the APQ op reading
+  the first b planes; ``--via extract``: of ``ggml-ext anyprec extract --bits b`` instead, precision b as
+  F16 matrices, which stock llama.cpp runs too);
 * ``k-means b`` (``--independent``): the same method with ``--bits b-b``: the b-bit Fisher-weighted
   k-means optimum of each row directly (no upscaling: the paper's "independently quantized" SqueezeLLM
   baseline), extracted at b;
@@ -69,8 +70,8 @@ def quantization_seconds(hf: Path, st, seed: int, parent: int, threads: int | No
     return total, n
 
 
-def ppl(path: Path, test: Path, a) -> tuple[float, float]:
-    r = tools.perplexity(path, test, n_ctx=512, chunks=a.chunks, threads=a.threads)
+def ppl(path: Path, test: Path, a, apq_bits: int | None = None) -> tuple[float, float]:
+    r = tools.perplexity(path, test, n_ctx=512, chunks=a.chunks, threads=a.threads, apq_bits=apq_bits)
     return r.ppl, r.stderr
 
 
@@ -84,6 +85,8 @@ def main() -> int:
     p.add_argument("--calib-seq-len", type=int, default=256)
     p.add_argument("--chunks", type=int, default=20)
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--via", choices=("op", "extract"), default="op",
+                   help="run each precision from the one file (op: --apq-bits) or from its extraction")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     seed, parent = ap.parse_bits(a.bits)
@@ -116,13 +119,18 @@ def main() -> int:
             convert(hf, parent_file, method_options={"bits": a.bits}, **opts)
             info = X.open_file(parent_file)
             g = info.gguf
+            runnable = all(g.tensor(m).type_name != "I8" for m in info.matrices)
             for b in range(seed, parent + 1):
-                e = X.extract(parent_file, b, d / f"{model}-ap{b}.gguf", force=True)
-                read = sum(ap.planes_bytes(g.tensor(m).shape[1], g.tensor(m).shape[0] * 8, b)
-                           + ap.tables_bytes(g.tensor(m).shape[1], b) for m in info.matrices)
-                add(model=model, file=f"anyprec {a.bits}", bits=b, ppl=ppl(e, test, a), size=parent_file.stat().st_size,
-                    matrix_bytes_read=read)
-                e.unlink()
+                read = sum(ap.planes_bytes(n, k, b) + ap.tables_bytes(n, b)
+                           for k, n in (info.dims(m) for m in info.matrices))
+                if a.via == "op" and runnable:
+                    r = ppl(parent_file, test, a, apq_bits=b)
+                else:
+                    e = X.extract(parent_file, b, d / f"{model}-ap{b}.gguf", force=True)
+                    r = ppl(e, test, a)
+                    e.unlink()
+                add(model=model, file=f"anyprec {a.bits}" + ("" if a.via == "op" and runnable else " (extracted)"),
+                    bits=b, ppl=r, size=parent_file.stat().st_size, matrix_bytes_read=read)
             for b in [int(x) for x in a.independent.split(",") if x]:
                 f = d / f"{model}-km{b}.gguf"
                 t0 = time.time()
