@@ -140,6 +140,114 @@ static void check_refuses_malformed(ggml_backend_t backend) {
     ggml_free(ctx);
 }
 
+// ---- APQ_MUL_MAT: an any-precision weight (planes of parent P = 8, F16 tables of S..8) times x ----
+
+struct apq_case {
+    int64_t K, N, T;  // weight K x N (ggml: ne0 = K), T activation rows
+    int     S, b;     // seed precision (tables), precision computed at
+
+    std::string name() const {
+        char s[96];
+        std::snprintf(s, sizeof(s), "apq_mul_mat K=%lld N=%lld T=%lld S=%d b=%d", (long long) K, (long long) N,
+                      (long long) T, S, b);
+        return s;
+    }
+};
+
+struct apq_inputs {
+    std::vector<uint8_t>     codes, planes;  // codes: N x K 8-bit codes; planes: docs/formats/anyprec.md
+    std::vector<ggml_fp16_t> tables;         // precision-major: precision p at N (2^p - 2^S)
+    std::vector<float>       x;              // T x K
+};
+
+static apq_inputs apq_make(const apq_case & c, uint64_t seed) {
+    rng        r{ seed };
+    apq_inputs in;
+    const int  P = 8;
+    in.codes.resize(c.N * c.K);
+    for (auto & v : in.codes) {
+        v = (uint8_t) ((r.next() + 1.0f) * 128.0f);
+    }
+    in.planes.assign((size_t) P * c.N * c.K / 8, 0);
+    for (int p = 0; p < P; p++) {
+        for (int64_t row = 0; row < c.N; row++) {
+            for (int64_t j = 0; j < c.K; j++) {
+                const int bit = (in.codes[row * c.K + j] >> (P - 1 - p)) & 1;
+                in.planes[((size_t) p * c.N + row) * (c.K / 8) + j / 8] |= (uint8_t) (bit << (j % 8));
+            }
+        }
+    }
+    for (int p = c.S; p <= P; p++) {
+        for (int64_t i = 0; i < c.N * (1 << p); i++) {
+            in.tables.push_back(ggml_fp32_to_fp16(r.next() * 0.25f));
+        }
+    }
+    in.x.resize(c.T * c.K);
+    for (auto & v : in.x) {
+        v = r.next() * 4.0f;
+    }
+    return in;
+}
+
+// dst[r, t] = sum_j T_b[r][code >> (8 - b)] x[t, j] in double, and the bound of |terms| per output
+static void apq_reference(const apq_case & c, const apq_inputs & in, std::vector<double> & out,
+                          std::vector<double> & mag) {
+    out.assign(c.N * c.T, 0.0);
+    mag.assign(c.N * c.T, 0.0);
+    const int64_t off = c.N * ((1 << c.b) - (1 << c.S));
+    for (int64_t t = 0; t < c.T; t++) {
+        for (int64_t row = 0; row < c.N; row++) {
+            double acc = 0, a = 0;
+            for (int64_t j = 0; j < c.K; j++) {
+                const int    code = in.codes[row * c.K + j] >> (8 - c.b);
+                const double w    = ggml_fp16_to_fp32(in.tables[off + row * (1 << c.b) + code]);
+                acc += w * in.x[t * c.K + j];
+                a += std::fabs(w * in.x[t * c.K + j]);
+            }
+            out[t * c.N + row] = acc;
+            mag[t * c.N + row] = a;
+        }
+    }
+}
+
+// nullptr when the backend does not run the node (a GPU: the op has no CUDA kernel yet)
+static bool apq_run(const apq_case & c, ggml_backend_t backend, const apq_inputs & in, std::vector<float> & out) {
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    w   = ggml_new_tensor_2d(ctx, GGML_TYPE_APQ, c.K, c.N);
+    ggml_tensor *    tab = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) in.tables.size());
+    ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
+    CHECK(ggml_ext_apq_seed_bits(w, tab) == c.S && ggml_ext_apq_parent_bits(GGML_TYPE_APQ) == 8, "%s: S, P",
+          c.name().c_str());
+    ggml_tensor * y  = ggml_ext_apq_mul_mat(ctx, w, x, tab, c.b);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, y);
+    if (!ggml_backend_supports_op(backend, y)) {
+        ggml_free(ctx);
+        return false;
+    }
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    CHECK(ggml_nbytes(w) == in.planes.size(), "%s: APQ bytes %zu", c.name().c_str(), ggml_nbytes(w));
+    ggml_backend_tensor_set(w, in.planes.data(), 0, in.planes.size());
+    ggml_backend_tensor_set(tab, in.tables.data(), 0, in.tables.size() * sizeof(ggml_fp16_t));
+    ggml_backend_tensor_set(x, in.x.data(), 0, in.x.size() * sizeof(float));
+    CHECK(ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS, "%s", c.name().c_str());
+    out.resize(ggml_nelements(y));
+    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return true;
+}
+
+// T <= 8: the bitplane GEMV per token; more: dequantized row blocks (src/ops/apq_mul_mat_cpu.c)
+static const apq_case k_apq_cases[] = {
+    { 32, 5, 1, 3, 3 },      // one block, one token, the seed precision
+    { 576, 40, 8, 3, 4 },    // SmolLM2's width, the largest GEMV batch
+    { 576, 37, 9, 3, 8 },    // the smallest dequantized batch, the parent precision
+    { 1536, 20, 33, 3, 5 },  // SmolLM2's down rows, rows not a multiple of the 16-row block
+    { 96, 3, 4, 6, 7 },      // seed 6, fewer rows than threads
+};
+
 static const sidecar_case k_cases[] = {
     { 8, 16, 3, 1, 1, 0 },        // one token (decode)
     { 64, 96, 5, 7, 1, 0 },       // a few tokens
@@ -224,6 +332,41 @@ int main(int argc, char ** argv) {
             }
         }
     }
+
+    int apq_runs = 0;
+    for (const apq_case & c : k_apq_cases) {
+        const apq_inputs    in = apq_make(c, 99 + c.K * 7 + c.N);
+        std::vector<double> ref, mag;
+        apq_reference(c, in, ref, mag);
+        std::vector<float> first, got;
+        for (int nth = 1; nth <= 4; nth++) {
+            ggml_backend_cpu_set_n_threads(cpu, nth);
+            CHECK(apq_run(c, cpu, in, got), "%s: the CPU backend refuses it", c.name().c_str());
+            apq_runs++;
+            double worst = 0;
+            for (size_t i = 0; i < got.size(); i++) {
+                worst = std::fmax(worst, std::fabs(got[i] - ref[i]) / (mag[i] * 1e-6 * (double) c.K + 1e-30));
+            }
+            CHECK(worst <= 1.0, "%s: CPU (%d threads) off the reference by %.3g of the bound", c.name().c_str(), nth,
+                  worst);
+            if (nth == 1) {
+                first = got;
+            } else {
+                CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %d threads differ from 1 thread", c.name().c_str(), nth);
+            }
+        }
+        for (ggml_backend_t b : others) {
+            if (!apq_run(c, b, in, got)) {
+                CHECK(!ggml_backend_is_rpc(b), "%s: RPC refuses it", c.name().c_str());
+                continue;  // a GPU: no CUDA kernel for the op yet (NO_CUDA), the scheduler keeps it on the CPU
+            }
+            apq_runs++;
+            CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)) || !ggml_backend_is_rpc(b),
+                  "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+        }
+    }
+    std::printf("APQ: %d runs of %zu cases\n", apq_runs, sizeof(k_apq_cases) / sizeof(k_apq_cases[0]));
 
     for (ggml_backend_t b : others) {
         std::printf("backend: %s\n", ggml_backend_name(b));

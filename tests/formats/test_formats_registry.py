@@ -18,7 +18,7 @@ from ggml_ext import _locate, formats, ggml_types, quants
 REPO = Path(__file__).resolve().parents[2]
 DEF = REPO / "ggml_ext" / "include" / "ggml-ext-types.def"
 # The implementations ggml_ext_dispatched_kernel can name (as tests/runtime/test_build_info.py).
-KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm"}
+KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm", "neon"}
 
 
 def _def_rows():
@@ -29,9 +29,10 @@ def test_the_def_holds_the_restored_ids_and_the_own_range():
     rows, (first, last) = _def_rows()
     assert [(t.name, t.id) for t in rows] == [("Q4_0_4_4", 31), ("Q4_0_4_8", 32), ("Q4_0_8_8", 33),
                                               ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38),
-                                              ("CB2", 100), ("CB3", 101)]
-    # the interleaved rows come in groups (no row-wise functions), the codebook rows stand alone
-    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2
+                                              ("CB2", 100), ("CB3", 101), ("APQ", 102)]
+    # the interleaved rows come in groups (no row-wise functions), the codebook rows stand alone, the
+    # any-precision planes span the whole matrix (no row-wise functions either)
+    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2 + [False]
     assert (first, last) == (100, 119)
     assert len({t.id for t in rows}) == len(rows) and len({t.name for t in rows}) == len(rows)
     for t in rows:  # restored ids sit below the own range, new ones inside it
@@ -72,11 +73,13 @@ def test_library_answers_from_the_same_table():
         assert r.rowwise == t.rowwise
         if t.rowwise:
             assert t.row_group == 1 and r.shape_rule.decode() == "rows stand alone: any row count"
+        elif t.family == "anyprec":
+            assert t.row_group == 1 and "any row count" in r.shape_rule.decode()
         else:
             assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
         for gemm in (False, True):
             assert formats.dispatched_kernel(t.id, gemm) in KERNELS
-    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 102, 119, -1, 10**6):
+    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 103, 119, -1, 10**6):
         assert not lib.ggml_ext_is_type(other) and not lib.ggml_ext_type_info_by_id(other)
         assert lib.ggml_ext_type_row_group(other) == 0
         assert formats.dispatched_kernel(other, False) is None
@@ -98,11 +101,15 @@ def test_hand_kept_tables_derive_from_the_registry():
     from ggml_ext import build_info, convert, repack
     from ggml_ext.converters import policy
     ext = formats.ext_types()
+    from ggml_ext.methods.anyprec import planes_type
     for t in ext:
         info = ggml_types.TYPES[t.id]
         assert (info.name, info.block_size, info.type_size, info.row_group, info.ggml_name, info.kind) == \
                (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name,
                 "legacy" if t.id < ggml_types.EXT_ID_MIN else "ext")
+        if t.family == "anyprec":  # written by --method anyprec (its planes), not a --type
+            assert planes_type(t.layout) == t.name and t.name.lower() not in convert.TYPES
+            continue
         assert policy.BLOCK[t.name] == t.blck_size
         assert t.name.lower() in convert.TYPES and policy.OUTPUT_TYPES[t.name.lower()] == t.name
         if t.family == "interleaved4":

@@ -4,18 +4,22 @@ on the CPU backend against a double-precision reference and through our ggml-rpc
 from __future__ import annotations
 
 
-def test_col_sidecar_on_the_cpu_backend(ext_ops):
+def test_ext_ops_on_the_cpu_backend(ext_ops):
     proc = ext_ops()
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "OK: 24 runs of 6 cases on CPU (1-4 threads)" in proc.stdout
+    # APQ_MUL_MAT: the GEMV (up to 8 tokens) and the dequantized blocks against a double reference, the
+    # same bits for 1-4 threads
+    assert "APQ: 20 runs of 5 cases" in proc.stdout
 
 
-def test_col_sidecar_through_rpc_equals_the_cpu_backend(ext_ops, rpc_server):
+def test_ext_ops_through_rpc_equal_the_cpu_backend(ext_ops, rpc_server):
     """The op travels by its id to our ggml-rpc-server, whose CPU backend computes the same bits."""
     port, log = rpc_server
     proc = ext_ops("--rpc", f"127.0.0.1:{port}")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert "+ RPC" in proc.stdout and f"backend: RPC0[127.0.0.1:{port}]" in proc.stdout, proc.stdout[-2000:]
     assert "OK: 30 runs of 6 cases" in proc.stdout
+    assert "APQ: 25 runs of 5 cases" in proc.stdout  # and through RPC, the same bits
     log.seek(0)
     assert "Accepted client connection" in log.read()

@@ -29,7 +29,7 @@ def test_cli_info_build():
 
 
 # The implementations ggml_ext_dispatched_kernel can name (ggml_ext/src/*/q4_0_interleaved*.c).
-KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm"}
+KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm", "neon"}
 
 
 def test_dispatched_kernels_agree_with_the_build_features():

@@ -5,7 +5,10 @@
 #include <stddef.h>
 
 // The shape rule names what a tensor of the type must satisfy beyond whole blocks per row.
-#define GGML_EXT_SHAPE_RULE_GROUPED(BASE, ROWS) "interleaved " #BASE " type needs a row count (ne[1]) divisible by " #ROWS
+// (GROUPED with one row per group: the anyprec family's APQ, whose planes span the whole matrix)
+#define GGML_EXT_SHAPE_RULE_GROUPED(BASE, ROWS)                                                          \
+    ((ROWS) > 1 ? "interleaved " #BASE " type needs a row count (ne[1]) divisible by " #ROWS             \
+                : "a whole matrix's bitplanes, read only by its op: any row count")
 #define GGML_EXT_SHAPE_RULE_ROWWISE(BASE, ROWS) "rows stand alone: any row count"
 #define GGML_EXT_IS_ROWWISE_GROUPED false
 #define GGML_EXT_IS_ROWWISE_ROWWISE true

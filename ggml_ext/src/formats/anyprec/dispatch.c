@@ -3,6 +3,8 @@
 #include "formats/anyprec/anyprec_impl.h"
 #include "ggml/families.h"
 
+#include <string.h>
+
 int ggml_ext_apq_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
                       int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
 #if defined(GGML_EXT_HAVE_AVX2)
@@ -19,7 +21,8 @@ int ggml_ext_apq_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, in
 const char * ggml_ext_apq_dispatched_kernel(int type, int gemm) {
     (void) type;
     (void) gemm;
-    return ggml_ext_apq_gemv_name();
+    // the other families' vocabulary (ggml-ext info --build): "generic" for the portable C reference
+    return strcmp(ggml_ext_apq_gemv_name(), "scalar") == 0 ? "generic" : ggml_ext_apq_gemv_name();
 }
 
 const char * ggml_ext_apq_gemv_name(void) {
