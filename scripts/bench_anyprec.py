@@ -4,7 +4,7 @@ independently quantized k-means files and stock llama-quantize types; quantizati
 
   scripts/bench_anyprec.py [--models smollm2,gemma3] [--bits 3-8] [--independent 4,5]
                            [--stock q3_k,q4_k,q5_k,q6_k,q8_0] [--calib-samples 16] [--calib-seq-len 256]
-                           [--chunks 20] [--threads N] [--json OUT]
+                           [--chunks 20] [--threads N] [--via op|extract] [--keep DIR] [--json OUT]
 
 Per model (the HF folders ``smollm2-hf``, ``gemma3-hf`` of the assets):
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--via", choices=("op", "extract"), default="op",
                    help="run each precision from the one file (op: --apq-bits) or from its extraction")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="keep each model's bitplane file in DIR (for scripts/bench_anyprec_speed.py)")
     p.add_argument("--json", default=None)
     a = p.parse_args()
     seed, parent = ap.parse_bits(a.bits)
@@ -146,7 +149,11 @@ def main() -> int:
                                check=True, capture_output=True)
                 add(model=model, file=f"stock {t.upper()}", bits=None, ppl=ppl(out, test, a), size=out.stat().st_size)
                 out.unlink()
-            parent_file.unlink()
+            if a.keep:
+                a.keep.mkdir(parents=True, exist_ok=True)
+                shutil.move(str(parent_file), a.keep / f"{model}-anyprec-{a.bits}.gguf")
+            else:
+                parent_file.unlink()
             f16.unlink()
     print("| model | file | bits | PPL | file bytes | matrix bytes read |")
     print("|---|---|---|---|---|---|")
