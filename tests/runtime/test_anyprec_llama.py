@@ -72,11 +72,12 @@ def test_perplexity_at_each_precision_is_the_extracted_models(apq_file, wiki_tes
         assert abs(got - f16) <= 0.02 * f16, (got, f16)
     if bits == 4:
         # ubatches of 8 tokens: the bitplane GEMV (AVX2 / NEON / scalar) per token, not the dequantized
-        # blocks; one shorter window, as it is slower
+        # blocks; one shorter window, as it is slower. Looser: at 8 tokens llama.cpp's other matmuls
+        # (attention, the Q8_0 output) take their small-batch kernels too
         small = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4,
                                  extra=["-b", "128", "-ub", "8"]).ppl
         big = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4).ppl
-        assert abs(small - big) <= 2e-4 * big, (small, big)
+        assert abs(small - big) <= 1e-3 * big, (small, big)
 
 
 def test_default_precision_is_the_parent(apq_file, wiki_test, threads):
