@@ -88,6 +88,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--via", choices=("op", "extract"), default="op",
                    help="run each precision from the one file (op: --apq-bits) or from its extraction")
+    p.add_argument("--parent-file", type=Path, default=None, metavar="FILE",
+                   help="measure this bitplane file of the (single) model instead of converting one (no timing)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each model's bitplane file in DIR (for scripts/bench_anyprec_speed.py)")
     p.add_argument("--json", default=None)
@@ -109,17 +111,20 @@ def main() -> int:
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
             add(model=model, file="f16", bits=16, ppl=ppl(f16, test, a), size=f16.stat().st_size)
-            t0 = time.time()
-            st = stats.collect(hf, text=str(train), what=("fisher",), n_samples=a.calib_samples,
-                               seq_len=a.calib_seq_len, progress=False)
-            t_fisher = time.time() - t0
-            secs, n_weights = quantization_seconds(hf, st, seed, parent, a.threads)
-            add(model=model, file="timing", fisher_seconds_or_cached=t_fisher, seed_upscale_seconds=secs,
-                weights=n_weights, threads=a.threads or os.cpu_count())
             opts = dict(method="anyprec", calib=str(train), calib_samples=a.calib_samples,
                         calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads)
-            parent_file = d / f"{model}-anyprec.gguf"
-            convert(hf, parent_file, method_options={"bits": a.bits}, **opts)
+            if a.parent_file:
+                parent_file = a.parent_file
+            else:
+                t0 = time.time()
+                st = stats.collect(hf, text=str(train), what=("fisher",), n_samples=a.calib_samples,
+                                   seq_len=a.calib_seq_len, progress=False)
+                t_fisher = time.time() - t0
+                secs, n_weights = quantization_seconds(hf, st, seed, parent, a.threads)
+                add(model=model, file="timing", fisher_seconds_or_cached=t_fisher, seed_upscale_seconds=secs,
+                    weights=n_weights, threads=a.threads or os.cpu_count())
+                parent_file = d / f"{model}-anyprec.gguf"
+                convert(hf, parent_file, method_options={"bits": a.bits}, **opts)
             info = X.open_file(parent_file)
             g = info.gguf
             runnable = all(g.tensor(m).type_name != "I8" for m in info.matrices)
@@ -149,7 +154,9 @@ def main() -> int:
                                check=True, capture_output=True)
                 add(model=model, file=f"stock {t.upper()}", bits=None, ppl=ppl(out, test, a), size=out.stat().st_size)
                 out.unlink()
-            if a.keep:
+            if a.parent_file:
+                pass
+            elif a.keep:
                 a.keep.mkdir(parents=True, exist_ok=True)
                 shutil.move(str(parent_file), a.keep / f"{model}-anyprec-{a.bits}.gguf")
             else:

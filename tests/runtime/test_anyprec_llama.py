@@ -65,8 +65,10 @@ def test_perplexity_at_each_precision_is_the_extracted_models(apq_file, wiki_tes
     got = _ppl(apq_file, wiki_test, threads, apq_bits=bits)
     ref_file = X.extract(apq_file, bits, tmp_path / f"x{bits}.gguf", type="f32")
     want = _ppl(ref_file, wiki_test, threads)
-    # the same weights; only the order of float32 sums differs (dequantized blocks + ggml's dot vs its GEMM)
-    assert abs(got - want) <= 2e-4 * want, (bits, got, want)
+    # the same weights; only the order of float32 sums differs (dequantized blocks + ggml's dot vs its F32
+    # GEMM), which 30 layers amplify to a few 1e-4 of the perplexity (measured: 3-5e-4). Which precision
+    # the op reads is checked exactly in tests/c/test_ext_ops.cpp (random tables per precision).
+    assert abs(got - want) <= 1e-3 * want, (bits, got, want)
     if bits == 8:
         f16 = _ppl(cs.default_converted("f16"), wiki_test, threads)
         assert abs(got - f16) <= 0.02 * f16, (got, f16)
