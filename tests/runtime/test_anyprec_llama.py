@@ -66,20 +66,21 @@ def test_perplexity_at_each_precision_is_the_extracted_models(apq_file, wiki_tes
     ref_file = X.extract(apq_file, bits, tmp_path / f"x{bits}.gguf", type="f32")
     want = _ppl(ref_file, wiki_test, threads)
     # the same weights; only the order of float32 sums differs (dequantized blocks + ggml's dot vs its F32
-    # GEMM), which 30 layers amplify to a few 1e-4 of the perplexity (measured: 3-5e-4). Which precision
+    # GEMM), which 30 layers amplify to a few 1e-4 of the perplexity (measured: 3-5e-4; the F32 file alone
+    # moves by 1e-3 between ubatches of 9 and 64 tokens on a 64-token window). Which precision
     # the op reads is checked exactly in tests/c/test_ext_ops.cpp (random tables per precision).
-    assert abs(got - want) <= 1e-3 * want, (bits, got, want)
+    assert abs(got - want) <= 2e-3 * want, (bits, got, want)
     if bits == 8:
         f16 = _ppl(cs.default_converted("f16"), wiki_test, threads)
         assert abs(got - f16) <= 0.02 * f16, (got, f16)
     if bits == 4:
         # ubatches of 8 tokens: the bitplane GEMV (AVX2 / NEON / scalar) per token, not the dequantized
-        # blocks; one shorter window, as it is slower. Looser: at 8 tokens llama.cpp's other matmuls
-        # (attention, the Q8_0 output) take their small-batch kernels too
-        small = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4,
-                                 extra=["-b", "128", "-ub", "8"]).ppl
-        big = tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=1, threads=threads, apq_bits=4).ppl
-        assert abs(small - big) <= 1e-3 * big, (small, big)
+        # blocks, against the F32 file in the same ubatches (llama.cpp's other matmuls take their
+        # small-batch kernels too); one shorter window, as it is slower (measured: equal to 4 decimals)
+        small = dict(n_ctx=128, chunks=1, threads=threads, extra=["-b", "128", "-ub", "8"])
+        got = tools.perplexity(apq_file, wiki_test, apq_bits=4, **small).ppl
+        want = tools.perplexity(ref_file, wiki_test, **small).ppl
+        assert abs(got - want) <= 1e-3 * want, (got, want)
 
 
 def test_default_precision_is_the_parent(apq_file, wiki_test, threads):
