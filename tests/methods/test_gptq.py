@@ -280,3 +280,26 @@ def test_cli_gptq_scales_reaches_the_method():
     args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "rtn", "--gptq-scales", "static"])
     with pytest.raises(methods.MethodError, match="scale_rule"):
         methods.create(args.method, **_method_options(args))
+
+
+def test_shrink_interpolates_between_gptq_and_the_imatrix_quantizer():
+    """shrink=0 is plain GPTQ; shrink=1 (the Hessian's diagonal only) propagates no error: with static
+    scales it is the imatrix quantizer (IQ4_NL byte for byte; Q4_0 rounds each weight to the nearest
+    value under the same scales, where ggml picks its indices under the unrounded scale)."""
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((16, 128)).astype(np.float32)
+    X = rng.standard_normal((512, 128)) * np.exp(rng.standard_normal(128))
+    H = X.T @ X
+    np.testing.assert_array_equal(G.gptq(W, H, "Q4_0", shrink=0.0).Q, G.gptq(W, H, "Q4_0").Q)
+    im = quants.quantize(W, "IQ4_NL", imatrix=np.diag(H).astype(np.float32))
+    a = G.gptq(W, H, "IQ4_NL", scale_rule="static", shrink=1.0)
+    np.testing.assert_array_equal(a.pack(GRIDS["IQ4_NL"]).reshape(-1), im.reshape(-1))
+    q = G.gptq(W, H, "Q4_0", scale_rule="static", shrink=1.0)
+    im = quants.dequantize(quants.quantize(W, "Q4_0", imatrix=np.diag(H).astype(np.float32)), "Q4_0", 128)
+    assert np.mean(q.Q == im) > 0.95
+    half = G.gptq(W, H, "Q4_0", scale_rule="static", shrink=0.5)
+    assert _err(W, half.Q, H) < _err(W, q.Q, H)
+    with pytest.raises(methods.MethodError, match="shrink"):
+        methods.create("gptq", shrink=1.5)
+    with pytest.raises(G.GPTQError, match="layer.y: shrink"):
+        G.gptq(W, H, "Q4_0", shrink=-0.1, name="layer.y")
