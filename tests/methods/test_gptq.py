@@ -303,3 +303,38 @@ def test_shrink_interpolates_between_gptq_and_the_imatrix_quantizer():
         methods.create("gptq", shrink=1.5)
     with pytest.raises(G.GPTQError, match="layer.y: shrink"):
         G.gptq(W, H, "Q4_0", shrink=-0.1, name="layer.y")
+
+
+def test_v_hessian_attention_quantizes_v_proj_per_kv_head(tmp_path):
+    """v_hessian="attention": the stream runs eager attention, the collector gives v_proj's per-kv-head
+    attention-output Hessian (n_kv x d x d, symmetric, PSD), and layer 0's attn_v bytes are GPTQ of each
+    kv head's rows with its own H_g; the file runs in our llama.cpp."""
+    from ggml_ext.calibrate.collect import Collector
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.stream import LayerStream
+    import json
+    model = cs.tiny("llama")
+    text = _tiny_text(tmp_path)
+    out = tmp_path / "va.gguf"
+    convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32, calib_progress=False,
+            method_options={"v_hessian": "attention"})
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    tok = tokenize(model, str(text), n_samples=4, seq_len=32)
+    st, col = LayerStream(model, attention_weights=True), Collector(("hessian", "attn_hessian"))
+    for i, layer, prefix in st.run(tok.ids, hooks=col.attach, progress=False):
+        s = col.take(prefix)[f"{prefix}.self_attn.v_proj"]
+        Hs = s["attn_hessian"]
+        assert Hs.shape[0] == cfg["num_key_value_heads"] and Hs.shape[1:] == s["hessian"].shape
+        for Hg in Hs:
+            np.testing.assert_allclose(Hg, Hg.T, rtol=1e-12, atol=1e-12)
+            assert np.linalg.eigvalsh(Hg).min() > -1e-9 * np.trace(Hg)
+        w = layer.get_submodule("self_attn.v_proj").weight.detach().numpy()
+        want = b"".join(G.gptq(R, Hg, "Q4_0").pack(GRIDS["Q4_0"]).tobytes()
+                        for R, Hg in zip(np.split(w, len(Hs)), Hs))
+        assert cs.read_tensor_bytes(out)["blk.0.attn_v.weight"][2] == want
+        assert G.gptq(w, s["hessian"], "Q4_0").pack(GRIDS["Q4_0"]).tobytes() != want
+        break
+    with pytest.raises(methods.MethodError, match="v_hessian"):
+        methods.create("gptq", v_hessian="output")
+    logits = cs.gguf_logits(out, cs.hf_tokenize(model, "word12 and some more text, number 84."))
+    assert np.isfinite(logits).all()

@@ -45,7 +45,9 @@ decoder layers (embeddings, output) have no Hessian there and get the type's RTN
 type policy gives a type without a grid here (K-quants of llama.cpp's mixes), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
-``act_order`` (True), ``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
+``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
+per kv head the Hessian of the attention output, collect.py's ``attn_hessian``; docs/GPTQ.md says why),
+``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
 ("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
 every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
 with diag(H) as the imatrix -- the scales ``llama-quantize --imatrix`` would write),
@@ -274,7 +276,8 @@ class GPTQ:
     #: what the converter pipeline must collect per layer (ggml_ext.calibrate.collect) for this method
     calibration_needs = ("hessian",)
 
-    def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, block_size: int = 128,
+    def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "input",
+                 block_size: int = 128,
                  scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
                  device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
@@ -284,6 +287,8 @@ class GPTQ:
             raise MethodError(f"percdamp {percdamp}: use a fraction of the mean diagonal, 0 <= percdamp < 1")
         if not (0.0 <= shrink <= 1.0):
             raise MethodError(f"shrink {shrink}: use a fraction 0 <= shrink <= 1 (0: GPTQ, 1: the imatrix quantizer)")
+        if v_hessian not in ("input", "attention"):
+            raise MethodError(f"unknown v_hessian {v_hessian!r}; choose 'input' or 'attention'")
         if block_size < 1:
             raise MethodError(f"block_size {block_size}: must be positive")
         if scale_importance not in ("hessian", "none"):
@@ -301,6 +306,9 @@ class GPTQ:
         self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
         self.weighting = iq4_nl_weighting
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
+        self.v_hessian = v_hessian
+        if v_hessian == "attention":   # per instance: the pipeline reads it to collect what is needed
+            self.calibration_needs = ("hessian", "attn_hessian")
         self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
 
     #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
@@ -327,13 +335,19 @@ class GPTQ:
             return self.rtn.quantize(tensor_name, type_name, rows, out, imatrix=imatrix, threads=threads)
         H = calibration["hessian"]
         qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
+        # v_proj with v_hessian="attention": each kv head's rows get the attention-output Hessian of that head
+        Hs = calibration.get("attn_hessian") if self.v_hessian == "attention" else None
+        groups = [(rows, H)] if Hs is None else \
+            [(g, Hg) for g, Hg in zip(np.split(rows, len(Hs)), Hs)]
+        parts = []
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
-            if self.implementation == "reference":
-                r = gptq_reference(rows, H, type_name, quantizer=qopt, name=tensor_name, **self.options)
-            else:
-                r = gptq(rows, H, type_name, block_size=self.block_size, quantizer=qopt, device=self.device,
-                         dtype=self.dtype, name=tensor_name, **self.options)
-        b = r.pack(_grid(type_name))
+            for R, Hg in groups:
+                if self.implementation == "reference":
+                    parts.append(gptq_reference(R, Hg, type_name, quantizer=qopt, name=tensor_name, **self.options))
+                else:
+                    parts.append(gptq(R, Hg, type_name, block_size=self.block_size, quantizer=qopt,
+                                      device=self.device, dtype=self.dtype, name=tensor_name, **self.options))
+        b = np.concatenate([r.pack(_grid(type_name)).reshape(r.indices.shape[0], -1) for r in parts])
         n = b.nbytes
         if n != rows.shape[0] * quants.row_size(type_name, rows.shape[1]) or out.nbytes < n:
             raise MethodError(f"{tensor_name}: GPTQ packed {n} bytes, the tensor needs "
