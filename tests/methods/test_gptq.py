@@ -277,6 +277,11 @@ def test_cli_gptq_scales_reaches_the_method():
     opts = _method_options(args)
     assert opts["scale_rule"] == "static"
     assert methods.create("gptq", **opts).options["scale_rule"] == "static"
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "gptq",
+                                          "--gptq-v-hessian", "attention", "--gptq-shrink", "0.25"])
+    m = methods.create("gptq", **_method_options(args))
+    assert m.v_hessian == "attention" and m.options["shrink"] == 0.25
+    assert m.calibration_needs == ("hessian", "attn_hessian")
     args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "rtn", "--gptq-scales", "static"])
     with pytest.raises(methods.MethodError, match="scale_rule"):
         methods.create(args.method, **_method_options(args))

@@ -22,9 +22,11 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
+__all__ = ["ATTENTION", "BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
 
-COLLECTORS = ("hessian", "act_stats", "attn_hessian")
+COLLECTORS = ("hessian", "act_stats")
+# collected on request only (not a default): needs the attention weights, i.e. eager attention in the stream
+ATTENTION = ("attn_hessian",)
 # collected by a backward pass of their own (.fisher), not by forward hooks
 BACKWARD = ("fisher",)
 
@@ -47,10 +49,11 @@ class Collector:
     """Accumulates the statistics named in ``what`` (a subset of :data:`COLLECTORS`) over every call."""
 
     def __init__(self, what: tuple[str, ...] | list[str] = COLLECTORS):
-        unknown = set(what) - set(COLLECTORS) - set(BACKWARD)
+        unknown = set(what) - set(COLLECTORS) - set(BACKWARD) - set(ATTENTION)
         if unknown:
-            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(COLLECTORS + BACKWARD)}")
-        self.what = tuple(w for w in what if w in COLLECTORS)
+            raise ValueError(f"unknown statistics {sorted(unknown)}; "
+                             f"choose from {', '.join(COLLECTORS + ATTENTION + BACKWARD)}")
+        self.what = tuple(w for w in what if w in COLLECTORS + ATTENTION)
         self.results: dict[str, dict[str, np.ndarray]] = {}
 
     def _accumulate(self, name: str, x2d) -> None:
