@@ -108,6 +108,8 @@ def main() -> int:
     ap.add_argument("--seq-len", type=int, default=512)
     ap.add_argument("--percdamp", type=float, default=0.1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--specs", default=None,
+                    help="comma-separated specs to score instead of the default list (e.g. 'i,g,i;va:0-99:v_proj')")
     a = ap.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from ggml_ext import assets
@@ -132,7 +134,7 @@ def main() -> int:
                 cnt += lp.numel()
         return float(np.exp(nll / cnt))
 
-    specs = ["f32", "i", "g", "i;g:0-29:self_attn", "i;g:0-29:mlp", "i;g:0-14:.", "i;g:15-29:.",
+    specs = a.specs.split(",") if a.specs else ["f32", "i", "g", "i;g:0-29:self_attn", "i;g:0-29:mlp", "i;g:0-14:.", "i;g:15-29:.",
              "i;g:0-29:q_proj", "i;g:0-29:v_proj", "i;g:0-29:down_proj",
              "i;vp:0-99:v_proj", "i;va:0-99:v_proj", "g;va:0-99:v_proj"]
     print(f"# {a.model} {a.type}: python-side PPL, wiki-test ctx {ctx}, {a.chunks} chunks; i = imatrix file, "
