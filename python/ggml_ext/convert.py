@@ -78,6 +78,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gptq: a block's scales chosen when the sweep reaches it from the updated weights "
                         "(dynamic, default) or fixed before the sweep as llama-quantize --imatrix would write them "
                         "(static; docs/GPTQ.md)")
+    p.add_argument("--gptq-v-hessian", choices=("input", "attention"), default=None,
+                   help="gptq: v_proj's Hessian, of its inputs like every matrix (input, default) or of the attention "
+                        "output it feeds, per kv head (attention; docs/GPTQ.md)")
+    p.add_argument("--gptq-shrink", type=float, default=None, metavar="ALPHA",
+                   help="gptq: scale the Hessian's off-diagonal by 1 - ALPHA (0: GPTQ, default; 1: the imatrix quantizer)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
                         "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
@@ -102,6 +107,9 @@ def _method_options(args: argparse.Namespace) -> dict:
             opts["percdamp"] = args.percdamp
         if getattr(args, "gptq_scales", None) is not None:
             opts["scale_rule"] = args.gptq_scales
+    for flag, key in (("gptq_v_hessian", "v_hessian"), ("gptq_shrink", "shrink")):
+        if getattr(args, flag, None) is not None:   # refused by the other methods' option check, naming it
+            opts[key] = getattr(args, flag)
     if args.bits is not None:
         opts["bits"] = args.bits  # anyprec's; refused by the other methods' option check
     return opts

@@ -277,6 +277,69 @@ def test_cli_gptq_scales_reaches_the_method():
     opts = _method_options(args)
     assert opts["scale_rule"] == "static"
     assert methods.create("gptq", **opts).options["scale_rule"] == "static"
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "gptq",
+                                          "--gptq-v-hessian", "attention", "--gptq-shrink", "0.25"])
+    m = methods.create("gptq", **_method_options(args))
+    assert m.v_hessian == "attention" and m.options["shrink"] == 0.25
+    assert m.calibration_needs == ("hessian", "attn_hessian")
     args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "rtn", "--gptq-scales", "static"])
     with pytest.raises(methods.MethodError, match="scale_rule"):
         methods.create(args.method, **_method_options(args))
+
+
+def test_shrink_interpolates_between_gptq_and_the_imatrix_quantizer():
+    """shrink=0 is plain GPTQ; shrink=1 (the Hessian's diagonal only) propagates no error: with static
+    scales it is the imatrix quantizer (IQ4_NL byte for byte; Q4_0 rounds each weight to the nearest
+    value under the same scales, where ggml picks its indices under the unrounded scale)."""
+    rng = np.random.default_rng(3)
+    W = rng.standard_normal((16, 128)).astype(np.float32)
+    X = rng.standard_normal((512, 128)) * np.exp(rng.standard_normal(128))
+    H = X.T @ X
+    np.testing.assert_array_equal(G.gptq(W, H, "Q4_0", shrink=0.0).Q, G.gptq(W, H, "Q4_0").Q)
+    im = quants.quantize(W, "IQ4_NL", imatrix=np.diag(H).astype(np.float32))
+    a = G.gptq(W, H, "IQ4_NL", scale_rule="static", shrink=1.0)
+    np.testing.assert_array_equal(a.pack(GRIDS["IQ4_NL"]).reshape(-1), im.reshape(-1))
+    q = G.gptq(W, H, "Q4_0", scale_rule="static", shrink=1.0)
+    im = quants.dequantize(quants.quantize(W, "Q4_0", imatrix=np.diag(H).astype(np.float32)), "Q4_0", 128)
+    assert np.mean(q.Q == im) > 0.95
+    half = G.gptq(W, H, "Q4_0", scale_rule="static", shrink=0.5)
+    assert _err(W, half.Q, H) < _err(W, q.Q, H)
+    with pytest.raises(methods.MethodError, match="shrink"):
+        methods.create("gptq", shrink=1.5)
+    with pytest.raises(G.GPTQError, match="layer.y: shrink"):
+        G.gptq(W, H, "Q4_0", shrink=-0.1, name="layer.y")
+
+
+def test_v_hessian_attention_quantizes_v_proj_per_kv_head(tmp_path):
+    """v_hessian="attention": the stream runs eager attention, the collector gives v_proj's per-kv-head
+    attention-output Hessian (n_kv x d x d, symmetric, PSD), and layer 0's attn_v bytes are GPTQ of each
+    kv head's rows with its own H_g; the file runs in our llama.cpp."""
+    from ggml_ext.calibrate.collect import Collector
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.stream import LayerStream
+    import json
+    model = cs.tiny("llama")
+    text = _tiny_text(tmp_path)
+    out = tmp_path / "va.gguf"
+    convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32, calib_progress=False,
+            method_options={"v_hessian": "attention"})
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    tok = tokenize(model, str(text), n_samples=4, seq_len=32)
+    st, col = LayerStream(model, attention_weights=True), Collector(("hessian", "attn_hessian"))
+    for i, layer, prefix in st.run(tok.ids, hooks=col.attach, progress=False):
+        s = col.take(prefix)[f"{prefix}.self_attn.v_proj"]
+        Hs = s["attn_hessian"]
+        assert Hs.shape[0] == cfg["num_key_value_heads"] and Hs.shape[1:] == s["hessian"].shape
+        for Hg in Hs:
+            np.testing.assert_allclose(Hg, Hg.T, rtol=1e-12, atol=1e-12)
+            assert np.linalg.eigvalsh(Hg).min() > -1e-9 * np.trace(Hg)
+        w = layer.get_submodule("self_attn.v_proj").weight.detach().numpy()
+        want = b"".join(G.gptq(R, Hg, "Q4_0").pack(GRIDS["Q4_0"]).tobytes()
+                        for R, Hg in zip(np.split(w, len(Hs)), Hs))
+        assert cs.read_tensor_bytes(out)["blk.0.attn_v.weight"][2] == want
+        assert G.gptq(w, s["hessian"], "Q4_0").pack(GRIDS["Q4_0"]).tobytes() != want
+        break
+    with pytest.raises(methods.MethodError, match="v_hessian"):
+        methods.create("gptq", v_hessian="output")
+    logits = cs.gguf_logits(out, cs.hf_tokenize(model, "word12 and some more text, number 84."))
+    assert np.isfinite(logits).all()

@@ -2,6 +2,11 @@
 
 ``hessian``    H = XᵀX of the layer's input rows (tokens), accumulated in float64, with the row count:
                GPTQ and OOC read it (their H is 2/n · XᵀX).
+``attn_hessian`` for each attention's v_proj only: per kv head g, H_g = Σ_(query heads h of g) Z_hᵀ Z_h
+               with Z_h = A_h X (v_proj's inputs mixed by head h's attention weights), n_kv x d x d:
+               the Hessian of the attention OUTPUT's error in v_proj's weights (v reaches the model only
+               through o_q = Σ_t A_qt v_t). Needs the attention weights: the layer stream must run eager
+               attention (``LayerStream(..., attention_weights=True)``).
 ``act_stats``  per input channel: Σ|x|, Σx², max |x|, the row count, and a histogram of |x| over
                fixed log2 bins (quantiles without keeping the activations): DEC thresholds, codebook
                importance, and llama.cpp's importance matrix (Σx² / count per column).
@@ -17,9 +22,11 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
+__all__ = ["ATTENTION", "BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
 
 COLLECTORS = ("hessian", "act_stats")
+# collected on request only (not a default): needs the attention weights, i.e. eager attention in the stream
+ATTENTION = ("attn_hessian",)
 # collected by a backward pass of their own (.fisher), not by forward hooks
 BACKWARD = ("fisher",)
 
@@ -42,10 +49,11 @@ class Collector:
     """Accumulates the statistics named in ``what`` (a subset of :data:`COLLECTORS`) over every call."""
 
     def __init__(self, what: tuple[str, ...] | list[str] = COLLECTORS):
-        unknown = set(what) - set(COLLECTORS) - set(BACKWARD)
+        unknown = set(what) - set(COLLECTORS) - set(BACKWARD) - set(ATTENTION)
         if unknown:
-            raise ValueError(f"unknown statistics {sorted(unknown)}; choose from {', '.join(COLLECTORS + BACKWARD)}")
-        self.what = tuple(w for w in what if w in COLLECTORS)
+            raise ValueError(f"unknown statistics {sorted(unknown)}; "
+                             f"choose from {', '.join(COLLECTORS + ATTENTION + BACKWARD)}")
+        self.what = tuple(w for w in what if w in COLLECTORS + ATTENTION)
         self.results: dict[str, dict[str, np.ndarray]] = {}
 
     def _accumulate(self, name: str, x2d) -> None:
@@ -93,11 +101,37 @@ class Collector:
         for path, m in layer.named_modules():
             if isinstance(m, torch.nn.Linear):
                 handles.append(m.register_forward_pre_hook(make(f"{prefix}.{path}")))
+            if "attn_hessian" in self.what and isinstance(getattr(m, "v_proj", None), torch.nn.Linear):
+                handles += self._attach_attention(m, f"{prefix}.{path}.v_proj" if path else f"{prefix}.v_proj")
 
         def remove():
             for h in handles:
                 h.remove()
         return remove
+
+    def _attach_attention(self, attn, v_name: str) -> list:
+        """Hooks for ``attn_hessian``: v_proj's input, then the attention's weights (its forward's second
+        output) mix it per query head; accumulated per kv head under ``v_name``."""
+        torch = _torch()
+        pending: list = []
+
+        def pre(module, args):
+            pending.append(args[0].detach())
+
+        def post(module, args, out):
+            A = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+            x = pending.pop()
+            if A is None:
+                raise CalibrationError(f"{v_name}: the attention returned no weights; the layer stream must run "
+                                       "eager attention for attn_hessian")
+            X = x.reshape(A.shape[0], -1, x.shape[-1]).to(torch.float64)
+            n_head, n_kv = A.shape[1], attn.v_proj.out_features // attn.head_dim
+            Z = A.to(torch.float64) @ X[:, None]                 # batch x heads x T x d
+            H = torch.einsum("bhtd,bhte->hde", Z, Z)               # per query head
+            H = H.reshape(n_kv, n_head // n_kv, *H.shape[1:]).sum(1)
+            r = self.results.setdefault(v_name, {})
+            r["attn_hessian"] = r["attn_hessian"] + H if "attn_hessian" in r else H
+        return [attn.v_proj.register_forward_pre_hook(pre), attn.register_forward_hook(post)]
 
     def take(self, prefix: str) -> dict[str, dict[str, np.ndarray]]:
         """The finished results of the modules under ``prefix`` as numpy arrays (removed from the collector)."""

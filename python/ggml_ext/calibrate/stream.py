@@ -71,7 +71,8 @@ class LayerStream:
     accumulate in float64 regardless).
     """
 
-    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", dtype: str = "float32"):
+    def __init__(self, model_dir: str | os.PathLike, device: str = "cpu", dtype: str = "float32",
+                 attention_weights: bool = False):
         torch = _torch()
         from accelerate import init_empty_weights
         from transformers import AutoConfig, AutoModelForCausalLM
@@ -87,6 +88,8 @@ class LayerStream:
         with init_empty_weights(include_buffers=False):
             self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype)
         self.model.eval()
+        if attention_weights:   # the attention modules return their weights (collect.py's attn_hessian)
+            self.model.set_attn_implementation("eager")
         self.config = config
         self.layers_name, self.layers = _find_layers(self.model)
         self.n_layers = len(self.layers)

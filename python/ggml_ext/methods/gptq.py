@@ -45,7 +45,9 @@ decoder layers (embeddings, output) have no Hessian there and get the type's RTN
 type policy gives a type without a grid here (K-quants of llama.cpp's mixes), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
-``act_order`` (True), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
+``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
+per kv head the Hessian of the attention output, collect.py's ``attn_hessian``; docs/GPTQ.md says why),
+``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
 ("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
 every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
 with diag(H) as the imatrix -- the scales ``llama-quantize --imatrix`` would write),
@@ -95,10 +97,20 @@ class GPTQResult:
         return g.pack(self.indices, self.scales)
 
 
-def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: bool = True,
+def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0,
             name: str = "matrix", device: str = "cpu") -> Prepared:
     """Damping, dead columns, act-order permutation and the Cholesky factor of H^-1 (float64, torch's
-    LAPACK on ``device``; the arrays come back as numpy)."""
+    LAPACK on ``device``; the arrays come back as numpy).
+
+    ``shrink`` (alpha, 0..1): the off-diagonal of H is scaled by 1 - alpha before damping,
+    H <- (1 - alpha) H + alpha diag(H) -- shrinkage of the sample Hessian towards its diagonal, which
+    is llama.cpp's importance matrix. alpha = 0 is GPTQ; alpha = 1 leaves no error to propagate (H^-1
+    diagonal), so with static scales every weight is rounded to the nearest grid value under the
+    imatrix quantizer's scales: the imatrix quantizer up to ggml's own index choice (it rounds under
+    its unrounded float scale; IQ4_NL's bytes are identical, Q4_0/Q4_1 agree on ~97-98% of weights).
+    In between, GPTQ compensates errors only
+    along the correlations the calibration sample supports strongly (the estimate of the off-diagonal
+    from a few thousand tokens is the noisy part)."""
     import torch
     W = np.array(W, dtype=np.float64)
     H = np.array(H, dtype=np.float64)
@@ -109,8 +121,13 @@ def prepare(W: np.ndarray, H: np.ndarray, *, percdamp: float = 0.01, act_order: 
         raise GPTQError(f"{name}: the Hessian holds NaN or infinite values (the calibration activations overflow)")
     if not np.isfinite(W).all():
         raise GPTQError(f"{name}: the weights hold NaN or infinite values")
+    if not (0.0 <= shrink <= 1.0):
+        raise GPTQError(f"{name}: shrink {shrink}: use a fraction 0 <= shrink <= 1")
     diag = np.diag(H).copy()
     hdiag = diag.copy()
+    if shrink:
+        H *= 1.0 - shrink
+        H[np.diag_indices(cols)] = diag
     dead = np.flatnonzero(diag == 0)
     H[dead, dead] = 1.0
     W[:, dead] = 0.0
@@ -151,13 +168,13 @@ def static_scales(g: Grid, p: Prepared, quantizer: dict) -> np.ndarray:
 
 
 def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
-                   scale_importance: str = "hessian", scale_rule: str = "dynamic", quantizer: dict | None = None,
+                   shrink: float = 0.0, scale_importance: str = "hessian", scale_rule: str = "dynamic", quantizer: dict | None = None,
                    name: str = "matrix") -> GPTQResult:
     """GPTQ as the paper states it, one column at a time, every later column updated immediately
     (numpy, float64). The reference :func:`gptq` is tested against."""
     import torch
     g = _grid(type_name)
-    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, shrink=shrink, name=name)
     rows, cols = p.W.shape
     nb = cols // g.block
     Wc = p.W.copy()
@@ -185,14 +202,14 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
 
 
 def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
-         block_size: int = 128, scale_importance: str = "hessian", scale_rule: str = "dynamic",
+         shrink: float = 0.0, block_size: int = 128, scale_importance: str = "hessian", scale_rule: str = "dynamic",
          quantizer: dict | None = None,
          device: str = "cpu", dtype: str = "float64", name: str = "matrix") -> GPTQResult:
     """GPTQ with lazy block updates, all rows at once, in torch on ``device``; same result as
     :func:`gptq_reference` (up to the summation order of the updates)."""
     import torch
     g = _grid(type_name)
-    p = prepare(W, H, percdamp=percdamp, act_order=act_order, name=name, device=device)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, shrink=shrink, name=name, device=device)
     rows, cols = p.W.shape
     nb = cols // g.block
     dev, dt = torch.device(device), getattr(torch, dtype)
@@ -259,7 +276,8 @@ class GPTQ:
     #: what the converter pipeline must collect per layer (ggml_ext.calibrate.collect) for this method
     calibration_needs = ("hessian",)
 
-    def __init__(self, percdamp: float = 0.01, act_order: bool = True, block_size: int = 128,
+    def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "input",
+                 block_size: int = 128,
                  scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
                  device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
@@ -267,6 +285,10 @@ class GPTQ:
         from .rtn import RTN
         if not (0 <= percdamp < 1):
             raise MethodError(f"percdamp {percdamp}: use a fraction of the mean diagonal, 0 <= percdamp < 1")
+        if not (0.0 <= shrink <= 1.0):
+            raise MethodError(f"shrink {shrink}: use a fraction 0 <= shrink <= 1 (0: GPTQ, 1: the imatrix quantizer)")
+        if v_hessian not in ("input", "attention"):
+            raise MethodError(f"unknown v_hessian {v_hessian!r}; choose 'input' or 'attention'")
         if block_size < 1:
             raise MethodError(f"block_size {block_size}: must be positive")
         if scale_importance not in ("hessian", "none"):
@@ -279,11 +301,14 @@ class GPTQ:
             raise MethodError(f"dtype {dtype!r}: choose 'float64' or 'float32'")
         if iq4_nl_weighting not in quants.IQ4_NL_WEIGHTINGS:
             raise MethodError(f"unknown IQ4_NL weighting {iq4_nl_weighting!r}")
-        self.options = dict(percdamp=percdamp, act_order=act_order, scale_importance=scale_importance,
+        self.options = dict(percdamp=percdamp, act_order=act_order, shrink=shrink, scale_importance=scale_importance,
                             scale_rule=scale_rule)
         self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
         self.weighting = iq4_nl_weighting
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
+        self.v_hessian = v_hessian
+        if v_hessian == "attention":   # per instance: the pipeline reads it to collect what is needed
+            self.calibration_needs = ("hessian", "attn_hessian")
         self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
 
     #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
@@ -310,13 +335,19 @@ class GPTQ:
             return self.rtn.quantize(tensor_name, type_name, rows, out, imatrix=imatrix, threads=threads)
         H = calibration["hessian"]
         qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
+        # v_proj with v_hessian="attention": each kv head's rows get the attention-output Hessian of that head
+        Hs = calibration.get("attn_hessian") if self.v_hessian == "attention" else None
+        groups = [(rows, H)] if Hs is None else \
+            [(g, Hg) for g, Hg in zip(np.split(rows, len(Hs)), Hs)]
+        parts = []
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
-            if self.implementation == "reference":
-                r = gptq_reference(rows, H, type_name, quantizer=qopt, name=tensor_name, **self.options)
-            else:
-                r = gptq(rows, H, type_name, block_size=self.block_size, quantizer=qopt, device=self.device,
-                         dtype=self.dtype, name=tensor_name, **self.options)
-        b = r.pack(_grid(type_name))
+            for R, Hg in groups:
+                if self.implementation == "reference":
+                    parts.append(gptq_reference(R, Hg, type_name, quantizer=qopt, name=tensor_name, **self.options))
+                else:
+                    parts.append(gptq(R, Hg, type_name, block_size=self.block_size, quantizer=qopt,
+                                      device=self.device, dtype=self.dtype, name=tensor_name, **self.options))
+        b = np.concatenate([r.pack(_grid(type_name)).reshape(r.indices.shape[0], -1) for r in parts])
         n = b.nbytes
         if n != rows.shape[0] * quants.row_size(type_name, rows.shape[1]) or out.nbytes < n:
             raise MethodError(f"{tensor_name}: GPTQ packed {n} bytes, the tensor needs "
