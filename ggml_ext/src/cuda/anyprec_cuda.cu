@@ -9,6 +9,21 @@
 // chunks hit 32 consecutive words (no bank conflicts) without permuting the file's bytes (the paper
 // permutes the bytes of the planes instead; that variant is the next step). Each warp handles rows in
 // turn; its row's table sits in shared memory as float.
+//
+// v1..v4 (ggml_ext_apq_gemv_rl_cuda, below) run on the "row-lane" device layout of anyprec_cuda.h, made once
+// at upload by ggml_ext_apq_relayout_cuda: lane l of a warp owns row 32 g + l of a 32-row group, so
+//   * every lane loads 16 bytes per plane per 128 weights and the warp's load is 512 contiguous bytes;
+//   * every lane reads its own row's table, stored lane-transposed in shared memory (entry e of lane l at
+//     word e * 32 + l): the table lookups of a warp never conflict, at any table size;
+//   * the activations are the same for the whole warp (broadcast float4 loads);
+//   * the bit-transpose is the paper's 4-bit-lane one: word bits are permuted so that
+//     ((plane_k >> m) & 0x11111111) << (b-1-k), OR-ed over the b planes, holds 8 codes of b <= 4 bits (two
+//     per byte: weights 4m+i and 16+4m+i), and with mask 0x01010101 4 codes of up to 8 bits;
+//   * b <= 4 with pair tables (the paper's merged tables, here for 1..4 bits): one lookup of the byte
+//     (two codes) gives two centroids (float2), halving the lookups;
+//   * the warps of a block split the row length; a shared-memory reduction per row at the end.
+#include "anyprec_cuda.h"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -105,4 +120,374 @@ extern "C" cudaError_t ggml_ext_apq_gemv_cuda(const uint8_t * planes, const uint
         case 7: return apq_launch<7>(planes, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         default: return apq_launch<8>(planes, tables, n_rows, n_per_row, seed_bits, x, y, stream);
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// row-lane layout
+
+extern "C" size_t ggml_ext_apq_rl_plane_size(int64_t n_rows, int64_t n_per_row) {
+    return (size_t) ((n_rows + 31) / 32) * 32 * (size_t) (n_per_row / 8);
+}
+
+// one thread per output word
+static __global__ void apq_relayout_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
+                                           uint32_t * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t G     = (n + 31) / 32;
+    const int64_t total = (int64_t) P * G * Q * 128;
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t) gridDim.x * blockDim.x) {
+        const int     t    = (int) (o & 3);
+        const int     l    = (int) ((o >> 2) & 31);
+        int64_t       rest = o >> 7;
+        const int64_t q    = rest % Q;
+        rest /= Q;
+        const int64_t g = rest % G;
+        const int64_t p = rest / G;
+        const int64_t r = 32 * g + l;
+        uint32_t      v = 0;
+        if (r < n) {
+            // file word: bit u = weight 32 c + u (bytes little-endian, bit j % 8 of byte j / 8)
+            const uint8_t * src = planes + p * n * (k / 8) + r * (k / 8) + (4 * q + t) * 4;
+            const uint32_t  in  = (uint32_t) src[0] | ((uint32_t) src[1] << 8) | ((uint32_t) src[2] << 16) |
+                                ((uint32_t) src[3] << 24);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    v |= ((in >> (4 * m + i)) & 1u) << (8 * i + m);
+                }
+            }
+        }
+        out[o] = v;
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                  int parent_bits, uint8_t * out, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
+    apq_relayout_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
+                                                               (uint32_t *) out);
+    return cudaGetLastError();
+}
+
+template <int B> static __device__ __forceinline__ void rl_load(uint4 (&v)[B], const uint4 * p, int64_t plane_u4) {
+#pragma unroll
+    for (int kk = 0; kk < B; kk++) {
+        v[kk] = __ldg(p + kk * plane_u4);
+    }
+}
+
+static __device__ __forceinline__ uint32_t rl_word(const uint4 & v, int t) {
+    return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+}
+
+// codes of the b planes' words w: mask 0x11111111 gives 8 codes of <= 4 bits (byte i: weight 4m+i in the low
+// nibble, 16+4m+i in the high one), mask 0x01010101 4 codes (byte i: weight 4m+i)
+template <int B> static __device__ __forceinline__ uint32_t rl_codes(const uint32_t (&w)[B], int m, uint32_t mask) {
+    uint32_t o = 0;
+#pragma unroll
+    for (int kk = 0; kk < B; kk++) {
+        o |= ((w[kk] >> m) & mask) << (B - 1 - kk);
+    }
+    return o;
+}
+
+template <bool XS> static __device__ __forceinline__ float4 rl_x(const float * p) {
+    if constexpr (XS) {
+        return *(const float4 *) p;
+    } else {
+        return __ldg((const float4 *) p);
+    }
+}
+
+// One block per group of 32 rows, W warps splitting the row length (super-chunks q = warp, warp + W, ...);
+// NT: tokens handled (nt <= NT at run time); PAIR: pair tables (B <= 4); XS: x staged in shared memory.
+template <int B, int NT, int W, bool PAIR, bool XS>
+static __global__ void __launch_bounds__(32 * W)
+    apq_gemv_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                       int S, int nt, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
+    constexpr int E = PAIR ? (16 << B) : (1 << B);  // table entries per lane (pairs: index lo | hi << 4)
+    extern __shared__ float4 smem4[];
+    float *       sm   = (float *) smem4;
+    const int     lane = threadIdx.x & 31;
+    const int     warp = threadIdx.x >> 5;
+    const int64_t g    = blockIdx.x;
+    const int64_t r0   = 32 * g;
+    const __half * tab = tables + n * ((1 << B) - (1 << S));
+    for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
+        const int     l = idx & 31, e = idx >> 5;
+        const int64_t r = r0 + l;
+        if constexpr (PAIR) {
+            const int lo = e & 15, hi = e >> 4;
+            float2    v  = make_float2(0.0f, 0.0f);
+            if (r < n && lo < (1 << B)) {
+                v = make_float2(__half2float(tab[r * (1 << B) + lo]), __half2float(tab[r * (1 << B) + hi]));
+            }
+            ((float2 *) sm)[idx] = v;
+        } else {
+            sm[idx] = r < n ? __half2float(tab[r * (1 << B) + e]) : 0.0f;
+        }
+    }
+    float * red = sm + (PAIR ? 2 : 1) * E * 32;
+    float * xs  = red + NT * W * 32;
+    if constexpr (XS) {
+        for (int64_t i = threadIdx.x; i < (int64_t) nt * k / 4; i += 32 * W) {
+            ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+        }
+    }
+    __syncthreads();
+    const float *  xb  = XS ? xs : x;
+    const float2 * lp  = (const float2 *) sm + lane;
+    const float *  ls  = sm + lane;
+    float          acc[NT];
+#pragma unroll
+    for (int tt = 0; tt < NT; tt++) {
+        acc[tt] = 0.0f;
+    }
+    const int64_t Q    = k / 128;
+    const uint4 * base = rl + g * Q * 32 + lane;
+    int64_t       q    = warp;
+    uint4         cur[B];
+    if (q < Q) {
+        rl_load<B>(cur, base + q * 32, plane_u4);
+    }
+    for (; q < Q; q += W) {
+        uint4 nxt[B];
+        if (q + W < Q) {
+            rl_load<B>(nxt, base + (q + W) * 32, plane_u4);
+        }
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            uint32_t w[B];
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                w[kk] = rl_word(cur[kk], t);
+            }
+            const float * xq = xb + q * 128 + 32 * t;
+            if constexpr (PAIR) {
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
+                    float2         v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        v[i] = lp[((o >> (8 * i)) & 0xff) * 32];
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < NT; tt++) {
+                        if (tt < nt) {
+                            const float4 xl = rl_x<XS>(xq + tt * k + 4 * m);
+                            const float4 xh = rl_x<XS>(xq + tt * k + 4 * m + 16);
+                            acc[tt] += v[0].x * xl.x + v[0].y * xh.x;
+                            acc[tt] += v[1].x * xl.y + v[1].y * xh.y;
+                            acc[tt] += v[2].x * xl.z + v[2].y * xh.z;
+                            acc[tt] += v[3].x * xl.w + v[3].y * xh.w;
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    const uint32_t o = rl_codes<B>(w, m, 0x01010101u);
+                    float          v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        v[i] = ls[((o >> (8 * i)) & 0xff) * 32];
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < NT; tt++) {
+                        if (tt < nt) {
+                            const float4 xv = rl_x<XS>(xq + tt * k + 4 * m);
+                            acc[tt] += v[0] * xv.x + v[1] * xv.y + v[2] * xv.z + v[3] * xv.w;
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < B; kk++) {
+            cur[kk] = nxt[kk];
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < NT; tt++) {
+        red[(tt * W + warp) * 32 + lane] = acc[tt];
+    }
+    __syncthreads();
+    for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+        const int     tt = o >> 5, l = o & 31;
+        const int64_t r  = r0 + l;
+        if (tt < nt && r < n) {
+            float s = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < W; ww++) {
+                s += red[(tt * W + ww) * 32 + l];
+            }
+            y[tt * n + r] = s;
+        }
+    }
+}
+
+template <int B, int NT, int W, bool PAIR, bool XS>
+static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S, int nt,
+                             const float * x, float * y, cudaStream_t stream) {
+    constexpr int E    = PAIR ? (16 << B) : (1 << B);
+    const size_t  smem = (size_t) (PAIR ? 8 : 4) * E * 32 + 4u * NT * W * 32 + (XS ? 4u * (size_t) nt * k : 0);
+    static size_t attr = 48 * 1024;  // dynamic shared memory this instantiation may use (raised on demand)
+    if (smem > attr) {
+        const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr = smem;
+    }
+    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    apq_gemv_rl_kernel<B, NT, W, PAIR, XS><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
+        (const uint4 *) rl, (const __half *) tables, n, k, S, nt, plane_u4, x, y);
+    return cudaGetLastError();
+}
+
+template <int NT, int W, bool PAIR, bool XS>
+static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, int nt,
+                           const float * x, float * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return rl_launch<1, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 2: return rl_launch<2, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 3: return rl_launch<3, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 4: return rl_launch<4, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 5: return rl_launch<5, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 6: return rl_launch<6, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 7: return rl_launch<7, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
+        default: return rl_launch<8, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                 int64_t n_per_row, int seed_bits, int bits, int variant,
+                                                 const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 4 || (variant >= 3 && n_tokens != 1) ||
+        (variant == 1 && n_tokens != 1)) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int nt = (int) n_tokens;
+    switch (variant) {
+        case 1: return rl_bits<1, 8, false, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 3: return rl_bits<1, 16, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 4: return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        default:
+            if (nt == 1) {
+                return rl_bits<1, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt == 2) {
+                return rl_bits<2, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt <= 4) {
+                return rl_bits<4, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            return rl_bits<8, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// dequantize (row-lane layout -> fp16 row-major): one thread per row and 128 weights
+
+template <int B>
+static __global__ void apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables,
+                                                int64_t n, int64_t k, int S, int64_t plane_u4,
+                                                __half * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t G     = (n + 31) / 32;
+    const __half * tab  = tables + n * ((1 << B) - (1 << S));
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < G * Q * 32;
+         o += (int64_t) gridDim.x * blockDim.x) {
+        const int     l = (int) (o & 31);
+        const int64_t q = (o >> 5) % Q;
+        const int64_t g = (o >> 5) / Q;
+        const int64_t r = 32 * g + l;
+        if (r >= n) {
+            continue;
+        }
+        uint4 v[B];
+        rl_load<B>(v, rl + o, plane_u4);
+        const __half * tr = tab + r * (1 << B);
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            uint32_t w[B];
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                w[kk] = rl_word(v[kk], t);
+            }
+            __align__(16) __half h[32];
+#pragma unroll
+            for (int m = 0; m < 8; m++) {
+                const uint32_t c = rl_codes<B>(w, m, 0x01010101u);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    h[4 * m + i] = tr[(c >> (8 * i)) & 0xff];
+                }
+            }
+            uint4 *       dst = (uint4 *) (out + r * k + q * 128 + 32 * t);
+            const uint4 * src = (const uint4 *) h;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                dst[u] = src[u];
+            }
+        }
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                       int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
+                                                       cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t  plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 16);
+    const int64_t  threads  = (n_rows + 31) / 32 * 32 * (n_per_row / 128);
+    const unsigned blocks   = (unsigned) ((threads + 255) / 256 < 65535 ? (threads + 255) / 256 : 65535);
+    const uint4 *  p        = (const uint4 *) rl;
+    const __half * t        = (const __half *) tables;
+    __half *       o        = (__half *) out;
+    switch (bits) {
+        case 1: apq_dequantize_rl_kernel<1><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 2: apq_dequantize_rl_kernel<2><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 3: apq_dequantize_rl_kernel<3><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 4: apq_dequantize_rl_kernel<4><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 5: apq_dequantize_rl_kernel<5><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 6: apq_dequantize_rl_kernel<6><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 7: apq_dequantize_rl_kernel<7><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        default: apq_dequantize_rl_kernel<8><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+    }
+    return cudaGetLastError();
+}
+
+static __global__ void apq_f32_to_f16_kernel(const float * __restrict__ x, __half * __restrict__ y, int64_t n) {
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        y[i] = __float2half(x[i]);
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * out, int64_t n, cudaStream_t stream) {
+    if (n < 0) {
+        return cudaErrorInvalidValue;
+    }
+    if (n == 0) {
+        return cudaSuccess;
+    }
+    const unsigned blocks = (unsigned) ((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    apq_f32_to_f16_kernel<<<blocks, 256, 0, stream>>>(x, (__half *) out, n);
+    return cudaGetLastError();
 }
