@@ -220,22 +220,48 @@ static __global__ void __launch_bounds__(32 * W)
     const int     warp = threadIdx.x >> 5;
     const int64_t g    = blockIdx.x;
     const int64_t r0   = 32 * g;
-    const __half * tab = tables + n * ((1 << B) - (1 << S));
-    for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
-        const int     l = idx & 31, e = idx >> 5;
-        const int64_t r = r0 + l;
-        if constexpr (PAIR) {
-            const int lo = e & 15, hi = e >> 4;
-            float2    v  = make_float2(0.0f, 0.0f);
-            if (r < n && lo < (1 << B)) {
-                v = make_float2(__half2float(tab[r * (1 << B) + lo]), __half2float(tab[r * (1 << B) + hi]));
+    constexpr int  TB  = 1 << B;
+    const __half * tab = tables + n * (TB - (1 << S));
+    const int64_t  Q    = k / 128;
+    const uint4 *  base = rl + g * Q * 32 + lane;
+    int64_t        q    = warp;
+    uint4          cur[B];
+    if (q < Q) {  // the first planes' loads fly while the tables are built
+        rl_load<B>(cur, base + q * 32, plane_u4);
+    }
+    // the 32 rows' tables as float, lane-transposed: ts[e * 32 + l] = T_b[r0 + l][e] (for pairs: staged, then
+    // merged below). 16-byte loads of 8 entries where the tables are aligned (TB >= 8 and S >= 3).
+    float * ts = PAIR ? sm + 2 * E * 32 : sm;
+    if (TB >= 8 && S >= 3) {
+        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * W) {
+            const int     l = idx & 31, c = idx >> 5;
+            const int64_t r = r0 + l;
+            uint4         v = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                v = __ldg((const uint4 *) (tab + r * TB) + c);
             }
-            ((float2 *) sm)[idx] = v;
-        } else {
-            sm[idx] = r < n ? __half2float(tab[r * (1 << B) + e]) : 0.0f;
+            const __half * hv = (const __half *) &v;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * W) {
+            const int     l = idx & 31, e = idx >> 5;
+            const int64_t r = r0 + l;
+            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
         }
     }
-    float * red = sm + (PAIR ? 2 : 1) * E * 32;
+    if constexpr (PAIR) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
+            const int l = idx & 31, e = idx >> 5;
+            const int lo = e & 15, hi = e >> 4;
+            ((float2 *) sm)[idx] = lo < TB ? make_float2(ts[lo * 32 + l], ts[hi * 32 + l]) : make_float2(0.0f, 0.0f);
+        }
+    }
+    float * red = sm + (PAIR ? 2 * E * 32 + TB * 32 : E * 32);
     float * xs  = red + NT * W * 32;
     if constexpr (XS) {
         for (int64_t i = threadIdx.x; i < (int64_t) nt * k / 4; i += 32 * W) {
@@ -246,23 +272,14 @@ static __global__ void __launch_bounds__(32 * W)
     const float *  xb  = XS ? xs : x;
     const float2 * lp  = (const float2 *) sm + lane;
     const float *  ls  = sm + lane;
-    float          acc[NT];
+    float          acc[NT][2];  // two chains per token (FMA latency)
 #pragma unroll
     for (int tt = 0; tt < NT; tt++) {
-        acc[tt] = 0.0f;
-    }
-    const int64_t Q    = k / 128;
-    const uint4 * base = rl + g * Q * 32 + lane;
-    int64_t       q    = warp;
-    uint4         cur[B];
-    if (q < Q) {
-        rl_load<B>(cur, base + q * 32, plane_u4);
+        acc[tt][0] = acc[tt][1] = 0.0f;
     }
     for (; q < Q; q += W) {
-        uint4 nxt[B];
-        if (q + W < Q) {
-            rl_load<B>(nxt, base + (q + W) * 32, plane_u4);
-        }
+        uint4 nxt[B];  // next super-chunk, loaded before this one is used (the last one reloads itself)
+        rl_load<B>(nxt, base + (q + W < Q ? q + W : q) * 32, plane_u4);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             uint32_t w[B];
@@ -285,10 +302,14 @@ static __global__ void __launch_bounds__(32 * W)
                         if (tt < nt) {
                             const float4 xl = rl_x<XS>(xq + tt * k + 4 * m);
                             const float4 xh = rl_x<XS>(xq + tt * k + 4 * m + 16);
-                            acc[tt] += v[0].x * xl.x + v[0].y * xh.x;
-                            acc[tt] += v[1].x * xl.y + v[1].y * xh.y;
-                            acc[tt] += v[2].x * xl.z + v[2].y * xh.z;
-                            acc[tt] += v[3].x * xl.w + v[3].y * xh.w;
+                            acc[tt][0] = fmaf(v[0].x, xl.x, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[0].y, xh.x, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[1].x, xl.y, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[1].y, xh.y, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[2].x, xl.z, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[2].y, xh.z, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[3].x, xl.w, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[3].y, xh.w, acc[tt][1]);
                         }
                     }
                 }
@@ -305,7 +326,10 @@ static __global__ void __launch_bounds__(32 * W)
                     for (int tt = 0; tt < NT; tt++) {
                         if (tt < nt) {
                             const float4 xv = rl_x<XS>(xq + tt * k + 4 * m);
-                            acc[tt] += v[0] * xv.x + v[1] * xv.y + v[2] * xv.z + v[3] * xv.w;
+                            acc[tt][0] = fmaf(v[0], xv.x, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[1], xv.y, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[2], xv.z, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[3], xv.w, acc[tt][1]);
                         }
                     }
                 }
@@ -318,7 +342,7 @@ static __global__ void __launch_bounds__(32 * W)
     }
 #pragma unroll
     for (int tt = 0; tt < NT; tt++) {
-        red[(tt * W + warp) * 32 + lane] = acc[tt];
+        red[(tt * W + warp) * 32 + lane] = acc[tt][0] + acc[tt][1];
     }
     __syncthreads();
     for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
@@ -339,7 +363,8 @@ template <int B, int NT, int W, bool PAIR, bool XS>
 static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S, int nt,
                              const float * x, float * y, cudaStream_t stream) {
     constexpr int E    = PAIR ? (16 << B) : (1 << B);
-    const size_t  smem = (size_t) (PAIR ? 8 : 4) * E * 32 + 4u * NT * W * 32 + (XS ? 4u * (size_t) nt * k : 0);
+    const size_t  smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
+                        (XS ? 4u * (size_t) nt * k : 0);
     static size_t attr = 48 * 1024;  // dynamic shared memory this instantiation may use (raised on demand)
     if (smem > attr) {
         const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS>,
