@@ -9,10 +9,13 @@
 # anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
 # Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
-# Optional llama.cpp baseline (not run here: it needs the CUDA build of the pristine llama.cpp): upstream's
-#   test-backend-ops perf -o MUL_MAT -b CUDA0
-# prints mat-vec timings for q4_0 / q3_K among its cases (n=1 rows of its perf table); the shapes there are
-# upstream's (4096 x 4096 among them), not ours.
+# Also anyprec_sass.txt: the SASS of v2 at 3 bits and v1 at 8 bits (one token) when cuobjdump is there.
+#
+# Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
+# pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
+# test-backend-ops), runs `test-backend-ops perf -o MUL_MAT -b CUDA0` and keeps its q4_0 / q3_K mat-vec rows
+# (n=1) in anyprec_llama_mulmat.txt; those shapes are upstream's perf cases (4096 x 4096 among them), not all
+# of ours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp}}
@@ -28,5 +31,15 @@ done
     2> "$out/anyprec_ptxas.txt"
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
+if command -v cuobjdump >/dev/null; then
+    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb0EEvPK5uint4PK6__halflliilPKfPf \
+             _Z18apq_gemv_rl_kernelILi8ELi1ELi8ELb0ELb0EEvPK5uint4PK6__halflliilPKfPf; do
+        cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
+    done
+fi
+if [ -n "${LLAMA_TEST_BACKEND_OPS:-}" ]; then
+    "$LLAMA_TEST_BACKEND_OPS" perf -o MUL_MAT -b CUDA0 2>&1 | grep -E "type_a=(q4_0|q3_K).*n=1," \
+        > "$out/anyprec_llama_mulmat.txt" || true
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv > "$out/anyprec_gpu.txt" || true
 "$work/anyprec_cuda_bench" | tee "$out/anyprec_cuda_bench.md"
