@@ -2,7 +2,7 @@
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v4 (row-lane layout made by
+//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v6 (row-lane layout made by
 //     ggml_ext_apq_relayout_cuda) at one token, v2 at 2, 3, 5, 8 tokens, the dequantize kernel (bit-exact
 //     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
 //     tolerance 1e-3); the max relative error of each shape/precision is printed;
@@ -113,8 +113,8 @@ int main() {
                                   { 1000, 1536 } };
     std::string t1 =
         "## one token (GEMV): latency in us per variant; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | v0 | v1 | v2 | v3 | v4 | best | % of bandwidth | cuBLAS fp16 | speedup | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| rows x n_per_row | bits | v0 | v1 | v2 | v3 | v4 | v5 | v6 | best | % of bandwidth | cuBLAS fp16 | speedup | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
         "## batches: v2 at 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | v2 8 tok us | fp16 8 tok us | deq us | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
@@ -194,12 +194,12 @@ int main() {
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
             CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0));
             run_check("v0", 1, 1e-4);
-            float us[5] = { 0, 0, 0, 0, 0 };
+            float us[7] = { 0, 0, 0, 0, 0, 0, 0 };
             us[0] = median_us([&] { ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0); });
             float best = 1e30f, v2_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
-                for (int v = 1; v <= 4; v++) {
+                for (int v = 1; v <= 6; v++) {
                     char name[8];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
@@ -238,9 +238,9 @@ int main() {
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
             const float  bus   = rl_ok ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
-            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %.2f | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
+            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
                      (long long) n, (long long) k, b, cell(us[0]).c_str(), cell(us[1]).c_str(), cell(us[2]).c_str(),
-                     cell(us[3]).c_str(), cell(us[4]).c_str(), bus, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
+                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(), bus, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
                      f16_us / bus, 16.0 / b, worst);
             t1 += line;
             printf("%s", line);

@@ -22,9 +22,16 @@
 //   * b <= 4 with pair tables (the paper's merged tables, here for 1..4 bits): one lookup of the byte
 //     (two codes) gives two centroids (float2), halving the lookups;
 //   * the warps of a block split the row length; a shared-memory reduction per row at the end.
+// Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
+//   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
+//   v2 pair tables for b <= 4, singles above (the default; the only one for 2..8 tokens);
+//   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
+//   v5, v6 v2 with a cluster of 2 / 4 blocks per 32 rows (sm_90), row sums through distributed shared memory.
+// Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
 #include "anyprec_cuda.h"
 
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -208,8 +215,10 @@ template <bool XS> static __device__ __forceinline__ float4 rl_x(const float * p
 }
 
 // One block per group of 32 rows, W warps splitting the row length (super-chunks q = warp, warp + W, ...);
-// NT: tokens handled (nt <= NT at run time); PAIR: pair tables (B <= 4); XS: x staged in shared memory.
-template <int B, int NT, int W, bool PAIR, bool XS>
+// NT: tokens handled (nt <= NT at run time); PAIR: pair tables (B <= 4); XS: x staged in shared memory;
+// CL > 1: a cluster of CL blocks per row group splits the row length further (more warps in flight for
+// few rows), each building the tables, the row sums added through distributed shared memory.
+template <int B, int NT, int W, bool PAIR, bool XS, int CL>
 static __global__ void __launch_bounds__(32 * W)
     apq_gemv_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
                        int S, int nt, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
@@ -218,13 +227,14 @@ static __global__ void __launch_bounds__(32 * W)
     float *       sm   = (float *) smem4;
     const int     lane = threadIdx.x & 31;
     const int     warp = threadIdx.x >> 5;
-    const int64_t g    = blockIdx.x;
+    const int64_t g    = blockIdx.x / CL;
+    const int     crank = (int) (blockIdx.x % CL);
     const int64_t r0   = 32 * g;
     constexpr int  TB  = 1 << B;
     const __half * tab = tables + n * (TB - (1 << S));
     const int64_t  Q    = k / 128;
     const uint4 *  base = rl + g * Q * 32 + lane;
-    int64_t        q    = warp;
+    int64_t        q    = (int64_t) crank * W + warp;
     uint4          cur[B];
     if (q < Q) {  // the first planes' loads fly while the tables are built
         rl_load<B>(cur, base + q * 32, plane_u4);
@@ -262,7 +272,8 @@ static __global__ void __launch_bounds__(32 * W)
         }
     }
     float * red = sm + (PAIR ? 2 * E * 32 + TB * 32 : E * 32);
-    float * xs  = red + NT * W * 32;
+    float * fin = red + NT * W * 32;  // CL > 1: this block's row sums
+    float * xs  = fin + (CL > 1 ? NT * 32 : 0);
     if constexpr (XS) {
         for (int64_t i = threadIdx.x; i < (int64_t) nt * k / 4; i += 32 * W) {
             ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
@@ -277,9 +288,9 @@ static __global__ void __launch_bounds__(32 * W)
     for (int tt = 0; tt < NT; tt++) {
         acc[tt][0] = acc[tt][1] = 0.0f;
     }
-    for (; q < Q; q += W) {
+    for (; q < Q; q += W * CL) {
         uint4 nxt[B];  // next super-chunk, loaded before this one is used (the last one reloads itself)
-        rl_load<B>(nxt, base + (q + W < Q ? q + W : q) * 32, plane_u4);
+        rl_load<B>(nxt, base + (q + W * CL < Q ? q + W * CL : q) * 32, plane_u4);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             uint32_t w[B];
@@ -345,29 +356,58 @@ static __global__ void __launch_bounds__(32 * W)
         red[(tt * W + warp) * 32 + lane] = acc[tt][0] + acc[tt][1];
     }
     __syncthreads();
-    for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
-        const int     tt = o >> 5, l = o & 31;
-        const int64_t r  = r0 + l;
-        if (tt < nt && r < n) {
+    if constexpr (CL > 1) {
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
             float s = 0.0f;
 #pragma unroll
             for (int ww = 0; ww < W; ww++) {
-                s += red[(tt * W + ww) * 32 + l];
+                s += red[((o >> 5) * W + ww) * 32 + (o & 31)];
             }
-            y[tt * n + r] = s;
+            fin[o] = s;
+        }
+        cluster.sync();
+        if (crank == 0) {
+            for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+                const int     tt = o >> 5, l = o & 31;
+                const int64_t r  = r0 + l;
+                if (tt < nt && r < n) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < CL; c++) {
+                        s += cluster.map_shared_rank(fin, c)[o];
+                    }
+                    y[tt * n + r] = s;
+                }
+            }
+        }
+        cluster.sync();  // the other blocks' shared memory stays until block 0 has read it
+    } else {
+        for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+            const int     tt = o >> 5, l = o & 31;
+            const int64_t r  = r0 + l;
+            if (tt < nt && r < n) {
+                float s = 0.0f;
+#pragma unroll
+                for (int ww = 0; ww < W; ww++) {
+                    s += red[(tt * W + ww) * 32 + l];
+                }
+                y[tt * n + r] = s;
+            }
         }
     }
 }
 
-template <int B, int NT, int W, bool PAIR, bool XS>
+template <int B, int NT, int W, bool PAIR, bool XS, int CL>
 static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S, int nt,
                              const float * x, float * y, cudaStream_t stream) {
     constexpr int E    = PAIR ? (16 << B) : (1 << B);
     const size_t  smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
-                        (XS ? 4u * (size_t) nt * k : 0);
+                        (CL > 1 ? 4u * NT * 32 : 0) + (XS ? 4u * (size_t) nt * k : 0);
     static size_t attr = 48 * 1024;  // dynamic shared memory this instantiation may use (raised on demand)
     if (smem > attr) {
-        const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS>,
+        const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
         if (e != cudaSuccess) {
             return e;
@@ -375,23 +415,40 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
         attr = smem;
     }
     const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
-    apq_gemv_rl_kernel<B, NT, W, PAIR, XS><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
-        (const uint4 *) rl, (const __half *) tables, n, k, S, nt, plane_u4, x, y);
-    return cudaGetLastError();
+    if constexpr (CL == 1) {
+        apq_gemv_rl_kernel<B, NT, W, PAIR, XS, 1><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
+            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, plane_u4, x, y);
+        return cudaGetLastError();
+    } else {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim            = dim3((unsigned) ((n + 31) / 32 * CL));
+        cfg.blockDim           = dim3(32 * W);
+        cfg.dynamicSmemBytes   = smem;
+        cfg.stream             = stream;
+        cudaLaunchAttribute attr_cl[1];
+        attr_cl[0].id               = cudaLaunchAttributeClusterDimension;
+        attr_cl[0].val.clusterDim.x = CL;
+        attr_cl[0].val.clusterDim.y = 1;
+        attr_cl[0].val.clusterDim.z = 1;
+        cfg.attrs                   = attr_cl;
+        cfg.numAttrs                = 1;
+        return cudaLaunchKernelEx(&cfg, apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>, (const uint4 *) rl,
+                                  (const __half *) tables, n, k, S, nt, plane_u4, x, y);
+    }
 }
 
-template <int NT, int W, bool PAIR, bool XS>
+template <int NT, int W, bool PAIR, bool XS, int CL = 1>
 static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, int nt,
                            const float * x, float * y, cudaStream_t st) {
     switch (b) {
-        case 1: return rl_launch<1, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 2: return rl_launch<2, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 3: return rl_launch<3, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 4: return rl_launch<4, NT, W, PAIR, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 5: return rl_launch<5, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 6: return rl_launch<6, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
-        case 7: return rl_launch<7, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
-        default: return rl_launch<8, NT, W, false, XS>(rl, t, n, k, S, nt, x, y, st);
+        case 1: return rl_launch<1, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 2: return rl_launch<2, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 3: return rl_launch<3, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 4: return rl_launch<4, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 5: return rl_launch<5, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 6: return rl_launch<6, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 7: return rl_launch<7, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        default: return rl_launch<8, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
     }
 }
 
@@ -399,7 +456,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 4 || (variant >= 3 && n_tokens != 1) ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 6 || (variant >= 3 && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -411,6 +468,8 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 1: return rl_bits<1, 8, false, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 3: return rl_bits<1, 16, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 4: return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         default:
             if (nt == 1) {
                 return rl_bits<1, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
