@@ -196,6 +196,7 @@ int main() {
             run_check("v0", 1, 1e-4);
             float us[7] = { 0, 0, 0, 0, 0, 0, 0 };
             us[0] = median_us([&] { ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0); });
+            int   best_v = 0;
             float best = 1e30f, v2_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
@@ -203,10 +204,20 @@ int main() {
                     char name[8];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    CK(ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, 1, dy, 0));
+                    const cudaError_t e = ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, 1, dy, 0);
+                    if (e != cudaSuccess) {  // a launch refused (not a wrong result): reported, the rest go on
+                        fprintf(stderr, "%s %lldx%lld bits %d: %s\n", name, (long long) n, (long long) k, b,
+                                cudaGetErrorString(e));
+                        cudaGetLastError();
+                        bad++;
+                        continue;
+                    }
                     run_check(name, 1, 1e-4);
                     us[v] = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, 1, dy, 0); });
-                    best  = std::min(best, us[v]);
+                    if (us[v] < best) {
+                        best   = us[v];
+                        best_v = v;
+                    }
                 }
                 for (int nt : { 2, 3, 5, 8 }) {
                     char name[16];
@@ -236,11 +247,11 @@ int main() {
                 deqg_us = median_us([&] { deq_gemm(b); });
             }
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
-            const float  bus   = rl_ok ? best : us[0];
+            const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
-            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %.2f | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
+            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
                      (long long) n, (long long) k, b, cell(us[0]).c_str(), cell(us[1]).c_str(), cell(us[2]).c_str(),
-                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(), bus, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
+                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(), bus, best_v, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
                      f16_us / bus, 16.0 / b, worst);
             t1 += line;
             printf("%s", line);
