@@ -2,7 +2,7 @@
 # The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
-# (v0 on the file layout; v1..v4 on the row-lane layout made at upload; v2 at 2..8 tokens; the dequantize
+# (v0 on the file layout; v1..v6 on the row-lane layout made at upload; v2 at 2..8 tokens; the dequantize
 # kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
 # 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
 # of the measured copy bandwidth. Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
@@ -28,12 +28,12 @@ for f in formats/anyprec/anyprec.c generic/anyprec.c; do
     gcc -std=gnu11 -O2 -Iggml_ext/include -Iggml_ext/src -c "ggml_ext/src/$f" -o "$work/$(echo "$f" | tr / _).o"
 done
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
-    2> "$out/anyprec_ptxas.txt"
+    2> "$out/anyprec_ptxas.txt" || { grep -v "^ptxas info" "$out/anyprec_ptxas.txt" | tail -n 30; exit 1; }
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
-    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb0EEvPK5uint4PK6__halflliilPKfPf \
-             _Z18apq_gemv_rl_kernelILi8ELi1ELi8ELb0ELb0EEvPK5uint4PK6__halflliilPKfPf; do
+    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb0ELi1EEvPK5uint4PK6__halflliilPKfPf \
+             _Z18apq_gemv_rl_kernelILi8ELi1ELi8ELb0ELb0ELi1EEvPK5uint4PK6__halflliilPKfPf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

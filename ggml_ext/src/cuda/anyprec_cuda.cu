@@ -511,20 +511,20 @@ static __global__ void apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, c
             for (int kk = 0; kk < B; kk++) {
                 w[kk] = rl_word(v[kk], t);
             }
-            __align__(16) __half h[32];
+            uint32_t h2[16];  // weights 2u, 2u+1 of the 32 as fp16 pairs
 #pragma unroll
             for (int m = 0; m < 8; m++) {
                 const uint32_t c = rl_codes<B>(w, m, 0x01010101u);
 #pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    h[4 * m + i] = tr[(c >> (8 * i)) & 0xff];
+                for (int i = 0; i < 4; i += 2) {
+                    h2[2 * m + i / 2] = (uint32_t) __half_as_ushort(tr[(c >> (8 * i)) & 0xff]) |
+                                        ((uint32_t) __half_as_ushort(tr[(c >> (8 * i + 8)) & 0xff]) << 16);
                 }
             }
-            uint4 *       dst = (uint4 *) (out + r * k + q * 128 + 32 * t);
-            const uint4 * src = (const uint4 *) h;
+            uint4 * dst = (uint4 *) (out + r * k + q * 128 + 32 * t);
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                dst[u] = src[u];
+                dst[u] = make_uint4(h2[4 * u], h2[4 * u + 1], h2[4 * u + 2], h2[4 * u + 3]);
             }
         }
     }

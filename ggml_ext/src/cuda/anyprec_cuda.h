@@ -32,7 +32,7 @@ cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, i
 // for tokens t < n_tokens (1..8). variant (see anyprec_cuda.cu): 1 singles (8 warps per 32 rows), 2 pair
 // tables for b <= 4 (singles above), 3 = 2 with 16 warps, 4 = 2 with x staged in shared memory, 5 and 6 = 2
 // with clusters of 2 and 4 blocks per 32 rows (sm_90); n_tokens == 1 only for all but 2. 0: the default.
-// The tables must be 16-byte aligned (as cudaMalloc and ggml buffers give).
+// tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).
 cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                       int64_t n_per_row, int seed_bits, int bits, int variant, const float * x,
                                       int64_t n_tokens, float * y, cudaStream_t stream);
