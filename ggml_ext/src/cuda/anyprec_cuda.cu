@@ -357,6 +357,7 @@ static __global__ void __launch_bounds__(32 * W)
     }
     __syncthreads();
     if constexpr (CL > 1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later (the launcher refuses before)
         namespace cg = cooperative_groups;
         cg::cluster_group cluster = cg::this_cluster();
         for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
@@ -383,6 +384,9 @@ static __global__ void __launch_bounds__(32 * W)
             }
         }
         cluster.sync();  // the other blocks' shared memory stays until block 0 has read it
+#else
+        __trap();
+#endif
     } else {
         for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
             const int     tt = o >> 5, l = o & 31;
@@ -405,14 +409,18 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
     constexpr int E    = PAIR ? (16 << B) : (1 << B);
     const size_t  smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
                         (CL > 1 ? 4u * NT * 32 : 0) + (XS ? 4u * (size_t) nt * k : 0);
-    static size_t attr = 48 * 1024;  // dynamic shared memory this instantiation may use (raised on demand)
-    if (smem > attr) {
+    static size_t attr[64];  // per device: dynamic shared memory this instantiation may use (raised on demand)
+    int           dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    if (smem > 48 * 1024 && smem > attr[dev]) {
         const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
         if (e != cudaSuccess) {
             return e;
         }
-        attr = smem;
+        attr[dev] = smem;
     }
     const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
     if constexpr (CL == 1) {
@@ -420,6 +428,10 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
             (const uint4 *) rl, (const __half *) tables, n, k, S, nt, plane_u4, x, y);
         return cudaGetLastError();
     } else {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+            return cudaErrorInvalidValue;  // clusters need sm_90
+        }
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim            = dim3((unsigned) ((n + 31) / 32 * CL));
         cfg.blockDim           = dim3(32 * W);
