@@ -2,13 +2,14 @@
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v6 (row-lane layout made by
-//     ggml_ext_apq_relayout_cuda) at one token, v2 at 2, 3, 5, 8 tokens, the dequantize kernel (bit-exact
+//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v8 and the default (row-lane layout made
+//     by ggml_ext_apq_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
+//     dequantize kernel (bit-exact
 //     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
 //     tolerance 1e-3); the max relative error of each shape/precision is printed;
 //   * time (CUDA events, median of 200 launches): each variant at one token against cuBLAS's fp16 GEMV of
-//     the same shape, as a fraction of the bandwidth measured by a device-to-device copy; v2 at 8 tokens
-//     against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens against cuBLAS fp16.
+//     the same shape, as a fraction of the bandwidth measured by a device-to-device copy; v2 at 8 tokens,
+//     v8 at 2 and 8 tokens against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens against cuBLAS fp16.
 // Prints markdown tables; exit 1 on any mismatch.
 #include "../../ggml_ext/src/cuda/anyprec_cuda.h"
 
@@ -113,12 +114,12 @@ int main() {
                                   { 1000, 1536 } };
     std::string t1 =
         "## one token (GEMV): latency in us per variant; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | v0 | v1 | v2 | v3 | v4 | v5 | v6 | best | % of bandwidth | cuBLAS fp16 | speedup | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| rows x n_per_row | bits | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | best | % of bandwidth | cuBLAS fp16 | speedup | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
-        "## batches: v2 at 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
-        "| rows x n_per_row | bits | v2 8 tok us | fp16 8 tok us | deq us | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
-        "|---|---|---|---|---|---|---|---|\n";
+        "## batches: v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
+        "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     char line[512];
     for (auto & sh : shapes) {
         const int64_t n = sh[0], k = sh[1];
@@ -194,13 +195,13 @@ int main() {
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
             CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0));
             run_check("v0", 1, 1e-4);
-            float us[7] = { 0, 0, 0, 0, 0, 0, 0 };
+            float us[9] = { 0, 0, 0, 0, 0, 0, 0, 0, 0 };
             us[0] = median_us([&] { ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0); });
             int   best_v = 0;
-            float best = 1e30f, v2_8 = 0, deq_us = 0, deqg_us = 0;
+            float best = 1e30f, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
-                for (int v = 1; v <= 6; v++) {
+                for (int v = 1; v <= 8; v++) {
                     char name[8];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
@@ -219,14 +220,19 @@ int main() {
                         best_v = v;
                     }
                 }
-                for (int nt : { 2, 3, 5, 8 }) {
-                    char name[16];
-                    snprintf(name, sizeof name, "v2 x%d", nt);
-                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    CK(ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 2, dx, nt, dy, 0));
-                    run_check(name, nt, 1e-4);
+                for (int nt : { 1, 2, 3, 5, 8 }) {
+                    for (int v : { 0, 2, 8 }) {  // 0: the default
+                        if (nt == 1 && v != 0) continue;
+                        char name[24];
+                        snprintf(name, sizeof name, "v%d x%d", v, nt);
+                        CK(cudaMemset(dy, 0xff, NTB * n * 4));
+                        CK(ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, nt, dy, 0));
+                        run_check(name, nt, 1e-4);
+                    }
                 }
                 v2_8 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 2, dx, 8, dy, 0); });
+                v8_2 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 8, dx, 2, dy, 0); });
+                v8_8 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 8, dx, 8, dy, 0); });
                 // dequantize: bit-exact
                 CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, 0));
                 CK(cudaDeviceSynchronize());
@@ -249,16 +255,21 @@ int main() {
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
             const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
-            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
+            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
                      (long long) n, (long long) k, b, cell(us[0]).c_str(), cell(us[1]).c_str(), cell(us[2]).c_str(),
-                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(), bus, best_v, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
+                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(),
+                     cell(us[7]).c_str(), cell(us[8]).c_str(), bus, best_v, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
                      f16_us / bus, 16.0 / b, worst);
             t1 += line;
             printf("%s", line);
             fflush(stdout);
             if (rl_ok) {
-                snprintf(line, sizeof line, "| %lldx%lld | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.1e |\n", (long long) n,
-                         (long long) k, b, v2_8, f16_8us, deq_us, deqg_us, f16_16us, worst_c);
+                // dequantize moves b/8 + 2 bytes per weight (planes read, fp16 written)
+                const double deq_pct = 100.0 * ((double) b * n * k / 8 + 2.0 * n * k) / (deq_us * 1e-6) / bw;
+                snprintf(line, sizeof line,
+                         "| %lldx%lld | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.1e |\n",
+                         (long long) n, (long long) k, b, v2_8, us[8], v8_2, v8_8, f16_8us, deq_us, deq_pct, deqg_us,
+                         f16_16us, worst_c);
                 t2 += line;
             }
         }

@@ -24,9 +24,16 @@
 //   * the warps of a block split the row length; a shared-memory reduction per row at the end.
 // Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
 //   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
-//   v2 pair tables for b <= 4, singles above (the default; the only one for 2..8 tokens);
+//   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens);
 //   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
 //   v5, v6 v2 with a cluster of 2 / 4 blocks per 32 rows (sm_90), row sums through distributed shared memory.
+//   v7 v4 split-K: ks blocks per 32 rows (~4 blocks per SM; 4096-row shapes have only 128 row groups for 132
+//      SMs), interleaved super-chunks, partial row sums added with atomicAdd into y (zeroed by the launcher);
+//   v8 split-K over contiguous slices of the row: each block stages only its slice of x, all tokens, in
+//      shared memory (<= 64 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
+//      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
+// The default (variant 0) is v4 for one token (fastest in the H100 run of 2026-11-24) and v2 for 2..8 tokens
+// until a device run shows v7 / v8 ahead.
 // Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
 #include "anyprec_cuda.h"
 
@@ -221,22 +228,30 @@ template <bool XS> static __device__ __forceinline__ float4 rl_x(const float * p
 template <int B, int NT, int W, bool PAIR, bool XS, int CL>
 static __global__ void __launch_bounds__(32 * W)
     apq_gemv_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
-                       int S, int nt, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
+                       int S, int nt, int ks, int64_t plane_u4, const float * __restrict__ x,
+                       float * __restrict__ y) {
     constexpr int E = PAIR ? (16 << B) : (1 << B);  // table entries per lane (pairs: index lo | hi << 4)
     extern __shared__ float4 smem4[];
     float *       sm   = (float *) smem4;
     const int     lane = threadIdx.x & 31;
     const int     warp = threadIdx.x >> 5;
-    const int64_t g    = blockIdx.x / CL;
-    const int     crank = (int) (blockIdx.x % CL);
+    constexpr bool SLICE = CL < 0;  // ks blocks per row group, each a contiguous slice of QS super-chunks
+    const int     nblk = CL > 0 ? CL : ks;  // blocks per row group (CL <= 0: ks, sums added with atomics)
+    const int64_t g    = blockIdx.x / nblk;
+    const int     crank = (int) (blockIdx.x % nblk);
     const int64_t r0   = 32 * g;
     constexpr int  TB  = 1 << B;
     const __half * tab = tables + n * (TB - (1 << S));
     const int64_t  Q    = k / 128;
+    const int64_t  QS   = SLICE ? (Q + ks - 1) / ks : Q;           // super-chunks per slice
+    const int64_t  q0   = SLICE ? (int64_t) crank * QS : 0;        // this block's first one
+    const int64_t  q1   = SLICE ? (q0 + QS < Q ? q0 + QS : Q) : Q;  // and its end
+    const int      qstep = SLICE ? W : W * nblk;
+    const int64_t  xstride = SLICE ? QS * 128 : k;                  // token stride of x as the loop reads it
     const uint4 *  base = rl + g * Q * 32 + lane;
-    int64_t        q    = (int64_t) crank * W + warp;
+    int64_t        q    = SLICE ? q0 + warp : (int64_t) crank * W + warp;
     uint4          cur[B];
-    if (q < Q) {  // the first planes' loads fly while the tables are built
+    if (q < q1) {  // the first planes' loads fly while the tables are built
         rl_load<B>(cur, base + q * 32, plane_u4);
     }
     // the 32 rows' tables as float, lane-transposed: ts[e * 32 + l] = T_b[r0 + l][e] (for pairs: staged, then
@@ -274,13 +289,20 @@ static __global__ void __launch_bounds__(32 * W)
     float * red = sm + (PAIR ? 2 * E * 32 + TB * 32 : E * 32);
     float * fin = red + NT * W * 32;  // CL > 1: this block's row sums
     float * xs  = fin + (CL > 1 ? NT * 32 : 0);
-    if constexpr (XS) {
+    if constexpr (XS && SLICE) {  // only this slice of x, all tokens: xs[tt * QS * 128 + j] = x[tt][q0 * 128 + j]
+        for (int64_t i = threadIdx.x; i < (int64_t) nt * QS * 32; i += 32 * W) {
+            const int64_t tt = i / (QS * 32), j = i % (QS * 32);
+            ((float4 *) xs)[i] = q0 * 32 + j < k / 4 ? __ldg((const float4 *) (x + tt * k) + q0 * 32 + j)
+                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else if constexpr (XS) {
         for (int64_t i = threadIdx.x; i < (int64_t) nt * k / 4; i += 32 * W) {
             ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
         }
     }
     __syncthreads();
     const float *  xb  = XS ? xs : x;
+    const int64_t  xq0 = XS && SLICE ? q0 : 0;  // super-chunk at xb[0]
     const float2 * lp  = (const float2 *) sm + lane;
     const float *  ls  = sm + lane;
     float          acc[NT][2];  // two chains per token (FMA latency)
@@ -288,9 +310,9 @@ static __global__ void __launch_bounds__(32 * W)
     for (int tt = 0; tt < NT; tt++) {
         acc[tt][0] = acc[tt][1] = 0.0f;
     }
-    for (; q < Q; q += W * CL) {
+    for (; q < q1; q += qstep) {
         uint4 nxt[B];  // next super-chunk, loaded before this one is used (the last one reloads itself)
-        rl_load<B>(nxt, base + (q + W * CL < Q ? q + W * CL : q) * 32, plane_u4);
+        rl_load<B>(nxt, base + (q + qstep < q1 ? q + qstep : q) * 32, plane_u4);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             uint32_t w[B];
@@ -298,7 +320,7 @@ static __global__ void __launch_bounds__(32 * W)
             for (int kk = 0; kk < B; kk++) {
                 w[kk] = rl_word(cur[kk], t);
             }
-            const float * xq = xb + q * 128 + 32 * t;
+            const float * xq = xb + (q - xq0) * 128 + 32 * t;
             if constexpr (PAIR) {
 #pragma unroll
                 for (int m = 0; m < 4; m++) {
@@ -311,8 +333,8 @@ static __global__ void __launch_bounds__(32 * W)
 #pragma unroll
                     for (int tt = 0; tt < NT; tt++) {
                         if (tt < nt) {
-                            const float4 xl = rl_x<XS>(xq + tt * k + 4 * m);
-                            const float4 xh = rl_x<XS>(xq + tt * k + 4 * m + 16);
+                            const float4 xl = rl_x<XS>(xq + tt * xstride + 4 * m);
+                            const float4 xh = rl_x<XS>(xq + tt * xstride + 4 * m + 16);
                             acc[tt][0] = fmaf(v[0].x, xl.x, acc[tt][0]);
                             acc[tt][1] = fmaf(v[0].y, xh.x, acc[tt][1]);
                             acc[tt][0] = fmaf(v[1].x, xl.y, acc[tt][0]);
@@ -336,7 +358,7 @@ static __global__ void __launch_bounds__(32 * W)
 #pragma unroll
                     for (int tt = 0; tt < NT; tt++) {
                         if (tt < nt) {
-                            const float4 xv = rl_x<XS>(xq + tt * k + 4 * m);
+                            const float4 xv = rl_x<XS>(xq + tt * xstride + 4 * m);
                             acc[tt][0] = fmaf(v[0], xv.x, acc[tt][0]);
                             acc[tt][1] = fmaf(v[1], xv.y, acc[tt][1]);
                             acc[tt][0] = fmaf(v[2], xv.z, acc[tt][0]);
@@ -397,7 +419,11 @@ static __global__ void __launch_bounds__(32 * W)
                 for (int ww = 0; ww < W; ww++) {
                     s += red[(tt * W + ww) * 32 + l];
                 }
-                y[tt * n + r] = s;
+                if constexpr (CL <= 0) {
+                    atomicAdd(y + tt * n + r, s);
+                } else {
+                    y[tt * n + r] = s;
+                }
             }
         }
     }
@@ -406,14 +432,29 @@ static __global__ void __launch_bounds__(32 * W)
 template <int B, int NT, int W, bool PAIR, bool XS, int CL>
 static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S, int nt,
                              const float * x, float * y, cudaStream_t stream) {
-    constexpr int E    = PAIR ? (16 << B) : (1 << B);
-    const size_t  smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
-                        (CL > 1 ? 4u * NT * 32 : 0) + (XS ? 4u * (size_t) nt * k : 0);
-    static size_t attr[64];  // per device: dynamic shared memory this instantiation may use (raised on demand)
-    int           dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+    constexpr int E   = PAIR ? (16 << B) : (1 << B);
+    int           dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         return cudaErrorInvalidDevice;
     }
+    // split-K (CL <= 0): ks blocks per row group, at least ~4 blocks per SM; CL < 0 (contiguous slices with
+    // their x in shared memory) also at most 64 KiB of x per block
+    const int64_t G  = (n + 31) / 32;
+    const int64_t Q  = k / 128;
+    int64_t       ks = CL > 0 ? CL : (4 * (int64_t) sms + G - 1) / G;
+    if constexpr (CL == 0) {
+        ks = ks > (Q + W - 1) / W ? (Q + W - 1) / W : ks;
+    } else if constexpr (CL < 0) {
+        const int64_t qs_max = 16384 / (128 * nt) > 0 ? 16384 / (128 * nt) : 1;
+        ks                   = ks > (Q + qs_max - 1) / qs_max ? ks : (Q + qs_max - 1) / qs_max;
+        ks                   = ks > Q ? Q : ks;
+    }
+    ks                = ks < 1 ? 1 : ks;
+    const int64_t QS  = CL < 0 ? (Q + ks - 1) / ks : Q;
+    const size_t smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
+                        (CL > 1 ? 4u * NT * 32 : 0) + (XS ? 4u * (size_t) nt * QS * 128 : 0);
+    static size_t attr[64];  // per device: dynamic shared memory this instantiation may use (raised on demand)
     if (smem > 48 * 1024 && smem > attr[dev]) {
         const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
@@ -425,7 +466,15 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
     const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
     if constexpr (CL == 1) {
         apq_gemv_rl_kernel<B, NT, W, PAIR, XS, 1><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
-            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, plane_u4, x, y);
+            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, 1, plane_u4, x, y);
+        return cudaGetLastError();
+    } else if constexpr (CL <= 0) {  // split-K: y zeroed, the blocks' partial sums added
+        cudaError_t e = cudaMemsetAsync(y, 0, sizeof(float) * (size_t) nt * (size_t) n, stream);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL><<<(unsigned) (G * ks), 32 * W, smem, stream>>>(
+            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, (int) ks, plane_u4, x, y);
         return cudaGetLastError();
     } else {
         int major = 0;
@@ -445,7 +494,7 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
         cfg.attrs                   = attr_cl;
         cfg.numAttrs                = 1;
         return cudaLaunchKernelEx(&cfg, apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>, (const uint4 *) rl,
-                                  (const __half *) tables, n, k, S, nt, plane_u4, x, y);
+                                  (const __half *) tables, n, k, S, nt, CL, plane_u4, x, y);
     }
 }
 
@@ -468,7 +517,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 6 || (variant >= 3 && n_tokens != 1) ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 8 || (variant >= 3 && variant <= 7 && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -482,7 +531,22 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 4: return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
-        default:
+        case 7: return rl_bits<1, 8, true, true, 0>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 8:
+            if (nt == 1) {
+                return rl_bits<1, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt == 2) {
+                return rl_bits<2, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt <= 4) {
+                return rl_bits<4, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            return rl_bits<8, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 0:  // the default: v4 for one token (fastest on the H100, docs/BENCHMARKS.md), v2 for 2..8
+            if (nt == 1) {
+                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            [[fallthrough]];
+        case 2:
             if (nt == 1) {
                 return rl_bits<1, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
             } else if (nt == 2) {
@@ -491,31 +555,66 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                 return rl_bits<4, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
             }
             return rl_bits<8, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        default: return cudaErrorInvalidValue;
     }
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// dequantize (row-lane layout -> fp16 row-major): one thread per row and 128 weights
+// dequantize (row-lane layout -> fp16 row-major). One block per row group g and a share of its super-chunks
+// (DQ_W warps, ks blocks per group, so that there are ~4 blocks per SM). The block stages the 32 rows' tables
+// in shared memory as float, lane-transposed (ts[e * 32 + l], conflict-free lookups; the first version looked
+// every weight up in global memory, 32 rows' tables per warp instruction, and ran at 3-10% of bandwidth).
+// Lane l decodes row 32 g + l, 32 weights at a time, into the warp's shared tile (32 rows x 64 bytes, rows
+// padded to 80 bytes: conflict-free 16-byte stores), then the warp writes the tile out row by row: each
+// store instruction covers 8 rows x 64 contiguous bytes (whole 32-byte sectors; the first version wrote
+// 16 bytes in each of 32 rows).
+
+#define DQ_W 4
+#define DQ_ROW_BYTES 80
 
 template <int B>
-static __global__ void apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables,
-                                                int64_t n, int64_t k, int S, int64_t plane_u4,
-                                                __half * __restrict__ out) {
+static __global__ void __launch_bounds__(32 * DQ_W)
+    apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                             int S, int ks, int64_t plane_u4, __half * __restrict__ out) {
+    constexpr int TB = 1 << B;
+    extern __shared__ float4 smem4[];
+    float *       ts    = (float *) smem4;                                   // TB * 32 floats
+    uint8_t *     tiles = (uint8_t *) (ts + TB * 32);                        // DQ_W tiles of 32 x DQ_ROW_BYTES
+    const int     lane  = threadIdx.x & 31;
+    const int     warp  = threadIdx.x >> 5;
+    const int64_t g     = blockIdx.x / ks;
+    const int     part  = (int) (blockIdx.x % ks);
+    const int64_t r0    = 32 * g;
     const int64_t Q     = k / 128;
-    const int64_t G     = (n + 31) / 32;
-    const __half * tab  = tables + n * ((1 << B) - (1 << S));
-    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < G * Q * 32;
-         o += (int64_t) gridDim.x * blockDim.x) {
-        const int     l = (int) (o & 31);
-        const int64_t q = (o >> 5) % Q;
-        const int64_t g = (o >> 5) / Q;
-        const int64_t r = 32 * g + l;
-        if (r >= n) {
-            continue;
+    const __half * tab  = tables + n * (TB - (1 << S));
+    if (TB >= 8 && S >= 3) {  // tables 16-byte aligned: 8 entries per load
+        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * DQ_W) {
+            const int     l = idx & 31, c = idx >> 5;
+            const int64_t r = r0 + l;
+            uint4         v = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                v = __ldg((const uint4 *) (tab + r * TB) + c);
+            }
+            const __half * hv = (const __half *) &v;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
+            }
         }
+    } else {
+        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * DQ_W) {
+            const int     l = idx & 31, e = idx >> 5;
+            const int64_t r = r0 + l;
+            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
+        }
+    }
+    __syncthreads();
+    uint8_t *     tile = tiles + warp * 32 * DQ_ROW_BYTES;
+    const float * ls   = ts + lane;
+    const uint4 * base = rl + g * Q * 32 + lane;
+    for (int64_t q = (int64_t) part * DQ_W + warp; q < Q; q += (int64_t) DQ_W * ks) {
         uint4 v[B];
-        rl_load<B>(v, rl + o, plane_u4);
-        const __half * tr = tab + r * (1 << B);
+        rl_load<B>(v, base + q * 32, plane_u4);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             uint32_t w[B];
@@ -523,23 +622,53 @@ static __global__ void apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, c
             for (int kk = 0; kk < B; kk++) {
                 w[kk] = rl_word(v[kk], t);
             }
-            uint32_t h2[16];  // weights 2u, 2u+1 of the 32 as fp16 pairs
+            uint32_t h2[16];  // h2[u]: weights 2u, 2u+1 of the 32 as an fp16 pair
 #pragma unroll
-            for (int m = 0; m < 8; m++) {
+            for (int m = 0; m < 8; m++) {  // codes of weights 4m .. 4m+3
                 const uint32_t c = rl_codes<B>(w, m, 0x01010101u);
 #pragma unroll
                 for (int i = 0; i < 4; i += 2) {
-                    h2[2 * m + i / 2] = (uint32_t) __half_as_ushort(tr[(c >> (8 * i)) & 0xff]) |
-                                        ((uint32_t) __half_as_ushort(tr[(c >> (8 * i + 8)) & 0xff]) << 16);
+                    const __half lo = __float2half(ls[((c >> (8 * i)) & 0xff) * 32]);
+                    const __half hi = __float2half(ls[((c >> (8 * i + 8)) & 0xff) * 32]);
+                    h2[2 * m + i / 2] = (uint32_t) __half_as_ushort(lo) | ((uint32_t) __half_as_ushort(hi) << 16);
                 }
             }
-            uint4 * dst = (uint4 *) (out + r * k + q * 128 + 32 * t);
+            uint4 * mine = (uint4 *) (tile + lane * DQ_ROW_BYTES);
 #pragma unroll
             for (int u = 0; u < 4; u++) {
-                dst[u] = make_uint4(h2[4 * u], h2[4 * u + 1], h2[4 * u + 2], h2[4 * u + 3]);
+                mine[u] = make_uint4(h2[4 * u], h2[4 * u + 1], h2[4 * u + 2], h2[4 * u + 3]);
             }
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 4; it++) {  // 32 rows x 4 uint4: 8 rows per instruction
+                const int     i   = it * 32 + lane;
+                const int     row = i >> 2, c = i & 3;
+                const int64_t r   = r0 + row;
+                if (r < n) {
+                    ((uint4 *) (out + r * k + q * 128 + 32 * t))[c] =
+                        *(const uint4 *) (tile + row * DQ_ROW_BYTES + 16 * c);
+                }
+            }
+            __syncwarp();
         }
     }
+}
+
+template <int B>
+static cudaError_t dq_launch(const uint4 * p, const __half * t, int64_t n, int64_t k, int S, int64_t plane_u4,
+                             __half * o, cudaStream_t stream) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        return cudaErrorInvalidDevice;
+    }
+    const size_t  smem = 4u * 32u * (1u << B) + (size_t) DQ_W * 32 * DQ_ROW_BYTES;  // at most 42 KiB
+    const int64_t G    = (n + 31) / 32;
+    const int64_t Q    = k / 128;
+    int64_t       ks   = (4 * (int64_t) sms + G - 1) / G;
+    ks                 = ks < 1 ? 1 : ks > (Q + DQ_W - 1) / DQ_W ? (Q + DQ_W - 1) / DQ_W : ks;
+    apq_dequantize_rl_kernel<B><<<(unsigned) (G * ks), 32 * DQ_W, smem, stream>>>(p, t, n, k, S, (int) ks, plane_u4, o);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
@@ -552,22 +681,19 @@ extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const
         return cudaSuccess;
     }
     const int64_t  plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 16);
-    const int64_t  threads  = (n_rows + 31) / 32 * 32 * (n_per_row / 128);
-    const unsigned blocks   = (unsigned) ((threads + 255) / 256 < 65535 ? (threads + 255) / 256 : 65535);
     const uint4 *  p        = (const uint4 *) rl;
     const __half * t        = (const __half *) tables;
     __half *       o        = (__half *) out;
     switch (bits) {
-        case 1: apq_dequantize_rl_kernel<1><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 2: apq_dequantize_rl_kernel<2><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 3: apq_dequantize_rl_kernel<3><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 4: apq_dequantize_rl_kernel<4><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 5: apq_dequantize_rl_kernel<5><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 6: apq_dequantize_rl_kernel<6><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        case 7: apq_dequantize_rl_kernel<7><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
-        default: apq_dequantize_rl_kernel<8><<<blocks, 256, 0, stream>>>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o); break;
+        case 1: return dq_launch<1>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 2: return dq_launch<2>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 3: return dq_launch<3>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 4: return dq_launch<4>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 5: return dq_launch<5>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 6: return dq_launch<6>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 7: return dq_launch<7>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        default: return dq_launch<8>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
     }
-    return cudaGetLastError();
 }
 
 static __global__ void apq_f32_to_f16_kernel(const float * __restrict__ x, __half * __restrict__ y, int64_t n) {

@@ -31,7 +31,10 @@ cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, i
 // GEMV / small-batch GEMM on the row-lane layout: y[t * n_rows + r] = sum_j W_b[r][j] x[t * n_per_row + j]
 // for tokens t < n_tokens (1..8). variant (see anyprec_cuda.cu): 1 singles (8 warps per 32 rows), 2 pair
 // tables for b <= 4 (singles above), 3 = 2 with 16 warps, 4 = 2 with x staged in shared memory, 5 and 6 = 2
-// with clusters of 2 and 4 blocks per 32 rows (sm_90); n_tokens == 1 only for all but 2. 0: the default.
+// with clusters of 2 and 4 blocks per 32 rows (sm_90), 7 = 4 split-K over several blocks per 32 rows (atomic
+// adds into y, which it zeroes first), 8 = split-K over contiguous slices, each block staging its slice of
+// x for all tokens in shared memory (atomics). n_tokens == 1 only for 1 and 3..7. 0: the default (4 for one
+// token, 2 for more). With 7 and 8 the order of the final additions varies from run to run.
 // tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).
 cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                       int64_t n_per_row, int seed_bits, int bits, int variant, const float * x,
