@@ -30,7 +30,7 @@
 //   v7 v4 split-K: ks blocks per 32 rows (~4 blocks per SM; 4096-row shapes have only 128 row groups for 132
 //      SMs), interleaved super-chunks, partial row sums added with atomicAdd into y (zeroed by the launcher);
 //   v8 split-K over contiguous slices of the row: each block stages only its slice of x, all tokens, in
-//      shared memory (<= 64 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
+//      shared memory (<= 32 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
 //      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
 // The default (variant 0) is v4 for one token (fastest in the H100 run of 2026-11-24) and v2 for 2..8 tokens
 // until a device run shows v7 / v8 ahead.
@@ -439,14 +439,14 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
         return cudaErrorInvalidDevice;
     }
     // split-K (CL <= 0): ks blocks per row group, at least ~4 blocks per SM; CL < 0 (contiguous slices with
-    // their x in shared memory) also at most 64 KiB of x per block
+    // their x in shared memory) also at most 32 KiB of x per block
     const int64_t G  = (n + 31) / 32;
     const int64_t Q  = k / 128;
     int64_t       ks = CL > 0 ? CL : (4 * (int64_t) sms + G - 1) / G;
     if constexpr (CL == 0) {
         ks = ks > (Q + W - 1) / W ? (Q + W - 1) / W : ks;
     } else if constexpr (CL < 0) {
-        const int64_t qs_max = 16384 / (128 * nt) > 0 ? 16384 / (128 * nt) : 1;
+        const int64_t qs_max = 8192 / (128 * nt) > 0 ? 8192 / (128 * nt) : 1;  // 32 KiB of x (2 blocks/SM)
         ks                   = ks > (Q + qs_max - 1) / qs_max ? ks : (Q + qs_max - 1) / qs_max;
         ks                   = ks > Q ? Q : ks;
     }
