@@ -7,7 +7,8 @@
 # 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
 # of the measured copy bandwidth. Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
 # anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
-# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
+# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
+# compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
 #
 # Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens and the
 # dequantize kernel at 3 bits, when cuobjdump is there.
@@ -28,7 +29,7 @@ ARCH=${CUDA_ARCH:-90}
 for f in formats/anyprec/anyprec.c generic/anyprec.c; do
     gcc -std=gnu11 -O2 -Iggml_ext/include -Iggml_ext/src -c "ggml_ext/src/$f" -o "$work/$(echo "$f" | tr / _).o"
 done
-"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
+"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH --split-compile=0 -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
     2> "$out/anyprec_ptxas.txt" || { grep -v "^ptxas info" "$out/anyprec_ptxas.txt" | tail -n 30; exit 1; }
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
