@@ -24,7 +24,7 @@
 //   * the warps of a block split the row length; a shared-memory reduction per row at the end.
 // Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
 //   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
-//   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens);
+//   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens until the second H100 run);
 //   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
 //   v5, v6 v2 with a cluster of 2 / 4 blocks per 32 rows (sm_90), row sums through distributed shared memory.
 //   v7 v4 split-K: ks blocks per 32 rows (~4 blocks per SM; 4096-row shapes have only 128 row groups for 132
@@ -32,8 +32,9 @@
 //   v8 split-K over contiguous slices of the row: each block stages only its slice of x, all tokens, in
 //      shared memory (<= 32 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
 //      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
-// The default (variant 0) is v4 for one token (fastest in the H100 run of 2026-11-24) and v2 for 2..8 tokens
-// until a device run shows v7 / v8 ahead.
+// The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
+// (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
+// tokens on the big shapes where v2 took 173-393 us.
 // Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
 #include "anyprec_cuda.h"
 
@@ -532,6 +533,11 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 7: return rl_bits<1, 8, true, true, 0>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
+            if (nt == 1) {
+                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            [[fallthrough]];
         case 8:
             if (nt == 1) {
                 return rl_bits<1, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
@@ -541,11 +547,6 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                 return rl_bits<4, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
             }
             return rl_bits<8, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
-        case 0:  // the default: v4 for one token (fastest on the H100, docs/BENCHMARKS.md), v2 for 2..8
-            if (nt == 1) {
-                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
-            }
-            [[fallthrough]];
         case 2:
             if (nt == 1) {
                 return rl_bits<1, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);

@@ -34,7 +34,8 @@ cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, i
 // with clusters of 2 and 4 blocks per 32 rows (sm_90), 7 = 4 split-K over several blocks per 32 rows (atomic
 // adds into y, which it zeroes first), 8 = split-K over contiguous slices, each block staging its slice of
 // x for all tokens in shared memory (atomics). n_tokens == 1 only for 1 and 3..7. 0: the default (4 for one
-// token, 2 for more). With 7 and 8 the order of the final additions varies from run to run.
+// token, 8 for 2..8). With 7 and 8 (so the default at 2..8 tokens) the order of the final additions
+// varies from run to run.
 // tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).
 cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                       int64_t n_per_row, int seed_bits, int bits, int variant, const float * x,
