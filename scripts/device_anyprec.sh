@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# The any-precision CUDA GEMV on an NVIDIA machine, standalone (no llama.cpp build needed): builds
+# The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
-# (formats/anyprec/anyprec.c, generic/anyprec.c), checks the GPU against the CPU reference at 3..8 bits and
-# times it against cuBLAS fp16 GEMV for 4096x4096, 11008x4096, 4096x11008, 14336x4096 (and 576x576), as a
-# fraction of the measured copy bandwidth. Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp).
+# (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
+# (v0 on the file layout; v1..v8 and the default on the row-lane layout made at upload; v2, v8 and the default
+# at 2..8 tokens; the dequantize kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
+# 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
+# of the measured copy bandwidth. Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
+# anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
+# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
+# compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
+#
+# Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens and the
+# dequantize kernel at 3 bits, when cuobjdump is there.
+#
+# Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
+# pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
+# test-backend-ops), runs `test-backend-ops perf -o MUL_MAT -b CUDA0` and keeps its q4_0 / q3_K mat-vec rows
+# (n=1) in anyprec_llama_mulmat.txt; those shapes are upstream's perf cases (4096 x 4096 among them), not all
+# of ours.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp}}
@@ -15,7 +29,21 @@ ARCH=${CUDA_ARCH:-90}
 for f in formats/anyprec/anyprec.c generic/anyprec.c; do
     gcc -std=gnu11 -O2 -Iggml_ext/include -Iggml_ext/src -c "ggml_ext/src/$f" -o "$work/$(echo "$f" | tr / _).o"
 done
-"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH tests/cuda/anyprec_cuda_bench.cu ggml_ext/src/cuda/anyprec_cuda.cu \
-    "$work"/*.o -lcublas -o "$work/anyprec_cuda_bench"
+"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH --split-compile=0 -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
+    2> "$out/anyprec_ptxas.txt" || { grep -v "^ptxas info" "$out/anyprec_ptxas.txt" | tail -n 30; exit 1; }
+"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
+    "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
+if command -v cuobjdump >/dev/null; then
+    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELi1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z18apq_gemv_rl_kernelILi3ELi8ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
+        cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
+    done
+fi
+if [ -n "${LLAMA_TEST_BACKEND_OPS:-}" ]; then
+    "$LLAMA_TEST_BACKEND_OPS" perf -o MUL_MAT -b CUDA0 2>&1 | grep -E "type_a=(q4_0|q3_K).*n=1," \
+        > "$out/anyprec_llama_mulmat.txt" || true
+fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv > "$out/anyprec_gpu.txt" || true
 "$work/anyprec_cuda_bench" | tee "$out/anyprec_cuda_bench.md"

@@ -9,7 +9,37 @@
 // chunks hit 32 consecutive words (no bank conflicts) without permuting the file's bytes (the paper
 // permutes the bytes of the planes instead; that variant is the next step). Each warp handles rows in
 // turn; its row's table sits in shared memory as float.
+//
+// v1..v4 (ggml_ext_apq_gemv_rl_cuda, below) run on the "row-lane" device layout of anyprec_cuda.h, made once
+// at upload by ggml_ext_apq_relayout_cuda: lane l of a warp owns row 32 g + l of a 32-row group, so
+//   * every lane loads 16 bytes per plane per 128 weights and the warp's load is 512 contiguous bytes;
+//   * every lane reads its own row's table, stored lane-transposed in shared memory (entry e of lane l at
+//     word e * 32 + l): the table lookups of a warp never conflict, at any table size;
+//   * the activations are the same for the whole warp (broadcast float4 loads);
+//   * the bit-transpose is the paper's 4-bit-lane one: word bits are permuted so that
+//     ((plane_k >> m) & 0x11111111) << (b-1-k), OR-ed over the b planes, holds 8 codes of b <= 4 bits (two
+//     per byte: weights 4m+i and 16+4m+i), and with mask 0x01010101 4 codes of up to 8 bits;
+//   * b <= 4 with pair tables (the paper's merged tables, here for 1..4 bits): one lookup of the byte
+//     (two codes) gives two centroids (float2), halving the lookups;
+//   * the warps of a block split the row length; a shared-memory reduction per row at the end.
+// Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
+//   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
+//   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens until the second H100 run);
+//   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
+//   v5, v6 v2 with a cluster of 2 / 4 blocks per 32 rows (sm_90), row sums through distributed shared memory.
+//   v7 v4 split-K: ks blocks per 32 rows (~4 blocks per SM; 4096-row shapes have only 128 row groups for 132
+//      SMs), interleaved super-chunks, partial row sums added with atomicAdd into y (zeroed by the launcher);
+//   v8 split-K over contiguous slices of the row: each block stages only its slice of x, all tokens, in
+//      shared memory (<= 32 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
+//      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
+// The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
+// (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
+// tokens on the big shapes where v2 took 173-393 us.
+// Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
+#include "anyprec_cuda.h"
+
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -105,4 +135,582 @@ extern "C" cudaError_t ggml_ext_apq_gemv_cuda(const uint8_t * planes, const uint
         case 7: return apq_launch<7>(planes, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         default: return apq_launch<8>(planes, tables, n_rows, n_per_row, seed_bits, x, y, stream);
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// row-lane layout
+
+extern "C" size_t ggml_ext_apq_rl_plane_size(int64_t n_rows, int64_t n_per_row) {
+    return (size_t) ((n_rows + 31) / 32) * 32 * (size_t) (n_per_row / 8);
+}
+
+// one thread per output word
+static __global__ void apq_relayout_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
+                                           uint32_t * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t G     = (n + 31) / 32;
+    const int64_t total = (int64_t) P * G * Q * 128;
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t) gridDim.x * blockDim.x) {
+        const int     t    = (int) (o & 3);
+        const int     l    = (int) ((o >> 2) & 31);
+        int64_t       rest = o >> 7;
+        const int64_t q    = rest % Q;
+        rest /= Q;
+        const int64_t g = rest % G;
+        const int64_t p = rest / G;
+        const int64_t r = 32 * g + l;
+        uint32_t      v = 0;
+        if (r < n) {
+            // file word: bit u = weight 32 c + u (bytes little-endian, bit j % 8 of byte j / 8)
+            const uint8_t * src = planes + p * n * (k / 8) + r * (k / 8) + (4 * q + t) * 4;
+            const uint32_t  in  = (uint32_t) src[0] | ((uint32_t) src[1] << 8) | ((uint32_t) src[2] << 16) |
+                                ((uint32_t) src[3] << 24);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    v |= ((in >> (4 * m + i)) & 1u) << (8 * i + m);
+                }
+            }
+        }
+        out[o] = v;
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                  int parent_bits, uint8_t * out, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
+    apq_relayout_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
+                                                               (uint32_t *) out);
+    return cudaGetLastError();
+}
+
+template <int B> static __device__ __forceinline__ void rl_load(uint4 (&v)[B], const uint4 * p, int64_t plane_u4) {
+#pragma unroll
+    for (int kk = 0; kk < B; kk++) {
+        v[kk] = __ldg(p + kk * plane_u4);
+    }
+}
+
+static __device__ __forceinline__ uint32_t rl_word(const uint4 & v, int t) {
+    return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+}
+
+// codes of the b planes' words w: mask 0x11111111 gives 8 codes of <= 4 bits (byte i: weight 4m+i in the low
+// nibble, 16+4m+i in the high one), mask 0x01010101 4 codes (byte i: weight 4m+i)
+template <int B> static __device__ __forceinline__ uint32_t rl_codes(const uint32_t (&w)[B], int m, uint32_t mask) {
+    uint32_t o = 0;
+#pragma unroll
+    for (int kk = 0; kk < B; kk++) {
+        o |= ((w[kk] >> m) & mask) << (B - 1 - kk);
+    }
+    return o;
+}
+
+template <bool XS> static __device__ __forceinline__ float4 rl_x(const float * p) {
+    if constexpr (XS) {
+        return *(const float4 *) p;
+    } else {
+        return __ldg((const float4 *) p);
+    }
+}
+
+// One block per group of 32 rows, W warps splitting the row length (super-chunks q = warp, warp + W, ...);
+// NT: tokens handled (nt <= NT at run time); PAIR: pair tables (B <= 4); XS: x staged in shared memory;
+// CL > 1: a cluster of CL blocks per row group splits the row length further (more warps in flight for
+// few rows), each building the tables, the row sums added through distributed shared memory.
+template <int B, int NT, int W, bool PAIR, bool XS, int CL>
+static __global__ void __launch_bounds__(32 * W)
+    apq_gemv_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                       int S, int nt, int ks, int64_t plane_u4, const float * __restrict__ x,
+                       float * __restrict__ y) {
+    constexpr int E = PAIR ? (16 << B) : (1 << B);  // table entries per lane (pairs: index lo | hi << 4)
+    extern __shared__ float4 smem4[];
+    float *       sm   = (float *) smem4;
+    const int     lane = threadIdx.x & 31;
+    const int     warp = threadIdx.x >> 5;
+    constexpr bool SLICE = CL < 0;  // ks blocks per row group, each a contiguous slice of QS super-chunks
+    const int     nblk = CL > 0 ? CL : ks;  // blocks per row group (CL <= 0: ks, sums added with atomics)
+    const int64_t g    = blockIdx.x / nblk;
+    const int     crank = (int) (blockIdx.x % nblk);
+    const int64_t r0   = 32 * g;
+    constexpr int  TB  = 1 << B;
+    const __half * tab = tables + n * (TB - (1 << S));
+    const int64_t  Q    = k / 128;
+    const int64_t  QS   = SLICE ? (Q + ks - 1) / ks : Q;           // super-chunks per slice
+    const int64_t  q0   = SLICE ? (int64_t) crank * QS : 0;        // this block's first one
+    const int64_t  q1   = SLICE ? (q0 + QS < Q ? q0 + QS : Q) : Q;  // and its end
+    const int      qstep = SLICE ? W : W * nblk;
+    const int64_t  xstride = SLICE ? QS * 128 : k;                  // token stride of x as the loop reads it
+    const uint4 *  base = rl + g * Q * 32 + lane;
+    int64_t        q    = SLICE ? q0 + warp : (int64_t) crank * W + warp;
+    uint4          cur[B];
+    if (q < q1) {  // the first planes' loads fly while the tables are built
+        rl_load<B>(cur, base + q * 32, plane_u4);
+    }
+    // the 32 rows' tables as float, lane-transposed: ts[e * 32 + l] = T_b[r0 + l][e] (for pairs: staged, then
+    // merged below). 16-byte loads of 8 entries where the tables are aligned (TB >= 8 and S >= 3).
+    float * ts = PAIR ? sm + 2 * E * 32 : sm;
+    if (TB >= 8 && S >= 3) {
+        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * W) {
+            const int     l = idx & 31, c = idx >> 5;
+            const int64_t r = r0 + l;
+            uint4         v = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                v = __ldg((const uint4 *) (tab + r * TB) + c);
+            }
+            const __half * hv = (const __half *) &v;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * W) {
+            const int     l = idx & 31, e = idx >> 5;
+            const int64_t r = r0 + l;
+            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
+        }
+    }
+    if constexpr (PAIR) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
+            const int l = idx & 31, e = idx >> 5;
+            const int lo = e & 15, hi = e >> 4;
+            ((float2 *) sm)[idx] = lo < TB ? make_float2(ts[lo * 32 + l], ts[hi * 32 + l]) : make_float2(0.0f, 0.0f);
+        }
+    }
+    float * red = sm + (PAIR ? 2 * E * 32 + TB * 32 : E * 32);
+    float * fin = red + NT * W * 32;  // CL > 1: this block's row sums
+    float * xs  = fin + (CL > 1 ? NT * 32 : 0);
+    if constexpr (XS && SLICE) {  // only this slice of x, all tokens: xs[tt * QS * 128 + j] = x[tt][q0 * 128 + j]
+        for (int64_t i = threadIdx.x; i < (int64_t) nt * QS * 32; i += 32 * W) {
+            const int64_t tt = i / (QS * 32), j = i % (QS * 32);
+            ((float4 *) xs)[i] = q0 * 32 + j < k / 4 ? __ldg((const float4 *) (x + tt * k) + q0 * 32 + j)
+                                                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    } else if constexpr (XS) {
+        for (int64_t i = threadIdx.x; i < (int64_t) nt * k / 4; i += 32 * W) {
+            ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+        }
+    }
+    __syncthreads();
+    const float *  xb  = XS ? xs : x;
+    const int64_t  xq0 = XS && SLICE ? q0 : 0;  // super-chunk at xb[0]
+    const float2 * lp  = (const float2 *) sm + lane;
+    const float *  ls  = sm + lane;
+    float          acc[NT][2];  // two chains per token (FMA latency)
+#pragma unroll
+    for (int tt = 0; tt < NT; tt++) {
+        acc[tt][0] = acc[tt][1] = 0.0f;
+    }
+    for (; q < q1; q += qstep) {
+        uint4 nxt[B];  // next super-chunk, loaded before this one is used (the last one reloads itself)
+        rl_load<B>(nxt, base + (q + qstep < q1 ? q + qstep : q) * 32, plane_u4);
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            uint32_t w[B];
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                w[kk] = rl_word(cur[kk], t);
+            }
+            const float * xq = xb + (q - xq0) * 128 + 32 * t;
+            if constexpr (PAIR) {
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
+                    float2         v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        v[i] = lp[((o >> (8 * i)) & 0xff) * 32];
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < NT; tt++) {
+                        if (tt < nt) {
+                            const float4 xl = rl_x<XS>(xq + tt * xstride + 4 * m);
+                            const float4 xh = rl_x<XS>(xq + tt * xstride + 4 * m + 16);
+                            acc[tt][0] = fmaf(v[0].x, xl.x, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[0].y, xh.x, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[1].x, xl.y, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[1].y, xh.y, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[2].x, xl.z, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[2].y, xh.z, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[3].x, xl.w, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[3].y, xh.w, acc[tt][1]);
+                        }
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    const uint32_t o = rl_codes<B>(w, m, 0x01010101u);
+                    float          v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        v[i] = ls[((o >> (8 * i)) & 0xff) * 32];
+                    }
+#pragma unroll
+                    for (int tt = 0; tt < NT; tt++) {
+                        if (tt < nt) {
+                            const float4 xv = rl_x<XS>(xq + tt * xstride + 4 * m);
+                            acc[tt][0] = fmaf(v[0], xv.x, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[1], xv.y, acc[tt][1]);
+                            acc[tt][0] = fmaf(v[2], xv.z, acc[tt][0]);
+                            acc[tt][1] = fmaf(v[3], xv.w, acc[tt][1]);
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < B; kk++) {
+            cur[kk] = nxt[kk];
+        }
+    }
+#pragma unroll
+    for (int tt = 0; tt < NT; tt++) {
+        red[(tt * W + warp) * 32 + lane] = acc[tt][0] + acc[tt][1];
+    }
+    __syncthreads();
+    if constexpr (CL > 1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // clusters: sm_90 and later (the launcher refuses before)
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+            float s = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < W; ww++) {
+                s += red[((o >> 5) * W + ww) * 32 + (o & 31)];
+            }
+            fin[o] = s;
+        }
+        cluster.sync();
+        if (crank == 0) {
+            for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+                const int     tt = o >> 5, l = o & 31;
+                const int64_t r  = r0 + l;
+                if (tt < nt && r < n) {
+                    float s = 0.0f;
+#pragma unroll
+                    for (int c = 0; c < CL; c++) {
+                        s += cluster.map_shared_rank(fin, c)[o];
+                    }
+                    y[tt * n + r] = s;
+                }
+            }
+        }
+        cluster.sync();  // the other blocks' shared memory stays until block 0 has read it
+#else
+        __trap();
+#endif
+    } else {
+        for (int o = threadIdx.x; o < NT * 32; o += 32 * W) {
+            const int     tt = o >> 5, l = o & 31;
+            const int64_t r  = r0 + l;
+            if (tt < nt && r < n) {
+                float s = 0.0f;
+#pragma unroll
+                for (int ww = 0; ww < W; ww++) {
+                    s += red[(tt * W + ww) * 32 + l];
+                }
+                if constexpr (CL <= 0) {
+                    atomicAdd(y + tt * n + r, s);
+                } else {
+                    y[tt * n + r] = s;
+                }
+            }
+        }
+    }
+}
+
+template <int B, int NT, int W, bool PAIR, bool XS, int CL>
+static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S, int nt,
+                             const float * x, float * y, cudaStream_t stream) {
+    constexpr int E   = PAIR ? (16 << B) : (1 << B);
+    int           dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        return cudaErrorInvalidDevice;
+    }
+    // split-K (CL <= 0): ks blocks per row group, at least ~4 blocks per SM; CL < 0 (contiguous slices with
+    // their x in shared memory) also at most 32 KiB of x per block
+    const int64_t G  = (n + 31) / 32;
+    const int64_t Q  = k / 128;
+    int64_t       ks = CL > 0 ? CL : (4 * (int64_t) sms + G - 1) / G;
+    if constexpr (CL == 0) {
+        ks = ks > (Q + W - 1) / W ? (Q + W - 1) / W : ks;
+    } else if constexpr (CL < 0) {
+        const int64_t qs_max = 8192 / (128 * nt) > 0 ? 8192 / (128 * nt) : 1;  // 32 KiB of x (2 blocks/SM)
+        ks                   = ks > (Q + qs_max - 1) / qs_max ? ks : (Q + qs_max - 1) / qs_max;
+        ks                   = ks > Q ? Q : ks;
+    }
+    ks                = ks < 1 ? 1 : ks;
+    const int64_t QS  = CL < 0 ? (Q + ks - 1) / ks : Q;
+    const size_t smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * NT * W * 32 +
+                        (CL > 1 ? 4u * NT * 32 : 0) + (XS ? 4u * (size_t) nt * QS * 128 : 0);
+    static size_t attr[64];  // per device: dynamic shared memory this instantiation may use (raised on demand)
+    if (smem > 48 * 1024 && smem > attr[dev]) {
+        const cudaError_t e = cudaFuncSetAttribute(apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr[dev] = smem;
+    }
+    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    if constexpr (CL == 1) {
+        apq_gemv_rl_kernel<B, NT, W, PAIR, XS, 1><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
+            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, 1, plane_u4, x, y);
+        return cudaGetLastError();
+    } else if constexpr (CL <= 0) {  // split-K: y zeroed, the blocks' partial sums added
+        cudaError_t e = cudaMemsetAsync(y, 0, sizeof(float) * (size_t) nt * (size_t) n, stream);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL><<<(unsigned) (G * ks), 32 * W, smem, stream>>>(
+            (const uint4 *) rl, (const __half *) tables, n, k, S, nt, (int) ks, plane_u4, x, y);
+        return cudaGetLastError();
+    } else {
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 9) {
+            return cudaErrorInvalidValue;  // clusters need sm_90
+        }
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim            = dim3((unsigned) ((n + 31) / 32 * CL));
+        cfg.blockDim           = dim3(32 * W);
+        cfg.dynamicSmemBytes   = smem;
+        cfg.stream             = stream;
+        cudaLaunchAttribute attr_cl[1];
+        attr_cl[0].id               = cudaLaunchAttributeClusterDimension;
+        attr_cl[0].val.clusterDim.x = CL;
+        attr_cl[0].val.clusterDim.y = 1;
+        attr_cl[0].val.clusterDim.z = 1;
+        cfg.attrs                   = attr_cl;
+        cfg.numAttrs                = 1;
+        return cudaLaunchKernelEx(&cfg, apq_gemv_rl_kernel<B, NT, W, PAIR, XS, CL>, (const uint4 *) rl,
+                                  (const __half *) tables, n, k, S, nt, CL, plane_u4, x, y);
+    }
+}
+
+template <int NT, int W, bool PAIR, bool XS, int CL = 1>
+static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, int nt,
+                           const float * x, float * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return rl_launch<1, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 2: return rl_launch<2, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 3: return rl_launch<3, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 4: return rl_launch<4, NT, W, PAIR, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 5: return rl_launch<5, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 6: return rl_launch<6, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        case 7: return rl_launch<7, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+        default: return rl_launch<8, NT, W, false, XS, CL>(rl, t, n, k, S, nt, x, y, st);
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                 int64_t n_per_row, int seed_bits, int bits, int variant,
+                                                 const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 8 || (variant >= 3 && variant <= 7 && n_tokens != 1) ||
+        (variant == 1 && n_tokens != 1)) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int nt = (int) n_tokens;
+    switch (variant) {
+        case 1: return rl_bits<1, 8, false, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 3: return rl_bits<1, 16, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 4: return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 7: return rl_bits<1, 8, true, true, 0>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
+            if (nt == 1) {
+                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            [[fallthrough]];
+        case 8:
+            if (nt == 1) {
+                return rl_bits<1, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt == 2) {
+                return rl_bits<2, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt <= 4) {
+                return rl_bits<4, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            return rl_bits<8, 8, true, true, -1>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        case 2:
+            if (nt == 1) {
+                return rl_bits<1, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt == 2) {
+                return rl_bits<2, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            } else if (nt <= 4) {
+                return rl_bits<4, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+            }
+            return rl_bits<8, 8, true, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+        default: return cudaErrorInvalidValue;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// dequantize (row-lane layout -> fp16 row-major). One block per row group g and a share of its super-chunks
+// (DQ_W warps, ks blocks per group, so that there are ~4 blocks per SM). The block stages the 32 rows' tables
+// in shared memory as float, lane-transposed (ts[e * 32 + l], conflict-free lookups; the first version looked
+// every weight up in global memory, 32 rows' tables per warp instruction, and ran at 3-10% of bandwidth).
+// Lane l decodes row 32 g + l, 32 weights at a time, into the warp's shared tile (32 rows x 64 bytes, rows
+// padded to 80 bytes: conflict-free 16-byte stores), then the warp writes the tile out row by row: each
+// store instruction covers 8 rows x 64 contiguous bytes (whole 32-byte sectors; the first version wrote
+// 16 bytes in each of 32 rows).
+
+#define DQ_W 4
+#define DQ_ROW_BYTES 80
+
+template <int B>
+static __global__ void __launch_bounds__(32 * DQ_W)
+    apq_dequantize_rl_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                             int S, int ks, int64_t plane_u4, __half * __restrict__ out) {
+    constexpr int TB = 1 << B;
+    extern __shared__ float4 smem4[];
+    float *       ts    = (float *) smem4;                                   // TB * 32 floats
+    uint8_t *     tiles = (uint8_t *) (ts + TB * 32);                        // DQ_W tiles of 32 x DQ_ROW_BYTES
+    const int     lane  = threadIdx.x & 31;
+    const int     warp  = threadIdx.x >> 5;
+    const int64_t g     = blockIdx.x / ks;
+    const int     part  = (int) (blockIdx.x % ks);
+    const int64_t r0    = 32 * g;
+    const int64_t Q     = k / 128;
+    const __half * tab  = tables + n * (TB - (1 << S));
+    if (TB >= 8 && S >= 3) {  // tables 16-byte aligned: 8 entries per load
+        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * DQ_W) {
+            const int     l = idx & 31, c = idx >> 5;
+            const int64_t r = r0 + l;
+            uint4         v = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                v = __ldg((const uint4 *) (tab + r * TB) + c);
+            }
+            const __half * hv = (const __half *) &v;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * DQ_W) {
+            const int     l = idx & 31, e = idx >> 5;
+            const int64_t r = r0 + l;
+            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
+        }
+    }
+    __syncthreads();
+    uint8_t *     tile = tiles + warp * 32 * DQ_ROW_BYTES;
+    const float * ls   = ts + lane;
+    const uint4 * base = rl + g * Q * 32 + lane;
+    for (int64_t q = (int64_t) part * DQ_W + warp; q < Q; q += (int64_t) DQ_W * ks) {
+        uint4 v[B];
+        rl_load<B>(v, base + q * 32, plane_u4);
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            uint32_t w[B];
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                w[kk] = rl_word(v[kk], t);
+            }
+            uint32_t h2[16];  // h2[u]: weights 2u, 2u+1 of the 32 as an fp16 pair
+#pragma unroll
+            for (int m = 0; m < 8; m++) {  // codes of weights 4m .. 4m+3
+                const uint32_t c = rl_codes<B>(w, m, 0x01010101u);
+#pragma unroll
+                for (int i = 0; i < 4; i += 2) {
+                    const __half lo = __float2half(ls[((c >> (8 * i)) & 0xff) * 32]);
+                    const __half hi = __float2half(ls[((c >> (8 * i + 8)) & 0xff) * 32]);
+                    h2[2 * m + i / 2] = (uint32_t) __half_as_ushort(lo) | ((uint32_t) __half_as_ushort(hi) << 16);
+                }
+            }
+            uint4 * mine = (uint4 *) (tile + lane * DQ_ROW_BYTES);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                mine[u] = make_uint4(h2[4 * u], h2[4 * u + 1], h2[4 * u + 2], h2[4 * u + 3]);
+            }
+            __syncwarp();
+#pragma unroll
+            for (int it = 0; it < 4; it++) {  // 32 rows x 4 uint4: 8 rows per instruction
+                const int     i   = it * 32 + lane;
+                const int     row = i >> 2, c = i & 3;
+                const int64_t r   = r0 + row;
+                if (r < n) {
+                    ((uint4 *) (out + r * k + q * 128 + 32 * t))[c] =
+                        *(const uint4 *) (tile + row * DQ_ROW_BYTES + 16 * c);
+                }
+            }
+            __syncwarp();
+        }
+    }
+}
+
+template <int B>
+static cudaError_t dq_launch(const uint4 * p, const __half * t, int64_t n, int64_t k, int S, int64_t plane_u4,
+                             __half * o, cudaStream_t stream) {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        return cudaErrorInvalidDevice;
+    }
+    const size_t  smem = 4u * 32u * (1u << B) + (size_t) DQ_W * 32 * DQ_ROW_BYTES;  // at most 42 KiB
+    const int64_t G    = (n + 31) / 32;
+    const int64_t Q    = k / 128;
+    int64_t       ks   = (4 * (int64_t) sms + G - 1) / G;
+    ks                 = ks < 1 ? 1 : ks > (Q + DQ_W - 1) / DQ_W ? (Q + DQ_W - 1) / DQ_W : ks;
+    apq_dequantize_rl_kernel<B><<<(unsigned) (G * ks), 32 * DQ_W, smem, stream>>>(p, t, n, k, S, (int) ks, plane_u4, o);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                       int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
+                                                       cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t  plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 16);
+    const uint4 *  p        = (const uint4 *) rl;
+    const __half * t        = (const __half *) tables;
+    __half *       o        = (__half *) out;
+    switch (bits) {
+        case 1: return dq_launch<1>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 2: return dq_launch<2>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 3: return dq_launch<3>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 4: return dq_launch<4>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 5: return dq_launch<5>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 6: return dq_launch<6>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        case 7: return dq_launch<7>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+        default: return dq_launch<8>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+    }
+}
+
+static __global__ void apq_f32_to_f16_kernel(const float * __restrict__ x, __half * __restrict__ y, int64_t n) {
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t) gridDim.x * blockDim.x) {
+        y[i] = __float2half(x[i]);
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * out, int64_t n, cudaStream_t stream) {
+    if (n < 0) {
+        return cudaErrorInvalidValue;
+    }
+    if (n == 0) {
+        return cudaSuccess;
+    }
+    const unsigned blocks = (unsigned) ((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
+    apq_f32_to_f16_kernel<<<blocks, 256, 0, stream>>>(x, (__half *) out, n);
+    return cudaGetLastError();
 }
