@@ -1,0 +1,272 @@
+// The codebook types CB2 / CB3 (docs/formats/codebooks.md, formats/codebooks/codebooks.h) on CUDA: the
+// file's bytes as they are in GPU memory, two kernels, called from ggml-cuda.cu through patch 0410:
+//   dequantize   blocks -> f32 / f16 / bf16 (ggml_get_to_fp*_cuda): ggml-cuda's own cuBLAS path
+//                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CB_MMV_MAX tokens;
+//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks.
+// Every weight is w = d * (l_s + 1) * T[c_s][q]: the 16 or 32 table entries come in as a kernel parameter and
+// are staged as floats in shared memory once per CUDA block (32 lanes looking up different codes read
+// different banks of a 32-entry table: no conflicts, where __constant__ memory would serialise them).
+//
+// The mat-vec takes the activations as f32, not quantized to q8_1 as upstream's MMVQ does: the weights'
+// decode is a table lookup per weight either way (no integer dot-product instruction can take the codes
+// directly), so DP4A would only replace the float FMA after the lookup, while a q8_1 copy of the
+// activations costs an extra kernel and a second rounding. At 1..8 tokens the kernel is bound by reading
+// the weights (2.44 / 3.44 bits each against 32 bits of activation shared by all rows, read from L1/L2).
+//
+// Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
+// lane t taking code bytes qs[2t], qs[2t+1] (64 bytes, one coalesced read): byte i holds weight i & 15 of
+// the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4 sub-groups.
+#include "ggml-ext-cuda.cuh"
+
+#include "ggml-cuda/common.cuh"
+#include "ggml-cuda/convert.cuh"
+#include "formats/codebooks/codebooks.h"
+#include "formats/codebooks/codebooks_tables.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+static_assert(sizeof(ggml_ext_block_cb2) == 78 && sizeof(ggml_ext_block_cb3) == 110, "codebooks.h's blocks");
+
+namespace {
+
+constexpr int QK      = GGML_EXT_QK_CB;  // 256
+constexpr int MMV_ROWS = 8;              // rows (warps) per CUDA block of the mat-vec
+
+template <int BITS> struct cb_traits;
+template <> struct cb_traits<2> {
+    using block                 = ggml_ext_block_cb2;
+    static constexpr int n_tab  = 16;  // 4 codebooks x 4 entries
+    static constexpr int shift  = 2;   // table index c << shift | q
+};
+template <> struct cb_traits<3> {
+    using block                 = ggml_ext_block_cb3;
+    static constexpr int n_tab  = 32;  // 4 codebooks x 8 entries
+    static constexpr int shift  = 3;
+};
+
+// The built-in tables (codebooks_tables.h) flattened codebook-major, passed by value as a kernel parameter
+// (kernel parameters sit in constant memory: nothing to upload per device) and staged into shared memory.
+struct cb_tables {
+    int8_t t[32];
+};
+
+template <int BITS> cb_tables make_tables() {
+    cb_tables r = {};
+    for (int c = 0; c < 4; c++) {
+        for (int q = 0; q < (1 << BITS); q++) {
+            r.t[(c << BITS) | q] = BITS == 2 ? ggml_ext_cb2_tables[c][q] : ggml_ext_cb3_tables[c][q & 7];
+        }
+    }
+    return r;
+}
+
+template <int BITS> const cb_tables & host_tables() {
+    static const cb_tables t = make_tables<BITS>();
+    return t;
+}
+
+template <int BITS> __device__ __forceinline__ void stage_table(const cb_tables & src, float * tab) {
+    for (int i = threadIdx.x; i < cb_traits<BITS>::n_tab; i += blockDim.x) {
+        tab[i] = (float) src.t[i];
+    }
+    __syncthreads();
+}
+
+// Table index (c << shift | q) of weight jj of sub-group s of block b (the scalar reference's reading).
+template <int BITS>
+__device__ __forceinline__ int code_index(const typename cb_traits<BITS>::block * b, int s, int jj) {
+    int q = (b->qs[16 * (s >> 2) + jj] >> (2 * (s & 3))) & 3;
+    if constexpr (BITS == 3) {
+        q |= ((b->hmask[16 * (s >> 3) + jj] >> (s & 7)) & 1) << 2;
+    }
+    const int c = (b->cb[s >> 2] >> (2 * (s & 3))) & 3;
+    return c << cb_traits<BITS>::shift | q;
+}
+
+// ---- dequantize: 32 threads per block of 256 weights, thread t writes weights 8t .. 8t + 7 (sub-group
+// t / 2, its half t & 1); 8 blocks per CUDA block of 256 threads ----
+template <int BITS, typename dst_t>
+__global__ void cb_dequantize(const cb_tables tables, const void * __restrict__ vx, dst_t * __restrict__ y, int64_t n_blocks) {
+    __shared__ float tab[cb_traits<BITS>::n_tab];
+    stage_table<BITS>(tables, tab);
+    const int64_t ib = (int64_t) blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (ib >= n_blocks) {
+        return;
+    }
+    const int   t  = threadIdx.x % 32;
+    const int   s  = t / 2;
+    const auto * b = (const typename cb_traits<BITS>::block *) vx + ib;
+    const float dm = __half2float(*(const __half *) &b->d) * (float) (((b->scales[s >> 1] >> (4 * (s & 1))) & 15) + 1);
+    dst_t *     out = y + ib * QK + 16 * s + 8 * (t & 1);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        out[j] = ggml_cuda_cast<dst_t>(dm * tab[code_index<BITS>(b, s, 8 * (t & 1) + j)]);
+    }
+}
+
+template <int BITS, typename dst_t>
+void dequantize_cuda(const void * vx, dst_t * y, int64_t k, cudaStream_t stream) {
+    const int64_t n_blocks = k / QK;
+    if (n_blocks == 0) {
+        return;
+    }
+    cb_dequantize<BITS, dst_t><<<(unsigned) ((n_blocks + 7) / 8), 256, 0, stream>>>(host_tables<BITS>(), vx, y, n_blocks);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- mat-vec: dst[c, r] = sum_k W[r, k] x[c, k] for NCOLS columns of x ----
+struct mmv_args {
+    const char *  w;       // src0 bytes
+    const float * x;       // src1
+    float *       y;       // dst
+    int64_t       n_rows, n_blocks;        // rows of W, blocks per row
+    int64_t       nb01, nb02, nb03;        // W strides (bytes)
+    int64_t       s11, s12, s13;           // x strides (floats)
+    int64_t       s1, s2, s3;              // dst strides (floats)
+    int64_t       ne12;                    // x channels (dim 2)
+    int64_t       r2, r3;                  // broadcast ratios ne12 / ne02, ne13 / ne03
+};
+
+template <int BITS, int NCOLS>
+__global__ void __launch_bounds__(32 * MMV_ROWS) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
+    using block = typename cb_traits<BITS>::block;
+    __shared__ float tab[cb_traits<BITS>::n_tab];
+    stage_table<BITS>(tables, tab);
+    const int64_t row = (int64_t) blockIdx.x * MMV_ROWS + threadIdx.x / 32;
+    if (row >= a.n_rows) {
+        return;
+    }
+    const int64_t i12 = blockIdx.y % a.ne12, i13 = blockIdx.y / a.ne12;
+    const block * wr  = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
+    const float * x   = a.x + i12 * a.s12 + i13 * a.s13;
+    const int     lane = threadIdx.x % 32;
+    const int     g4   = lane >> 3;            // the lane's 16-byte qs chunk: sub-groups 4 g4 .. 4 g4 + 3
+    const int     jj0  = 2 * lane & 15;        // its two weight positions jj0, jj0 + 1 in those sub-groups
+
+    float acc[NCOLS] = {};
+    for (int64_t ib = 0; ib < a.n_blocks; ib++) {
+        const block * b  = wr + ib;
+        const float   d  = __half2float(*(const __half *) &b->d);
+        const int     cb = b->cb[g4];
+        const int     q0 = b->qs[2 * lane], q1 = b->qs[2 * lane + 1];
+        int           h0 = 0, h1 = 0;
+        if constexpr (BITS == 3) {
+            // hmask byte 16 (s >> 3) + jj holds bit s & 7 = 4 (g4 & 1) + p of sub-groups s = 4 g4 + p
+            h0 = b->hmask[16 * (g4 >> 1) + jj0] >> (4 * (g4 & 1));
+            h1 = b->hmask[16 * (g4 >> 1) + jj0 + 1] >> (4 * (g4 & 1));
+        }
+        const int sc01 = b->scales[2 * g4], sc23 = b->scales[2 * g4 + 1];
+        const float * xb = x + ib * QK;
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const int   s  = 4 * g4 + p;
+            const float dm = d * (float) ((((p < 2 ? sc01 : sc23) >> (4 * (p & 1))) & 15) + 1);
+            const int   c  = ((cb >> (2 * p)) & 3) << cb_traits<BITS>::shift;
+            int         k0 = (q0 >> (2 * p)) & 3, k1 = (q1 >> (2 * p)) & 3;
+            if constexpr (BITS == 3) {
+                k0 |= ((h0 >> p) & 1) << 2;
+                k1 |= ((h1 >> p) & 1) << 2;
+            }
+            const float w0 = dm * tab[c | k0], w1 = dm * tab[c | k1];
+#pragma unroll
+            for (int col = 0; col < NCOLS; col++) {
+                const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * s + jj0);
+                acc[col] += w0 * xv.x + w1 * xv.y;
+            }
+        }
+    }
+#pragma unroll
+    for (int col = 0; col < NCOLS; col++) {
+        const float v = warp_reduce_sum(acc[col]);
+        if (lane == 0) {
+            a.y[i12 * a.s2 + i13 * a.s3 + col * a.s1 + row] = v;
+        }
+    }
+}
+
+template <int BITS, int NCOLS>
+void launch_mmv(const mmv_args & a, int64_t n_channels, cudaStream_t stream) {
+    const dim3 grid((unsigned) ((a.n_rows + MMV_ROWS - 1) / MMV_ROWS), (unsigned) n_channels, 1);
+    cb_mul_mat_vec<BITS, NCOLS><<<grid, 32 * MMV_ROWS, 0, stream>>>(host_tables<BITS>(), a);
+}
+
+template <int BITS>
+void launch_mmv_cols(const mmv_args & a, int ncols, int64_t n_channels, cudaStream_t stream) {
+    switch (ncols) {
+        case 1: launch_mmv<BITS, 1>(a, n_channels, stream); break;
+        case 2: launch_mmv<BITS, 2>(a, n_channels, stream); break;
+        case 3: launch_mmv<BITS, 3>(a, n_channels, stream); break;
+        case 4: launch_mmv<BITS, 4>(a, n_channels, stream); break;
+        case 5: launch_mmv<BITS, 5>(a, n_channels, stream); break;
+        case 6: launch_mmv<BITS, 6>(a, n_channels, stream); break;
+        case 7: launch_mmv<BITS, 7>(a, n_channels, stream); break;
+        default: launch_mmv<BITS, 8>(a, n_channels, stream); break;
+    }
+}
+
+template <typename T, int BITS>
+void dequantize_entry(const void * vx, T * y, int64_t k, cudaStream_t stream) {
+    dequantize_cuda<BITS, T>(vx, y, k, stream);
+}
+
+}  // namespace
+
+bool ggml_ext_cuda_own_type(ggml_type type) {
+    return type == GGML_TYPE_CB2 || type == GGML_TYPE_CB3;
+}
+
+bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
+    GGML_UNUSED(device);
+    const ggml_tensor * w = op->src[0];
+    const ggml_tensor * x = op->src[1];
+    // MUL_MAT only (MUL_MAT_ID's expert weights would need an ids-aware kernel), weights whole rows in a
+    // contiguous tensor (the dequantizer reads them as one run of blocks), f32 or f16 activations and dst
+    return op->op == GGML_OP_MUL_MAT && ggml_ext_cuda_own_type(w->type) && ggml_is_contiguous(w) &&
+           w->ne[0] % QK == 0 && (x->type == GGML_TYPE_F32 || x->type == GGML_TYPE_F16) &&
+           x->nb[0] == ggml_type_size(x->type) && op->type == GGML_TYPE_F32 && ggml_is_contiguous(op);
+}
+
+bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                   ggml_tensor * dst) {
+    GGML_TENSOR_BINARY_OP_LOCALS
+    if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CB_MMV_MAX ||
+        ne00 % QK != 0 || ne12 % ne02 != 0 || ne13 % ne03 != 0 || nb10 != sizeof(float) ||
+        nb11 % (2 * sizeof(float)) != 0 || nb12 % (2 * sizeof(float)) != 0 || nb13 % (2 * sizeof(float)) != 0 ||
+        ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ne12 * ne13 > 65535) {
+        return false;  // ggml-cuda's cuBLAS path on the dequantized weights
+    }
+    mmv_args a;
+    a.w        = (const char *) src0->data;
+    a.x        = (const float *) src1->data;
+    a.y        = (float *) dst->data;
+    a.n_rows   = ne01;
+    a.n_blocks = ne00 / QK;
+    a.nb01 = nb01; a.nb02 = nb02; a.nb03 = nb03;
+    a.s11 = nb11 / sizeof(float); a.s12 = nb12 / sizeof(float); a.s13 = nb13 / sizeof(float);
+    a.s1 = nb1 / sizeof(float); a.s2 = nb2 / sizeof(float); a.s3 = nb3 / sizeof(float);
+    a.ne12 = ne12;
+    a.r2 = ne12 / ne02;
+    a.r3 = ne13 / ne03;
+    if (src0->type == GGML_TYPE_CB2) {
+        launch_mmv_cols<2>(a, (int) ne11, ne12 * ne13, ctx.stream());
+    } else {
+        launch_mmv_cols<3>(a, (int) ne11, ne12 * ne13, ctx.stream());
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+ggml_ext_to_cuda_t<float> ggml_ext_cuda_get_to_fp32(ggml_type type) {
+    return type == GGML_TYPE_CB2 ? dequantize_entry<float, 2> : type == GGML_TYPE_CB3 ? dequantize_entry<float, 3> : nullptr;
+}
+
+ggml_ext_to_cuda_t<half> ggml_ext_cuda_get_to_fp16(ggml_type type) {
+    return type == GGML_TYPE_CB2 ? dequantize_entry<half, 2> : type == GGML_TYPE_CB3 ? dequantize_entry<half, 3> : nullptr;
+}
+
+ggml_ext_to_cuda_t<nv_bfloat16> ggml_ext_cuda_get_to_bf16(ggml_type type) {
+    return type == GGML_TYPE_CB2   ? dequantize_entry<nv_bfloat16, 2>
+           : type == GGML_TYPE_CB3 ? dequantize_entry<nv_bfloat16, 3>
+                                   : nullptr;
+}
