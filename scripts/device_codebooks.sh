@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# The codebook types CB2 / CB3 on CUDA, on the device machine (ggml_ext/src/cuda/codebooks_cuda.cu, patch 0410):
+#   build  ours with GGML_EXT_CUDA=ON into $BUILD (default /tmp/bc) unless $BUILD/install already holds it
+#   test   scripts/test_cuda.sh (tests/c/test_types_backends.cpp: CB2/CB3 mul_mat on each GPU against the
+#          exact product and the CPU, batches 1, 2..8, 9, 33, 512; plus the interleaved types and the ops)
+#   files  from the default model's HF folder: f16, cb2 and cb3 by our converter (act-importance on CALIB,
+#          16 x 512 tokens, layers on the GPU), Q2_K / Q3_K_S / Q4_0 twins by llama-quantize from the f16
+#   ppl    llama-perplexity of the cb2 file on TEXT (16 chunks of 512) with -ngl 99 and on the CPU only
+#          (CUDA_VISIBLE_DEVICES= -ngl 0): the two must agree closely (the GPU runs f32 / f16 activations,
+#          the CPU Q8_K); cb3 likewise
+#   bench  llama-bench -ngl 99 (pp512, tg128) of cb2, cb3, q2_k, q3_k_s, q4_0, alternating over two rounds
+# Usage (device, repository root):
+#   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
+#   HF_DIR  the default model's HF folder (scripts/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
+#   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
+# Needs python3 with numpy, torch, transformers, safetensors, tqdm and the gguf package (PYTHON, default
+# python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16).
+set -uo pipefail
+hf=$1 text=$2 top=$3 calib=${4:-$2}
+out=$top/logs
+mkdir -p "$out"
+trap 'tar czf "$top/logs.tgz" -C "$out" . && cp "$out/summary.txt" "$top/" 2>/dev/null; rm -rf "$out"' EXIT
+B=${BUILD:-/tmp/bc}
+PY=${PYTHON:-python3}
+jobs=$(nproc)
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+say "device_codebooks: $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$out/summary.txt"
+
+if [ ! -x "$B/install/ggml_ext/bin/llama-perplexity" ]; then
+    t0=$(date +%s)
+    cmake -S . -B "$B" -G Ninja -DGGML_EXT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DPython3_EXECUTABLE="$(command -v "$PY")" > "$out/build.log" 2>&1 &&
+        cmake --build "$B" -j "$jobs" --target ggml_ext_all >> "$out/build.log" 2>&1 &&
+        cmake --install "$B" --component ggml_ext --prefix "$B/install" >> "$out/build.log" 2>&1 ||
+        { tail -60 "$out/build.log" | tee -a "$out/summary.txt"; exit 1; }
+    say "build (ours, CUDA): $(( $(date +%s) - t0 )) s on $jobs cores"
+fi
+P=$B/install/ggml_ext
+BIN=$P/bin
+export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P
+export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+    for round in 1 2; do  # two rounds: a result that changes from run to run shows
+        bash scripts/test_cuda.sh "$P" > "$out/test_cuda-$round.log" 2>&1
+        say "make test-cuda (round $round): rc=$? | $(grep -E '^(OK|FAILED|codebooks:)' "$out/test_cuda-$round.log" | tr '\n' '|')"
+        grep FAIL "$out/test_cuda-$round.log" | head -10 | tee -a "$out/summary.txt"
+    done
+    grep -E '^CUDA0 CB[23] ' "$out/test_cuda-1.log" | tee -a "$out/summary.txt"
+fi
+
+[ -d "$hf" ] || { say "no HF folder at $hf: model runs skipped"; exit 0; }
+m=/tmp/cb-models; mkdir -p $m
+device=cpu
+"$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && device=cuda
+conv() {  # type file extra-args...
+    local ty=$1 f=$2; shift 2
+    [ -s "$f" ] && return 0
+    local t0=$(date +%s)
+    "$PY" -c 'import sys; from ggml_ext.cli import main; sys.exit(main(sys.argv[1:]))' convert "$hf" -o "$f" \
+        --type "$ty" "$@" > "$out/convert-$ty.log" 2>&1 || { say "convert $ty FAILED"; tail -8 "$out/convert-$ty.log" | tee -a "$out/summary.txt"; return 1; }
+    say "convert $ty: $(( $(date +%s) - t0 )) s, $(( $(stat -c %s "$f") / 1048576 )) MiB"
+}
+conv f16 $m/f16.gguf
+for ty in cb2 cb3; do
+    conv $ty $m/$ty.gguf --calib "$calib" --calib-samples "${CALIB_SAMPLES:-16}" --calib-seq-len 512 --device $device
+done
+for ty in Q2_K Q3_K_S Q4_0; do
+    lc=$(echo $ty | tr A-Z a-z)
+    [ -s $m/$lc.gguf ] || "$BIN/llama-quantize" $m/f16.gguf $m/$lc.gguf $ty > "$out/quantize-$lc.log" 2>&1 ||
+        { say "llama-quantize $ty FAILED"; tail -5 "$out/quantize-$lc.log"; }
+done
+say "files: $(cd $m && ls -l *.gguf | awk '{printf "%s %.1f MiB; ", $9, $5/1048576}')"
+# which tensors each codebook file holds in its own type (the rest fall back where rows are not 256-multiples)
+for ty in cb2 cb3; do
+    "$PY" - "$m/$ty.gguf" <<'EOF' | tee -a "$out/summary.txt"
+import sys, collections, gguf
+r = gguf.GGUFReader(sys.argv[1])
+c = collections.Counter(t.tensor_type.name if hasattr(t.tensor_type, "name") else str(int(t.tensor_type)) for t in r.tensors)
+print(sys.argv[1].rsplit("/", 1)[-1], "tensor types:", dict(c))
+EOF
+done
+
+ppl() {  # name file args...: final estimate of llama-perplexity
+    local name=$1 file=$2; shift 2
+    "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks 16 -b 512 -lv 4 "$@" > "$out/ppl-$name.log" 2>&1
+    grep -q "Final estimate" "$out/ppl-$name.log" || grep -E "error|abort|ASSERT" "$out/ppl-$name.log" | head -5 | tee -a "$out/summary.txt"
+    say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log")"
+}
+for ty in cb2 cb3; do
+    [ -s $m/$ty.gguf ] || continue
+    CUDA_VISIBLE_DEVICES= ppl $ty-cpu $m/$ty.gguf -ngl 0 -t "$jobs"
+    ppl $ty-ngl99 $m/$ty.gguf -ngl 99
+    ppl $ty-ngl99-ub8 $m/$ty.gguf -ngl 99 -ub 8   # every batch through the mat-vec (8 tokens), none through cuBLAS
+done
+for ty in q2_k q3_k_s q4_0; do
+    [ -s $m/$ty.gguf ] && ppl $ty-ngl99 $m/$ty.gguf -ngl 99
+done
+
+bench() {  # name file
+    "$BIN/llama-bench" -m "$2" -ngl 99 -p 512 -n 128 -r 5 -o md > "$out/bench-$1.log" 2>&1
+    say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
+}
+for round in 1 2; do  # alternating, so drift of clocks or temperature hits all alike
+    for ty in cb2 cb3 q2_k q3_k_s q4_0; do
+        [ -s $m/$ty.gguf ] && bench $ty-$round $m/$ty.gguf
+    done
+done
+exit 0
