@@ -15,13 +15,14 @@
 //
 // Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
 // lane t taking code bytes qs[2t], qs[2t+1] (64 bytes, one coalesced read): byte i holds weight i & 15 of
-// the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4 sub-groups.
+// the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4 sub-groups. How both
+// kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
 #include "ggml-ext-cuda.cuh"
 
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda/convert.cuh"
+#include "codebooks_decode.cuh"
 #include "formats/codebooks/codebooks.h"
-#include "formats/codebooks/codebooks_tables.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,36 +34,10 @@ namespace {
 constexpr int QK      = GGML_EXT_QK_CB;  // 256
 constexpr int MMV_ROWS = 8;              // rows (warps) per CUDA block of the mat-vec
 
-template <int BITS> struct cb_traits;
-template <> struct cb_traits<2> {
-    using block                 = ggml_ext_block_cb2;
-    static constexpr int n_tab  = 16;  // 4 codebooks x 4 entries
-    static constexpr int shift  = 2;   // table index c << shift | q
-};
-template <> struct cb_traits<3> {
-    using block                 = ggml_ext_block_cb3;
-    static constexpr int n_tab  = 32;  // 4 codebooks x 8 entries
-    static constexpr int shift  = 3;
-};
-
-// The built-in tables (codebooks_tables.h) flattened codebook-major, passed by value as a kernel parameter
-// (kernel parameters sit in constant memory: nothing to upload per device) and staged into shared memory.
-struct cb_tables {
-    int8_t t[32];
-};
-
-template <int BITS> cb_tables make_tables() {
-    cb_tables r = {};
-    for (int c = 0; c < 4; c++) {
-        for (int q = 0; q < (1 << BITS); q++) {
-            r.t[(c << BITS) | q] = BITS == 2 ? ggml_ext_cb2_tables[c][q] : ggml_ext_cb3_tables[c][q & 7];
-        }
-    }
-    return r;
-}
-
+// The tables go in as a kernel parameter (kernel parameters sit in constant memory: nothing to upload per
+// device) and are staged into shared memory as floats.
 template <int BITS> const cb_tables & host_tables() {
-    static const cb_tables t = make_tables<BITS>();
+    static const cb_tables t = cb_make_tables<BITS>();
     return t;
 }
 
@@ -71,17 +46,6 @@ template <int BITS> __device__ __forceinline__ void stage_table(const cb_tables 
         tab[i] = (float) src.t[i];
     }
     __syncthreads();
-}
-
-// Table index (c << shift | q) of weight jj of sub-group s of block b (the scalar reference's reading).
-template <int BITS>
-__device__ __forceinline__ int code_index(const typename cb_traits<BITS>::block * b, int s, int jj) {
-    int q = (b->qs[16 * (s >> 2) + jj] >> (2 * (s & 3))) & 3;
-    if constexpr (BITS == 3) {
-        q |= ((b->hmask[16 * (s >> 3) + jj] >> (s & 7)) & 1) << 2;
-    }
-    const int c = (b->cb[s >> 2] >> (2 * (s & 3))) & 3;
-    return c << cb_traits<BITS>::shift | q;
 }
 
 // ---- dequantize: 32 threads per block of 256 weights, thread t writes weights 8t .. 8t + 7 (sub-group
@@ -97,11 +61,11 @@ __global__ void cb_dequantize(const cb_tables tables, const void * __restrict__ 
     const int   t  = threadIdx.x % 32;
     const int   s  = t / 2;
     const auto * b = (const typename cb_traits<BITS>::block *) vx + ib;
-    const float dm = __half2float(*(const __half *) &b->d) * (float) (((b->scales[s >> 1] >> (4 * (s & 1))) & 15) + 1);
+    const float dm = __half2float(*(const __half *) &b->d) * (float) cb_mult<BITS>(b, s);
     dst_t *     out = y + ib * QK + 16 * s + 8 * (t & 1);
 #pragma unroll
     for (int j = 0; j < 8; j++) {
-        out[j] = ggml_cuda_cast<dst_t>(dm * tab[code_index<BITS>(b, s, 8 * (t & 1) + j)]);
+        out[j] = ggml_cuda_cast<dst_t>(dm * tab[cb_code_index<BITS>(b, s, 8 * (t & 1) + j)]);
     }
 }
 
@@ -141,37 +105,22 @@ __global__ void __launch_bounds__(32 * MMV_ROWS) cb_mul_mat_vec(const cb_tables 
     const block * wr  = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
     const float * x   = a.x + i12 * a.s12 + i13 * a.s13;
     const int     lane = threadIdx.x % 32;
-    const int     g4   = lane >> 3;            // the lane's 16-byte qs chunk: sub-groups 4 g4 .. 4 g4 + 3
-    const int     jj0  = 2 * lane & 15;        // its two weight positions jj0, jj0 + 1 in those sub-groups
+    const int     jj0  = (2 * lane) & 15;      // the lane's weights: 16 s + jj0 + {0, 1}, s = 4 (lane >> 3) + p
 
     float acc[NCOLS] = {};
     for (int64_t ib = 0; ib < a.n_blocks; ib++) {
-        const block * b  = wr + ib;
-        const float   d  = __half2float(*(const __half *) &b->d);
-        const int     cb = b->cb[g4];
-        const int     q0 = b->qs[2 * lane], q1 = b->qs[2 * lane + 1];
-        int           h0 = 0, h1 = 0;
-        if constexpr (BITS == 3) {
-            // hmask byte 16 (s >> 3) + jj holds bit s & 7 = 4 (g4 & 1) + p of sub-groups s = 4 g4 + p
-            h0 = b->hmask[16 * (g4 >> 1) + jj0] >> (4 * (g4 & 1));
-            h1 = b->hmask[16 * (g4 >> 1) + jj0 + 1] >> (4 * (g4 & 1));
-        }
-        const int sc01 = b->scales[2 * g4], sc23 = b->scales[2 * g4 + 1];
-        const float * xb = x + ib * QK;
+        const block * b = wr + ib;
+        const float   d = __half2float(*(const __half *) &b->d);
+        int           idx[4][2], mult[4];
+        cb_lane_decode<BITS>(b, lane, idx, mult);
+        const float * xb = x + ib * QK + 16 * 4 * (lane >> 3) + jj0;
 #pragma unroll
         for (int p = 0; p < 4; p++) {
-            const int   s  = 4 * g4 + p;
-            const float dm = d * (float) ((((p < 2 ? sc01 : sc23) >> (4 * (p & 1))) & 15) + 1);
-            const int   c  = ((cb >> (2 * p)) & 3) << cb_traits<BITS>::shift;
-            int         k0 = (q0 >> (2 * p)) & 3, k1 = (q1 >> (2 * p)) & 3;
-            if constexpr (BITS == 3) {
-                k0 |= ((h0 >> p) & 1) << 2;
-                k1 |= ((h1 >> p) & 1) << 2;
-            }
-            const float w0 = dm * tab[c | k0], w1 = dm * tab[c | k1];
+            const float dm = d * (float) mult[p];
+            const float w0 = dm * tab[idx[p][0]], w1 = dm * tab[idx[p][1]];
 #pragma unroll
             for (int col = 0; col < NCOLS; col++) {
-                const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * s + jj0);
+                const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
                 acc[col] += w0 * xv.x + w1 * xv.y;
             }
         }
