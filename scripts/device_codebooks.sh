@@ -14,7 +14,8 @@
 #   HF_DIR  the default model's HF folder (scripts/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
 #   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
 # Needs python3 with numpy, torch, transformers, safetensors, tqdm and the gguf package (PYTHON, default
-# python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16).
+# python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
+# CHUNKS (perplexity chunks, 16), BENCH=0 (no llama-bench: a smoke run on a CPU-only build).
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
 out=$top/logs
@@ -72,21 +73,11 @@ for ty in Q2_K Q3_K_S Q4_0; do
         { say "llama-quantize $ty FAILED"; tail -5 "$out/quantize-$lc.log"; }
 done
 say "files: $(cd $m && ls -l *.gguf | awk '{printf "%s %.1f MiB; ", $9, $5/1048576}')"
-# which tensors each codebook file holds in its own type (the rest fall back where rows are not 256-multiples)
-for ty in cb2 cb3; do
-    "$PY" - "$m/$ty.gguf" <<'EOF' | tee -a "$out/summary.txt"
-import sys, collections, gguf
-r = gguf.GGUFReader(sys.argv[1])
-c = collections.Counter(t.tensor_type.name if hasattr(t.tensor_type, "name") else str(int(t.tensor_type)) for t in r.tensors)
-print(sys.argv[1].rsplit("/", 1)[-1], "tensor types:", dict(c))
-EOF
-done
-
 ppl() {  # name file args...: final estimate of llama-perplexity
     local name=$1 file=$2; shift 2
-    "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks 16 -b 512 -lv 4 "$@" > "$out/ppl-$name.log" 2>&1
+    "$BIN/llama-perplexity" -m "$file" -f "$text" -c 512 --chunks "${CHUNKS:-16}" -b 512 -lv 4 "$@" > "$out/ppl-$name.log" 2>&1
     grep -q "Final estimate" "$out/ppl-$name.log" || grep -E "error|abort|ASSERT" "$out/ppl-$name.log" | head -5 | tee -a "$out/summary.txt"
-    say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log")"
+    say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log") | $(grep -o 'type *[a-z0-9_]*: *[0-9]* tensors' "$out/ppl-$name.log" | tr -s ' ' | tr '\n' ';')"
 }
 for ty in cb2 cb3; do
     [ -s $m/$ty.gguf ] || continue
@@ -102,6 +93,7 @@ bench() {  # name file
     "$BIN/llama-bench" -m "$2" -ngl 99 -p 512 -n 128 -r 5 -o md > "$out/bench-$1.log" 2>&1
     say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
 }
+[ "${BENCH:-1}" = 0 ] && exit 0
 for round in 1 2; do  # alternating, so drift of clocks or temperature hits all alike
     for ty in cb2 cb3 q2_k q3_k_s q4_0; do
         [ -s $m/$ty.gguf ] && bench $ty-$round $m/$ty.gguf
