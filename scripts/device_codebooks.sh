@@ -9,6 +9,12 @@
 #          (CUDA_VISIBLE_DEVICES= -ngl 0): the two must agree closely (the GPU runs f32 / f16 activations,
 #          the CPU Q8_K); cb3 likewise
 #   bench  llama-bench -ngl 99 (pp512, tg128) of cb2, cb3, q2_k, q3_k_s, q4_0, alternating over two rounds
+#          (SmolLM2's only matrices with rows of a multiple of 256 are ffn_down: the rest of its cb files fall
+#          back to other types, and 135M parameters measure kernel launches more than the weights' reads)
+#   big    (BIG=1; BIG=only skips everything above but the build) Llama-2-7B-shaped random files of CB2, CB3,
+#          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py, TEMPLATE = the Q4_1 GGUF of the
+#          default model or any llama GGUF, env TEMPLATE): llama-bench -ngl 99 pp512 / tg128, alternating;
+#          this is where decode is bound by reading the weights, the kernels' real comparison
 # Usage (device, repository root):
 #   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
 #   HF_DIR  the default model's HF folder (scripts/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
@@ -41,6 +47,30 @@ P=$B/install/ggml_ext
 BIN=$P/bin
 export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P
 export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+bench() {  # name file [reps]
+    "$BIN/llama-bench" -m "$2" -ngl 99 -p 512 -n 128 -r "${3:-5}" -o md > "$out/bench-$1.log" 2>&1
+    say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
+    grep -q '^|' "$out/bench-$1.log" || tail -5 "$out/bench-$1.log" | tee -a "$out/summary.txt"
+}
+if [ -n "${BIG:-}" ]; then
+    if [ -f "${TEMPLATE:-}" ]; then
+        for ty in cb2 cb3 q2_k q3_k q4_0; do
+            "$PY" scripts/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
+                { say "big $ty: make failed"; tail -5 "$out/make-big-$ty.log"; }
+        done
+        say "big files: $(cd /tmp && ls -l big-*.gguf | awk '{printf "%s %d MiB; ", $9, $5/1048576}')"
+        for round in 1 2; do
+            for ty in cb2 cb3 q2_k q3_k q4_0; do
+                [ -s /tmp/big-$ty.gguf ] && bench big-$ty-$round /tmp/big-$ty.gguf 3
+            done
+        done
+        rm -f /tmp/big-*.gguf
+    else
+        say "BIG: no TEMPLATE GGUF (env TEMPLATE): big files skipped"
+    fi
+    [ "$BIG" = only ] && exit 0
+fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     for round in 1 2; do  # two rounds: a result that changes from run to run shows
@@ -89,10 +119,6 @@ for ty in q2_k q3_k_s q4_0; do
     [ -s $m/$ty.gguf ] && ppl $ty-ngl99 $m/$ty.gguf -ngl 99
 done
 
-bench() {  # name file
-    "$BIN/llama-bench" -m "$2" -ngl 99 -p 512 -n 128 -r 5 -o md > "$out/bench-$1.log" 2>&1
-    say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
-}
 [ "${BENCH:-1}" = 0 ] && exit 0
 for round in 1 2; do  # alternating, so drift of clocks or temperature hits all alike
     for ty in cb2 cb3 q2_k q3_k_s q4_0; do
