@@ -19,16 +19,21 @@
 #   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
 #   HF_DIR  the default model's HF folder (scripts/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
 #   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
-# Needs python3 with numpy, torch, transformers, safetensors, tqdm and the gguf package (PYTHON, default
-# python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
-# CHUNKS (perplexity chunks, 16), BENCH=0 (no llama-bench: a smoke run on a CPU-only build).
+# Needs a python with numpy, torch, transformers, safetensors, tqdm (PYTHON; default /opt/torch/.venv/bin/python3
+# where it exists, else python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
+# CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench). The files stay in
+# /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
+#   call 1  BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
+#   call 2  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
+#   call 3  BIG=only TEMPLATE=SMOLLM2_Q4_1.gguf bash scripts/device_codebooks.sh - - $OUT
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
 out=$top/logs
 mkdir -p "$out"
 trap 'tar czf "$top/logs.tgz" -C "$out" . && cp "$out/summary.txt" "$top/" 2>/dev/null; rm -rf "$out"' EXIT
 B=${BUILD:-/tmp/bc}
-PY=${PYTHON:-python3}
+PY=${PYTHON:-python3}  # the converter needs numpy, torch, transformers, safetensors, tqdm: the device's torch venv
+[ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
 jobs=$(nproc)
 say() { echo "$*" | tee -a "$out/summary.txt"; }
 say "device_codebooks: $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
@@ -109,13 +114,13 @@ ppl() {  # name file args...: final estimate of llama-perplexity
     grep -q "Final estimate" "$out/ppl-$name.log" || grep -E "error|abort|ASSERT" "$out/ppl-$name.log" | head -5 | tee -a "$out/summary.txt"
     say "ppl $name: $(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$out/ppl-$name.log" || echo FAILED) | $(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' "$out/ppl-$name.log") | $(grep -o 'type *[a-z0-9_]*: *[0-9]* tensors' "$out/ppl-$name.log" | tr -s ' ' | tr '\n' ';')"
 }
-for ty in cb2 cb3; do
+[ "${PPL:-1}" = 0 ] || for ty in cb2 cb3; do
     [ -s $m/$ty.gguf ] || continue
     CUDA_VISIBLE_DEVICES= ppl $ty-cpu $m/$ty.gguf -ngl 0 -t "$jobs"
     ppl $ty-ngl99 $m/$ty.gguf -ngl 99
     ppl $ty-ngl99-ub8 $m/$ty.gguf -ngl 99 -ub 8   # every batch through the mat-vec (8 tokens), none through cuBLAS
 done
-for ty in q2_k q3_k_s q4_0; do
+[ "${PPL:-1}" = 0 ] || for ty in q2_k q3_k_s q4_0; do
     [ -s $m/$ty.gguf ] && ppl $ty-ngl99 $m/$ty.gguf -ngl 99
 done
 
