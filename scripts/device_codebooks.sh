@@ -12,8 +12,8 @@
 #          (SmolLM2's only matrices with rows of a multiple of 256 are ffn_down: the rest of its cb files fall
 #          back to other types, and 135M parameters measure kernel launches more than the weights' reads)
 #   big    (BIG=1; BIG=only skips everything above but the build) Llama-2-7B-shaped random files of CB2, CB3,
-#          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py, TEMPLATE = the Q4_1 GGUF of the
-#          default model or any llama GGUF, env TEMPLATE): llama-bench -ngl 99 pp512 / tg128, alternating;
+#          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py; its tokenizer from TEMPLATE, default
+#          the f16 file an earlier call made): llama-bench -ngl 99 pp512 / tg128, alternating;
 #          this is where decode is bound by reading the weights, the kernels' real comparison
 # Usage (device, repository root):
 #   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
@@ -25,7 +25,7 @@
 # /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
 #   call 1  BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
 #   call 2  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
-#   call 3  BIG=only TEMPLATE=SMOLLM2_Q4_1.gguf bash scripts/device_codebooks.sh - - $OUT
+#   call 3  BIG=only bash scripts/device_codebooks.sh - - $OUT
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
 out=$top/logs
@@ -58,8 +58,10 @@ bench() {  # name file [reps]
     say "bench $1:"; grep -E '^\|' "$out/bench-$1.log" | tail -2 | tee -a "$out/summary.txt"
     grep -q '^|' "$out/bench-$1.log" || tail -5 "$out/bench-$1.log" | tee -a "$out/summary.txt"
 }
+m=/tmp/cb-models; mkdir -p $m
+TEMPLATE=${TEMPLATE:-$m/f16.gguf}  # any llama GGUF with a tokenizer: by default call 1's f16 file
 if [ -n "${BIG:-}" ]; then
-    if [ -f "${TEMPLATE:-}" ]; then
+    if [ -f "$TEMPLATE" ]; then
         for ty in cb2 cb3 q2_k q3_k q4_0; do
             "$PY" scripts/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
                 { say "big $ty: make failed"; tail -5 "$out/make-big-$ty.log"; }
@@ -72,7 +74,7 @@ if [ -n "${BIG:-}" ]; then
         done
         rm -f /tmp/big-*.gguf
     else
-        say "BIG: no TEMPLATE GGUF (env TEMPLATE): big files skipped"
+        say "BIG: no template GGUF at $TEMPLATE (run call 1 first, or set TEMPLATE): big files skipped"
     fi
     [ "$BIG" = only ] && exit 0
 fi
@@ -87,7 +89,6 @@ if [ -z "${SKIP_TESTS:-}" ]; then
 fi
 
 [ -d "$hf" ] || { say "no HF folder at $hf: model runs skipped"; exit 0; }
-m=/tmp/cb-models; mkdir -p $m
 device=cpu
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null && device=cuda
 conv() {  # type file extra-args...
