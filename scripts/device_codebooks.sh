@@ -23,9 +23,11 @@
 # where it exists, else python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
 # CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench). The files stay in
 # /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
-#   call 1  BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
-#   call 2  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
-#   call 3  BIG=only bash scripts/device_codebooks.sh - - $OUT
+#   call 1  PPL=0 BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
+#           (test-cuda, the files: a cb conversion took 8 min on 2 busy cores here with CALIB_SAMPLES=2)
+#   call 2  SKIP_TESTS=1 BENCH=0 bash scripts/device_codebooks.sh ...same...   (perplexity)
+#   call 3  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh ...same...     (llama-bench)
+#   call 4  BIG=only bash scripts/device_codebooks.sh - - $OUT                  (7B-shaped speed)
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
 out=$top/logs
