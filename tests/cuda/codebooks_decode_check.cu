@@ -1,6 +1,6 @@
 // The codebook types' CUDA bit reading (ggml_ext/src/cuda/codebooks_decode.cuh) run on the host against the
 // C reference: for CB2 and CB3 rows quantized by ggml_quantize_chunk, every weight as the dequantize kernel
-// reads it (cb_code_index, cb_mult) and as each mat-vec lane reads it (cb_lane_decode: 32 lanes x 4
+// reads it (cb_code_index, cb_mult) and as each mat-vec lane reads it (cb_lane_load + cb_lane_unpack: 32 lanes x 4
 // sub-groups x 2 weights, every weight of the block exactly once) must equal ggml's to_float of the type bit
 // for bit (the kernels compute d * (l + 1) * T[c][q] in the reference's order). Host code only: built with
 // nvcc and run without a GPU by tests/cuda/test_codebooks_cuda_decode.py.
@@ -51,12 +51,14 @@ template <int BITS> static void check(ggml_type type) {
         }
         int seen[GGML_EXT_QK_CB] = {};
         for (int lane = 0; lane < 32; lane++) {  // the mat-vec's reading
-            int idx[4][2], mult[4];
-            cb_lane_decode<BITS>(b, lane, idx, mult);
+            int               idx[4][2], mult[4];
+            const cb_lane_raw raw = cb_lane_load<BITS>(b, lane);  // as the mat-vec: load, then unpack
+            cb_lane_unpack<BITS>(raw, lane, idx, mult);
+            const float dl = ggml_fp16_to_fp32((ggml_fp16_t) raw.d);
             for (int p = 0; p < 4; p++) {
                 for (int u = 0; u < 2; u++) {
                     const int   j = 16 * (4 * (lane >> 3) + p) + ((2 * lane) & 15) + u;
-                    const float v = d * (float) mult[p] * (float) tab.t[idx[p][u]];
+                    const float v = dl * (float) mult[p] * (float) tab.t[idx[p][u]];
                     seen[j]++;
                     if (v != r[j] && fails++ < 10) {
                         std::printf("FAIL CB%d mat-vec lane %d block %lld weight %d: %g != %g\n", BITS, lane,

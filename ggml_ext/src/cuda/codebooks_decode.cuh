@@ -54,27 +54,54 @@ __host__ __device__ __forceinline__ int cb_code_index(const typename cb_traits<B
     return c << cb_traits<BITS>::shift | q;
 }
 
-// The mat-vec's reading of a block by lane `lane` (0..31): it loads code bytes qs[2 lane], qs[2 lane + 1],
-// which hold weights jj0 = 2 lane & 15 and jj0 + 1 of the four sub-groups s = 4 g4 + p, g4 = lane >> 3,
-// p = 0..3. For each p: idx[p][u] the table index of weight 16 s + jj0 + u, mult[p] the multiplier of s.
+// Two bytes p[0], p[1] at an even offset of a block (every pair the mat-vec reads is): one 16-bit load on
+// the device (blocks are 2-byte aligned: they start with the fp16 d and are 78 / 110 bytes long), bytes on
+// the host.
+__host__ __device__ __forceinline__ int cb_ld16(const uint8_t * p) {
+#ifdef __CUDA_ARCH__
+    return *(const uint16_t *) p;
+#else
+    return p[0] | p[1] << 8;
+#endif
+}
+
+// What lane `lane` (0..31) of the mat-vec loads of a block, before decoding: five loads, all issued for
+// several blocks before any is used (the mat-vec keeps them in flight together). d: the fp16 bits of the
+// super-scale; sc: scales[2 g4] | scales[2 g4 + 1] << 8; cb: cb[g4]; q: code bytes qs[2 lane] | qs[2 lane + 1] << 8;
+// h (CB3): hmask bytes 16 (g4 >> 1) + jj0, + 1 likewise; g4 = lane >> 3, jj0 = 2 lane & 15.
+struct cb_lane_raw {
+    int d, sc, cb, q, h;
+};
+
 template <int BITS>
-__host__ __device__ __forceinline__ void cb_lane_decode(const typename cb_traits<BITS>::block * b, int lane,
-                                                        int idx[4][2], int mult[4]) {
-    const int g4  = lane >> 3;
-    const int jj0 = (2 * lane) & 15;
-    const int cb  = b->cb[g4];
-    const int q0 = b->qs[2 * lane], q1 = b->qs[2 * lane + 1];
-    int       h0 = 0, h1 = 0;
+__host__ __device__ __forceinline__ cb_lane_raw cb_lane_load(const typename cb_traits<BITS>::block * b, int lane) {
+    const int   g4 = lane >> 3;
+    cb_lane_raw r;
+    r.d  = cb_ld16((const uint8_t *) &b->d);
+    r.sc = cb_ld16(b->scales + 2 * g4);
+    r.cb = b->cb[g4];
+    r.q  = cb_ld16(b->qs + 2 * lane);
+    r.h  = 0;
     if constexpr (BITS == 3) {
-        // hmask byte 16 (s >> 3) + jj holds bit s & 7 = 4 (g4 & 1) + p of the sub-groups s = 4 g4 + p
-        h0 = b->hmask[16 * (g4 >> 1) + jj0] >> (4 * (g4 & 1));
-        h1 = b->hmask[16 * (g4 >> 1) + jj0 + 1] >> (4 * (g4 & 1));
+        r.h = cb_ld16(b->hmask + 16 * (g4 >> 1) + ((2 * lane) & 15));
     }
-    const int sc01 = b->scales[2 * g4], sc23 = b->scales[2 * g4 + 1];
+    return r;
+}
+
+// The mat-vec's reading of a block by lane `lane` (0..31), from what cb_lane_load loaded: the code bytes
+// qs[2 lane], qs[2 lane + 1] hold weights jj0 = 2 lane & 15 and jj0 + 1 of the four sub-groups s = 4 g4 + p,
+// g4 = lane >> 3, p = 0..3. For each p: idx[p][u] the table index of weight 16 s + jj0 + u, mult[p] the
+// multiplier of s.
+template <int BITS>
+__host__ __device__ __forceinline__ void cb_lane_unpack(const cb_lane_raw & r, int lane, int idx[4][2], int mult[4]) {
+    const int g4 = lane >> 3;
+    const int q0 = r.q & 0xff, q1 = r.q >> 8;
+    // hmask byte 16 (s >> 3) + jj holds bit s & 7 = 4 (g4 & 1) + p of the sub-groups s = 4 g4 + p
+    const int h0 = (r.h & 0xff) >> (4 * (g4 & 1)), h1 = (r.h >> 8) >> (4 * (g4 & 1));
 #pragma unroll
     for (int p = 0; p < 4; p++) {
-        mult[p]     = (((p < 2 ? sc01 : sc23) >> (4 * (p & 1))) & 15) + 1;
-        const int c = ((cb >> (2 * p)) & 3) << cb_traits<BITS>::shift;
+        mult[p]      = ((r.sc >> (4 * p)) & 15) + 1;  // nibble p of scales[2 g4] | scales[2 g4 + 1] << 8
+        const int c  = ((r.cb >> (2 * p)) & 3) << cb_traits<BITS>::shift;
         int       k0 = (q0 >> (2 * p)) & 3, k1 = (q1 >> (2 * p)) & 3;
         if constexpr (BITS == 3) {
             k0 |= ((h0 >> p) & 1) << 2;
@@ -83,4 +110,11 @@ __host__ __device__ __forceinline__ void cb_lane_decode(const typename cb_traits
         idx[p][0] = c | k0;
         idx[p][1] = c | k1;
     }
+}
+
+// Both steps for one block (what tests/cuda/codebooks_decode_check.cu checks against the C reference).
+template <int BITS>
+__host__ __device__ __forceinline__ void cb_lane_decode(const typename cb_traits<BITS>::block * b, int lane,
+                                                        int idx[4][2], int mult[4]) {
+    cb_lane_unpack<BITS>(cb_lane_load<BITS>(b, lane), lane, idx, mult);
 }
