@@ -33,7 +33,6 @@ namespace {
 
 constexpr int QK      = GGML_EXT_QK_CB;  // 256
 constexpr int MMV_ROWS = 8;              // rows (warps) per CUDA block of the mat-vec
-constexpr int MMV_NB   = 4;              // weight blocks per lane loaded together (in flight at once)
 
 // The tables go in as a kernel parameter (kernel parameters sit in constant memory: nothing to upload per
 // device) and are staged into shared memory as floats.
@@ -126,23 +125,26 @@ __global__ void __launch_bounds__(32 * MMV_ROWS) cb_mul_mat_vec(const cb_tables 
             }
         }
     };
-    // MMV_NB blocks at a time: all their loads issued before the first is used, so a warp keeps
-    // MMV_NB x 78 (110) bytes in flight instead of one block's (decode is bound by the latency of these
-    // reads: one block per step left the first version at ~10% of an H100's bandwidth).
-    int64_t ib = 0;
-    for (; ib + MMV_NB <= a.n_blocks; ib += MMV_NB) {
-        cb_lane_raw r[MMV_NB];
+    // NB blocks at a time: all their loads issued before the first is used, so a warp keeps NB x 78 (110)
+    // bytes in flight instead of one block's (decode is bound by the latency of these reads: one block per
+    // step left the first version at ~10% of an H100's bandwidth). The last step may be partial (rows of
+    // 11008 = 43 blocks): its loads stay together, predicated.
+    constexpr int NB = NCOLS <= 2 ? 8 : 4;  // fewer with more columns: their accumulators need the registers
+    for (int64_t ib0 = 0; ib0 < a.n_blocks; ib0 += NB) {
+        const int64_t n = a.n_blocks - ib0;
+        cb_lane_raw   r[NB] = {};
 #pragma unroll
-        for (int u = 0; u < MMV_NB; u++) {
-            r[u] = cb_lane_load<BITS>(wr + ib + u, lane);
+        for (int u = 0; u < NB; u++) {
+            if (u < n) {
+                r[u] = cb_lane_load<BITS>(wr + ib0 + u, lane);
+            }
         }
 #pragma unroll
-        for (int u = 0; u < MMV_NB; u++) {
-            block_dot(r[u], ib + u);
+        for (int u = 0; u < NB; u++) {
+            if (u < n) {
+                block_dot(r[u], ib0 + u);
+            }
         }
-    }
-    for (; ib < a.n_blocks; ib++) {
-        block_dot(cb_lane_load<BITS>(wr + ib, lane), ib);
     }
 #pragma unroll
     for (int col = 0; col < NCOLS; col++) {
