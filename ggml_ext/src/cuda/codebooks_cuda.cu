@@ -93,7 +93,7 @@ struct mmv_args {
 };
 
 template <int BITS, int NCOLS>
-__global__ void __launch_bounds__(32 * MMV_ROWS) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
+__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 1) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
     using block = typename cb_traits<BITS>::block;
     __shared__ float tab[cb_traits<BITS>::n_tab];
     stage_table<BITS>(tables, tab);
@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(32 * MMV_ROWS) cb_mul_mat_vec(const cb_tables 
     // bytes in flight instead of one block's (decode is bound by the latency of these reads: one block per
     // step left the first version at ~10% of an H100's bandwidth). The last step may be partial (rows of
     // 11008 = 43 blocks): its loads stay together, predicated.
-    constexpr int NB = NCOLS <= 2 ? 8 : 4;  // fewer with more columns: their accumulators need the registers
+    // fewer with more columns (their accumulators need the registers) and for CB3 (a fifth load, hmask)
+    constexpr int NB = NCOLS > 2 ? 4 : BITS == 2 ? 8 : 6;
     for (int64_t ib0 = 0; ib0 < a.n_blocks; ib0 += NB) {
         const int64_t n = a.n_blocks - ib0;
         cb_lane_raw   r[NB] = {};
