@@ -9,13 +9,18 @@
 //
 // The mat-vec takes the activations as f32, not quantized to q8_1 as upstream's MMVQ does: the weights'
 // decode is a table lookup per weight either way (no integer dot-product instruction can take the codes
-// directly), so DP4A would only replace the float FMA after the lookup, while a q8_1 copy of the
-// activations costs an extra kernel and a second rounding. At 1..8 tokens the kernel is bound by reading
-// the weights (2.44 / 3.44 bits each against 32 bits of activation shared by all rows, read from L1/L2).
+// directly), and tests/c/test_types_backends.cpp holds a GPU to NMSE 1e-5 against the exact product, which
+// q8_1 activations (the CPU's Q8_K gives ~1.5e-5) would not reliably meet.
 //
 // Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
-// lane t taking code bytes qs[2t], qs[2t+1] (64 bytes, one coalesced read): byte i holds weight i & 15 of
-// the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4 sub-groups. How both
+// lane t taking code bytes qs[2t], qs[2t+1] (one 16-bit load; the warp's 64 bytes coalesced): byte i holds
+// weight i & 15 of the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4
+// sub-groups with one more 16-bit load of their scales, one byte of codebook indices, the fp16 d (and for
+// CB3 a 16-bit load of hmask). Decode at 1-2 tokens is bound by how many of these reads are in flight: a
+// lane issues the loads of 8 blocks (CB3 6; 4 at 3-8 tokens) before decoding the first, and the kernel is
+// held to 64 registers at 1-2 tokens so that 4 CUDA blocks of 8 warps share an SM (on an H100 the 4096 rows
+// of a 7B model's matrices then run in one wave). The first version (one block per step, byte loads,
+// 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/BENCHMARKS.md). How both
 // kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
 #include "ggml-ext-cuda.cuh"
 
@@ -212,7 +217,8 @@ bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_t
     if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CB_MMV_MAX ||
         ne00 % QK != 0 || ne12 % ne02 != 0 || ne13 % ne03 != 0 || nb10 != sizeof(float) ||
         nb11 % (2 * sizeof(float)) != 0 || nb12 % (2 * sizeof(float)) != 0 || nb13 % (2 * sizeof(float)) != 0 ||
-        ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ne12 * ne13 > 65535) {
+        ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ((uintptr_t) src0->data) % 2 != 0 ||
+        ne12 * ne13 > 65535) {  // (the mat-vec reads the blocks' bytes in 16-bit pairs)
         return false;  // ggml-cuda's cuBLAS path on the dequantized weights
     }
     mmv_args a;
