@@ -65,7 +65,9 @@ def main() -> int:
     tpl = read_gguf(a.template)
     if tpl.kv.get("general.architecture") != "llama":
         ap.error(f"{a.template}: template must be a llama-architecture GGUF")
-    n_vocab = tpl.tensor("token_embd.weight").shape[1]
+    # the model's embedding rows, or (a vocab-only GGUF: llama.cpp's models/ggml-vocab-llama-spm.gguf) its tokens
+    has_embd = any(t.name == "token_embd.weight" for t in tpl.tensors)
+    n_vocab = tpl.tensor("token_embd.weight").shape[1] if has_embd else len(tpl.kv["tokenizer.ggml.tokens"])
     e, f, L = SHAPE_7B["n_embd"], SHAPE_7B["n_ff"], a.layers
     tname, block, block_bytes, fp16_offsets, factor = TYPES[a.type]
     qtype = ggml_types.type_by_name(tname).id
