@@ -19,7 +19,8 @@
 // CB3 a 16-bit load of hmask). Decode at 1-2 tokens is bound by how many of these reads are in flight: a
 // lane issues the loads of 8 blocks (CB3 6; 4 at 3-8 tokens) before decoding the first, and the kernel is
 // held to 64 registers at 1-2 tokens so that 4 CUDA blocks of 8 warps share an SM (on an H100 the 4096 rows
-// of a 7B model's matrices then run in one wave). The first version (one block per step, byte loads,
+// of a 7B model's matrices then run in one wave; 3 CUDA blocks, 80 registers, at 3-8 tokens). At one token
+// the multiplier comes after the two products (3 float operations per weight pair, not 5). The first version (one block per step, byte loads,
 // 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/BENCHMARKS.md). How both
 // kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
 #include "ggml-ext-cuda.cuh"
@@ -98,7 +99,7 @@ struct mmv_args {
 };
 
 template <int BITS, int NCOLS>
-__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 1) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
+__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 3) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
     using block = typename cb_traits<BITS>::block;
     __shared__ float tab[cb_traits<BITS>::n_tab];
     stage_table<BITS>(tables, tab);
@@ -126,11 +127,17 @@ __global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 1) cb_mul_mat_
 #pragma unroll
         for (int p = 0; p < 4; p++) {
             const float m  = __int_as_float(0x4B000000 | mult[p]) - 8388608.0f;
-            const float w0 = m * tab[idx[p][0]], w1 = m * tab[idx[p][1]];
+            const float t0 = tab[idx[p][0]], t1 = tab[idx[p][1]];
+            if constexpr (NCOLS == 1) {  // the multiplier after the two products: 3 operations, not 5
+                const float2 xv = *(const float2 *) (xb + 16 * p);
+                blk[0] += m * (t0 * xv.x + t1 * xv.y);
+            } else {  // the multiplier into the weights once, shared by the columns
+                const float w0 = m * t0, w1 = m * t1;
 #pragma unroll
-            for (int col = 0; col < NCOLS; col++) {
-                const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
-                blk[col] += w0 * xv.x + w1 * xv.y;
+                for (int col = 0; col < NCOLS; col++) {
+                    const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
+                    blk[col] += w0 * xv.x + w1 * xv.y;
+                }
             }
         }
 #pragma unroll
