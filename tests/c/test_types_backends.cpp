@@ -157,7 +157,8 @@ static void check_refusals(ggml_backend_t backend, ggml_type type) {
 static const mm_case k_cb_cases[] = {
     { 256, 8, 1 },       // one block per row, one row tile
     { 1536, 576, 1 },    // SmolLM2's FFN down (its only width that is a multiple of 256), one token
-    { 1536, 576, 2 },    // 2..8 tokens: the GPU's mat-vec with several columns
+    { 2304, 576, 2 },    // 2..8 tokens: the GPU's mat-vec with several columns; 9 blocks a row: one full step
+                         // of its 8 blocks' loads in flight, then a partial one
     { 768, 203, 5 },     // rows not a multiple of the mat-vec's 8 per CUDA block
     { 1536, 13, 8 },     // the mat-vec's largest batch, 13 rows
     { 1536, 576, 9 },    // the smallest batch on cuBLAS
