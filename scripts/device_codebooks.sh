@@ -13,7 +13,8 @@
 #          back to other types, and 135M parameters measure kernel launches more than the weights' reads)
 #   big    (BIG=1; BIG=only skips everything above but the build) Llama-2-7B-shaped random files of CB2, CB3,
 #          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py; its tokenizer from TEMPLATE, default
-#          the f16 file an earlier call made, else llama.cpp's vocab-only ggml-vocab-llama-spm.gguf): llama-bench
+#          the f16 file an earlier call made, else llama.cpp's vocab-only ggml-vocab-llama-spm.gguf from a tree
+#          with models/: the device's pinned tarball has none, so give TEMPLATE there): llama-bench
 #          -ngl 99 pp512 / tg128, alternating;
 #          this is where decode is bound by reading the weights, the kernels' real comparison
 # Usage (device, repository root):
@@ -29,6 +30,9 @@
 #   call 2  SKIP_TESTS=1 BENCH=0 bash scripts/device_codebooks.sh ...same...   (perplexity)
 #   call 3  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh ...same...     (llama-bench)
 #   call 4  BIG=only bash scripts/device_codebooks.sh - - $OUT                  (7B-shaped speed)
+#           or, without call 1's f16 file (as measured in docs/BENCHMARKS.md's second run):
+#           SKIP_TESTS=1 BIG=only TEMPLATE=<llama.cpp checkout>/models/ggml-vocab-llama-spm.gguf \
+#               bash scripts/device_codebooks.sh - - $OUT
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
 out=$top/logs
@@ -62,12 +66,17 @@ bench() {  # name file [reps]
     grep -q '^|' "$out/bench-$1.log" || tail -5 "$out/bench-$1.log" | tee -a "$out/summary.txt"
 }
 m=/tmp/cb-models; mkdir -p $m
-# any llama GGUF with a tokenizer: by default call 1's f16 file (SmolLM2's 49152 tokens), else, on a machine
-# without it, llama.cpp's vocab-only models/ggml-vocab-llama-spm.gguf (Llama-2's own 32000 tokens)
+# any llama GGUF with a tokenizer: by default call 1's f16 file (SmolLM2's 49152 tokens), else llama.cpp's
+# vocab-only models/ggml-vocab-llama-spm.gguf (Llama-2's own 32000 tokens) where a llama.cpp tree with models/
+# is at hand. The device's llama.cpp is the pinned release tarball unpacked at $GGML_EXT_LLAMA_CPP_SRC, which
+# has no models/ folder: there, without call 1's file, TEMPLATE must be given (copy that GGUF from a llama.cpp
+# git checkout into the working tree, untracked, and pass its path)
 TEMPLATE=${TEMPLATE:-$m/f16.gguf}
 if [ ! -f "$TEMPLATE" ]; then
-    src=$("$PY" scripts/fetch_llama_cpp.py 2>/dev/null | tail -1)
-    [ -f "$src/models/ggml-vocab-llama-spm.gguf" ] && TEMPLATE=$src/models/ggml-vocab-llama-spm.gguf
+    for src in "${GGML_EXT_LLAMA_CPP_SRC:-}" "$("$PY" scripts/fetch_llama_cpp.py 2>/dev/null | tail -1)"; do
+        [ -n "$src" ] && [ -f "$src/models/ggml-vocab-llama-spm.gguf" ] &&
+            { TEMPLATE=$src/models/ggml-vocab-llama-spm.gguf; break; }
+    done
 fi
 if [ -n "${BIG:-}" ]; then
     if [ -f "$TEMPLATE" ]; then
@@ -83,7 +92,7 @@ if [ -n "${BIG:-}" ]; then
         done
         rm -f /tmp/big-*.gguf
     else
-        say "BIG: no template GGUF at $TEMPLATE (run call 1 first, or set TEMPLATE): big files skipped"
+        say "BIG: no template GGUF at $TEMPLATE (run call 1 first, or set TEMPLATE=<llama.cpp checkout>/models/ggml-vocab-llama-spm.gguf: the pinned tarball at \$GGML_EXT_LLAMA_CPP_SRC has no models/): big files skipped"
     fi
     [ "$BIG" = only ] && exit 0
 fi
