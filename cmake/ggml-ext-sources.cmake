@@ -57,7 +57,7 @@ target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src/ops")
 if (GGML_EXT_CUDA)
     file(GLOB GGML_EXT_CUDA_SOURCES CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/cuda/*.cu")
     target_sources(ggml-cuda PRIVATE ${GGML_EXT_CUDA_SOURCES})
-    target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda")
+    target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda" "${GGML_EXT_DIR}/src")
 endif()
 
 # What patch 0300 calls from llama.cpp's graph and KV cache: linear-layer side-cars, KV types (libllama).

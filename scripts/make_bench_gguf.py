@@ -7,9 +7,10 @@ kernel launches. The device machine takes at most 64 MiB of files a call, so a m
 the size users run is made there instead, in seconds: the template GGUF (the default
 model) gives the tokenizer and chat template, the shapes are Llama-2-7B's (32 layers,
 d=4096, 32 heads, FFN 11008; the template's 49152-token vocabulary), and every weight
-matrix is TYPE (Q4_0 or IQ4_NL: 18-byte blocks of 32) filled with seeded random codes and
-one small fp16 scale per block, so activations stay finite. Norms are ones. Tokens/s do not
-depend on the values; perplexity of such a file means nothing and is never reported.
+matrix is TYPE (Q4_0 or IQ4_NL: 18-byte blocks of 32; Q2_K, Q3_K, CB2, CB3: blocks of 256)
+filled with seeded random codes and small fp16 scales in every block's fp16 fields, so
+activations stay finite. Norms are ones. Tokens/s do not depend on the values; perplexity of
+such a file means nothing and is never reported.
 
     python3 scripts/make_bench_gguf.py TEMPLATE.gguf OUT.gguf --type q4_0 [--layers 32]
 
@@ -29,17 +30,26 @@ from ggml_ext.gguf.reader import read_gguf  # noqa: E402
 from ggml_ext.gguf.writer import GGUFWriter  # noqa: E402
 
 SHAPE_7B = dict(n_embd=4096, n_ff=11008, n_head=32, n_head_kv=32, n_layer=32)
-BLOCK, BLOCK_BYTES = 32, 18
-TYPES = {"q4_0": "Q4_0", "iq4_nl": "IQ4_NL"}
+# name: (ggml name, weights per block, bytes per block, byte offsets of the block's fp16 scales, scale factor:
+# the fp16 scales are factor x 0.25 / sqrt(fan-in), the factor roughly 8 / the largest |code x sub-scale|)
+TYPES = {
+    "q4_0": ("Q4_0", 32, 18, (0,), 1.0),
+    "iq4_nl": ("IQ4_NL", 32, 18, (0,), 1.0),
+    "q2_k": ("Q2_K", 256, 84, (80, 82), 0.2),       # scales[16] qs[64] d dmin
+    "q3_k": ("Q3_K", 256, 110, (108,), 0.1),        # hmask[32] qs[64] scales[12] d
+    "cb2": ("CB2", 256, 78, (0,), 0.005),           # d scales[8] cb[4] qs[64] (docs/formats/codebooks.md)
+    "cb3": ("CB3", 256, 110, (0,), 0.005),          # CB2's fields, hmask[32]
+}
 
 
-def random_blocks(rng: np.random.Generator, n_weights: int, scale: float) -> np.ndarray:
-    """n_weights / 32 blocks: fp16 scale ``scale`` (±10 %), then 16 random code bytes."""
-    n = n_weights // BLOCK
-    out = np.empty((n, BLOCK_BYTES), np.uint8)
-    d = (scale * rng.uniform(0.9, 1.1, n)).astype("<f2")
-    out[:, :2] = d.view(np.uint8).reshape(n, 2)
-    out[:, 2:] = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+def random_blocks(rng: np.random.Generator, n_weights: int, scale: float, block: int, block_bytes: int,
+                  fp16_offsets: tuple[int, ...]) -> np.ndarray:
+    """n_weights / block blocks of random code bytes whose fp16 fields hold ``scale`` (±10 %)."""
+    n = n_weights // block
+    out = rng.integers(0, 256, (n, block_bytes), dtype=np.uint8)
+    for off in fp16_offsets:
+        d = (scale * rng.uniform(0.9, 1.1, n)).astype("<f2")
+        out[:, off:off + 2] = d.view(np.uint8).reshape(n, 2)
     return out.reshape(-1)
 
 
@@ -55,16 +65,19 @@ def main() -> int:
     tpl = read_gguf(a.template)
     if tpl.kv.get("general.architecture") != "llama":
         ap.error(f"{a.template}: template must be a llama-architecture GGUF")
-    n_vocab = tpl.tensor("token_embd.weight").shape[1]
+    # the model's embedding rows, or (a vocab-only GGUF: llama.cpp's models/ggml-vocab-llama-spm.gguf) its tokens
+    has_embd = any(t.name == "token_embd.weight" for t in tpl.tensors)
+    n_vocab = tpl.tensor("token_embd.weight").shape[1] if has_embd else len(tpl.kv["tokenizer.ggml.tokens"])
     e, f, L = SHAPE_7B["n_embd"], SHAPE_7B["n_ff"], a.layers
-    qtype = ggml_types.type_by_name(TYPES[a.type]).id
+    tname, block, block_bytes, fp16_offsets, factor = TYPES[a.type]
+    qtype = ggml_types.type_by_name(tname).id
     f32 = ggml_types.type_by_name("F32").id
 
     w = GGUFWriter(a.out, force=True)
     for key, value in tpl.kv.items():
         if key.startswith("tokenizer.") or key in ("general.architecture",):
             w.add(key, tpl.kv_types[key], value)
-    w.add("general.name", "str", f"random {TYPES[a.type]} Llama-2-7B shape, speed benchmarks only")
+    w.add("general.name", "str", f"random {tname} Llama-2-7B shape, speed benchmarks only")
     hp = {"context_length": 4096, "embedding_length": e, "feed_forward_length": f, "block_count": L,
           "attention.head_count": SHAPE_7B["n_head"], "attention.head_count_kv": SHAPE_7B["n_head_kv"],
           "rope.dimension_count": e // SHAPE_7B["n_head"], "vocab_size": n_vocab}
@@ -80,17 +93,18 @@ def main() -> int:
                  (f"blk.{i}.ffn_down.weight", (f, e))]
     norms = ["output_norm.weight"] + [f"blk.{i}.{n}_norm.weight" for i in range(L) for n in ("attn", "ffn")]
     for name, shape in mats:
-        w.add_tensor_info(name, shape, qtype, shape[0] * shape[1] // BLOCK * BLOCK_BYTES)
+        w.add_tensor_info(name, shape, qtype, shape[0] * shape[1] // block * block_bytes)
     for name in norms:
         w.add_tensor_info(name, (e,), f32, 4 * e)
 
     rng = np.random.default_rng(a.seed)
     with w:
         for name, shape in mats:  # scale ~ 1/sqrt(fan-in) over the codes' spread
-            w.write_tensor(random_blocks(rng, shape[0] * shape[1], 0.25 / np.sqrt(shape[0])))
+            w.write_tensor(random_blocks(rng, shape[0] * shape[1], factor * 0.25 / np.sqrt(shape[0]), block,
+                                         block_bytes, fp16_offsets))
         for _ in norms:
             w.write_tensor(np.ones(e, np.float32))
-    print(f"{a.out}: {w.total_size / 2**30:.2f} GiB, {len(mats)} {TYPES[a.type]} matrices, {L} layers")
+    print(f"{a.out}: {w.total_size / 2**30:.2f} GiB, {len(mats)} {tname} matrices, {L} layers")
     return 0
 
 

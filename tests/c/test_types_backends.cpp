@@ -11,6 +11,13 @@
 //                     at most 5e-4: the GPU quantizes activations to Q8_1 or runs cuBLAS on dequantized
 //                     weights, the CPU to Q8_0)
 //   --require-gpu     exit 77 (skip) when there is no GPU device
+// ggml-ext's own quantized types (the codebooks CB2 / CB3, no stock twin) are held as they are and run by
+// ggml-ext's kernels on every backend: over shapes from one token (the GPU's mat-vec) through 2..8 tokens
+// (still the mat-vec) to 9+ (dequantize + cuBLAS), with row counts that are not multiples of the kernels'
+// row tiles, each backend's result is held to the exact product of the dequantized weights (double sums:
+// NMSE at most 1e-4 on the CPU, which quantizes activations to Q8_K (about 1.5e-5 measured); at most 1e-5
+// on a GPU, whose f32 / f16 activations round far less) and a GPU's to the CPU's (2e-4); through RPC the
+// local CPU's bits.
 // The weights go up in uneven pieces (as llama.cpp's loader sends them) and come back byte for byte,
 // whole and in slices that start and end inside a row group; nodes a backend cannot run on these
 // layouts (get_rows, a view of part of each row) are refused by supports_op, not run wrong.
@@ -145,6 +152,129 @@ static void check_refusals(ggml_backend_t backend, ggml_type type) {
     ggml_free(ctx);
 }
 
+// ---- the codebook types (own ids, no stock twin) ----
+
+static const mm_case k_cb_cases[] = {
+    { 256, 8, 1 },       // one block per row, one row tile
+    { 1536, 576, 1 },    // SmolLM2's FFN down (its only width that is a multiple of 256), one token
+    { 2304, 576, 2 },    // 2..8 tokens: the GPU's mat-vec with several columns; 9 blocks a row: one full step
+                         // of its 8 blocks' loads in flight, then a partial one
+    { 768, 203, 5 },     // rows not a multiple of the mat-vec's 8 per CUDA block
+    { 1536, 13, 8 },     // the mat-vec's largest batch, 13 rows
+    { 1536, 576, 9 },    // the smallest batch on cuBLAS
+    { 512, 389, 33 },    // a batch, odd rows
+    { 4096, 64, 512 },   // a 7B row width, a prompt's batch
+};
+
+// y[m * N + n] = sum_k w[n, k] x[m, k] in double on the weights' dequantized values: the exact product every
+// backend approximates
+static std::vector<float> exact_mul_mat(ggml_type type, const mm_case & c, const std::vector<uint8_t> & w,
+                                        const std::vector<float> & x) {
+    std::vector<float> wf(c.K * c.N);
+    ggml_get_type_traits(type)->to_float(w.data(), wf.data(), c.K * c.N);
+    std::vector<float> y(c.N * c.M);
+    for (int64_t m = 0; m < c.M; m++) {
+        for (int64_t n = 0; n < c.N; n++) {
+            double acc = 0;
+            for (int64_t k = 0; k < c.K; k++) {
+                acc += (double) wf[n * c.K + k] * x[m * c.K + k];
+            }
+            y[m * c.N + n] = (float) acc;
+        }
+    }
+    return y;
+}
+
+// get_rows and mul_mat_id of the codebook types are not run on a GPU (llama.cpp keeps token_embd on the
+// CPU); supports_op must say so rather than run them wrong.
+static void check_cb_refusals(ggml_backend_t backend, ggml_type type) {
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    w   = ggml_new_tensor_3d(ctx, type, 256, 16, 2);
+    ggml_tensor *    ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 3);
+    ggml_tensor *    gr  = ggml_get_rows(ctx, ggml_view_2d(ctx, w, 256, 16, w->nb[1], 0), ids);
+    ggml_tensor *    x   = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, 256, 1, 4);
+    ggml_tensor *    eid = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 1, 4);
+    ggml_tensor *    mid = ggml_mul_mat_id(ctx, w, x, eid);
+    CHECK(!ggml_backend_supports_op(backend, gr), "%s accepts get_rows of %s", ggml_backend_name(backend),
+          ggml_type_name(type));
+    CHECK(!ggml_backend_supports_op(backend, mid), "%s accepts mul_mat_id of %s", ggml_backend_name(backend),
+          ggml_type_name(type));
+    ggml_free(ctx);
+}
+
+// Every codebook type in mul_mat on the CPU and each other backend; returns the number of mul_mat runs.
+static int check_codebook_types(ggml_backend_t cpu, const std::vector<ggml_backend_t> & others, bool rpc_gpu,
+                                int * n_types) {
+    int runs = 0;
+    *n_types = 0;
+    for (int t = 0; t < ggml_ext_type_count(); t++) {
+        const ggml_ext_type_info * info = ggml_ext_type_info_at(t);
+        if (info->id != GGML_TYPE_CB2 && info->id != GGML_TYPE_CB3) {
+            continue;
+        }
+        (*n_types)++;
+        const ggml_type type = (ggml_type) info->id;
+        for (ggml_backend_t b : others) {
+            if (!ggml_backend_is_rpc(b)) {  // RPC answers yes to everything
+                check_cb_refusals(b, type);
+            }
+        }
+        std::vector<uint8_t> w;  // the last shape's weights
+        int64_t              wK = 0;
+        for (const mm_case & c : k_cb_cases) {
+            // the weights depend on the shape only (quantizing is the slow part: once per K x N)
+            rng                r{ (uint64_t) (1000 * info->id + c.K + 7 * c.N) };
+            std::vector<float> wf(c.K * c.N), x(c.K * c.M);
+            for (auto & v : wf) {
+                v = r.next() * 0.1f;
+            }
+            for (auto & v : x) {
+                v = r.next();
+            }
+            const size_t nbytes = ggml_row_size(type, c.K) * c.N;
+            if (w.size() != nbytes || wK != c.K) {
+                w.assign(nbytes, 0);
+                wK = c.K;
+                CHECK(ggml_quantize_chunk(type, wf.data(), w.data(), 0, c.N, c.K, nullptr) == nbytes,
+                      "%s quantize", info->name);
+            }
+            const std::vector<float> exact = exact_mul_mat(type, c, w, x);
+
+            ggml_backend_cpu_set_n_threads(cpu, 4);
+            const std::vector<float> on_cpu = mul_mat(cpu, type, c, w, x, 0);
+            runs++;
+            const double e_cpu = nmse(on_cpu, exact);
+            CHECK(e_cpu <= 1e-4, "CPU: %s %lldx%lldx%lld NMSE %.3g against the exact product", info->name,
+                  (long long) c.K, (long long) c.N, (long long) c.M, e_cpu);
+            std::printf("CPU %s K=%lld N=%lld M=%lld: NMSE vs exact %.2e\n", info->name, (long long) c.K,
+                        (long long) c.N, (long long) c.M, e_cpu);
+            for (ggml_backend_t b : others) {
+                std::vector<uint8_t>     back;
+                const std::vector<float> got = mul_mat(b, type, c, w, x, 1000003 % (nbytes / 3 + 1) + 1, &back);
+                runs++;
+                CHECK(back == w, "%s: %s %lldx%lld readback after a piecewise upload differs", ggml_backend_name(b),
+                      info->name, (long long) c.K, (long long) c.N);
+                if (ggml_backend_is_rpc(b) && !rpc_gpu) {
+                    CHECK(!std::memcmp(on_cpu.data(), got.data(), got.size() * sizeof(float)),
+                          "%s: %s %lldx%lldx%lld differs from the local CPU", ggml_backend_name(b), info->name,
+                          (long long) c.K, (long long) c.N, (long long) c.M);
+                    continue;
+                }
+                const double e_exact = nmse(got, exact), e_vs_cpu = nmse(got, on_cpu);
+                CHECK(e_exact <= 1e-5, "%s: %s %lldx%lldx%lld NMSE %.3g against the exact product",
+                      ggml_backend_name(b), info->name, (long long) c.K, (long long) c.N, (long long) c.M, e_exact);
+                CHECK(e_vs_cpu <= 2e-4, "%s: %s %lldx%lldx%lld NMSE %.3g against the CPU", ggml_backend_name(b),
+                      info->name, (long long) c.K, (long long) c.N, (long long) c.M, e_vs_cpu);
+                std::printf("%s %s K=%lld N=%lld M=%lld: NMSE vs exact %.2e, vs CPU %.2e (CPU vs exact %.2e)\n",
+                            ggml_backend_name(b), info->name, (long long) c.K, (long long) c.N, (long long) c.M,
+                            e_exact, e_vs_cpu, e_cpu);
+            }
+        }
+    }
+    return runs;
+}
+
 int main(int argc, char ** argv) {
     const char * rpc         = nullptr;
     bool         require_gpu = false, rpc_gpu = false;
@@ -256,11 +386,17 @@ int main(int argc, char ** argv) {
     }
     CHECK(n_types == 6, "%d types with a stock twin", n_types);
 
+    int       n_cb    = 0;
+    const int cb_runs = check_codebook_types(cpu, others, rpc_gpu, &n_cb);
+    CHECK(n_cb == 2, "%d codebook types", n_cb);
+
     for (ggml_backend_t b : others) {
         std::printf("backend: %s\n", ggml_backend_name(b));
         ggml_backend_free(b);
     }
     ggml_backend_free(cpu);
+    std::printf("codebooks: %d mul_mat runs, %d types x %zu shapes\n", cb_runs, n_cb,
+                sizeof(k_cb_cases) / sizeof(k_cb_cases[0]));
     std::printf("%s: %d mul_mat runs, %d types x %zu shapes on CPU (1, 4 threads)%s%s, %d failures\n",
                 g_fails ? "FAILED" : "OK", runs, n_types, sizeof(k_cases) / sizeof(k_cases[0]), rpc ? " + RPC" : "",
                 n_gpu || rpc_gpu ? " + GPU" : "", g_fails);

@@ -4,6 +4,10 @@
 
 #include "ggml.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
 #include <utility>
 #include <vector>
 
@@ -63,3 +67,24 @@ struct ggml_ext_cuda_base_layout_graph {
 
     std::vector<std::pair<ggml_tensor *, ggml_type>> changed;
 };
+
+// ---- ggml-ext's own quantized types: the codebooks CB2 / CB3 (codebooks_cuda.cu, patch 0410) ----
+// Their bytes are held as they are; ggml_cuda_mul_mat sends them here first: the mat-vec for up to
+// GGML_EXT_CB_MMV_MAX tokens, else ggml-cuda's cuBLAS path on weights dequantized by the converters below.
+
+#define GGML_EXT_CB_MMV_MAX 8
+
+// true for CB2 / CB3 (no upstream kernel may see them: MMVQ / MMQ and their fusions are skipped)
+bool ggml_ext_cuda_own_type(ggml_type type);
+// supports_op for a MUL_MAT / MUL_MAT_ID node whose weights (src0) are of an own type
+bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op);
+// y = W x by the mat-vec kernel on ctx's stream; false (nothing run) when the node is not for it
+// (more than GGML_EXT_CB_MMV_MAX tokens, f16 activations, ...): the caller runs cuBLAS instead.
+bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                   ggml_tensor * dst);
+
+// contiguous blocks -> k values (convert.cu's ggml_get_to_fp*_cuda for the own types; nullptr for others)
+template <typename T> using ggml_ext_to_cuda_t = void (*)(const void * x, T * y, int64_t k, cudaStream_t stream);
+ggml_ext_to_cuda_t<float>       ggml_ext_cuda_get_to_fp32(ggml_type type);
+ggml_ext_to_cuda_t<half>        ggml_ext_cuda_get_to_fp16(ggml_type type);
+ggml_ext_to_cuda_t<nv_bfloat16> ggml_ext_cuda_get_to_bf16(ggml_type type);

@@ -1,0 +1,264 @@
+// The codebook types CB2 / CB3 (docs/formats/codebooks.md, formats/codebooks/codebooks.h) on CUDA: the
+// file's bytes as they are in GPU memory, two kernels, called from ggml-cuda.cu through patch 0410:
+//   dequantize   blocks -> f32 / f16 / bf16 (ggml_get_to_fp*_cuda): ggml-cuda's own cuBLAS path
+//                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CB_MMV_MAX tokens;
+//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks.
+// Every weight is w = d * (l_s + 1) * T[c_s][q]: the 16 or 32 table entries come in as a kernel parameter and
+// are staged as floats in shared memory once per CUDA block (32 lanes looking up different codes read
+// different banks of a 32-entry table: no conflicts, where __constant__ memory would serialise them).
+//
+// The mat-vec takes the activations as f32, not quantized to q8_1 as upstream's MMVQ does: the weights'
+// decode is a table lookup per weight either way (no integer dot-product instruction can take the codes
+// directly), and tests/c/test_types_backends.cpp holds a GPU to NMSE 1e-5 against the exact product, which
+// q8_1 activations (the CPU's Q8_K gives ~1.5e-5) would not reliably meet.
+//
+// Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
+// lane t taking code bytes qs[2t], qs[2t+1] (one 16-bit load; the warp's 64 bytes coalesced): byte i holds
+// weight i & 15 of the four sub-groups 4 (i >> 4) .. 4 (i >> 4) + 3, so a lane decodes 8 weights of 4
+// sub-groups with one more 16-bit load of their scales, one byte of codebook indices, the fp16 d (and for
+// CB3 a 16-bit load of hmask). Decode at 1-2 tokens is bound by how many of these reads are in flight: a
+// lane issues the loads of 8 blocks (CB3 6; 4 at 3-8 tokens) before decoding the first, and the kernel is
+// held to 64 registers at 1-2 tokens so that 4 CUDA blocks of 8 warps share an SM (on an H100 the 4096 rows
+// of a 7B model's matrices then run in one wave; 3 CUDA blocks, 80 registers, at 3-8 tokens). At one token
+// the multiplier comes after the two products (3 float operations per weight pair, not 5). The first version (one block per step, byte loads,
+// 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/BENCHMARKS.md). How both
+// kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
+#include "ggml-ext-cuda.cuh"
+
+#include "ggml-cuda/common.cuh"
+#include "ggml-cuda/convert.cuh"
+#include "codebooks_decode.cuh"
+#include "formats/codebooks/codebooks.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+static_assert(sizeof(ggml_ext_block_cb2) == 78 && sizeof(ggml_ext_block_cb3) == 110, "codebooks.h's blocks");
+
+namespace {
+
+constexpr int QK      = GGML_EXT_QK_CB;  // 256
+constexpr int MMV_ROWS = 8;              // rows (warps) per CUDA block of the mat-vec
+
+// The tables go in as a kernel parameter (kernel parameters sit in constant memory: nothing to upload per
+// device) and are staged into shared memory as floats.
+template <int BITS> const cb_tables & host_tables() {
+    static const cb_tables t = cb_make_tables<BITS>();
+    return t;
+}
+
+template <int BITS> __device__ __forceinline__ void stage_table(const cb_tables & src, float * tab) {
+    for (int i = threadIdx.x; i < cb_traits<BITS>::n_tab; i += blockDim.x) {
+        tab[i] = (float) src.t[i];
+    }
+    __syncthreads();
+}
+
+// ---- dequantize: 32 threads per block of 256 weights, thread t writes weights 8t .. 8t + 7 (sub-group
+// t / 2, its half t & 1); 8 blocks per CUDA block of 256 threads ----
+template <int BITS, typename dst_t>
+__global__ void cb_dequantize(const cb_tables tables, const void * __restrict__ vx, dst_t * __restrict__ y, int64_t n_blocks) {
+    __shared__ float tab[cb_traits<BITS>::n_tab];
+    stage_table<BITS>(tables, tab);
+    const int64_t ib = (int64_t) blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (ib >= n_blocks) {
+        return;
+    }
+    const int   t  = threadIdx.x % 32;
+    const int   s  = t / 2;
+    const auto * b = (const typename cb_traits<BITS>::block *) vx + ib;
+    const float dm = __half2float(*(const __half *) &b->d) * (float) cb_mult<BITS>(b, s);
+    dst_t *     out = y + ib * QK + 16 * s + 8 * (t & 1);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        out[j] = ggml_cuda_cast<dst_t>(dm * tab[cb_code_index<BITS>(b, s, 8 * (t & 1) + j)]);
+    }
+}
+
+template <int BITS, typename dst_t>
+void dequantize_cuda(const void * vx, dst_t * y, int64_t k, cudaStream_t stream) {
+    const int64_t n_blocks = k / QK;
+    if (n_blocks == 0) {
+        return;
+    }
+    cb_dequantize<BITS, dst_t><<<(unsigned) ((n_blocks + 7) / 8), 256, 0, stream>>>(host_tables<BITS>(), vx, y, n_blocks);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- mat-vec: dst[c, r] = sum_k W[r, k] x[c, k] for NCOLS columns of x ----
+struct mmv_args {
+    const char *  w;       // src0 bytes
+    const float * x;       // src1
+    float *       y;       // dst
+    int64_t       n_rows, n_blocks;        // rows of W, blocks per row
+    int64_t       nb01, nb02, nb03;        // W strides (bytes)
+    int64_t       s11, s12, s13;           // x strides (floats)
+    int64_t       s1, s2, s3;              // dst strides (floats)
+    int64_t       ne12;                    // x channels (dim 2)
+    int64_t       r2, r3;                  // broadcast ratios ne12 / ne02, ne13 / ne03
+};
+
+template <int BITS, int NCOLS>
+__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 3) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
+    using block = typename cb_traits<BITS>::block;
+    __shared__ float tab[cb_traits<BITS>::n_tab];
+    stage_table<BITS>(tables, tab);
+    const int64_t row = (int64_t) blockIdx.x * MMV_ROWS + threadIdx.x / 32;
+    if (row >= a.n_rows) {
+        return;
+    }
+    const int64_t i12 = blockIdx.y % a.ne12, i13 = blockIdx.y / a.ne12;
+    const block * wr  = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
+    const float * x   = a.x + i12 * a.s12 + i13 * a.s13;
+    const int     lane = threadIdx.x % 32;
+    const int     jj0  = (2 * lane) & 15;      // the lane's weights: 16 s + jj0 + {0, 1}, s = 4 (lane >> 3) + p
+
+    float acc[NCOLS] = {};
+    // One block's contribution from what cb_lane_load loaded: per sub-group the multiplier times the table
+    // entries, then the super-scale d once per block and column. The multiplier l + 1 (1..16) becomes a float
+    // through the exponent trick (2^23 + m - 2^23, exact) rather than an int-to-float conversion, which runs
+    // at a quarter of the FMA rate and would cost a quarter of the time budget of a block at full bandwidth.
+    auto block_dot = [&](const cb_lane_raw & r, int64_t ib) {
+        const float d = __half2float(__ushort_as_half((unsigned short) r.d));
+        int         idx[4][2], mult[4];
+        cb_lane_unpack<BITS>(r, lane, idx, mult);
+        const float * xb = x + ib * QK + 16 * 4 * (lane >> 3) + jj0;
+        float         blk[NCOLS] = {};
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            const float m  = __int_as_float(0x4B000000 | mult[p]) - 8388608.0f;
+            const float t0 = tab[idx[p][0]], t1 = tab[idx[p][1]];
+            if constexpr (NCOLS == 1) {  // the multiplier after the two products: 3 operations, not 5
+                const float2 xv = *(const float2 *) (xb + 16 * p);
+                blk[0] += m * (t0 * xv.x + t1 * xv.y);
+            } else {  // the multiplier into the weights once, shared by the columns
+                const float w0 = m * t0, w1 = m * t1;
+#pragma unroll
+                for (int col = 0; col < NCOLS; col++) {
+                    const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
+                    blk[col] += w0 * xv.x + w1 * xv.y;
+                }
+            }
+        }
+#pragma unroll
+        for (int col = 0; col < NCOLS; col++) {
+            acc[col] += d * blk[col];
+        }
+    };
+    // NB blocks at a time: all their loads issued before the first is used, so a warp keeps NB x 78 (110)
+    // bytes in flight instead of one block's (decode is bound by the latency of these reads: one block per
+    // step left the first version at ~10% of an H100's bandwidth). The last step may be partial (rows of
+    // 11008 = 43 blocks): its loads stay together, predicated.
+    // fewer with more columns (their accumulators need the registers) and for CB3 (a fifth load, hmask)
+    constexpr int NB = NCOLS > 2 ? 4 : BITS == 2 ? 8 : 6;
+    for (int64_t ib0 = 0; ib0 < a.n_blocks; ib0 += NB) {
+        const int64_t n = a.n_blocks - ib0;
+        cb_lane_raw   r[NB] = {};
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            if (u < n) {
+                r[u] = cb_lane_load<BITS>(wr + ib0 + u, lane);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            if (u < n) {
+                block_dot(r[u], ib0 + u);
+            }
+        }
+    }
+#pragma unroll
+    for (int col = 0; col < NCOLS; col++) {
+        const float v = warp_reduce_sum(acc[col]);
+        if (lane == 0) {
+            a.y[i12 * a.s2 + i13 * a.s3 + col * a.s1 + row] = v;
+        }
+    }
+}
+
+template <int BITS, int NCOLS>
+void launch_mmv(const mmv_args & a, int64_t n_channels, cudaStream_t stream) {
+    const dim3 grid((unsigned) ((a.n_rows + MMV_ROWS - 1) / MMV_ROWS), (unsigned) n_channels, 1);
+    cb_mul_mat_vec<BITS, NCOLS><<<grid, 32 * MMV_ROWS, 0, stream>>>(host_tables<BITS>(), a);
+}
+
+template <int BITS>
+void launch_mmv_cols(const mmv_args & a, int ncols, int64_t n_channels, cudaStream_t stream) {
+    switch (ncols) {
+        case 1: launch_mmv<BITS, 1>(a, n_channels, stream); break;
+        case 2: launch_mmv<BITS, 2>(a, n_channels, stream); break;
+        case 3: launch_mmv<BITS, 3>(a, n_channels, stream); break;
+        case 4: launch_mmv<BITS, 4>(a, n_channels, stream); break;
+        case 5: launch_mmv<BITS, 5>(a, n_channels, stream); break;
+        case 6: launch_mmv<BITS, 6>(a, n_channels, stream); break;
+        case 7: launch_mmv<BITS, 7>(a, n_channels, stream); break;
+        default: launch_mmv<BITS, 8>(a, n_channels, stream); break;
+    }
+}
+
+template <typename T, int BITS>
+void dequantize_entry(const void * vx, T * y, int64_t k, cudaStream_t stream) {
+    dequantize_cuda<BITS, T>(vx, y, k, stream);
+}
+
+}  // namespace
+
+bool ggml_ext_cuda_own_type(ggml_type type) {
+    return type == GGML_TYPE_CB2 || type == GGML_TYPE_CB3;
+}
+
+bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
+    GGML_UNUSED(device);
+    const ggml_tensor * w = op->src[0];
+    const ggml_tensor * x = op->src[1];
+    // MUL_MAT only (MUL_MAT_ID's expert weights would need an ids-aware kernel), weights whole rows in a
+    // contiguous tensor (the dequantizer reads them as one run of blocks), f32 or f16 activations and dst
+    return op->op == GGML_OP_MUL_MAT && ggml_ext_cuda_own_type(w->type) && ggml_is_contiguous(w) &&
+           w->ne[0] % QK == 0 && (x->type == GGML_TYPE_F32 || x->type == GGML_TYPE_F16) &&
+           x->nb[0] == ggml_type_size(x->type) && op->type == GGML_TYPE_F32 && ggml_is_contiguous(op);
+}
+
+bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+                                   ggml_tensor * dst) {
+    GGML_TENSOR_BINARY_OP_LOCALS
+    if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CB_MMV_MAX ||
+        ne00 % QK != 0 || ne12 % ne02 != 0 || ne13 % ne03 != 0 || nb10 != sizeof(float) ||
+        nb11 % (2 * sizeof(float)) != 0 || nb12 % (2 * sizeof(float)) != 0 || nb13 % (2 * sizeof(float)) != 0 ||
+        ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ((uintptr_t) src0->data) % 2 != 0 ||
+        ne12 * ne13 > 65535) {  // (the mat-vec reads the blocks' bytes in 16-bit pairs)
+        return false;  // ggml-cuda's cuBLAS path on the dequantized weights
+    }
+    mmv_args a;
+    a.w        = (const char *) src0->data;
+    a.x        = (const float *) src1->data;
+    a.y        = (float *) dst->data;
+    a.n_rows   = ne01;
+    a.n_blocks = ne00 / QK;
+    a.nb01 = nb01; a.nb02 = nb02; a.nb03 = nb03;
+    a.s11 = nb11 / sizeof(float); a.s12 = nb12 / sizeof(float); a.s13 = nb13 / sizeof(float);
+    a.s1 = nb1 / sizeof(float); a.s2 = nb2 / sizeof(float); a.s3 = nb3 / sizeof(float);
+    a.ne12 = ne12;
+    a.r2 = ne12 / ne02;
+    a.r3 = ne13 / ne03;
+    if (src0->type == GGML_TYPE_CB2) {
+        launch_mmv_cols<2>(a, (int) ne11, ne12 * ne13, ctx.stream());
+    } else {
+        launch_mmv_cols<3>(a, (int) ne11, ne12 * ne13, ctx.stream());
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return true;
+}
+
+ggml_ext_to_cuda_t<float> ggml_ext_cuda_get_to_fp32(ggml_type type) {
+    return type == GGML_TYPE_CB2 ? dequantize_entry<float, 2> : type == GGML_TYPE_CB3 ? dequantize_entry<float, 3> : nullptr;
+}
+
+ggml_ext_to_cuda_t<half> ggml_ext_cuda_get_to_fp16(ggml_type type) {
+    return type == GGML_TYPE_CB2 ? dequantize_entry<half, 2> : type == GGML_TYPE_CB3 ? dequantize_entry<half, 3> : nullptr;
+}
+
+ggml_ext_to_cuda_t<nv_bfloat16> ggml_ext_cuda_get_to_bf16(ggml_type type) {
+    return type == GGML_TYPE_CB2   ? dequantize_entry<nv_bfloat16, 2>
+           : type == GGML_TYPE_CB3 ? dequantize_entry<nv_bfloat16, 3>
+                                   : nullptr;
+}
