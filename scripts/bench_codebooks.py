@@ -30,11 +30,15 @@ Perplexity: our llama-perplexity on wiki-test, ctx 512, --chunks windows. Prints
 
 ``--real`` (now that CB2 / CB3 are ggml types, ids 100 / 101): real files instead of the fake ones --
 our converter's recipes (``ggml-ext convert --type cb2 | cb2_m | cb3 | cb3_m --imatrix IM`` of the
-model's HF folder, the same imatrix as llama-quantize's) beside llama-quantize's Q2_K, Q3_K_S,
-Q3_K_M, IQ2_XS, IQ2_S, IQ3_XS of the f16 file with that imatrix; bits per weight of the layers'
-matrices as stored; ``--plot PNG`` draws perplexity against those bits (the Pareto view).
+model's HF folder, the same imatrix as llama-quantize's), perplexity by our llama-perplexity, beside
+the **pristine upstream build's** (``make upstream``; ours when it is missing) llama-quantize Q2_K,
+Q3_K_S, Q3_K_M, IQ2_XS, IQ2_S, IQ3_XS and the Q8_0 reference of the f16 file with that imatrix,
+perplexity by upstream's llama-perplexity; the f16 file in both builds (they must agree). The imatrix
+is wiki-train, the codebook converter's default calibration text. Bits per weight are the file's own:
+sum of the tensors' stored bytes x 8 / their weights, over all tensors and over the layers' matrices
+(blk.*, 2-D); ``--plot PNG`` draws perplexity against the latter (the Pareto view).
 ``--speed``: llama-bench pp/tg (``--bench-args``) of the cb2 file, Q2_K and IQ2_S in our build, and
-Q2_K / IQ2_S in the pristine upstream build (``make upstream``) when it is there.
+Q2_K / IQ2_S in the pristine upstream build when it is there.
 """
 from __future__ import annotations
 
@@ -203,8 +207,9 @@ def counted_bpw(path: Path, as_cb: dict[str, int] | None) -> tuple[float, float]
 
 
 REAL_STOCK = ("Q2_K", "Q3_K_S", "Q3_K_M", "IQ2_XS", "IQ2_S", "IQ3_XS")
-REAL_REFERENCE = ("Q8_0",)
 REAL_RECIPES = ("cb2", "cb2_m", "cb3", "cb3_m")
+#: the perplexity runs' order: each codebook recipe beside its peers first, so a cut run has the comparisons
+REAL_ORDER = ("cb2", "cb2_m", "Q2_K", "IQ2_S", "IQ2_XS", "cb3", "cb3_m", "Q3_K_S", "Q3_K_M", "IQ3_XS", "Q8_0")
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
 
 
@@ -352,8 +357,7 @@ def main() -> int:
                 print("# no pristine upstream build (make upstream): the stock rows use our build", file=sys.stderr)
             quant = (lambda ft: quantize_upstream(model, f16, ft, im, a.threads)) if up else (
                 lambda ft: base.quantize_ggml(model, f16, ft, im, a.threads))
-            real = {ft: quant(ft) for ft in (*REAL_REFERENCE, *REAL_STOCK)}
-            real.update({r: cb_file(model, r, im, a.threads) for r in REAL_RECIPES})
+            real = {k: cb_file(model, k, im, a.threads) if k in REAL_RECIPES else quant(k) for k in REAL_ORDER}
             if up:  # f16 in both builds: the two llama-perplexity binaries agree on the same file
                 files.append(("f16", f16, None, up))
             files += [(k if k in REAL_RECIPES else f"{k} (llama-quantize)", p, None,
