@@ -271,6 +271,7 @@ def cb_file(model: str, recipe: str, im: Path, threads: int | None) -> Path:
 
 def plot(results: list[dict], out: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     models = sorted({r["model"] for r in results})
@@ -279,12 +280,21 @@ def plot(results: list[dict], out: Path) -> None:
         rows = [r for r in results if r["model"] == model and r["quant"] != "f16" and not r["quant"].startswith("Q8_0")]
         q8 = next((r for r in results if r["model"] == model and r["quant"].startswith("Q8_0")), None)
         f16 = next((r for r in results if r["model"] == model and r["quant"] == "f16"), None)
+        # files of one recipe's types (e.g. cb2_m and cb3 on a model where only ffn_down takes them) land on
+        # the same point: one label per point, naming them all
+        points: dict[tuple, list[dict]] = {}
         for r in rows:
-            cb = r["quant"].startswith("cb")
-            ax.errorbar(r["bpw_blk"], r["ppl"], yerr=r["stderr"], fmt="o" if cb else "s",
-                        color="tab:red" if cb else "tab:blue", capsize=2)
-            ax.annotate(r["quant"].split(" ")[0], (r["bpw_blk"], r["ppl"]), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
+            points.setdefault((round(r["bpw_blk"], 4), round(r["ppl"], 4)), []).append(r)
+        for (x, y), rs in points.items():
+            for cb in (True, False):
+                names = [r["quant"].split(" ")[0] for r in rs if r["quant"].startswith("cb") == cb]
+                if not names:
+                    continue
+                ax.errorbar(x, y, yerr=rs[0]["stderr"], fmt="o" if cb else "s", color="tab:red" if cb else "tab:blue",
+                            capsize=2, alpha=0.8)
+                ax.annotate(" = ".join(names), (x, y), textcoords="offset points", fontsize=8, va="center",
+                            xytext=(-7, 0) if cb else (7, 0), ha="right" if cb else "left",
+                            color="tab:red" if cb else "tab:blue")
         if f16:
             ax.axhline(f16["ppl"], color="gray", ls="--", lw=0.8, label=f"f16 {f16['ppl']:.2f}")
         if q8:
@@ -293,6 +303,8 @@ def plot(results: list[dict], out: Path) -> None:
             ax.legend(loc="upper right", fontsize=8)
         ax.set_xlabel("bits per weight of the layers' matrices (as stored)")
         ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
         ax.set_ylabel("perplexity (wiki-test, log scale)")
         ax.set_title(f"{model}: CB recipes (red) vs llama-quantize + imatrix (blue)", fontsize=9)
         ax.grid(alpha=0.3)
