@@ -39,7 +39,8 @@ def main() -> int:
     f16 = base.f16_file(a.model)
     im = imatrix.load(base.imatrix_file(a.model, f16, a.imatrix_chunks, None))
     g = read_gguf(f16)
-    bpw = {t: quants.row_size(t, 256) * 8 / 256 for t in STOCK} | {f"CB{b}": codebooks.bits_per_weight(b) for b in (2, 3)}
+    bpw = {t: quants.row_size(t, 256) * 8 / 256 for t in STOCK}
+    bpw |= {f"CB{b}": codebooks.bits_per_weight(b) for b in (2, 3)}
     names = [*STOCK, "CB2", "CB3"]
     print(f"{a.model}, f16 {f16.name}, first {a.rows or 'all'} rows; relative imatrix-weighted squared error")
     print("| tensor | " + " | ".join(f"{n} ({bpw[n]:.4g} bpw)" for n in names) + " |")
