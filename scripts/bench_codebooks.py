@@ -30,11 +30,15 @@ Perplexity: our llama-perplexity on wiki-test, ctx 512, --chunks windows. Prints
 
 ``--real`` (now that CB2 / CB3 are ggml types, ids 100 / 101): real files instead of the fake ones --
 our converter's recipes (``ggml-ext convert --type cb2 | cb2_m | cb3 | cb3_m --imatrix IM`` of the
-model's HF folder, the same imatrix as llama-quantize's) beside llama-quantize's Q2_K, Q3_K_S,
-Q3_K_M, IQ2_XS, IQ2_S, IQ3_XS of the f16 file with that imatrix; bits per weight of the layers'
-matrices as stored; ``--plot PNG`` draws perplexity against those bits (the Pareto view).
+model's HF folder, the same imatrix as llama-quantize's), perplexity by our llama-perplexity, beside
+the **pristine upstream build's** (``make upstream``; ours when it is missing) llama-quantize Q2_K,
+Q3_K_S, Q3_K_M, IQ2_XS, IQ2_S, IQ3_XS and the Q8_0 reference of the f16 file with that imatrix,
+perplexity by upstream's llama-perplexity; the f16 file in both builds (they must agree). The imatrix
+is wiki-train, the codebook converter's default calibration text. Bits per weight are the file's own:
+sum of the tensors' stored bytes x 8 / their weights, over all tensors and over the layers' matrices
+(blk.*, 2-D); ``--plot PNG`` draws perplexity against the latter (the Pareto view).
 ``--speed``: llama-bench pp/tg (``--bench-args``) of the cb2 file, Q2_K and IQ2_S in our build, and
-Q2_K / IQ2_S in the pristine upstream build (``make upstream``) when it is there.
+Q2_K / IQ2_S in the pristine upstream build when it is there.
 """
 from __future__ import annotations
 
@@ -204,7 +208,46 @@ def counted_bpw(path: Path, as_cb: dict[str, int] | None) -> tuple[float, float]
 
 REAL_STOCK = ("Q2_K", "Q3_K_S", "Q3_K_M", "IQ2_XS", "IQ2_S", "IQ3_XS")
 REAL_RECIPES = ("cb2", "cb2_m", "cb3", "cb3_m")
+#: the perplexity runs' order: each codebook recipe beside its peers first, so a cut run has the comparisons
+REAL_ORDER = ("cb2", "cb2_m", "Q2_K", "IQ2_S", "IQ2_XS", "cb3", "cb3_m", "Q3_K_S", "Q3_K_M", "IQ3_XS", "Q8_0")
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
+
+
+def upstream_bin() -> Path | None:
+    """The pristine pinned llama.cpp's bin folder (``make upstream``), or None when it was not built."""
+    import fetch_llama_cpp
+    b = fetch_llama_cpp.cache_root() / f"upstream-{fetch_llama_cpp.COMMIT}" / "bin"
+    return b if (b / "llama-quantize").is_file() and (b / "llama-perplexity").is_file() else None
+
+
+def upstream_env(b: Path) -> dict[str, str]:
+    return {**os.environ, "LD_LIBRARY_PATH": str(b)}
+
+
+def quantize_upstream(model: str, f16: Path, ftype: str, im: Path, threads: int | None) -> Path:
+    """The pristine upstream build's llama-quantize of the f16 file with --imatrix im (the stock baseline:
+    ggml's quantizers and llama.cpp's mix exactly as shipped). Keyed by the binaries' sha256."""
+    import subprocess
+    from default_models import sha256_file
+    import fetch_llama_cpp
+    b = upstream_bin()
+    bins = [b / "llama-quantize", *sorted(b.glob("lib*.so"))]
+    recipe = {"model": model, "type": ftype, "tool": "llama-quantize", "build": f"upstream-{fetch_llama_cpp.COMMIT}",
+              "binaries": {p.name: sha256_file(p) for p in bins}, "args": [ftype], "imatrix": source(im),
+              "source": source(f16)}
+
+    def make(out: Path) -> None:
+        from ggml_ext import _atomic
+        with _atomic.output_path(out) as tmp:
+            cmd = [str(b / "llama-quantize"), "--imatrix", str(im), str(f16), str(tmp), ftype,
+                   *([str(threads)] if threads else [])]
+            r = subprocess.run(cmd, env=upstream_env(b), capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
+
+    return cached(f"{model}-{ftype}-imatrix-upstream",
+                  f"pristine upstream llama-quantize {ftype} of {f16.name} with --imatrix {im.name}", recipe, make,
+                  base.work_dir())
 
 
 def cb_file(model: str, recipe: str, im: Path, threads: int | None) -> Path:
@@ -228,24 +271,41 @@ def cb_file(model: str, recipe: str, im: Path, threads: int | None) -> Path:
 
 def plot(results: list[dict], out: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     models = sorted({r["model"] for r in results})
     fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.8), squeeze=False)
     for ax, model in zip(axes[0], models):
-        rows = [r for r in results if r["model"] == model and r["quant"] != "f16"]
+        rows = [r for r in results if r["model"] == model and r["quant"] != "f16" and not r["quant"].startswith("Q8_0")]
+        q8 = next((r for r in results if r["model"] == model and r["quant"].startswith("Q8_0")), None)
         f16 = next((r for r in results if r["model"] == model and r["quant"] == "f16"), None)
+        # files of one recipe's types (e.g. cb2_m and cb3 on a model where only ffn_down takes them) land on
+        # the same point: one label per point, naming them all
+        points: dict[tuple, list[dict]] = {}
         for r in rows:
-            cb = r["quant"].startswith("cb")
-            ax.errorbar(r["bpw_blk"], r["ppl"], yerr=r["stderr"], fmt="o" if cb else "s",
-                        color="tab:red" if cb else "tab:blue", capsize=2)
-            ax.annotate(r["quant"].split(" ")[0], (r["bpw_blk"], r["ppl"]), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
+            points.setdefault((round(r["bpw_blk"], 4), round(r["ppl"], 4)), []).append(r)
+        for (x, y), rs in points.items():
+            for cb in (True, False):
+                names = [r["quant"].split(" ")[0] for r in rs if r["quant"].startswith("cb") == cb]
+                if not names:
+                    continue
+                ax.errorbar(x, y, yerr=rs[0]["stderr"], fmt="o" if cb else "s", color="tab:red" if cb else "tab:blue",
+                            capsize=2, alpha=0.8)
+                ax.annotate(" = ".join(names), (x, y), textcoords="offset points", fontsize=8, va="center",
+                            xytext=(-7, 0) if cb else (7, 0), ha="right" if cb else "left",
+                            color="tab:red" if cb else "tab:blue")
         if f16:
             ax.axhline(f16["ppl"], color="gray", ls="--", lw=0.8, label=f"f16 {f16['ppl']:.2f}")
+        if q8:
+            ax.axhline(q8["ppl"], color="gray", ls=":", lw=0.8, label=f"Q8_0 {q8['ppl']:.2f} ({q8['bpw_blk']:.2f} bpw)")
+        if f16 or q8:
             ax.legend(loc="upper right", fontsize=8)
         ax.set_xlabel("bits per weight of the layers' matrices (as stored)")
-        ax.set_ylabel("perplexity (wiki-test)")
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_ylabel("perplexity (wiki-test, log scale)")
         ax.set_title(f"{model}: CB recipes (red) vs llama-quantize + imatrix (blue)", fontsize=9)
         ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -302,43 +362,56 @@ def main() -> int:
     for model in a.models.split(","):
         f16 = base.f16_file(model)
         im = base.imatrix_file(model, f16, a.imatrix_chunks, a.threads)
-        files = [("f16", f16, None)]
+        files = [("f16", f16, None, None)]
         if a.real:
-            real = {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in REAL_STOCK}
-            real.update({r: cb_file(model, r, im, a.threads) for r in REAL_RECIPES})
-            files += [(f"{k} (llama-quantize)" if k in REAL_STOCK else k, p, None) for k, p in real.items()]
+            up = upstream_bin()
+            if up is None:
+                print("# no pristine upstream build (make upstream): the stock rows use our build", file=sys.stderr)
+            quant = (lambda ft: quantize_upstream(model, f16, ft, im, a.threads)) if up else (
+                lambda ft: base.quantize_ggml(model, f16, ft, im, a.threads))
+            real = {k: cb_file(model, k, im, a.threads) if k in REAL_RECIPES else quant(k) for k in REAL_ORDER}
+            if up:  # f16 in both builds: the two llama-perplexity binaries agree on the same file
+                files.append(("f16", f16, None, up))
+            files += [(k if k in REAL_RECIPES else f"{k} (llama-quantize)", p, None,
+                       None if k in REAL_RECIPES else up) for k, p in real.items()]
             if a.speed and not speed_rows:
                 speed_rows = speed({"cb2": real["cb2"], "Q2_K": real["Q2_K"], "IQ2_S": real["IQ2_S"]},
                                    a.bench_args.split(), a.threads)
         if not a.no_sweep:
-            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt)) for tt in a.sweep_types.split(",")]
+            files += [(f"sweep: {tt}", sweep_file(model, f16, im, tt, a.threads), ("sweep", tt), None) for tt in a.sweep_types.split(",")]
         stock = {} if a.no_mixes else {ft: base.quantize_ggml(model, f16, ft, im, a.threads) for ft in STOCK}
-        files += [(f"{ft} (llama-quantize)", p, None) for ft, p in stock.items()]
+        files += [(f"{ft} (llama-quantize)", p, None, None) for ft, p in stock.items()]
         for weighting in ([] if a.no_mixes else a.weightings.split(",")):
             for recipe, (ftype, replace) in RECIPES.items():
                 p = fake_file(model, recipe, f16, stock[ftype], im, weighting, a.threads)
                 label = recipe if weighting == "importance" else f"{recipe}, {weighting}"
-                files.append((label, p, {**replace, "__template__": stock[ftype]}))
+                files.append((label, p, {**replace, "__template__": stock[ftype]}, None))
         f16_ppl = None
-        for label, p, as_cb in files:
+        for label, p, as_cb, up_bin in files:
             t0 = time.time()
-            r = tools.perplexity(p, text, n_ctx=512, chunks=a.chunks, threads=a.threads)
+            build = "upstream" if up_bin else "ours"
+            r = tools.perplexity(p, text, n_ctx=512, chunks=a.chunks, threads=a.threads,
+                                 **({"binary": up_bin / "llama-perplexity", "env": {"LD_LIBRARY_PATH": str(up_bin)}}
+                                    if up_bin else {}))
             if isinstance(as_cb, tuple):  # a sweep file: bpw of the swept tensors, their share of the block weights
                 bpw, bpw_blk = sweep_bpw(p, as_cb[1])
             else:
                 bpw, bpw_blk = counted_bpw(p, as_cb)
             f16_ppl = f16_ppl or r.ppl
-            row = {"model": model, "quant": label, "ppl": r.ppl, "stderr": r.stderr, "ratio_f16": r.ppl / f16_ppl,
+            row = {"model": model, "quant": label, "build": build, "ppl": r.ppl, "stderr": r.stderr, "ratio_f16": r.ppl / f16_ppl,
                    "bpw": bpw, "bpw_blk": bpw_blk, "n_ctx": r.n_ctx, "chunks": r.n_chunks, "file": p.name,
                    "seconds": round(time.time() - t0, 1)}
             results.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
+            if a.json:  # as it goes: a cut run keeps what it measured
+                Path(a.json).write_text(json.dumps({"perplexity": results, "speed": speed_rows}, indent=1))
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores; wiki-test, ctx 512, {a.chunks} chunks; "
           f"imatrix: wiki-train, {a.imatrix_chunks} x 512 tokens; codebook tables v{codebooks.tables_version()}")
-    print("| model | quantization | bits/weight (all / blk matrices; sweep: swept tensors / their share) | PPL | ratio to f16 |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| model | quantization | build (quantize + perplexity) | bits/weight (all / blk matrices; sweep: swept "
+          "tensors / their share) | PPL | ratio to f16 |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| {r['model']} | {r['quant']} | {r['bpw']:.3f} / {r['bpw_blk']:.3f} | {r['ppl']:.4f} +/- "
+        print(f"| {r['model']} | {r['quant']} | {r['build']} | {r['bpw']:.3f} / {r['bpw_blk']:.3f} | {r['ppl']:.4f} +/- "
               f"{r['stderr']:.4f} | {r['ratio_f16']:.3f} |")
     if speed_rows:
         print("\n| file | build | test | t/s |")

@@ -57,10 +57,13 @@ _CHUNKS = re.compile(r"calculating perplexity over (\d+) chunks, n_ctx=(\d+)")
 
 def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 512, chunks: int | None = None,
                threads: int | None = None, extra: list[str] | None = None, echo: bool = False,
-               env: dict[str, str] | None = None, apq_bits: int | None = None) -> Perplexity:
+               env: dict[str, str] | None = None, apq_bits: int | None = None,
+               binary: str | os.PathLike | None = None) -> Perplexity:
     """Perplexity of `model` on the text file, by our llama-perplexity (fixed windows, second half scored).
     `env`: extra environment variables for the tool (e.g. GGML_EXT_RUNTIME_REPACK=0); `apq_bits`: the
-    precision of an any-precision file (--apq-bits; default its highest)."""
+    precision of an any-precision file (--apq-bits; default its highest). `binary`: another build's
+    llama-perplexity instead of ours (benchmarks' pristine upstream baseline; pass its library folder in
+    `env`'s LD_LIBRARY_PATH)."""
     for p in (model, text):
         if not Path(p).is_file():
             raise FileNotFoundError(f"not found: {p}")
@@ -72,7 +75,8 @@ def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 5
     if apq_bits is not None:
         args += ["--apq-bits", str(apq_bits)]
     args += list(extra or [])
-    proc = subprocess.Popen(command("llama-perplexity", *args), env={**tool_env(), **(env or {})}, stdout=subprocess.PIPE,
+    argv = [str(binary), *(str(a) for a in args)] if binary else command("llama-perplexity", *args)
+    proc = subprocess.Popen(argv, env={**tool_env(), **(env or {})}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
     out = []
     assert proc.stdout is not None
