@@ -18,9 +18,11 @@
 // sub-groups with one more 16-bit load of their scales, one byte of codebook indices, the fp16 d (and for
 // CB3 a 16-bit load of hmask). Decode at 1-2 tokens is bound by how many of these reads are in flight: a
 // lane issues the loads of 8 blocks (CB3 6; 4 at 3-8 tokens) before decoding the first, and the kernel is
-// held to 64 registers at 1-2 tokens so that 4 CUDA blocks of 8 warps share an SM (on an H100 the 4096 rows
+// held to 64 registers at 2 tokens so that 4 CUDA blocks of 8 warps share an SM (on an H100 the 4096 rows
 // of a 7B model's matrices then run in one wave; 3 CUDA blocks, 80 registers, at 3-8 tokens). At one token
-// the multiplier comes after the two products (3 float operations per weight pair, not 5). The first version (one block per step, byte loads,
+// the multiplier comes after the two products (3 float operations per weight pair, not 5), and a warp takes
+// two rows sharing the activation loads (up to 128 registers, 2 CUDA blocks per SM; not measured yet:
+// rows past the end are read again, not written; 0.60x Q2_K before it). The first version (one block per step, byte loads,
 // 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/BENCHMARKS.md). How both
 // kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
 #include "ggml-ext-cuda.cuh"
@@ -98,66 +100,92 @@ struct mmv_args {
     int64_t       r2, r3;                  // broadcast ratios ne12 / ne02, ne13 / ne03
 };
 
+// At one token a warp takes two rows (RPW): the lane's 8 activations per block are loaded once for both,
+// halving the activation reads (1 KB per block and warp from L1, against the block's 78 / 110 bytes); each
+// row keeps NB blocks in flight, so the kernel may use up to 128 registers (2 CUDA blocks per SM: the same
+// loads in flight per SM as 4 CUDA blocks of one row per warp).
+template <int NCOLS> constexpr int MMV_RPW = NCOLS == 1 ? 2 : 1;
+
 template <int BITS, int NCOLS>
-__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 3) cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
+__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS == 1 ? 2 : NCOLS <= 2 ? 4 : 3)
+cb_mul_mat_vec(const cb_tables tables, const mmv_args a) {
     using block = typename cb_traits<BITS>::block;
+    constexpr int RPW = MMV_RPW<NCOLS>;
     __shared__ float tab[cb_traits<BITS>::n_tab];
     stage_table<BITS>(tables, tab);
-    const int64_t row = (int64_t) blockIdx.x * MMV_ROWS + threadIdx.x / 32;
-    if (row >= a.n_rows) {
+    const int64_t row0 = ((int64_t) blockIdx.x * MMV_ROWS + threadIdx.x / 32) * RPW;
+    if (row0 >= a.n_rows) {
         return;
     }
     const int64_t i12 = blockIdx.y % a.ne12, i13 = blockIdx.y / a.ne12;
-    const block * wr  = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
+    const block * wr[RPW];
+#pragma unroll
+    for (int rw = 0; rw < RPW; rw++) {  // past the last row (odd row counts) the last row is read again, not written
+        const int64_t row = row0 + rw < a.n_rows ? row0 + rw : a.n_rows - 1;
+        wr[rw] = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
+    }
     const float * x   = a.x + i12 * a.s12 + i13 * a.s13;
     const int     lane = threadIdx.x % 32;
     const int     jj0  = (2 * lane) & 15;      // the lane's weights: 16 s + jj0 + {0, 1}, s = 4 (lane >> 3) + p
 
-    float acc[NCOLS] = {};
-    // One block's contribution from what cb_lane_load loaded: per sub-group the multiplier times the table
-    // entries, then the super-scale d once per block and column. The multiplier l + 1 (1..16) becomes a float
-    // through the exponent trick (2^23 + m - 2^23, exact) rather than an int-to-float conversion, which runs
-    // at a quarter of the FMA rate and would cost a quarter of the time budget of a block at full bandwidth.
-    auto block_dot = [&](const cb_lane_raw & r, int64_t ib) {
-        const float d = __half2float(__ushort_as_half((unsigned short) r.d));
-        int         idx[4][2], mult[4];
-        cb_lane_unpack<BITS>(r, lane, idx, mult);
+    float acc[RPW][NCOLS] = {};
+    // One block's contribution (for each of the warp's rows) from what cb_lane_load loaded: per sub-group the
+    // multiplier times the table entries, then the super-scale d once per block and column. The multiplier
+    // l + 1 (1..16) becomes a float through the exponent trick (2^23 + m - 2^23, exact) rather than an
+    // int-to-float conversion, which runs at a quarter of the FMA rate and would cost a quarter of the time
+    // budget of a block at full bandwidth.
+    auto block_dot = [&](const cb_lane_raw (&r)[RPW], int64_t ib) {
         const float * xb = x + ib * QK + 16 * 4 * (lane >> 3) + jj0;
-        float         blk[NCOLS] = {};
+        float2        x1[4];  // one column: the lane's activations, loaded once for the warp's rows
+        if constexpr (NCOLS == 1) {
 #pragma unroll
-        for (int p = 0; p < 4; p++) {
-            const float m  = __int_as_float(0x4B000000 | mult[p]) - 8388608.0f;
-            const float t0 = tab[idx[p][0]], t1 = tab[idx[p][1]];
-            if constexpr (NCOLS == 1) {  // the multiplier after the two products: 3 operations, not 5
-                const float2 xv = *(const float2 *) (xb + 16 * p);
-                blk[0] += m * (t0 * xv.x + t1 * xv.y);
-            } else {  // the multiplier into the weights once, shared by the columns
-                const float w0 = m * t0, w1 = m * t1;
-#pragma unroll
-                for (int col = 0; col < NCOLS; col++) {
-                    const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
-                    blk[col] += w0 * xv.x + w1 * xv.y;
-                }
+            for (int p = 0; p < 4; p++) {
+                x1[p] = *(const float2 *) (xb + 16 * p);
             }
         }
 #pragma unroll
-        for (int col = 0; col < NCOLS; col++) {
-            acc[col] += d * blk[col];
+        for (int rw = 0; rw < RPW; rw++) {
+            const float d = __half2float(__ushort_as_half((unsigned short) r[rw].d));
+            int         idx[4][2], mult[4];
+            cb_lane_unpack<BITS>(r[rw], lane, idx, mult);
+            float blk[NCOLS] = {};
+#pragma unroll
+            for (int p = 0; p < 4; p++) {
+                const float m  = __int_as_float(0x4B000000 | mult[p]) - 8388608.0f;
+                const float t0 = tab[idx[p][0]], t1 = tab[idx[p][1]];
+                if constexpr (NCOLS == 1) {  // the multiplier after the two products: 3 operations, not 5
+                    blk[0] += m * (t0 * x1[p].x + t1 * x1[p].y);
+                } else {  // the multiplier into the weights once, shared by the columns
+                    const float w0 = m * t0, w1 = m * t1;
+#pragma unroll
+                    for (int col = 0; col < NCOLS; col++) {
+                        const float2 xv = *(const float2 *) (xb + col * a.s11 + 16 * p);
+                        blk[col] += w0 * xv.x + w1 * xv.y;
+                    }
+                }
+            }
+#pragma unroll
+            for (int col = 0; col < NCOLS; col++) {
+                acc[rw][col] += d * blk[col];
+            }
         }
     };
-    // NB blocks at a time: all their loads issued before the first is used, so a warp keeps NB x 78 (110)
-    // bytes in flight instead of one block's (decode is bound by the latency of these reads: one block per
-    // step left the first version at ~10% of an H100's bandwidth). The last step may be partial (rows of
-    // 11008 = 43 blocks): its loads stay together, predicated.
+    // NB blocks of each row at a time: all their loads issued before the first is used, so a warp keeps
+    // RPW x NB x 78 (110) bytes in flight instead of one block's (decode is bound by the latency of these
+    // reads: one block per step left the first version at ~10% of an H100's bandwidth). The last step may be
+    // partial (rows of 11008 = 43 blocks): its loads stay together, predicated.
     // fewer with more columns (their accumulators need the registers) and for CB3 (a fifth load, hmask)
     constexpr int NB = NCOLS > 2 ? 4 : BITS == 2 ? 8 : 6;
     for (int64_t ib0 = 0; ib0 < a.n_blocks; ib0 += NB) {
         const int64_t n = a.n_blocks - ib0;
-        cb_lane_raw   r[NB] = {};
+        cb_lane_raw   r[NB][RPW] = {};
 #pragma unroll
         for (int u = 0; u < NB; u++) {
             if (u < n) {
-                r[u] = cb_lane_load<BITS>(wr + ib0 + u, lane);
+#pragma unroll
+                for (int rw = 0; rw < RPW; rw++) {
+                    r[u][rw] = cb_lane_load<BITS>(wr[rw] + ib0 + u, lane);
+                }
             }
         }
 #pragma unroll
@@ -168,17 +196,23 @@ __global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 3) cb_mul_mat_
         }
     }
 #pragma unroll
-    for (int col = 0; col < NCOLS; col++) {
-        const float v = warp_reduce_sum(acc[col]);
-        if (lane == 0) {
-            a.y[i12 * a.s2 + i13 * a.s3 + col * a.s1 + row] = v;
+    for (int rw = 0; rw < RPW; rw++) {
+        if (row0 + rw < a.n_rows) {  // the same for the whole warp
+#pragma unroll
+            for (int col = 0; col < NCOLS; col++) {
+                const float v = warp_reduce_sum(acc[rw][col]);
+                if (lane == 0) {
+                    a.y[i12 * a.s2 + i13 * a.s3 + col * a.s1 + row0 + rw] = v;
+                }
+            }
         }
     }
 }
 
 template <int BITS, int NCOLS>
 void launch_mmv(const mmv_args & a, int64_t n_channels, cudaStream_t stream) {
-    const dim3 grid((unsigned) ((a.n_rows + MMV_ROWS - 1) / MMV_ROWS), (unsigned) n_channels, 1);
+    constexpr int64_t rows = MMV_ROWS * MMV_RPW<NCOLS>;  // rows per CUDA block
+    const dim3 grid((unsigned) ((a.n_rows + rows - 1) / rows), (unsigned) n_channels, 1);
     cb_mul_mat_vec<BITS, NCOLS><<<grid, 32 * MMV_ROWS, 0, stream>>>(host_tables<BITS>(), a);
 }
 
