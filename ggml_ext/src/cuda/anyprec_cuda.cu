@@ -222,6 +222,36 @@ template <bool XS> static __device__ __forceinline__ float4 rl_x(const float * p
     }
 }
 
+// The 32 rows' tables of row group r0 as float in shared memory, lane-transposed: ts[e * 32 + l] =
+// T_b[r0 + l][e] (conflict-free lookups whatever the table size); rows past n read as 0. 16-byte loads of 8
+// entries where the tables are aligned (TB >= 8 and S >= 3). Every thread of the block takes part
+// (nthreads = blockDim.x); the caller syncs before reading.
+template <int TB>
+static __device__ __forceinline__ void stage_tables(float * ts, const __half * __restrict__ tab, int64_t r0,
+                                                    int64_t n, int S, int nthreads) {
+    if (TB >= 8 && S >= 3) {
+        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += nthreads) {
+            const int     l = idx & 31, c = idx >> 5;
+            const int64_t r = r0 + l;
+            uint4         v = make_uint4(0, 0, 0, 0);
+            if (r < n) {
+                v = __ldg((const uint4 *) (tab + r * TB) + c);
+            }
+            const __half * hv = (const __half *) &v;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
+            }
+        }
+    } else {
+        for (int idx = threadIdx.x; idx < 32 * TB; idx += nthreads) {
+            const int     l = idx & 31, e = idx >> 5;
+            const int64_t r = r0 + l;
+            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
+        }
+    }
+}
+
 // One block per group of 32 rows, W warps splitting the row length (super-chunks q = warp, warp + W, ...);
 // NT: tokens handled (nt <= NT at run time); PAIR: pair tables (B <= 4); XS: x staged in shared memory;
 // CL > 1: a cluster of CL blocks per row group splits the row length further (more warps in flight for
@@ -258,27 +288,7 @@ static __global__ void __launch_bounds__(32 * W)
     // the 32 rows' tables as float, lane-transposed: ts[e * 32 + l] = T_b[r0 + l][e] (for pairs: staged, then
     // merged below). 16-byte loads of 8 entries where the tables are aligned (TB >= 8 and S >= 3).
     float * ts = PAIR ? sm + 2 * E * 32 : sm;
-    if (TB >= 8 && S >= 3) {
-        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * W) {
-            const int     l = idx & 31, c = idx >> 5;
-            const int64_t r = r0 + l;
-            uint4         v = make_uint4(0, 0, 0, 0);
-            if (r < n) {
-                v = __ldg((const uint4 *) (tab + r * TB) + c);
-            }
-            const __half * hv = (const __half *) &v;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
-            }
-        }
-    } else {
-        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * W) {
-            const int     l = idx & 31, e = idx >> 5;
-            const int64_t r = r0 + l;
-            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
-        }
-    }
+    stage_tables<TB>(ts, tab, r0, n, S, 32 * W);
     if constexpr (PAIR) {
         __syncthreads();
         for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
@@ -588,27 +598,7 @@ static __global__ void __launch_bounds__(32 * DQ_W)
     const int64_t r0    = 32 * g;
     const int64_t Q     = k / 128;
     const __half * tab  = tables + n * (TB - (1 << S));
-    if (TB >= 8 && S >= 3) {  // tables 16-byte aligned: 8 entries per load
-        for (int idx = threadIdx.x; idx < 32 * TB / 8; idx += 32 * DQ_W) {
-            const int     l = idx & 31, c = idx >> 5;
-            const int64_t r = r0 + l;
-            uint4         v = make_uint4(0, 0, 0, 0);
-            if (r < n) {
-                v = __ldg((const uint4 *) (tab + r * TB) + c);
-            }
-            const __half * hv = (const __half *) &v;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                ts[(8 * c + u) * 32 + l] = __half2float(hv[u]);
-            }
-        }
-    } else {
-        for (int idx = threadIdx.x; idx < 32 * TB; idx += 32 * DQ_W) {
-            const int     l = idx & 31, e = idx >> 5;
-            const int64_t r = r0 + l;
-            ts[idx]         = r < n ? __half2float(tab[r * TB + e]) : 0.0f;
-        }
-    }
+    stage_tables<TB>(ts, tab, r0, n, S, 32 * DQ_W);
     __syncthreads();
     uint8_t *     tile = tiles + warp * 32 * DQ_ROW_BYTES;
     const float * ls   = ts + lane;
