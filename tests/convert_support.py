@@ -282,3 +282,18 @@ def code_digest(*modules: str) -> str:
     for f in sorted(Path(default_hf()).glob("*")):
         h.update(f"{f.name}:{f.stat().st_size}".encode())
     return h.hexdigest()[:16]
+
+
+def cached_default_conversion(stem: str, digest: str, build) -> Path:
+    """A slow conversion of the default model kept across runs under the cache's tests/ folder as
+    ``STEM-DIGEST.gguf`` (digest: :func:`code_digest` of what the conversion depends on): ``build(path)``
+    writes it when it is missing, after the files of older digests are removed."""
+    from ggml_ext import cache
+    d = cache.cache_root() / "tests"
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"{stem}-{digest}.gguf"
+    if not path.exists():
+        for old in d.glob(f"{stem}-*.gguf"):
+            old.unlink()
+        build(path)
+    return path

@@ -71,19 +71,11 @@ def _code_digest() -> str:
 
 @pytest.fixture(scope="module")
 def cb2_file():
-    from ggml_ext import cache
-    d = cache.cache_root() / "tests"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"smollm2-cb2-4x128-{_code_digest()}.gguf"
-    warnings: list[str] = []
-    if not path.exists():
-        for old in d.glob("smollm2-cb2-4x128-*.gguf"):
-            old.unlink()
+    def build(path):
         r = convert(cs.default_hf(), path, "cb2", calib_samples=4, calib_seq_len=128, calib_progress=False,
-                    warn=warnings.append)
-        warnings = list(r.warnings)
-        assert any("fall back" in w and "blk.0.attn_q.weight" in w for w in warnings), warnings
-    return path
+                    warn=lambda w: None)
+        assert any("fall back" in w and "blk.0.attn_q.weight" in w for w in r.warnings), r.warnings
+    return cs.cached_default_conversion("smollm2-cb2-4x128", _code_digest(), build)
 
 
 def test_cb2_file_holds_codebook_and_fallback_tensors(cb2_file):

@@ -234,15 +234,10 @@ def _code_digest() -> str:
 
 
 def test_default_model_gptq_runs_in_llama_perplexity(wiki_test, threads):
-    from ggml_ext import cache
-    d = cache.cache_root() / "tests"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"smollm2-q4_0-gptq-8x256-{_code_digest()}.gguf"
-    if not path.exists():
-        for old in d.glob("smollm2-q4_0-gptq-8x256-*.gguf"):
-            old.unlink()
-        convert(cs.default_hf(), path, "q4_0", method="gptq", calib_samples=8, calib_seq_len=256,
-                calib_progress=False)
+    path = cs.cached_default_conversion(
+        "smollm2-q4_0-gptq-8x256", _code_digest(),
+        lambda out: convert(cs.default_hf(), out, "q4_0", method="gptq", calib_samples=8, calib_seq_len=256,
+                            calib_progress=False))
     p = tools.perplexity(path, wiki_test, n_ctx=256, chunks=4, threads=threads)
     rtn = tools.perplexity(cs.default_converted("q4_0"), wiki_test, n_ctx=256, chunks=4, threads=threads)
     assert np.isfinite(p.ppl) and 1 < p.ppl < rtn.ppl, (p.ppl, rtn.ppl)

@@ -33,16 +33,10 @@ def _code_digest() -> str:
 
 @pytest.fixture(scope="module")
 def apq_file():
-    from ggml_ext import cache
     from ggml_ext.converters import convert
-    d = cache.cache_root() / "tests"
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / f"smollm2-anyprec-3-8-{_code_digest()}.gguf"
-    if not path.exists():
-        for old in d.glob("smollm2-anyprec-3-8-*.gguf"):
-            old.unlink()
-        convert(cs.default_hf(), path, method="anyprec", method_options={"fisher": False, "bits": "3-8"})
-    return path
+    return cs.cached_default_conversion(
+        "smollm2-anyprec-3-8", _code_digest(),
+        lambda path: convert(cs.default_hf(), path, method="anyprec", method_options={"fisher": False, "bits": "3-8"}))
 
 
 def _ppl(path, wiki_test, threads, **kw):
