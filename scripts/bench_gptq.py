@@ -13,7 +13,11 @@ For each model (SmolLM2-135M-Instruct's dequantized HF folder ``smollm2-hf``; Ge
   -- the same quantizer bytes as ``llama-quantize --imatrix`` (stock's strongest path);
 * ``gptq``: ``--method gptq --calib wiki-train --calib-samples N --calib-seq-len L``: the same
   amount of the same text (windows at evenly spaced offsets rather than llama-imatrix's first
-  chunks).
+  chunks); ``--gptq LABEL:KEY=VALUE,...`` (repeatable) measures GPTQ variants instead, e.g.
+  ``v-attn:scale_rule=static,percdamp=0.1,v_hessian=attention`` (docs/GPTQ.md).
+
+On the device machine (no assets): ``--hf smollm2=/tmp/assets/smollm2-hf --train WIKI_TRAIN --test
+WIKI_TEST --device cuda`` (GPTQ and its calibration layers on the GPU; perplexity on the CPU build).
 
 Perplexity by our ``llama-perplexity`` on wiki-test, ctx 512, ``--chunks`` windows; time: wall
 seconds of the conversion (the imatrix's own run reported apart). Files go to a temp folder.
@@ -39,6 +43,19 @@ from bench_convert import cpu_name  # noqa: E402
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
 
 
+def _variant(spec: str) -> tuple[str, dict]:
+    """'LABEL:KEY=VALUE,...' -> (LABEL, {KEY: VALUE}), numbers as floats."""
+    label, _, rest = spec.partition(":")
+    opts: dict = {}
+    for item in filter(None, rest.split(",")):
+        k, _, v = item.partition("=")
+        try:
+            opts[k] = float(v)
+        except ValueError:
+            opts[k] = v
+    return label or "gptq", opts
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default="smollm2,gemma3")
@@ -48,16 +65,26 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, default=20)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--hf", action="append", default=[], metavar="MODEL=DIR",
+                    help="a model's Hugging Face folder instead of the asset (the device machine's unpacked folders)")
+    ap.add_argument("--train", default=None, help="calibration text (default: the wiki-train asset)")
+    ap.add_argument("--test", default=None, help="perplexity text (default: the wiki-test asset)")
+    ap.add_argument("--device", default="cpu", help="where GPTQ and its calibration layers run (cpu, cuda)")
+    ap.add_argument("--gptq", action="append", default=[], metavar="LABEL:KEY=VALUE,...",
+                    help="a GPTQ variant and its method options, e.g. 'v-attn:scale_rule=static,percdamp=0.1,"
+                         "v_hessian=attention' (repeatable; default one plain 'gptq')")
     a = ap.parse_args()
-    test = assets.path("wiki-test")
-    train = assets.path("wiki-train")
+    test = Path(a.test) if a.test else assets.path("wiki-test")
+    train = Path(a.train) if a.train else assets.path("wiki-train")
+    folders = dict(h.split("=", 1) for h in a.hf)
+    variants = [_variant(v) for v in a.gptq] or [("gptq", {})]
     rows = []
     print(f"# {cpu_name()}, {os.cpu_count()} cores; calibration {a.calib_samples} x {a.calib_seq_len} tokens "
           f"of wiki-train; perplexity wiki-test ctx 512, {a.chunks} chunks", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-gptq-") as tmp:
         d = Path(tmp)
         for model in a.models.split(","):
-            hf = assets.path(HF[model])
+            hf = Path(folders[model]) if model in folders else assets.path(HF[model])
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
             t0 = time.time()
@@ -69,9 +96,10 @@ def main() -> int:
                          "seconds": None})
             print(f"# {model} f16: {base}", file=sys.stderr)
             for t in a.types.split(","):
-                for method, kw in (("rtn", {}), ("rtn+imatrix", {"imatrix": im}),
-                                   ("gptq", {"method": "gptq", "calib": train, "calib_samples": a.calib_samples,
-                                             "calib_seq_len": a.calib_seq_len})):
+                gptq = [(label, {"method": "gptq", "calib": train, "calib_samples": a.calib_samples,
+                                 "calib_seq_len": a.calib_seq_len, "calib_device": a.device,
+                                 "method_options": {"device": a.device, **opts}}) for label, opts in variants]
+                for method, kw in [("rtn", {}), ("rtn+imatrix", {"imatrix": im}), *gptq]:
                     out = d / f"{model}-{t}-{method}.gguf"
                     t0 = time.time()
                     convert(hf, out, t, threads=a.threads, **kw)
