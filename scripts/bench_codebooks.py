@@ -270,7 +270,10 @@ def cb_file(model: str, recipe: str, im: Path, threads: int | None) -> Path:
 
 
 def plot(results: list[dict], out: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise SystemExit("--plot needs matplotlib: pip install 'ggml-ext[bench]' (or matplotlib)") from None
     import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
