@@ -339,7 +339,7 @@ hostile("tensors overlap out of order",
 for _tid in (99, 250, -1, 43, 120, 2**31 - 1):
     hostile(f"type id {_tid}", one_tensor(type_id=_tid), "unknown ggml type id")
 hostile("type id 105 (ggml-ext range)", one_tensor(type_id=105), "ggml-ext type id 105, not known to this version")
-hostile("type id 102 (ggml-ext range, unused)", one_tensor(type_id=102), "ggml-ext type id 102")
+hostile("type id 103 (ggml-ext range, unused)", one_tensor(type_id=103), "ggml-ext type id 103")
 hostile("type id 4 (removed Q4_2)", one_tensor(type_id=4), "removed")
 hostile("type id 5 (removed Q4_3)", one_tensor(type_id=5), "removed")
 for _tid, _n in ((31, 4), (32, 4), (33, 8), (36, 4), (37, 4), (38, 8)):
@@ -524,10 +524,12 @@ def test_type_table_helpers():
     for tid, n in ((31, 4), (32, 4), (33, 8), (36, 4), (37, 4), (38, 8)):
         t = ggml_types.type_info(tid)
         assert (t.block_size, t.type_size, t.row_group, t.kind) == (32, 18, n, "legacy")
-    # the own range holds the codebook types (100, 101) and nothing else yet
+    # the own range holds the codebook types (100, 101: 256-weight blocks), the any-precision bitplanes
+    # (102: blocks of 32) and nothing else yet
     own = {i: t.name for i, t in ggml_types.TYPES.items() if ggml_types.EXT_ID_MIN <= i <= ggml_types.EXT_ID_MAX}
-    assert own == {100: "CB2", 101: "CB3"}
-    assert all(ggml_types.TYPES[i].kind == "ext" and ggml_types.TYPES[i].block_size == 256 for i in own)
+    assert own == {100: "CB2", 101: "CB3", 102: "APQ"}
+    assert {i: (ggml_types.TYPES[i].kind, ggml_types.TYPES[i].block_size) for i in own} == {
+        100: ("ext", 256), 101: ("ext", 256), 102: ("ext", 32)}
 
 
 def _pinned_tree() -> Path | None:
