@@ -68,6 +68,19 @@ struct graph {
     }
 };
 
+// The random weights (scale 0.1) and activations of case c, seeded by the type id and the shape.
+static void random_case(int type_id, const mm_case & c, std::vector<float> & wf, std::vector<float> & x) {
+    rng r{ (uint64_t) (1000 * type_id + c.K + 7 * c.N) };
+    wf.resize(c.K * c.N);
+    x.resize(c.K * c.M);
+    for (auto & v : wf) {
+        v = r.next() * 0.1f;
+    }
+    for (auto & v : x) {
+        v = r.next();
+    }
+}
+
 // y = w x on `backend`, the weights' bytes sent in pieces of `piece` bytes (0: at once)
 static std::vector<float> mul_mat(ggml_backend_t backend, ggml_type type, const mm_case & c,
                                   const std::vector<uint8_t> & wbytes, const std::vector<float> & x, size_t piece,
@@ -224,14 +237,8 @@ static int check_codebook_types(ggml_backend_t cpu, const std::vector<ggml_backe
         int64_t              wK = 0;
         for (const mm_case & c : k_cb_cases) {
             // the weights depend on the shape only (quantizing is the slow part: once per K x N)
-            rng                r{ (uint64_t) (1000 * info->id + c.K + 7 * c.N) };
-            std::vector<float> wf(c.K * c.N), x(c.K * c.M);
-            for (auto & v : wf) {
-                v = r.next() * 0.1f;
-            }
-            for (auto & v : x) {
-                v = r.next();
-            }
+            std::vector<float> wf, x;
+            random_case((int) info->id, c, wf, x);
             const size_t nbytes = ggml_row_size(type, c.K) * c.N;
             if (w.size() != nbytes || wK != c.K) {
                 w.assign(nbytes, 0);
@@ -312,14 +319,8 @@ int main(int argc, char ** argv) {
             check_refusals(b, type);
         }
         for (const mm_case & c : k_cases) {
-            rng                r{ (uint64_t) (1000 * info->id + c.K + 7 * c.N) };
-            std::vector<float> wf(c.K * c.N), x(c.K * c.M);
-            for (auto & v : wf) {
-                v = r.next() * 0.1f;
-            }
-            for (auto & v : x) {
-                v = r.next();
-            }
+            std::vector<float> wf, x;
+            random_case((int) info->id, c, wf, x);
             const size_t         nbytes = ggml_row_size(type, c.K) * c.N;
             std::vector<uint8_t> w(nbytes), wb(nbytes), relaid(nbytes);
             ggml_quantize_chunk(type, wf.data(), w.data(), 0, c.N, c.K, nullptr);
