@@ -216,6 +216,24 @@ static void check_cb_refusals(ggml_backend_t backend, ggml_type type) {
     ggml_free(ctx);
 }
 
+// y = w x on backend b with the weights uploaded piecewise (they must read back unchanged); an RPC server
+// over a CPU must give `on_cpu` bit for bit, and then true is returned (nothing more to compare).
+static bool cpu_rpc_matches(ggml_backend_t b, ggml_type type, const char * name, const mm_case & c,
+                            const std::vector<uint8_t> & w, const std::vector<float> & x,
+                            const std::vector<float> & on_cpu, bool rpc_gpu, std::vector<float> & got) {
+    std::vector<uint8_t> back;
+    got = mul_mat(b, type, c, w, x, 1000003 % (w.size() / 3 + 1) + 1, &back);
+    CHECK(back == w, "%s: %s %lldx%lld readback after a piecewise upload differs", ggml_backend_name(b), name,
+          (long long) c.K, (long long) c.N);
+    if (!ggml_backend_is_rpc(b) || rpc_gpu) {
+        return false;
+    }
+    CHECK(!std::memcmp(on_cpu.data(), got.data(), got.size() * sizeof(float)),
+          "%s: %s %lldx%lldx%lld differs from the local CPU", ggml_backend_name(b), name, (long long) c.K,
+          (long long) c.N, (long long) c.M);
+    return true;
+}
+
 // Every codebook type in mul_mat on the CPU and each other backend; returns the number of mul_mat runs.
 static int check_codebook_types(ggml_backend_t cpu, const std::vector<ggml_backend_t> & others, bool rpc_gpu,
                                 int * n_types) {
@@ -257,15 +275,9 @@ static int check_codebook_types(ggml_backend_t cpu, const std::vector<ggml_backe
             std::printf("CPU %s K=%lld N=%lld M=%lld: NMSE vs exact %.2e\n", info->name, (long long) c.K,
                         (long long) c.N, (long long) c.M, e_cpu);
             for (ggml_backend_t b : others) {
-                std::vector<uint8_t>     back;
-                const std::vector<float> got = mul_mat(b, type, c, w, x, 1000003 % (nbytes / 3 + 1) + 1, &back);
+                std::vector<float> got;
                 runs++;
-                CHECK(back == w, "%s: %s %lldx%lld readback after a piecewise upload differs", ggml_backend_name(b),
-                      info->name, (long long) c.K, (long long) c.N);
-                if (ggml_backend_is_rpc(b) && !rpc_gpu) {
-                    CHECK(!std::memcmp(on_cpu.data(), got.data(), got.size() * sizeof(float)),
-                          "%s: %s %lldx%lldx%lld differs from the local CPU", ggml_backend_name(b), info->name,
-                          (long long) c.K, (long long) c.N, (long long) c.M);
+                if (cpu_rpc_matches(b, type, info->name, c, w, x, on_cpu, rpc_gpu, got)) {
                     continue;
                 }
                 const double e_exact = nmse(got, exact), e_vs_cpu = nmse(got, on_cpu);
@@ -356,15 +368,9 @@ int main(int argc, char ** argv) {
                       (long long) c.K, (long long) c.N, (long long) c.M, e, ggml_type_name(base));
             }
             for (ggml_backend_t b : others) {
-                std::vector<uint8_t>     back;
-                const std::vector<float> got = mul_mat(b, type, c, w, x, 1000003 % (nbytes / 3 + 1) + 1, &back);
+                std::vector<float> got;
                 runs++;
-                CHECK(back == w, "%s: %s %lldx%lld readback after a piecewise upload differs", ggml_backend_name(b),
-                      info->name, (long long) c.K, (long long) c.N);
-                if (ggml_backend_is_rpc(b) && !rpc_gpu) {
-                    CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
-                          "%s: %s %lldx%lldx%lld differs from the local CPU", ggml_backend_name(b), info->name,
-                          (long long) c.K, (long long) c.N, (long long) c.M);
+                if (cpu_rpc_matches(b, type, info->name, c, w, x, first, rpc_gpu, got)) {
                     continue;
                 }
                 const std::vector<float> twin = mul_mat(b, base, c, wb, x, 0);
