@@ -24,6 +24,17 @@
 
 // One col_sidecar case: y [M, n1, n2], x [K, n1, n2] (rows padded by x_pad floats when x_pad > 0,
 // so x is a strided view), idx [k], s [k, M].
+// The CPU result at nth threads: kept as `first` at 1 thread, else it must equal that bit for bit.
+static void same_as_one_thread(const std::string & name, int nth, const std::vector<float> & got,
+                               std::vector<float> & first) {
+    if (nth == 1) {
+        first = got;
+        return;
+    }
+    CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)), "%s: %d threads differ from 1 thread",
+          name.c_str(), nth);
+}
+
 struct sidecar_case {
     int64_t M, K, k, n1, n2, x_pad;
 
@@ -308,12 +319,7 @@ int main(int argc, char ** argv) {
                 worst = std::fmax(worst, std::fabs(got[i] - ref[i]) / (mag[i] * 1e-6 * (c.k + 1) + 1e-30));
             }
             CHECK(worst <= 1.0, "%s: CPU (%d threads) off the reference by %.3g of the bound", c.name().c_str(), nth, worst);
-            if (nth == 1) {
-                first = got;
-            } else {
-                CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
-                      "%s: %d threads differ from 1 thread", c.name().c_str(), nth);
-            }
+            same_as_one_thread(c.name(), nth, got, first);
         }
         for (ggml_backend_t b : others) {
             const std::vector<float> got = run(c, b, in);
@@ -349,12 +355,7 @@ int main(int argc, char ** argv) {
             }
             CHECK(worst <= 1.0, "%s: CPU (%d threads) off the reference by %.3g of the bound", c.name().c_str(), nth,
                   worst);
-            if (nth == 1) {
-                first = got;
-            } else {
-                CHECK(!std::memcmp(first.data(), got.data(), got.size() * sizeof(float)),
-                      "%s: %d threads differ from 1 thread", c.name().c_str(), nth);
-            }
+            same_as_one_thread(c.name(), nth, got, first);
         }
         for (ggml_backend_t b : others) {
             if (!apq_run(c, b, in, got)) {
