@@ -7,7 +7,7 @@ kernel launches. The device machine takes at most 64 MiB of files a call, so a m
 the size users run is made there instead, in seconds: the template GGUF (the default
 model) gives the tokenizer and chat template, the shapes are Llama-2-7B's (32 layers,
 d=4096, 32 heads, FFN 11008; the template's 49152-token vocabulary), and every weight
-matrix is TYPE (Q4_0 or IQ4_NL: 18-byte blocks of 32; Q2_K, Q3_K, IQ2_S, CB2, CB3: blocks of 256)
+matrix is TYPE (Q4_0 or IQ4_NL: 18-byte blocks of 32; Q2_K, Q3_K, Q4_K, IQ2_S, CB2, CB3: blocks of 256)
 filled with seeded random codes and small fp16 scales in every block's fp16 fields, so
 activations stay finite. Norms are ones. Tokens/s do not depend on the values; perplexity of
 such a file means nothing and is never reported.
@@ -37,6 +37,7 @@ TYPES = {
     "iq4_nl": ("IQ4_NL", 32, 18, (0,), 1.0),
     "q2_k": ("Q2_K", 256, 84, (80, 82), 0.2),       # scales[16] qs[64] d dmin
     "q3_k": ("Q3_K", 256, 110, (108,), 0.1),        # hmask[32] qs[64] scales[12] d
+    "q4_k": ("Q4_K", 256, 144, (0, 2), 0.1),         # d dmin scales[12] qs[128]
     "iq2_s": ("IQ2_S", 256, 82, (0,), 0.05),        # d qs[64] (grid low bits + signs) qh[8] scales[8]
     "cb2": ("CB2", 256, 78, (0,), 0.005),           # d scales[8] cb[4] qs[64] (docs/formats/codebooks.md)
     "cb3": ("CB3", 256, 110, (0,), 0.005),          # CB2's fields, hmask[32]
