@@ -5,7 +5,7 @@
 // ggml-cuda's own f16 path) and against ours (CB2, CB3 as well), so every row of a table comes from the
 // same harness. Each measurement is one graph of `reps` MUL_MAT nodes over `copies` distinct weight
 // tensors (their total above the GPU's L2 cache, so each node streams its weights from memory),
-// computed `iters` times after a warm-up; time per node = wall time / (iters * reps). Weights: 256 rows
+// computed `iters` times after a warm-up; time per node = wall time / (iters * reps). Weights: 32 rows
 // of random normal floats quantized by ggml_quantize_chunk (the type's own reference quantizer; the IQ
 // types' are slow), tiled over all M rows: a kernel's speed does not depend on which rows repeat.
 //
@@ -92,7 +92,7 @@ int main(int argc, char ** argv) {
 
     std::mt19937 rng(42);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    const int64_t M0 = std::min<int64_t>(M, 256);
+    const int64_t M0 = std::min<int64_t>(M, 32);
     std::vector<float> f(K * M0);
     std::vector<uint8_t> q(w_bytes);
     for (float & v : f) v = nd(rng) / 32.0f;
