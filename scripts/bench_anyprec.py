@@ -93,9 +93,16 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each model's bitplane file in DIR (for scripts/bench_anyprec_speed.py)")
     p.add_argument("--json", default=None)
+    p.add_argument("--hf", action="append", default=[], metavar="MODEL=DIR",
+                   help="the model's HF folder (default: the asset); the device has no asset cache")
+    p.add_argument("--train", type=Path, default=None, help="calibration text (default: the wiki-train asset)")
+    p.add_argument("--test", type=Path, default=None, help="perplexity text (default: the wiki-test asset)")
+    p.add_argument("--device", default="cpu", help="where the Fisher pass runs (cpu, cuda)")
     a = p.parse_args()
     seed, parent = ap.parse_bits(a.bits)
-    test, train = assets.path("wiki-test"), assets.path("wiki-train")
+    test = a.test or assets.path("wiki-test")
+    train = a.train or assets.path("wiki-train")
+    hf_dirs = dict(x.split("=", 1) for x in a.hf)
     rows: list[dict] = []
     print(f"# {cpu_name()}, {os.cpu_count()} cores; Fisher on {a.calib_samples} x {a.calib_seq_len} tokens of "
           f"wiki-train; perplexity wiki-test ctx 512, {a.chunks} chunks", file=sys.stderr, flush=True)
@@ -107,18 +114,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-anyprec-") as tmp:
         d = Path(tmp)
         for model in a.models.split(","):
-            hf = assets.path(HF[model])
+            hf = Path(hf_dirs[model]) if model in hf_dirs else assets.path(HF[model])
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
             add(model=model, file="f16", bits=16, ppl=ppl(f16, test, a), size=f16.stat().st_size)
             opts = dict(method="anyprec", calib=str(train), calib_samples=a.calib_samples,
-                        calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads)
+                        calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads,
+                        calib_device=a.device)
             if a.parent_file:
                 parent_file = a.parent_file
             else:
                 t0 = time.time()
                 st = stats.collect(hf, text=str(train), what=("fisher",), n_samples=a.calib_samples,
-                                   seq_len=a.calib_seq_len, progress=False)
+                                   seq_len=a.calib_seq_len, progress=False, device=a.device)
                 t_fisher = time.time() - t0
                 secs, n_weights = quantization_seconds(hf, st, seed, parent, a.threads)
                 add(model=model, file="timing", fisher_seconds_or_cached=t_fisher, seed_upscale_seconds=secs,
