@@ -18,6 +18,35 @@
 # test-backend-ops), runs `test-backend-ops perf -o MUL_MAT -b CUDA0` and keeps its q4_0 / q3_K mat-vec rows
 # (n=1) in anyprec_llama_mulmat.txt; those shapes are upstream's perf cases (4096 x 4096 among them), not all
 # of ours.
+#
+# MODE=op: the op, not the launchers: APQ_MUL_MAT in our llama.cpp's CUDA backend (src/cuda/apq_mul_mat.cu;
+# APQ weights held in the row-lane layout in GPU memory, patches 0400 / 0420), in one call:
+#   build  ours with GGML_EXT_CUDA=ON into $BUILD (default /tmp/bc, shared with device_codebooks.sh: a warm
+#          machine's build is reused, ninja redoes what changed)
+#   test   scripts/test_cuda.sh twice (tests/c/test_ext_ops.cpp: APQ_MUL_MAT on the GPU against the CPU at
+#          precisions 3..8, 1 / 2 / 5 / 8 / 9 / 33 tokens, odd row counts, padded row lengths, piecewise
+#          uploads read back; the other ops and types too); the summary keeps its "APQ GPU:" line
+#   files  (with HF_DIR) the default model: f16 and an any-precision file (convert --method anyprec --bits
+#          3-8, Fisher on TEXT, CALIB_SAMPLES x 512 tokens, on the GPU) by our converter, Q4_K and Q3_K by
+#          llama-quantize from the f16; kept in /tmp/apq-models for a later call on the same machine
+#   ppl    llama-perplexity of the APQ file at 4 bits on the CPU (-ngl 0) and at -ngl 99 with -ub 512 (dequantize
+#          + cuBLAS) and -ub 8 (the GEMVs), and at 3 and 8 bits at -ngl 99: the GPU's must match the CPU's
+#          closely; each line shows the offload and the CUDA buffer size (the APQ weights must be in it)
+#   bench  llama-bench -ngl 99 (pp512, tg128) of the APQ file at each of BITS (default 3..8, through
+#          GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits) and of the Q4_K / Q3_K files,
+#          alternating over two rounds
+#   big    (BIG=1; BIG=only skips files/ppl/bench above) Llama-2-7B-shaped random files
+#          (scripts/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
+#          Q4_K, so only the decoder layers differ; tokenizer from TEMPLATE, default the f16 file made above:
+#          see device_codebooks.sh), llama-bench -ngl 99 at each of BITS and Q4_K / Q3_K, one round (ROUNDS)
+# Usage (device, repository root):
+#   MODE=op bash scripts/device_anyprec.sh OUT [HF_DIR TEXT]
+# Writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, PPL=0, BENCH=0, BIG, TEMPLATE,
+# BITS, CHUNKS (perplexity chunks, 8), CALIB_SAMPLES (8), ROUNDS, PYTHON (default /opt/torch/.venv/bin/python3
+# where it exists). See docs/formats/anyprec.md, "CUDA op".
+if [ "${MODE:-kernels}" = op ]; then
+    exec bash "$(dirname "$0")/device_anyprec_op.sh" "$@"
+fi
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-/tmp}}

@@ -2,7 +2,8 @@
 # ggml-ext's ops and types on CUDA against the CPU (make test-cuda): tests/c/test_ext_ops.cpp and
 # tests/c/test_types_backends.cpp built against an installed GGML_EXT_CUDA=ON build and run with
 # --require-gpu: every case of every op on the CPU backend (against its reference, 1-4 threads) and on each
-# GPU (NMSE against the CPU at most 1e-7); every type with a stock twin in mul_mat on each GPU (the base
+# GPU (NMSE against the CPU at most 1e-7; APQ_MUL_MAT above 8 tokens 5e-4, its weights uploaded and read back
+# in pieces through the row-lane layout); every type with a stock twin in mul_mat on each GPU (the base
 # type's result bit for bit, NMSE against the CPU at most 5e-4, piecewise uploads read back exactly); the
 # codebook types CB2 / CB3 on ggml-ext's own CUDA kernels (patch 0410) at 1-512 tokens (NMSE at most 1e-5
 # against the exact product of the dequantized weights, 2e-4 against the CPU).

@@ -3,7 +3,9 @@
 // and for the same bits with 1-4 threads), then on every other backend it is given or finds:
 //   --rpc HOST:PORT   a ggml-rpc-server: its CPU backend runs the same code, so the bits must be equal
 //   GPU devices       every GPU the ggml registry lists (CUDA with GGML_EXT_CUDA=ON): normalised mean
-//                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound)
+//                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound; APQ_MUL_MAT
+//                     above 8 tokens, f16 activations into cuBLAS: 5e-4, test-backend-ops' MUL_MAT bound),
+//                     APQ weights uploaded and read back in uneven pieces
 //   --require-gpu     exit 77 (skip) when there is no GPU device
 // Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
 // Built and run by tests/kernels/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
@@ -19,6 +21,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -221,8 +224,12 @@ static void apq_reference(const apq_case & c, const apq_inputs & in, std::vector
     }
 }
 
-// nullptr when the backend does not run the node (a GPU: the op has no CUDA kernel yet)
-static bool apq_run(const apq_case & c, ggml_backend_t backend, const apq_inputs & in, std::vector<float> & out) {
+// One run of c on `backend`; false when the backend refuses the node (asked after the tensors are in its
+// buffers: CUDA takes the op only when the weight and its tables sit in its own memory). With `pieces`, the
+// weight goes up in three uneven pieces (word-unaligned cuts) and is read back in three others, which must
+// give the file's bytes again (a CUDA buffer holds the row-lane layout and converts on the way in and out).
+static bool apq_run(const apq_case & c, ggml_backend_t backend, const apq_inputs & in, std::vector<float> & out,
+                    bool pieces = false) {
     ggml_init_params ip  = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
     ggml_context *   ctx = ggml_init(ip);
     ggml_tensor *    w   = ggml_new_tensor_2d(ctx, GGML_TYPE_APQ, c.K, c.N);
@@ -233,21 +240,34 @@ static bool apq_run(const apq_case & c, ggml_backend_t backend, const apq_inputs
     ggml_tensor * y  = ggml_ext_apq_mul_mat(ctx, w, x, tab, c.b);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, y);
-    if (!ggml_backend_supports_op(backend, y)) {
-        ggml_free(ctx);
-        return false;
-    }
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
     CHECK(ggml_nbytes(w) == in.planes.size(), "%s: APQ bytes %zu", c.name().c_str(), ggml_nbytes(w));
-    ggml_backend_tensor_set(w, in.planes.data(), 0, in.planes.size());
+    const size_t n = in.planes.size(), cut[4] = { 0, n / 3 + 1, 2 * n / 3 + 3, n };
+    if (pieces) {
+        for (int i = 0; i < 3; i++) {
+            ggml_backend_tensor_set(w, in.planes.data() + cut[i], cut[i], cut[i + 1] - cut[i]);
+        }
+        std::vector<uint8_t> back(n);
+        const size_t         rcut[4] = { 0, 5, n / 2 + 2, n };
+        for (int i = 0; i < 3; i++) {
+            ggml_backend_tensor_get(w, back.data() + rcut[i], rcut[i], rcut[i + 1] - rcut[i]);
+        }
+        CHECK(back == in.planes, "%s: %s reads back other bytes than were written", c.name().c_str(),
+              ggml_backend_name(backend));
+    } else {
+        ggml_backend_tensor_set(w, in.planes.data(), 0, n);
+    }
     ggml_backend_tensor_set(tab, in.tables.data(), 0, in.tables.size() * sizeof(ggml_fp16_t));
     ggml_backend_tensor_set(x, in.x.data(), 0, in.x.size() * sizeof(float));
-    CHECK(ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS, "%s", c.name().c_str());
-    out.resize(ggml_nelements(y));
-    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
+    const bool ok = ggml_backend_supports_op(backend, y);
+    if (ok) {
+        CHECK(ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS, "%s", c.name().c_str());
+        out.resize(ggml_nelements(y));
+        ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
+    }
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
-    return true;
+    return ok;
 }
 
 // T <= 8: the bitplane GEMV per token; more: dequantized row blocks (src/ops/apq_mul_mat_cpu.c)
@@ -258,6 +278,24 @@ static const apq_case k_apq_cases[] = {
     { 1536, 20, 33, 3, 5 },  // SmolLM2's down rows, rows not a multiple of the 16-row block
     { 96, 3, 4, 6, 7 },      // seed 6, fewer rows than threads
 };
+
+// Every precision 3..8 at every path of the CUDA op (src/cuda/apq_mul_mat.cu): 1 token (v4 GEMV), 2 / 5 / 8
+// (v8), 9 / 33 (dequantize + cuBLAS); row counts not a multiple of the 32-row group, row lengths a multiple
+// of 128 (1536) and not (576, 352: the row-lane layout pads them), seeds 3 and 4.
+static std::vector<apq_case> apq_sweep() {
+    static const int64_t T[] = { 1, 2, 5, 8, 9, 33 };
+    static const int64_t K[] = { 576, 1536, 352 };
+    static const int64_t N[] = { 37, 65, 7, 33 };
+    std::vector<apq_case> v;
+    int                   i = 0;
+    for (int b = 3; b <= 8; b++) {
+        for (int64_t t : T) {
+            v.push_back({ K[i % 3], N[i % 4], t, b >= 4 && i % 2 ? 4 : 3, b });
+            i++;
+        }
+    }
+    return v;
+}
 
 static const sidecar_case k_cases[] = {
     { 8, 16, 3, 1, 1, 0 },        // one token (decode)
@@ -339,9 +377,13 @@ int main(int argc, char ** argv) {
         }
     }
 
-    int apq_runs = 0;
-    for (const apq_case & c : k_apq_cases) {
-        const apq_inputs    in = apq_make(c, 99 + c.K * 7 + c.N);
+    std::vector<apq_case> apq_cases(std::begin(k_apq_cases), std::end(k_apq_cases));
+    for (const apq_case & c : apq_sweep()) {
+        apq_cases.push_back(c);
+    }
+    int apq_runs = 0, apq_gpu_runs = 0;
+    for (const apq_case & c : apq_cases) {
+        const apq_inputs    in = apq_make(c, 99 + c.K * 7 + c.N + c.T * 131 + c.b);
         std::vector<double> ref, mag;
         apq_reference(c, in, ref, mag);
         std::vector<float> first, got;
@@ -358,16 +400,37 @@ int main(int argc, char ** argv) {
             same_as_one_thread(c.name(), nth, got, first);
         }
         for (ggml_backend_t b : others) {
-            if (!apq_run(c, b, in, got)) {
-                CHECK(!ggml_backend_is_rpc(b), "%s: RPC refuses it", c.name().c_str());
-                continue;  // a GPU: no CUDA kernel for the op yet (NO_CUDA), the scheduler keeps it on the CPU
+            const bool rpc = ggml_backend_is_rpc(b);
+            if (!apq_run(c, b, in, got, !rpc)) {
+                CHECK(false, "%s: %s refuses it", c.name().c_str(), ggml_backend_name(b));
+                continue;
             }
             apq_runs++;
-            CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)) || !ggml_backend_is_rpc(b),
-                  "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+            if (rpc) {
+                CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+                continue;
+            }
+            // GPU: the GEMVs (up to 8 tokens) sum the same f32 products in another order: test-backend-ops'
+            // default bound; above 8 tokens cuBLAS multiplies the activations rounded to f16, as ggml-cuda's
+            // own cuBLAS path for quantized weights: test-backend-ops' MUL_MAT bound
+            apq_gpu_runs++;
+            double err = 0, norm = 0;
+            for (size_t i = 0; i < got.size(); i++) {
+                err += ((double) got[i] - first[i]) * ((double) got[i] - first[i]);
+                norm += (double) first[i] * first[i];
+            }
+            const double bound = c.T <= 8 ? 1e-7 : 5e-4;
+            CHECK(err / norm <= bound, "%s: %s NMSE %.3g against the CPU (bound %.0e)", c.name().c_str(),
+                  ggml_backend_name(b), err / norm, bound);
         }
     }
-    std::printf("APQ: %d runs of %zu cases\n", apq_runs, sizeof(k_apq_cases) / sizeof(k_apq_cases[0]));
+    std::printf("APQ: %d runs of %zu cases\n", apq_runs, apq_cases.size());
+    if (n_gpu) {
+        std::printf("APQ GPU: %d runs of %zu cases\n", apq_gpu_runs, apq_cases.size());
+    } else {
+        std::printf("APQ GPU: skipped (no GPU device: a build without GGML_EXT_CUDA, or no CUDA device)\n");
+    }
 
     for (ggml_backend_t b : others) {
         std::printf("backend: %s\n", ggml_backend_name(b));

@@ -238,13 +238,15 @@ void dequantize_entry(const void * vx, T * y, int64_t k, cudaStream_t stream) {
 }  // namespace
 
 bool ggml_ext_cuda_own_type(ggml_type type) {
-    return type == GGML_TYPE_CB2 || type == GGML_TYPE_CB3;
+    return type == GGML_TYPE_CB2 || type == GGML_TYPE_CB3 || type == GGML_TYPE_APQ;
 }
 
 bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
-    GGML_UNUSED(device);
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
+    if (w->type == GGML_TYPE_APQ) {  // the loader's question about an any-precision weight (apq_mul_mat.cu)
+        return ggml_ext_cuda_apq_supports_mul_mat(device, op);
+    }
     // MUL_MAT only (MUL_MAT_ID's expert weights would need an ids-aware kernel), weights whole rows in a
     // contiguous tensor (the dequantizer reads them as one run of blocks), f32 or f16 activations and dst
     return op->op == GGML_OP_MUL_MAT && ggml_ext_cuda_own_type(w->type) && ggml_is_contiguous(w) &&
@@ -254,6 +256,9 @@ bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
 
 bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                    ggml_tensor * dst) {
+    if (src0->type == GGML_TYPE_APQ) {
+        ggml_ext_cuda_apq_refuse_mul_mat(src0);  // runs only as APQ_MUL_MAT, with its tables and a precision
+    }
     GGML_TENSOR_BINARY_OP_LOCALS
     if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CB_MMV_MAX ||
         ne00 % QK != 0 || ne12 % ne02 != 0 || ne13 % ne03 != 0 || nb10 != sizeof(float) ||

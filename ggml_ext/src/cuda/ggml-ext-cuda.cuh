@@ -34,6 +34,36 @@ struct ggml_ext_cuda_op {
 #undef GGML_EXT_CUDA_DECL_CUDA
 #undef GGML_EXT_CUDA_DECL_NO_CUDA
 
+// ---- tensors held on the GPU in a layout of their own (device_layout.cu, patches 0400 and 0420) ----
+// The file's bytes stay what every caller writes and reads back; only GPU memory holds the other layout:
+// a registered type with a stock twin its base layout (interleaved4_cuda.cu, below), an any-precision APQ
+// weight the row-lane layout of anyprec_cuda.h (apq_mul_mat.cu). Synchronous on cudaStreamPerThread, the
+// device already current.
+
+// true for a tensor whose CUDA bytes are not the caller's
+bool ggml_ext_cuda_device_layout(const ggml_tensor * t);
+void ggml_ext_cuda_set_device_layout(ggml_tensor * t, const void * data, size_t offset, size_t size);
+void ggml_ext_cuda_get_device_layout(const ggml_tensor * t, void * data, size_t offset, size_t size);
+void ggml_ext_cuda_set_device_layout_2d(ggml_tensor * t, const void * data, size_t offset, size_t size,
+                                        size_t n_copies, size_t stride_tensor, size_t stride_data);
+void ggml_ext_cuda_get_device_layout_2d(const ggml_tensor * t, void * data, size_t offset, size_t size,
+                                        size_t n_copies, size_t stride_tensor, size_t stride_data);
+// the CUDA buffer type's allocation size for t, given upstream's `size`
+size_t ggml_ext_cuda_device_layout_alloc_size(const ggml_tensor * t, size_t size);
+
+// ---- any-precision APQ weights (apq_mul_mat.cu): the row-lane layout of anyprec_cuda.h ----
+
+// true for an APQ weight held in the row-lane layout in a CUDA buffer (one contiguous 2-D matrix, not a view)
+bool   ggml_ext_cuda_apq_layout(const ggml_tensor * t);
+size_t ggml_ext_cuda_apq_alloc_size(const ggml_tensor * t);
+void   ggml_ext_cuda_apq_set(ggml_tensor * t, const void * data, size_t offset, size_t size);
+void   ggml_ext_cuda_apq_get(const ggml_tensor * t, void * data, size_t offset, size_t size);
+// supports_op for a plain MUL_MAT of an APQ weight: what llama.cpp's loader asks to pick the weight's buffer
+// (the linear hook replaces the node with APQ_MUL_MAT before a graph runs, as on the CPU)
+bool   ggml_ext_cuda_apq_supports_mul_mat(int device, const ggml_tensor * op);
+// a plain MUL_MAT of an APQ weight that reached ggml-cuda: stops with the weight's name (no tables, no precision)
+[[noreturn]] void ggml_ext_cuda_apq_refuse_mul_mat(const ggml_tensor * src0);
+
 // ---- registered types held in their base layout (interleaved4_cuda.cu) ----
 
 // true for a tensor of a registered type with a stock twin (ggml_ext_base_layout_type >= 0)
@@ -68,13 +98,15 @@ struct ggml_ext_cuda_base_layout_graph {
     std::vector<std::pair<ggml_tensor *, ggml_type>> changed;
 };
 
-// ---- ggml-ext's own quantized types: the codebooks CB2 / CB3 (codebooks_cuda.cu, patch 0410) ----
+// ---- ggml-ext's own quantized types: the codebooks CB2 / CB3 (codebooks_cuda.cu, patch 0410), and APQ ----
+// APQ is "own" too (no upstream kernel may see it), but a plain MUL_MAT of it only answers the loader's
+// supports_op question (ggml_ext_cuda_apq_supports_mul_mat); APQ_MUL_MAT computes it (apq_mul_mat.cu).
 // Their bytes are held as they are; ggml_cuda_mul_mat sends them here first: the mat-vec for up to
 // GGML_EXT_CB_MMV_MAX tokens, else ggml-cuda's cuBLAS path on weights dequantized by the converters below.
 
 #define GGML_EXT_CB_MMV_MAX 8
 
-// true for CB2 / CB3 (no upstream kernel may see them: MMVQ / MMQ and their fusions are skipped)
+// true for CB2 / CB3 / APQ (no upstream kernel may see them: MMVQ / MMQ and their fusions are skipped)
 bool ggml_ext_cuda_own_type(ggml_type type);
 // supports_op for a MUL_MAT / MUL_MAT_ID node whose weights (src0) are of an own type
 bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op);
