@@ -8,7 +8,7 @@ From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
     import ggml_ext
     ggml_ext.convert("hf-folder", "model.gguf", "f16")
 
-Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (ggml-ext's quantizer;
+Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, the K-quants q2_k .. q6_k ("pure" files; ggml-ext's quantizer;
 ``--imatrix FILE`` for importance weights), and ggml-ext's interleaved
 q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
 ``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). ``--method NAME`` picks the

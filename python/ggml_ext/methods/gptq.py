@@ -9,7 +9,8 @@ squared output error, H = XᵀX of the layer's calibration inputs. The paper's A
     U  <- Cholesky(H^-1), upper                     (row j: how column j's error moves later columns)
     for each lazy block of B columns (default 128):
         for each column j of the block:
-            if j is the first column reached of its ggml block:   (32 weights of the ORIGINAL order)
+            if j is the first column reached of its ggml block:   (32 weights of the ORIGINAL order;
+                                                                    a K-quant's super-block: 256)
                 choose that block's scale(s) per row from the current, error-updated weights,
                 with the type's own scale rule (ggml's quantizer; importances 1 / U_kk^2)
             Q_:j <- nearest grid value of W_:j under the block's scales
@@ -24,6 +25,11 @@ outside the lazy block get the pending lazy update computed for the purpose). We
 GPTQ's "static groups" (scales from the unmodified weights before the sweep) because the scales then
 fit the weights actually rounded -- which already carry the error of every earlier column --, it
 needs no extra pass, and without act-order it is exactly GPTQ's group-wise rule.
+
+**K-quants** (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the "block" is the 256-weight super-block and its
+"scales" are the whole header ggml's K-quantizer writes for it (fp16 super-scale(s), 4-/6-/8-bit
+sub-block scales and mins): chosen once per super-block as above, after which each column is
+rounded to the grid of its 16- or 32-weight sub-block (``KGrid``).
 
 **Scale rule.** ggml's own quantizer picks each block's scales (``Grid.scales``), so the scales
 are those of the type (Q4_0's max/-8, ...; ggml-ext's exact search for IQ4_NL). By default
@@ -90,7 +96,7 @@ class Prepared:
 @dataclass
 class GPTQResult:
     indices: np.ndarray   # rows x cols grid indices, original column order
-    scales: np.ndarray    # rows x n_blocks x (1|2) float32 (fp16 values)
+    scales: np.ndarray    # rows x n_blocks x grid.nparams float32 (fp16 d/m; K-quants: the super-block header)
     Q: np.ndarray         # rows x cols float32: the quantized matrix (what ggml dequantizes the bytes to)
 
     def pack(self, g: Grid) -> np.ndarray:
@@ -157,14 +163,13 @@ def _block_scales(g: Grid, values: np.ndarray, importance: np.ndarray | None, qu
 def static_scales(g: Grid, p: Prepared, quantizer: dict) -> np.ndarray:
     """Every block's scales fixed before the sweep (GPTQ's "static groups"): the scales llama.cpp's
     imatrix quantizer picks for the unmodified weights with the Hessian's diagonal as importance matrix
-    (its importance-weighted scale search), rows x n_blocks x (1|2) float32."""
+    (its importance-weighted scale search), rows x n_blocks x nparams float32 (a K-quant's whole
+    super-block header: fp16 super-scales and the quantized sub-block scales and mins)."""
     from ggml_ext import quants
     rows, cols = p.W.shape
     W = np.ascontiguousarray(p.W[:, p.pos], dtype=np.float32)   # original column order
     b = quants.quantize(W, g.name, imatrix=p.hdiag.astype(np.float32), **quantizer)
-    n = 2 if g.has_min else 1
-    b = b.reshape(rows, cols // g.block, g.nbytes)
-    return np.ascontiguousarray(b[:, :, :2 * n]).view(np.float16).astype(np.float32)
+    return g.decode(b.reshape(rows, cols // g.block, g.nbytes))
 
 
 def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
@@ -178,7 +183,7 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
     rows, cols = p.W.shape
     nb = cols // g.block
     Wc = p.W.copy()
-    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    scales = np.zeros((rows, nb, g.nparams), dtype=np.float32)
     fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     idx = np.zeros((rows, cols), dtype=np.int64)
@@ -194,7 +199,7 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
                 imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
                 scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
             states[b] = g.state(torch.from_numpy(scales[:, b]), torch.float64)
-        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b])
+        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b], c % g.block)
         idx[:, c], Q[:, c] = k.numpy(), q.numpy()
         err = (Wc[:, j] - Q[:, c].astype(np.float64)) / p.U[j, j]
         Wc[:, j:] -= np.outer(err, p.U[j, j:])
@@ -216,7 +221,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     # transposed (columns x rows): a column of W is a contiguous row here
     Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
     U = torch.from_numpy(p.U).to(dev, dt)
-    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    scales = np.zeros((rows, nb, g.nparams), dtype=np.float32)
     fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
@@ -229,7 +234,8 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
         E1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
             j = i1 + i
-            b = int(perm[j]) // g.block
+            c = int(perm[j])
+            b = c // g.block
             if b not in states and fixed is not None:
                 scales[:, b] = fixed[:, b]
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
@@ -244,7 +250,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
                 scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
             w = W1[i]
-            k, q = g.round(w, states[b])
+            k, q = g.round(w, states[b], c % g.block)
             K[j], Qt[j] = k, q
             err = (w - q) / U1[i, i]
             W1[i:].sub_(torch.outer(U1[i, i:], err))
