@@ -227,11 +227,13 @@ class KGrid:
             dl = d * (s[:, 1:] - 32 if self.name == "Q3_K" else s[:, 1:])
             ml = None
         return {"dl": dl, "ml": ml, "dsafe": torch.where(dl == 0, torch.full_like(dl, float("inf")), dl).to(dtype),
-                "mld": None if ml is None else ml.to(dtype)}
+                "mld": None if ml is None else ml.to(dtype), "zero": d[:, 0] == 0}
 
     def round(self, x, st, at: int = 0):
         """Nearest index and value for each entry of ``x`` (torch, n): column ``at`` of the super-block,
-        so sub-block ``at // sub``'s scale (and min). Values as ggml's to_float computes them: float32
+        so sub-block ``at // sub``'s scale (and min). Where that scale is 0 every index gives the value
+        0 (a zero min too); the index is then k = offset (ggml's choice in a block with d != 0), and 0 in
+        a super-block with d = 0 (which ggml writes as zero bytes). Values as ggml's to_float computes them: float32
         ``dl * (k - offset)`` (Q6_K's is rounded once: fp16 x 8-bit x 6-bit) or ``dl * k - ml``."""
         j = at // self.sub
         dl, dsafe = st["dl"][:, j], st["dsafe"][:, j]
@@ -239,6 +241,8 @@ class KGrid:
             k = ((x + st["mld"][:, j]) / dsafe).round_().clamp_(0, self.levels - 1)
             return k, (k.float() * dl - st["ml"][:, j]).to(x.dtype)
         k = (x / dsafe).round_().add_(self.offset).clamp_(0, self.levels - 1)
+        # a super-block with d = 0 is all zero bytes in ggml (its quantizer memsets it); any index gives 0
+        k.masked_fill_(st["zero"], 0)
         return k, ((k.float() - self.offset) * dl).to(x.dtype)
 
     # ------------------------------------------------------------------ bytes
