@@ -17,7 +17,7 @@ For each model (SmolLM2-135M-Instruct's dequantized HF folder ``smollm2-hf``; Ge
   ``v-attn:scale_rule=static,percdamp=0.1,v_hessian=attention`` (docs/GPTQ.md);
 * for the K-quant types (q2_k, q3_k, q4_k, q5_k, q6_k: the converter's "pure" files, every layer matrix
   the type or llama-quantize's fallback for rows not a multiple of 256, Q4_0 for Q2_K / Q3_K), stock's
-  own tool on the f16 file with the same imatrix: ``llama-quantize --imatrix --pure`` with the
+  own tool on the f32 file (the converter quantizes the float32 weights too) with the same imatrix: ``llama-quantize --imatrix --pure`` with the
   token-embedding / output types of our rtn file (like for like: same type per tensor; its bytes are
   compared with the ``rtn+imatrix`` file's, and scored only if they differ), and llama.cpp's mixes
   of that type (q3_k: Q3_K_S, Q3_K_M; q2_k: Q2_K; ...), which give some tensors other types
@@ -143,6 +143,9 @@ def main() -> int:
             hf = Path(folders[model]) if model in folders else assets.path(HF[model])
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
+            f32 = d / f"{model}-f32.gguf"  # llama-quantize's source: the converter quantizes the float32 weights
+            if not a.no_llama_quantize and any(t in PURE for t in a.types.split(",")):
+                convert(hf, f32, "f32")
             t0 = time.time()
             im = imatrix.make(f16, d / f"{model}.imatrix", train, chunks=a.calib_samples, n_ctx=a.calib_seq_len,
                               threads=a.threads)
@@ -166,7 +169,7 @@ def main() -> int:
                     if how == "convert":
                         convert(hf, out, t, threads=a.threads, **kw)
                     else:
-                        llama_quantize(f16, out, kw, im, a.threads,
+                        llama_quantize(f32, out, kw, im, a.threads,
                                        pure_like=done["rtn"]["tensor_types"] if how == "pure" else None)
                     secs = time.time() - t0
                     info = file_info(out)
