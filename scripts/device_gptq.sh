@@ -13,6 +13,8 @@
 #   attention-output Hessian; on the GPU), llama-quantize --pure + imatrix (like for like) and llama.cpp's
 #   mixes (Q3_K_S, Q3_K_M, Q2_K) + imatrix, all from the same CALIB (16x512) tokens of TRAIN; wiki-test
 #   ctx 512, CHUNKS (20) windows; bits per weight and tensor types per file.
+#   GPTQ_EXTRA='LABEL:KEY=VALUE,...': one more GPTQ variant in the same run, e.g. k_proj's Hessian:
+#   GPTQ_EXTRA='k-attn:scale_rule=static,percdamp=0.1,v_hessian=attention,k_hessian=attention'.
 #   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST (the wiki texts).
 #   Writes OUTDIR/ppl-<model>.md / .json / .log and appends the table to OUTDIR/summary.txt.
 set -euo pipefail
@@ -39,7 +41,8 @@ if [ "${MODE:-time}" = ppl ]; then
     PYTHONPATH=python "$PY" scripts/bench_gptq.py --models "$m" --hf "$m=$hf" --types "${TYPES:-q3_k,q2_k}" \
       --calib-samples "${calib%x*}" --calib-seq-len "${calib#*x}" --chunks "${CHUNKS:-20}" --threads "$(nproc)" \
       --train "${TRAIN:?set TRAIN}" --test "${TEST:?set TEST}" --device "${DEVICE:-cuda}" \
-      --gptq 'gptq-best:scale_rule=static,percdamp=0.1,v_hessian=attention' --json "$out/ppl-$m.json" \
+      --gptq 'gptq-best:scale_rule=static,percdamp=0.1,v_hessian=attention' ${GPTQ_EXTRA:+--gptq "$GPTQ_EXTRA"} \
+      --json "$out/ppl-$m.json" \
       >"$out/ppl-$m.md" 2>"$out/ppl-$m.log" || rc=$?
     { echo "== $m: exit $rc, $(( $(date +%s) - t0 )) s"; cat "$out/ppl-$m.md"; } | tee -a "$out/summary.txt"
     [ $rc -eq 0 ] || tail -n 20 "$out/ppl-$m.log" | tee -a "$out/summary.txt"

@@ -53,6 +53,7 @@ type policy gives a type without a grid here (K-quants of llama.cpp's mixes), wi
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
 ``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
 per kv head the Hessian of the attention output, collect.py's ``attn_hessian``; docs/GPTQ.md says why),
+``k_hessian`` ("input" | "attention": per kv head collect.py's key-weighted ``key_hessian`` for k_proj),
 ``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
 ("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
 every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
@@ -283,7 +284,7 @@ class GPTQ:
     calibration_needs = ("hessian",)
 
     def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "input",
-                 block_size: int = 128,
+                 k_hessian: str = "input", block_size: int = 128,
                  scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
                  device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
@@ -295,6 +296,8 @@ class GPTQ:
             raise MethodError(f"shrink {shrink}: use a fraction 0 <= shrink <= 1 (0: GPTQ, 1: the imatrix quantizer)")
         if v_hessian not in ("input", "attention"):
             raise MethodError(f"unknown v_hessian {v_hessian!r}; choose 'input' or 'attention'")
+        if k_hessian not in ("input", "attention"):
+            raise MethodError(f"unknown k_hessian {k_hessian!r}; choose 'input' or 'attention'")
         if block_size < 1:
             raise MethodError(f"block_size {block_size}: must be positive")
         if scale_importance not in ("hessian", "none"):
@@ -312,9 +315,10 @@ class GPTQ:
         self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
         self.weighting = iq4_nl_weighting
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
-        self.v_hessian = v_hessian
-        if v_hessian == "attention":   # per instance: the pipeline reads it to collect what is needed
-            self.calibration_needs = ("hessian", "attn_hessian")
+        self.v_hessian, self.k_hessian = v_hessian, k_hessian
+        # per instance: the pipeline reads it to collect what is needed
+        self.calibration_needs = ("hessian",) + (("attn_hessian",) if v_hessian == "attention" else ()) \
+            + (("key_hessian",) if k_hessian == "attention" else ())
         self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
 
     #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
@@ -342,7 +346,10 @@ class GPTQ:
         H = calibration["hessian"]
         qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
         # v_proj with v_hessian="attention": each kv head's rows get the attention-output Hessian of that head
+        # and k_proj with k_hessian="attention": each kv head's rows get that head's key-weighted Hessian
         Hs = calibration.get("attn_hessian") if self.v_hessian == "attention" else None
+        if Hs is None and self.k_hessian == "attention":
+            Hs = calibration.get("key_hessian")
         groups = [(rows, H)] if Hs is None else \
             [(g, Hg) for g, Hg in zip(np.split(rows, len(Hs)), Hs)]
         parts = []
