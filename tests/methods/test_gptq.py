@@ -361,14 +361,14 @@ def test_k_hessian_attention_is_the_key_weighted_hessian_per_kv_head(tmp_path):
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     tok = tokenize(model, str(text), n_samples=4, seq_len=32)
     col = Collector(("hessian", "key_hessian"))
-    seen: dict = {}
+    seen: dict = {"x": [], "q": [], "v": [], "A": []}   # per forward (the stream may run several batches)
 
     def hooks(index, layer, prefix):
         attn = layer.self_attn
-        hs = [attn.k_proj.register_forward_pre_hook(lambda m, a: seen.__setitem__("x", a[0].detach().double())),
-              attn.q_proj.register_forward_hook(lambda m, a, o: seen.__setitem__("q", o.detach().double())),
-              attn.v_proj.register_forward_hook(lambda m, a, o: seen.__setitem__("v", o.detach().double())),
-              attn.register_forward_hook(lambda m, a, o: seen.__setitem__("A", o[1].detach().double()))]
+        hs = [attn.k_proj.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0].detach().double())),
+              attn.q_proj.register_forward_hook(lambda m, a, o: seen["q"].append(o.detach().double())),
+              attn.v_proj.register_forward_hook(lambda m, a, o: seen["v"].append(o.detach().double())),
+              attn.register_forward_hook(lambda m, a, o: seen["A"].append(o[1].detach().double()))]
         remove = col.attach(index, layer, prefix)
 
         def both():
@@ -380,7 +380,7 @@ def test_k_hessian_attention_is_the_key_weighted_hessian_per_kv_head(tmp_path):
     for i, layer, prefix in LayerStream(model, attention_weights=True).run(tok.ids, hooks=hooks, progress=False):
         s = col.take(prefix)[f"{prefix}.self_attn.k_proj"]
         Hs = s["key_hessian"]
-        X, q, v, A = (seen[k].numpy() for k in ("x", "q", "v", "A"))
+        X, q, v, A = (np.concatenate([t.numpy() for t in seen[k]]) for k in ("x", "q", "v", "A"))
         B, T = X.shape[:2]
         d = q.shape[-1] // n_head
         want = np.zeros_like(Hs)
