@@ -383,7 +383,7 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
         raise ConversionError(f"calibration text for method {method!r}: {e}") from None
     by_hf = {p.hf_name: p for p in pl.tensors if p.hf_name is not None}
     try:
-        stream = LayerStream(pl.checkpoint.folder, device=device, attention_weights="attn_hessian" in needs)
+        stream = LayerStream(pl.checkpoint.folder, device=device, attention_weights=any(n in needs for n in ("attn_hessian", "key_hessian")))
     except StreamError as e:
         raise ConversionError(f"method {method!r} cannot calibrate this model: {e}") from None
     collector = Collector(needs)

@@ -16,6 +16,21 @@ For output type T (``--type``):
     llama.cpp does: Q6_K -> Q8_0 (row length not a multiple of 256, e.g. SmolLM2's
     576), a 32-block type -> F16.
 
+* **q2_k, q3_k, q4_k, q5_k, q6_k** (the K-quants as "pure" files: what ``llama-quantize --pure
+  --token-embedding-type X --output-tensor-type Y`` writes, X and Y the types below, so that a
+  method's file and llama-quantize's compare like for like; llama.cpp's own mixes Q2_K / Q3_K_S /
+  Q3_K_M ... give some matrices other types):
+
+  - ``output.weight`` / tied ``token_embd.weight``: Q6_K (Q8_0 when the row length is not a
+    multiple of 256), as for q4_0;
+  - every other matrix, an untied ``token_embd.weight`` included: T;
+  - a row length that is not a multiple of 256 (SmolLM2's 576, Gemma 3's 640: every matrix that
+    reads the hidden state) falls back as the pinned llama-quantize does: Q2_K / Q3_K -> Q4_0,
+    Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0. On those two models only ``ffn_down`` keeps T.
+
+  ``general.file_type``: Q2_K 10, Q3_K_S 11, Q4_K_S 14, Q5_K_S 16, Q6_K 18 (the ftypes whose main
+  type T is).
+
 * **iq4_nl** (``LLAMA_FTYPE_MOSTLY_IQ4_NL`` = 25): llama.cpp's mix for that file type:
 
   - ``output.weight`` / tied ``token_embd.weight``: Q6_K (Q8_0 when the row
@@ -87,10 +102,13 @@ CODEBOOK_RECIPES = {
     "cb3_m": ("CB3", {"attn_v.weight": "Q4_K", "attn_output.weight": "Q4_K", "ffn_down.weight": "Q4_K"}),
 }
 
+#: the K-quant output types ("pure" files, see above)
+K_TYPES = ("q2_k", "q3_k", "q4_k", "q5_k", "q6_k")
 #: --type values -> ggml type names.
 OUTPUT_TYPES = {"f32": "F32", "f16": "F16", "bf16": "BF16", "q8_0": "Q8_0", "q4_0": "Q4_0", "q4_1": "Q4_1",
                 "q5_0": "Q5_0", "q5_1": "Q5_1", **{t.name.lower(): t.name for t in _Q4_0_IL},
                 "iq4_nl": "IQ4_NL", **{t.name.lower(): t.name for t in _IQ4_NL_IL},
+                **{k: k.upper() for k in K_TYPES},
                 **({r: main for r, (main, _) in CODEBOOK_RECIPES.items()} if _CB else {})}
 #: interleaved types -> rows per interleaved group (N)
 INTERLEAVED_ROWS = {t.name: t.row_group for t in (*_Q4_0_IL, *_IQ4_NL_IL)}
@@ -102,12 +120,13 @@ KEEP_TYPES = {**{k: v for k, v in OUTPUT_TYPES.items() if k not in ("cb2_m", "cb
 FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "bf16": 32,
               **{t.name.lower(): 33 + t.layout for t in _Q4_0_IL}, "iq4_nl": 25,
               **{t.name.lower(): 25 for t in _IQ4_NL_IL},
+              "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18,
               # a codebook file's type is the id of its main type (ggml_ext/src/glue/llama_hooks.c)
               **{r: next(t.id for t in _CB if t.name == main) for r, (main, _) in CODEBOOK_RECIPES.items()
                  if any(t.name == main for t in _CB)}}
 #: weights per block
 BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
-         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "IQ4_NL": 32,
+         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "Q2_K": 256, "IQ4_NL": 32,
          **{t.name: t.blck_size for t in (*_Q4_0_IL, *_IQ4_NL_IL, *_CB)}}
 _FLOAT = {"F32", "F16", "BF16"}
 
@@ -211,6 +230,8 @@ def _fallback(t: str, ncols: int) -> str:
         return t
     if t in ("CB2", "CB3") and ncols % BLOCK["IQ4_NL"] == 0:
         return "IQ4_NL"
+    if t in ("Q2_K", "Q3_K") and ncols % BLOCK["Q4_0"] == 0:
+        return "Q4_0"
     if t == "Q4_K" and ncols % BLOCK["Q5_0"] == 0:
         return "Q5_0"
     if t == "Q6_K" and ncols % BLOCK["Q8_0"] == 0:

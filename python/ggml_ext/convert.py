@@ -8,7 +8,7 @@ From Python (this module is callable, so ``ggml_ext.convert(...)`` works too)::
     import ggml_ext
     ggml_ext.convert("hf-folder", "model.gguf", "f16")
 
-Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl (ggml-ext's quantizer;
+Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, the K-quants q2_k .. q6_k ("pure" files; ggml-ext's quantizer;
 ``--imatrix FILE`` for importance weights), and ggml-ext's interleaved
 q4_0_4_4, q4_0_4_8, q4_0_8_8 (run by our build only; per-tensor policy in
 ``docs/CONVERT.md`` and :mod:`ggml_ext.converters.policy`). ``--method NAME`` picks the
@@ -81,6 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gptq-v-hessian", choices=("input", "attention"), default=None,
                    help="gptq: v_proj's Hessian, of its inputs like every matrix (input, default) or of the attention "
                         "output it feeds, per kv head (attention; docs/GPTQ.md)")
+    p.add_argument("--gptq-k-hessian", choices=("input", "attention"), default=None,
+                   help="gptq: k_proj's Hessian, of its inputs (input, default) or key-weighted by the queries and "
+                        "attention that read each key, per kv head (attention; docs/GPTQ.md)")
     p.add_argument("--gptq-shrink", type=float, default=None, metavar="ALPHA",
                    help="gptq: scale the Hessian's off-diagonal by 1 - ALPHA (0: GPTQ, default; 1: the imatrix quantizer)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
@@ -107,7 +110,7 @@ def _method_options(args: argparse.Namespace) -> dict:
             opts["percdamp"] = args.percdamp
         if getattr(args, "gptq_scales", None) is not None:
             opts["scale_rule"] = args.gptq_scales
-    for flag, key in (("gptq_v_hessian", "v_hessian"), ("gptq_shrink", "shrink")):
+    for flag, key in (("gptq_v_hessian", "v_hessian"), ("gptq_k_hessian", "k_hessian"), ("gptq_shrink", "shrink")):
         if getattr(args, flag, None) is not None:   # refused by the other methods' option check, naming it
             opts[key] = getattr(args, flag)
     if args.bits is not None:

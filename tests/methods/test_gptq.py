@@ -338,3 +338,71 @@ def test_v_hessian_attention_quantizes_v_proj_per_kv_head(tmp_path):
         methods.create("gptq", v_hessian="output")
     logits = cs.gguf_logits(out, cs.hf_tokenize(model, "word12 and some more text, number 84."))
     assert np.isfinite(logits).all()
+
+
+def test_k_hessian_attention_is_the_key_weighted_hessian_per_kv_head(tmp_path):
+    """k_hessian="attention": the collector's key_hessian equals, per kv head g, Σ_t c_gt x_t x_tᵀ with
+    c_gt = Σ_(h of g) Σ_q A_hqt² ||v_t - o_hq||² ||q_hq||², computed here directly from the layer's own
+    q, v, attention weights and k_proj inputs (loops and broadcasting, not the collector's algebra); the
+    converter quantizes each kv head's rows of k_proj with that head's H_g (then llama.cpp's RoPE row
+    order), and the file runs in our llama.cpp."""
+    import json
+    from ggml_ext.calibrate.collect import Collector
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.stream import LayerStream
+    from ggml_ext import cli
+    from ggml_ext.convert import _method_options
+    model = cs.tiny("llama")
+    text = _tiny_text(tmp_path)
+    out = tmp_path / "ka.gguf"
+    convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32, calib_progress=False,
+            method_options={"k_hessian": "attention"})
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    tok = tokenize(model, str(text), n_samples=4, seq_len=32)
+    col = Collector(("hessian", "key_hessian"))
+    seen: dict = {"x": [], "q": [], "v": [], "A": []}   # per forward (the stream may run several batches)
+
+    def hooks(index, layer, prefix):
+        attn = layer.self_attn
+        hs = [attn.k_proj.register_forward_pre_hook(lambda m, a: seen["x"].append(a[0].detach().double())),
+              attn.q_proj.register_forward_hook(lambda m, a, o: seen["q"].append(o.detach().double())),
+              attn.v_proj.register_forward_hook(lambda m, a, o: seen["v"].append(o.detach().double())),
+              attn.register_forward_hook(lambda m, a, o: seen["A"].append(o[1].detach().double()))]
+        remove = col.attach(index, layer, prefix)
+
+        def both():
+            remove()
+            for h in hs:
+                h.remove()
+        return both
+
+    for i, layer, prefix in LayerStream(model, attention_weights=True).run(tok.ids, hooks=hooks, progress=False):
+        s = col.take(prefix)[f"{prefix}.self_attn.k_proj"]
+        Hs = s["key_hessian"]
+        X, q, v, A = (np.concatenate([t.numpy() for t in seen[k]]) for k in ("x", "q", "v", "A"))
+        B, T = X.shape[:2]
+        d = q.shape[-1] // n_head
+        want = np.zeros_like(Hs)
+        for b in range(B):
+            for h in range(n_head):
+                g = h // (n_head // n_kv)
+                V = v[b, :, g * d:(g + 1) * d]                     # T x d
+                o = A[b, h] @ V                                    # Q x d
+                dist = ((V[None, :, :] - o[:, None, :]) ** 2).sum(-1)   # Q x T
+                qn = (q[b, :, h * d:(h + 1) * d] ** 2).sum(-1)     # Q
+                c = ((A[b, h] ** 2) * dist * qn[:, None]).sum(0)   # T
+                want[g] += (X[b] * c[:, None]).T @ X[b]
+        np.testing.assert_allclose(Hs, want, rtol=1e-9, atol=1e-12 * np.abs(want).max())
+        w = layer.get_submodule("self_attn.k_proj").weight.detach().numpy()
+        b = np.concatenate([G.gptq(R, Hg, "Q4_0").pack(GRIDS["Q4_0"]) for R, Hg in zip(np.split(w, n_kv), Hs)])
+        assert cs.read_tensor_bytes(out)["blk.0.attn_k.weight"][2] == permute_qk(b, n_kv).tobytes()
+        assert G.gptq(w, s["hessian"], "Q4_0").pack(GRIDS["Q4_0"]).tobytes() != b.tobytes()
+        break
+    with pytest.raises(methods.MethodError, match="k_hessian"):
+        methods.create("gptq", k_hessian="queries")
+    args = cli.build_parser().parse_args(["convert", "x", "-o", "y.gguf", "--method", "gptq", "--gptq-k-hessian",
+                                          "attention", "--gptq-v-hessian", "attention"])
+    m = methods.create("gptq", **_method_options(args))
+    assert m.k_hessian == "attention" and m.calibration_needs == ("hessian", "attn_hessian", "key_hessian")
+    assert np.isfinite(cs.gguf_logits(out, cs.hf_tokenize(model, "word12 and some more text, number 84."))).all()

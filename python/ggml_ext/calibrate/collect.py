@@ -7,6 +7,15 @@
                the Hessian of the attention OUTPUT's error in v_proj's weights (v reaches the model only
                through o_q = Σ_t A_qt v_t). Needs the attention weights: the layer stream must run eager
                attention (``LayerStream(..., attention_weights=True)``).
+``key_hessian`` for each attention's k_proj only, k_proj's counterpart (docs/GPTQ.md): a key k_t reaches the
+               model only through the scores s_hqt = q_hq·k_t, and a score error moves the output by
+               do_hq = Σ_t A_hqt ds_hqt (v_t - o_hq). Keeping the t = t' terms of ||do_hq||² and replacing
+               each row's (q_hq)_r² by the row mean ||q_hq||²/d (RoPE is a rotation: it keeps norms) gives,
+               per kv head g, a key-weighted input Hessian shared by the head's rows,
+               H_g = Σ_t c_gt x_t x_tᵀ,  c_gt = Σ_(query heads h of g) Σ_q A_hqt² ||v_t - o_hq||² ||q_hq||²
+               (n_kv x d x d; constant factors dropped: GPTQ does not see H's scale). q is the query the
+               attention uses (after q_norm where the model has one), v the value projection's output.
+               Needs eager attention, as attn_hessian does.
 ``act_stats``  per input channel: Σ|x|, Σx², max |x|, the row count, and a histogram of |x| over
                fixed log2 bins (quantiles without keeping the activations): DEC thresholds, codebook
                importance, and llama.cpp's importance matrix (Σx² / count per column).
@@ -26,7 +35,7 @@ __all__ = ["ATTENTION", "BACKWARD", "COLLECTORS", "Collector", "CalibrationError
 
 COLLECTORS = ("hessian", "act_stats")
 # collected on request only (not a default): needs the attention weights, i.e. eager attention in the stream
-ATTENTION = ("attn_hessian",)
+ATTENTION = ("attn_hessian", "key_hessian")
 # collected by a backward pass of their own (.fisher), not by forward hooks
 BACKWARD = ("fisher",)
 
@@ -103,6 +112,8 @@ class Collector:
                 handles.append(m.register_forward_pre_hook(make(f"{prefix}.{path}")))
             if "attn_hessian" in self.what and isinstance(getattr(m, "v_proj", None), torch.nn.Linear):
                 handles += self._attach_attention(m, f"{prefix}.{path}.v_proj" if path else f"{prefix}.v_proj")
+            if "key_hessian" in self.what and isinstance(getattr(m, "k_proj", None), torch.nn.Linear):
+                handles += self._attach_keys(m, f"{prefix}.{path}.k_proj" if path else f"{prefix}.k_proj")
 
         def remove():
             for h in handles:
@@ -132,6 +143,45 @@ class Collector:
             r = self.results.setdefault(v_name, {})
             r["attn_hessian"] = r["attn_hessian"] + H if "attn_hessian" in r else H
         return [attn.v_proj.register_forward_pre_hook(pre), attn.register_forward_hook(post)]
+
+    def _attach_keys(self, attn, k_name: str) -> list:
+        """Hooks for ``key_hessian``: k_proj's input X, the queries (q_norm's output if the attention has one,
+        else q_proj's), v_proj's output, then the attention's weights; accumulated per kv head under ``k_name``."""
+        torch = _torch()
+        seen: dict = {}
+
+        def keep(key):
+            def hook(module, args, out=None):
+                seen[key] = (args[0] if out is None else out).detach()
+            return hook
+
+        q_mod = attn.q_norm if isinstance(getattr(attn, "q_norm", None), torch.nn.Module) else attn.q_proj
+
+        def post(module, args, out):
+            A = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+            if A is None:
+                raise CalibrationError(f"{k_name}: the attention returned no weights; the layer stream must run "
+                                       "eager attention for key_hessian")
+            f64 = torch.float64
+            B, n_head, T = A.shape[0], A.shape[1], A.shape[-1]
+            d = attn.head_dim
+            n_kv = attn.k_proj.out_features // d
+            X = seen.pop("x").reshape(B, T, -1).to(f64)
+            q = seen.pop("q").reshape(B, T, n_head, d).to(f64)
+            v = seen.pop("v").reshape(B, T, n_kv, d).transpose(1, 2).to(f64)     # B x n_kv x T x d
+            v = v.repeat_interleave(n_head // n_kv, dim=1)                         # per query head
+            A = A.to(f64)
+            o = A @ v                                                              # B x heads x Q x d
+            dist = ((v * v).sum(-1)[:, :, None, :] - 2 * o @ v.transpose(-1, -2)  # ||v_t - o_q||², B x h x Q x T
+                    + (o * o).sum(-1)[..., None]).clamp_(min=0)
+            qn = (q * q).sum(-1).transpose(1, 2)                                   # B x heads x Q
+            c = torch.einsum("bhqt,bhq->bht", A * A * dist, qn)
+            c = c.reshape(B, n_kv, n_head // n_kv, T).sum(2)                       # B x n_kv x T
+            H = torch.einsum("bgt,btd,bte->gde", c, X, X)
+            r = self.results.setdefault(k_name, {})
+            r["key_hessian"] = r["key_hessian"] + H if "key_hessian" in r else H
+        return [attn.k_proj.register_forward_pre_hook(keep("x")), q_mod.register_forward_hook(keep("q")),
+                attn.v_proj.register_forward_hook(keep("v")), attn.register_forward_hook(post)]
 
     def take(self, prefix: str) -> dict[str, dict[str, np.ndarray]]:
         """The finished results of the modules under ``prefix`` as numpy arrays (removed from the collector)."""

@@ -9,7 +9,8 @@ squared output error, H = XᵀX of the layer's calibration inputs. The paper's A
     U  <- Cholesky(H^-1), upper                     (row j: how column j's error moves later columns)
     for each lazy block of B columns (default 128):
         for each column j of the block:
-            if j is the first column reached of its ggml block:   (32 weights of the ORIGINAL order)
+            if j is the first column reached of its ggml block:   (32 weights of the ORIGINAL order;
+                                                                    a K-quant's super-block: 256)
                 choose that block's scale(s) per row from the current, error-updated weights,
                 with the type's own scale rule (ggml's quantizer; importances 1 / U_kk^2)
             Q_:j <- nearest grid value of W_:j under the block's scales
@@ -24,6 +25,11 @@ outside the lazy block get the pending lazy update computed for the purpose). We
 GPTQ's "static groups" (scales from the unmodified weights before the sweep) because the scales then
 fit the weights actually rounded -- which already carry the error of every earlier column --, it
 needs no extra pass, and without act-order it is exactly GPTQ's group-wise rule.
+
+**K-quants** (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K): the "block" is the 256-weight super-block and its
+"scales" are the whole header ggml's K-quantizer writes for it (fp16 super-scale(s), 4-/6-/8-bit
+sub-block scales and mins): chosen once per super-block as above, after which each column is
+rounded to the grid of its 16- or 32-weight sub-block (``KGrid``).
 
 **Scale rule.** ggml's own quantizer picks each block's scales (``Grid.scales``), so the scales
 are those of the type (Q4_0's max/-8, ...; ggml-ext's exact search for IQ4_NL). By default
@@ -42,11 +48,13 @@ The method needs each matrix's Hessian: the converter pipeline streams the model
 through :mod:`ggml_ext.calibrate` (``calibration_needs``), quantizes each layer's matrices when its
 Hessians are complete and feeds the quantized layer's output to the next layer. Matrices outside the
 decoder layers (embeddings, output) have no Hessian there and get the type's RTN; so do matrices the
-type policy gives a type without a grid here (K-quants of llama.cpp's mixes), with a warning.
+type policy gives a type without a grid here (none of the converter's policies does since the K-quant
+grids; a --keep type such as Q4_0_4_4 would), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
 ``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
 per kv head the Hessian of the attention output, collect.py's ``attn_hessian``; docs/GPTQ.md says why),
+``k_hessian`` ("input" | "attention": per kv head collect.py's key-weighted ``key_hessian`` for k_proj),
 ``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
 ("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
 every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
@@ -90,7 +98,7 @@ class Prepared:
 @dataclass
 class GPTQResult:
     indices: np.ndarray   # rows x cols grid indices, original column order
-    scales: np.ndarray    # rows x n_blocks x (1|2) float32 (fp16 values)
+    scales: np.ndarray    # rows x n_blocks x grid.nparams float32 (fp16 d/m; K-quants: the super-block header)
     Q: np.ndarray         # rows x cols float32: the quantized matrix (what ggml dequantizes the bytes to)
 
     def pack(self, g: Grid) -> np.ndarray:
@@ -157,14 +165,13 @@ def _block_scales(g: Grid, values: np.ndarray, importance: np.ndarray | None, qu
 def static_scales(g: Grid, p: Prepared, quantizer: dict) -> np.ndarray:
     """Every block's scales fixed before the sweep (GPTQ's "static groups"): the scales llama.cpp's
     imatrix quantizer picks for the unmodified weights with the Hessian's diagonal as importance matrix
-    (its importance-weighted scale search), rows x n_blocks x (1|2) float32."""
+    (its importance-weighted scale search), rows x n_blocks x nparams float32 (a K-quant's whole
+    super-block header: fp16 super-scales and the quantized sub-block scales and mins)."""
     from ggml_ext import quants
     rows, cols = p.W.shape
     W = np.ascontiguousarray(p.W[:, p.pos], dtype=np.float32)   # original column order
     b = quants.quantize(W, g.name, imatrix=p.hdiag.astype(np.float32), **quantizer)
-    n = 2 if g.has_min else 1
-    b = b.reshape(rows, cols // g.block, g.nbytes)
-    return np.ascontiguousarray(b[:, :, :2 * n]).view(np.float16).astype(np.float32)
+    return g.decode(b.reshape(rows, cols // g.block, g.nbytes))
 
 
 def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
@@ -178,7 +185,7 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
     rows, cols = p.W.shape
     nb = cols // g.block
     Wc = p.W.copy()
-    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    scales = np.zeros((rows, nb, g.nparams), dtype=np.float32)
     fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     idx = np.zeros((rows, cols), dtype=np.int64)
@@ -194,7 +201,7 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
                 imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
                 scales[:, b] = _block_scales(g, Wc[:, block], imp, quantizer or {})
             states[b] = g.state(torch.from_numpy(scales[:, b]), torch.float64)
-        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b])
+        k, q = g.round(torch.from_numpy(Wc[:, j].copy()), states[b], c % g.block)
         idx[:, c], Q[:, c] = k.numpy(), q.numpy()
         err = (Wc[:, j] - Q[:, c].astype(np.float64)) / p.U[j, j]
         Wc[:, j:] -= np.outer(err, p.U[j, j:])
@@ -216,7 +223,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     # transposed (columns x rows): a column of W is a contiguous row here
     Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
     U = torch.from_numpy(p.U).to(dev, dt)
-    scales = np.zeros((rows, nb, 2 if g.has_min else 1), dtype=np.float32)
+    scales = np.zeros((rows, nb, g.nparams), dtype=np.float32)
     fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
     states: dict = {}
     K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
@@ -229,7 +236,8 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
         E1 = torch.zeros_like(W1)
         for i in range(i2 - i1):
             j = i1 + i
-            b = int(perm[j]) // g.block
+            c = int(perm[j])
+            b = c // g.block
             if b not in states and fixed is not None:
                 scales[:, b] = fixed[:, b]
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
@@ -244,7 +252,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
                 scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
             w = W1[i]
-            k, q = g.round(w, states[b])
+            k, q = g.round(w, states[b], c % g.block)
             K[j], Qt[j] = k, q
             err = (w - q) / U1[i, i]
             W1[i:].sub_(torch.outer(U1[i, i:], err))
@@ -277,7 +285,7 @@ class GPTQ:
     calibration_needs = ("hessian",)
 
     def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "input",
-                 block_size: int = 128,
+                 k_hessian: str = "input", block_size: int = 128,
                  scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
                  device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
@@ -289,6 +297,8 @@ class GPTQ:
             raise MethodError(f"shrink {shrink}: use a fraction 0 <= shrink <= 1 (0: GPTQ, 1: the imatrix quantizer)")
         if v_hessian not in ("input", "attention"):
             raise MethodError(f"unknown v_hessian {v_hessian!r}; choose 'input' or 'attention'")
+        if k_hessian not in ("input", "attention"):
+            raise MethodError(f"unknown k_hessian {k_hessian!r}; choose 'input' or 'attention'")
         if block_size < 1:
             raise MethodError(f"block_size {block_size}: must be positive")
         if scale_importance not in ("hessian", "none"):
@@ -306,9 +316,10 @@ class GPTQ:
         self.implementation, self.block_size, self.device, self.dtype = implementation, block_size, device, dtype
         self.weighting = iq4_nl_weighting
         self.rtn = RTN(iq4_nl_weighting=iq4_nl_weighting)
-        self.v_hessian = v_hessian
-        if v_hessian == "attention":   # per instance: the pipeline reads it to collect what is needed
-            self.calibration_needs = ("hessian", "attn_hessian")
+        self.v_hessian, self.k_hessian = v_hessian, k_hessian
+        # per instance: the pipeline reads it to collect what is needed
+        self.calibration_needs = ("hessian",) + (("attn_hessian",) if v_hessian == "attention" else ()) \
+            + (("key_hessian",) if k_hessian == "attention" else ())
         self.rtn_fallback: list[str] = []   # layer matrices whose type has no grid here (quantized RTN)
 
     #: the ggml types GPTQ rounds to (those with a :mod:`.grids` grid)
@@ -336,7 +347,10 @@ class GPTQ:
         H = calibration["hessian"]
         qopt = {"weighting": self.weighting} if type_name.upper() == "IQ4_NL" else {}
         # v_proj with v_hessian="attention": each kv head's rows get the attention-output Hessian of that head
+        # and k_proj with k_hessian="attention": each kv head's rows get that head's key-weighted Hessian
         Hs = calibration.get("attn_hessian") if self.v_hessian == "attention" else None
+        if Hs is None and self.k_hessian == "attention":
+            Hs = calibration.get("key_hessian")
         groups = [(rows, H)] if Hs is None else \
             [(g, Hg) for g, Hg in zip(np.split(rows, len(Hs)), Hs)]
         parts = []

@@ -13,8 +13,10 @@ type's own rule) and *round one weight to the nearest grid value under those fix
   llama.cpp will use;
 * :meth:`Grid.pack` -- chosen indices and scales -> the type's block bytes (ggml's layout).
 
-Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (all 32-weight blocks). K-quants (256-weight
-super-blocks with 6-bit sub-scales) are not here yet.
+Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (32-weight blocks, :class:`Grid`) and the K-quants
+Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (:class:`KGrid`: 256-weight super-blocks whose "scales" are ggml's whole
+scale header -- fp16 super-scale(s) and the quantized sub-block scales and mins -- chosen by ggml's
+own K-quantizer for the super-block, after which each weight is rounded to its sub-block's grid).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Grid", "GRIDS", "grid"]
+__all__ = ["Grid", "KGrid", "GRIDS", "grid"]
 
 #: IQ4_NL's non-linear grid (ggml's kvalues_iq4nl)
 IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float32)
@@ -42,15 +44,25 @@ class Grid:
     nbytes: int          # bytes per block
     block: int = QK
 
+    @property
+    def nparams(self) -> int:
+        """Scale parameters per block (the last axis of :meth:`scales`)."""
+        return 2 if self.has_min else 1
+
     # ------------------------------------------------------------------ scales
     def scales(self, w: np.ndarray, importance: np.ndarray | None = None, **quantizer) -> np.ndarray:
-        """The scale fields ggml writes for the blocks ``w`` (n_rows x 32 float32, one block per row):
-        float32 array n_rows x (1 or 2) holding ``d`` (and ``m``), each exactly an fp16 value."""
+        """The scale fields ggml writes for the blocks ``w`` (n_rows x block float32, one block per row):
+        float32 array n_rows x :attr:`nparams` (here ``d`` and ``m``, each exactly an fp16 value)."""
         from ggml_ext import quants
         b = quants.quantize(np.ascontiguousarray(w, dtype=np.float32), self.name,
                             imatrix=None if importance is None else np.asarray(importance, np.float32), **quantizer)
-        n = 2 if self.has_min else 1
-        return b[:, :2 * n].copy().view(np.float16).astype(np.float32)
+        return self.decode(b.reshape(b.shape[0], 1, self.nbytes))[:, 0]
+
+    def decode(self, b: np.ndarray) -> np.ndarray:
+        """Block bytes (n_rows x n_blocks x nbytes uint8) -> their scale parameters, n_rows x n_blocks x
+        :attr:`nparams` float32."""
+        n = self.nparams
+        return np.ascontiguousarray(b[:, :, :2 * n]).view(np.float16).astype(np.float32)
 
     # ------------------------------------------------------------------ round
     def state(self, s, dtype):
@@ -67,9 +79,9 @@ class Grid:
             st["grid"] = (d[:, None] * kv[None, :]).to(dtype)  # exact: 8-bit ints times fp16 values
         return st
 
-    def round(self, x, st):
+    def round(self, x, st, at: int = 0):
         """Nearest grid index (as a float of ``x``'s dtype) and its value for each entry of ``x`` (torch,
-        n) under a block's :meth:`state`. Values are what ggml's to_float gives: d * (k - offset) and
+        n) under a block's :meth:`state`; ``at`` (the column's place in its block) matters to K-quants only. Values are what ggml's to_float gives: d * (k - offset) and
         d * kv[k] are exact products in any float type; d * k + m is rounded once in float32 as ggml does."""
         if self.name == "IQ4_NL":
             k = (x[:, None] - st["grid"]).abs_().argmin(dim=1, keepdim=True)
@@ -104,6 +116,185 @@ class Grid:
         return out.reshape(n_rows, -1)
 
 
+QK_K = 256
+
+
+def _f16(b: np.ndarray) -> np.ndarray:
+    """Two bytes (... x 2 uint8) -> their fp16 value as float32 (...)."""
+    return np.ascontiguousarray(b).view(np.float16)[..., 0].astype(np.float32)
+
+
+def _k4_unpack(b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K / Q5_K's 12 scale bytes (... x 12) -> 8 six-bit scales and 8 six-bit mins (ggml's
+    ``get_scale_min_k4``)."""
+    b = b.astype(np.uint8)
+    lo, hi = b[..., 0:4], b[..., 4:8]
+    sc = np.concatenate([lo & 63, (b[..., 8:12] & 0xF) | ((lo >> 6) << 4)], axis=-1)
+    mn = np.concatenate([hi & 63, (b[..., 8:12] >> 4) | ((hi >> 6) << 4)], axis=-1)
+    return sc, mn
+
+
+def _k4_pack(sc: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_k4_unpack`: 8 scales and 8 mins (0..63) -> 12 bytes."""
+    sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+    out = np.empty(sc.shape[:-1] + (12,), np.uint8)
+    out[..., 0:4] = sc[..., :4] | ((sc[..., 4:] >> 4) << 6)
+    out[..., 4:8] = mn[..., :4] | ((mn[..., 4:] >> 4) << 6)
+    out[..., 8:12] = (sc[..., 4:] & 0xF) | ((mn[..., 4:] & 0xF) << 4)
+    return out
+
+
+def _q3_unpack(b: np.ndarray) -> np.ndarray:
+    """Q3_K's 12 scale bytes (... x 12) -> its 16 six-bit scales as stored (0..63; the scale is s - 32)."""
+    b = b.astype(np.uint8)
+    hi = b[..., 8:12]
+    parts = [b[..., 0:4] & 0xF, b[..., 4:8] & 0xF, b[..., 0:4] >> 4, b[..., 4:8] >> 4]
+    return np.concatenate([p | (((hi >> (2 * g)) & 3) << 4) for g, p in enumerate(parts)], axis=-1)
+
+
+def _q3_pack(s: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_q3_unpack`: 16 stored scales (0..63) -> 12 bytes."""
+    s = s.astype(np.uint8)
+    out = np.empty(s.shape[:-1] + (12,), np.uint8)
+    out[..., 0:8] = (s[..., 0:8] & 0xF) | ((s[..., 8:16] & 0xF) << 4)
+    out[..., 8:12] = sum(((s[..., 4 * g:4 * g + 4] >> 4) & 3) << (2 * g) for g in range(4)).astype(np.uint8)
+    return out
+
+
+@dataclass(frozen=True)
+class KGrid:
+    """A K-quant: super-blocks of 256 weights, ``256 // sub`` sub-blocks, each with its own scale
+    ``dl = d * sc`` (signed ``sc`` for Q3_K/Q6_K) and, for the types with a minimum, ``ml = dmin * m``;
+    a weight with index k is ``dl * (k - offset)`` (Q3_K, Q6_K) or ``dl * k - ml`` (Q2_K, Q4_K, Q5_K),
+    in float32 exactly as ggml's ``dequantize_row_*`` computes it.
+
+    The "scales" of a super-block are its whole header, as parameters (float32, all exact):
+    ``[d, sc_0 .. sc_n]`` (Q3_K: the stored 6-bit values, scale = s - 32; Q6_K: int8) or
+    ``[d, dmin, sc_0 .. sc_n, m_0 .. m_n]``. :meth:`scales` takes them from ggml's own quantizer
+    (with the importances as imatrix), so they are the scales ggml would write for those weights;
+    :meth:`pack` writes them back bit for bit with the chosen indices."""
+
+    name: str
+    levels: int
+    offset: int
+    has_min: bool
+    nbytes: int
+    sub: int             # weights per sub-block (16 or 32)
+    block: int = QK_K
+
+    @property
+    def nsub(self) -> int:
+        return self.block // self.sub
+
+    @property
+    def nparams(self) -> int:
+        return (2 + 2 * self.nsub) if self.has_min else (1 + self.nsub)
+
+    # ------------------------------------------------------------------ scales
+    def scales(self, w: np.ndarray, importance: np.ndarray | None = None, **quantizer) -> np.ndarray:
+        """The header ggml's K-quantizer writes for the super-blocks ``w`` (n_rows x 256 float32, one per
+        row): n_rows x :attr:`nparams` float32."""
+        from ggml_ext import quants
+        b = quants.quantize(np.ascontiguousarray(w, dtype=np.float32), self.name,
+                            imatrix=None if importance is None else np.asarray(importance, np.float32), **quantizer)
+        return self.decode(b.reshape(b.shape[0], 1, self.nbytes))[:, 0]
+
+    def decode(self, b: np.ndarray) -> np.ndarray:
+        """Super-block bytes (n_rows x n_blocks x nbytes uint8) -> their headers (n_rows x n_blocks x
+        :attr:`nparams` float32), read as ggml's ``dequantize_row_*`` reads them."""
+        b = np.ascontiguousarray(b, dtype=np.uint8)
+        if self.name == "Q2_K":    # scales[16] (scale | min << 4), qs[64], d, dmin
+            head = [_f16(b[..., 80:82]), _f16(b[..., 82:84])]
+            body = [b[..., 0:16] & 0xF, b[..., 0:16] >> 4]
+        elif self.name == "Q3_K":  # hmask[32], qs[64], scales[12], d
+            head, body = [_f16(b[..., 108:110])], [_q3_unpack(b[..., 96:108])]
+        elif self.name in ("Q4_K", "Q5_K"):  # d, dmin, scales[12], (qh[32],) qs[128]
+            head, body = [_f16(b[..., 0:2]), _f16(b[..., 2:4])], list(_k4_unpack(b[..., 4:16]))
+        else:                      # Q6_K: ql[128], qh[64], scales[16] (int8), d
+            head, body = [_f16(b[..., 208:210])], [b[..., 192:208].view(np.int8)]
+        return np.concatenate([h[..., None] for h in head] + [x.astype(np.float32) for x in body], axis=-1)
+
+    # ------------------------------------------------------------------ round
+    def state(self, s, dtype):
+        """Per sub-block scale ``dl`` (and min ``ml``) of one super-block's header ``s`` (torch float32,
+        n x nparams), as float32 products (exact: an fp16 value times a 6- or 8-bit integer)."""
+        import torch
+        d = s[:, :1]
+        if self.has_min:
+            dl = d * s[:, 2:2 + self.nsub]
+            ml = s[:, 1:2] * s[:, 2 + self.nsub:]
+        else:
+            dl = d * (s[:, 1:] - 32 if self.name == "Q3_K" else s[:, 1:])
+            ml = None
+        return {"dl": dl, "ml": ml, "dsafe": torch.where(dl == 0, torch.full_like(dl, float("inf")), dl).to(dtype),
+                "mld": None if ml is None else ml.to(dtype), "zero": d[:, 0] == 0}
+
+    def round(self, x, st, at: int = 0):
+        """Nearest index and value for each entry of ``x`` (torch, n): column ``at`` of the super-block,
+        so sub-block ``at // sub``'s scale (and min). Where that scale is 0 every index gives the value
+        0 (a zero min too); the index is then k = offset (ggml's choice in a block with d != 0), and 0 in
+        a super-block with d = 0 (which ggml writes as zero bytes). Values as ggml's to_float computes them: float32
+        ``dl * (k - offset)`` (Q6_K's is rounded once: fp16 x 8-bit x 6-bit) or ``dl * k - ml``."""
+        j = at // self.sub
+        dl, dsafe = st["dl"][:, j], st["dsafe"][:, j]
+        if self.has_min:
+            k = ((x + st["mld"][:, j]) / dsafe).round_().clamp_(0, self.levels - 1)
+            return k, (k.float() * dl - st["ml"][:, j]).to(x.dtype)
+        k = (x / dsafe).round_().add_(self.offset).clamp_(0, self.levels - 1)
+        # a super-block with d = 0 is all zero bytes in ggml (its quantizer memsets it); any index gives 0
+        k.masked_fill_(st["zero"], 0)
+        return k, ((k.float() - self.offset) * dl).to(x.dtype)
+
+    # ------------------------------------------------------------------ bytes
+    def pack(self, k: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Indices ``k`` (n_rows x n_cols) and headers ``s`` (n_rows x n_blocks x nparams) -> the tensor's
+        bytes (n_rows x row_size uint8) in ggml's ``block_<type>`` layout."""
+        n_rows, n_cols = k.shape
+        nb = n_cols // QK_K
+        k = k.reshape(n_rows, nb, QK_K).astype(np.uint8)
+        s = np.asarray(s, np.float32)
+        out = np.zeros((n_rows, nb, self.nbytes), dtype=np.uint8)
+        d = s[..., 0].astype(np.float16).view(np.uint8).reshape(n_rows, nb, 2)
+        ints = np.rint(s[..., 1:]).astype(np.int64)
+
+        def crumbs(q2):   # 2-bit values of a super-block -> qs[64]: byte h*32+l, bits 2j, weight h*128+j*32+l
+            q2 = q2.reshape(n_rows, nb, 2, 4, 32)
+            return sum(q2[:, :, :, j] << (2 * j) for j in range(4)).reshape(n_rows, nb, 64)
+
+        if self.name == "Q2_K":
+            dmin = s[..., 1].astype(np.float16).view(np.uint8).reshape(n_rows, nb, 2)
+            sc, mn = ints[..., 1:1 + self.nsub], ints[..., 1 + self.nsub:]
+            out[..., 0:16] = sc | (mn << 4)
+            out[..., 16:80] = crumbs(k)
+            out[..., 80:82], out[..., 82:84] = d, dmin
+        elif self.name == "Q3_K":
+            hi = (k >> 2).reshape(n_rows, nb, 2, 4, 32)
+            out[..., 0:32] = sum(hi[:, :, h, j] << (4 * h + j) for h in range(2) for j in range(4))
+            out[..., 32:96] = crumbs(k & 3)
+            out[..., 96:108] = _q3_pack(ints)
+            out[..., 108:110] = d
+        elif self.name in ("Q4_K", "Q5_K"):
+            dmin = s[..., 1].astype(np.float16).view(np.uint8).reshape(n_rows, nb, 2)
+            out[..., 0:2], out[..., 2:4] = d, dmin
+            out[..., 4:16] = _k4_pack(ints[..., 1:1 + self.nsub], ints[..., 1 + self.nsub:])
+            q = k.reshape(n_rows, nb, 4, 2, 32)     # chunk c of 64, nibble, l: qs[c*32+l]
+            at = 16
+            if self.name == "Q5_K":                 # bit 4 of weight 32*s+l: bit s of qh[l]
+                hb = (q >> 4).reshape(n_rows, nb, 8, 32)
+                out[..., 16:48] = sum(hb[:, :, sb] << sb for sb in range(8))
+                at = 48
+            out[..., at:at + 128] = ((q[:, :, :, 0] & 0xF) | ((q[:, :, :, 1] & 0xF) << 4)).reshape(n_rows, nb, 128)
+        else:  # Q6_K
+            q = k.reshape(n_rows, nb, 2, 4, 32)     # half h, quarter t, l
+            lo = q & 0xF
+            out[..., 0:128] = np.stack([lo[:, :, :, 0] | (lo[:, :, :, 2] << 4), lo[:, :, :, 1] | (lo[:, :, :, 3] << 4)],
+                                       axis=3).reshape(n_rows, nb, 128)
+            out[..., 128:192] = sum((q[:, :, :, t] >> 4) << (2 * t) for t in range(4)).reshape(n_rows, nb, 64)
+            out[..., 192:208] = ints.astype(np.int8).view(np.uint8)
+            out[..., 208:210] = d
+        return out.reshape(n_rows, -1)
+
+
 GRIDS = {
     "Q4_0": Grid("Q4_0", 16, 8, False, 18),
     "Q4_1": Grid("Q4_1", 16, 0, True, 20),
@@ -111,9 +302,14 @@ GRIDS = {
     "Q5_1": Grid("Q5_1", 32, 0, True, 24),
     "Q8_0": Grid("Q8_0", 256, 128, False, 34),
     "IQ4_NL": Grid("IQ4_NL", 16, 0, False, 18),
+    "Q2_K": KGrid("Q2_K", 4, 0, True, 84, 16),
+    "Q3_K": KGrid("Q3_K", 8, 4, False, 110, 16),
+    "Q4_K": KGrid("Q4_K", 16, 0, True, 144, 32),
+    "Q5_K": KGrid("Q5_K", 32, 0, True, 176, 32),
+    "Q6_K": KGrid("Q6_K", 64, 32, False, 210, 16),
 }
 
 
-def grid(type_name: str) -> Grid:
+def grid(type_name: str) -> Grid | KGrid:
     """The :class:`Grid` of ggml type ``type_name``; KeyError if it has none."""
     return GRIDS[type_name.upper()]
