@@ -1,11 +1,20 @@
-// AVX2 kernels of the codebooks family (CB2 / CB3 x Q8_K): a 256-bit register holds two sub-groups
-// of 16 weights, one per 128-bit lane. Each lane shifts its bit pair of the 16 code bytes down
-// (vpsrlvq: a different shift per lane), masks it (CB3: ORs in the high bit from hmask the same way),
-// and decodes the codes with one pshufb into that lane's codebook (each lane loads the 16-byte table
-// of its sub-group's codebook). The products with the int8 activations are vpmaddubsw (|w| x sign(a, w):
-// at most 2 * 127 * 127, no saturation), then vpmaddwd with the sub-groups' multipliers l + 1, summed in
-// int32 over the block and scaled once per block by d_w * d_a. Each weight block is decoded once for up
-// to 8 activation rows.
+// AVX2 kernels of the codebooks family (CB2 / CB3 x Q8_K), the paper's design: the codebook index and
+// the code of every weight are merged with bit operations into one table index, and one byte-table
+// lookup (pshufb) decodes 16 weights of any sub-group from tables that stay in registers for the whole
+// call -- CB2's 4 codebooks x 4 entries are exactly one 16-byte table (index c << 2 | q), CB3's 4 x 8
+// are two (index c << 3 | q: two pshufb and a blend on bit 4).
+//
+// A 256-bit register holds two sub-groups of 16 weights, s = 2p in the low lane and 2p + 1 in the
+// high lane (their activations are 32 consecutive bytes). Both lanes take the same 16 code bytes
+// (one broadcast load per four sub-groups) and shift them right by their own bit pair (vpsrlvq);
+// the codebook byte of the four sub-groups is broadcast to every byte and shifted so that a mask
+// leaves c << 2 (c << 3) beside the code. The local
+// multipliers l + 1 of the 16 sub-groups are unpacked once per block into 16 bytes, and each pair's
+// (l0 + 1, l1 + 1) int16 lanes are one pshufb of them. Products with the int8 activations are
+// vpmaddubsw (|w| x sign(a, w): at most 2 * 127 * 127, no saturation), then vpmaddwd by the
+// multipliers, summed in int32 over the block and scaled once per block by d_w * d_a. Each weight
+// block is decoded once for up to 8 activation rows (the GEMM reuses it; the 1-token GEMV decodes and
+// multiplies in one pass).
 #include "common/simd.h"
 #include "formats/codebooks/codebooks.h"
 
@@ -18,16 +27,6 @@
 
 #    define ROWS 8  // activation rows per pass over the weights
 
-// tab[c]: codebook c's entries at byte positions 0..entries-1 (pshufb's index is the code).
-static void load_tables(int bits, int8_t tab[4][16]) {
-    memset(tab, 0, 4 * 16);
-    for (int c = 0; c < 4; c++) {
-        for (int q = 0; q < (bits == 2 ? 4 : 8); q++) {
-            tab[c][q] = bits == 2 ? ggml_ext_cb2_tables[c][q] : ggml_ext_cb3_tables[c][q];
-        }
-    }
-}
-
 GGML_EXT_INLINE float hsum(__m256 v) {
     __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     x        = _mm_add_ps(x, _mm_movehl_ps(x, x));
@@ -35,13 +34,43 @@ GGML_EXT_INLINE float hsum(__m256 v) {
     return _mm_cvtss_f32(x);
 }
 
+// The merged tables: CB2 one 16-byte table (entry c * 4 + q), CB3 two (entries c * 8 + q, 0-15 and
+// 16-31), each broadcast to both lanes.
+GGML_EXT_INLINE void load_tables(int bits, __m256i * lo, __m256i * hi) {
+    int8_t t[32];
+    for (int c = 0; c < 4; c++) {
+        for (int q = 0; q < 8; q++) {
+            if (bits == 2 && q < 4) {
+                t[4 * c + q] = ggml_ext_cb2_tables[c][q];
+            } else if (bits == 3) {
+                t[8 * c + q] = ggml_ext_cb3_tables[c][q];
+            }
+        }
+    }
+    *lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) t));
+    *hi = bits == 3 ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) (t + 16))) : *lo;
+}
+
+// The multipliers l + 1 of sub-groups 0..15 as bytes 0..15 of both lanes.
+GGML_EXT_INLINE __m256i block_multipliers(const uint8_t * scales) {
+    const __m128i sc = _mm_loadl_epi64((const __m128i *) scales);
+    const __m128i mk = _mm_set1_epi8(15);
+    const __m128i m  = _mm_unpacklo_epi8(_mm_and_si128(sc, mk), _mm_and_si128(_mm_srli_epi16(sc, 4), mk));
+    return _mm256_broadcastsi128_si256(_mm_add_epi8(m, _mm_set1_epi8(1)));
+}
+
 GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
-    int8_t tab[4][16];
-    load_tables(bits, tab);
-    const int       nb  = n / GGML_EXT_QK_CB;
-    const size_t    wbs = bits == 2 ? sizeof(ggml_ext_block_cb2) : sizeof(ggml_ext_block_cb3);
-    const __m256i   m3  = _mm256_set1_epi8(3);
-    const __m256i   m1  = _mm256_set1_epi8(1);
+    __m256i tlo, thi;
+    load_tables(bits, &tlo, &thi);
+    const int     nb  = n / GGML_EXT_QK_CB;
+    const size_t  wbs = bits == 2 ? sizeof(ggml_ext_block_cb2) : sizeof(ggml_ext_block_cb3);
+    const __m256i m3  = _mm256_set1_epi8(3);
+    const __m256i m1  = _mm256_set1_epi8(1);
+    const __m256i mcb = _mm256_set1_epi8(bits == 2 ? 12 : 24);  // c << 2 (CB2) / c << 3 (CB3)
+    // Sub-group pair p = (2p, 2p + 1): bit pairs 2 * (2p & 3) and 2 * ((2p + 1) & 3) of a qs chunk.
+    const __m256i sh_even = _mm256_set_epi64x(2, 2, 0, 0);  // p even: sub-groups 4k, 4k + 1
+    const __m256i sh_odd  = _mm256_set_epi64x(6, 6, 4, 4);  // p odd: 4k + 2, 4k + 3
+    const __m256i sh_odd_cb = bits == 2 ? _mm256_set_epi64x(4, 4, 2, 2) : _mm256_set_epi64x(3, 3, 1, 1);
     const ggml_ext_block_q8_K * ay = (const ggml_ext_block_q8_K *) vy;
 
     for (int r0 = 0; r0 < nr; r0 += ROWS) {
@@ -54,30 +83,40 @@ GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
             }
             for (int b = 0; b < nb; b++) {
                 const ggml_ext_block_cb3 * y = (const ggml_ext_block_cb3 *) (wrow + b * wbs);
+                const __m256i              mb = block_multipliers(y->scales);
                 __m256i                    wabs[8], wv[8], mv[8];
                 GGML_EXT_UNROLL
-                for (int p = 0; p < 8; p++) {  // sub-groups s0 = 2p (low lane) and s1 = 2p + 1 (high lane)
-                    const int s0 = 2 * p, s1 = s0 + 1;
-                    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) (y->qs + 16 * (s0 >> 2))));
-                    __m256i code = _mm256_and_si256(
-                        _mm256_srlv_epi64(qs, _mm256_set_epi64x(2 * (s1 & 3), 2 * (s1 & 3), 2 * (s0 & 3), 2 * (s0 & 3))), m3);
-                    if (bits == 3) {
+                for (int p = 0; p < 8; p++) {
+                    const int     k  = p >> 1;  // qs chunk / codebook byte of sub-groups 4k .. 4k + 3
+                    const __m256i sh = (p & 1) ? sh_odd : sh_even;
+                    const __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) (y->qs + 16 * k)));
+                    const __m256i cb = _mm256_set1_epi8((char) y->cb[k]);
+                    // the codebook byte's bit pair sh..sh+1 moved to bits 2..3 (CB3: 3..4) of every byte:
+                    // a right shift by sh - 2 (sh - 3), as a left shift then sh where that is negative
+                    // (64-bit shifts: every byte is the same, so bits crossing bytes are bits of the pair)
+                    const __m256i cbs = (p & 1) ? _mm256_srlv_epi64(cb, sh_odd_cb)
+                                                : _mm256_srlv_epi64(_mm256_slli_epi64(cb, bits == 2 ? 2 : 3), sh);
+                    __m256i       idx = _mm256_or_si256(_mm256_and_si256(_mm256_srlv_epi64(qs, sh), m3),
+                                                        _mm256_and_si256(cbs, mcb));
+                    if (bits == 2) {
+                        wv[p] = _mm256_shuffle_epi8(tlo, idx);
+                    } else {
+                        const int     s0 = 2 * p;
                         const __m256i hm = _mm256_broadcastsi128_si256(
                             _mm_loadu_si128((const __m128i *) (y->hmask + 16 * (s0 >> 3))));
                         const __m256i hb = _mm256_and_si256(
-                            _mm256_srlv_epi64(hm, _mm256_set_epi64x(s1 & 7, s1 & 7, s0 & 7, s0 & 7)), m1);
-                        code = _mm256_or_si256(code, _mm256_slli_epi16(hb, 2));
+                            _mm256_srlv_epi64(hm, _mm256_set_epi64x((s0 + 1) & 7, (s0 + 1) & 7, s0 & 7, s0 & 7)), m1);
+                        idx   = _mm256_or_si256(idx, _mm256_slli_epi16(hb, 2));
+                        // bit 4 of the index (codebooks 2, 3: the second table) moved to bit 7 for the blend
+                        wv[p] = _mm256_blendv_epi8(_mm256_shuffle_epi8(tlo, idx), _mm256_shuffle_epi8(thi, idx),
+                                                   _mm256_slli_epi16(idx, 3));
                     }
-                    const int c0 = (y->cb[s0 >> 2] >> (2 * (s0 & 3))) & 3;
-                    const int c1 = (y->cb[s1 >> 2] >> (2 * (s1 & 3))) & 3;
-                    const __m256i t = _mm256_inserti128_si256(
-                        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *) tab[c0])),
-                        _mm_loadu_si128((const __m128i *) tab[c1]), 1);
-                    wv[p]   = _mm256_shuffle_epi8(t, code);
                     wabs[p] = _mm256_abs_epi8(wv[p]);
-                    const int l0 = ((y->scales[s0 >> 1] >> (4 * (s0 & 1))) & 15) + 1;
-                    const int l1 = ((y->scales[s1 >> 1] >> (4 * (s1 & 1))) & 15) + 1;
-                    mv[p] = _mm256_set_m128i(_mm_set1_epi16((short) l1), _mm_set1_epi16((short) l0));
+                    // (l + 1) of sub-group 2p in the low lane, 2p + 1 in the high one, as int16
+                    mv[p] = _mm256_shuffle_epi8(
+                        mb, _mm256_set_epi8(-1, 2 * p + 1, -1, 2 * p + 1, -1, 2 * p + 1, -1, 2 * p + 1, -1, 2 * p + 1, -1,
+                                            2 * p + 1, -1, 2 * p + 1, -1, 2 * p + 1, -1, 2 * p, -1, 2 * p, -1, 2 * p, -1,
+                                            2 * p, -1, 2 * p, -1, 2 * p, -1, 2 * p, -1, 2 * p));
                 }
                 ggml_ext_fp16_t dh;
                 memcpy(&dh, &y->d, sizeof(dh));
