@@ -6,15 +6,18 @@
 //
 // A 256-bit register holds two sub-groups of 16 weights, s = 2p in the low lane and 2p + 1 in the
 // high lane (their activations are 32 consecutive bytes). Both lanes take the same 16 code bytes
-// (one broadcast load per four sub-groups) and shift them right by their own bit pair (vpsrlvq);
-// the codebook byte of the four sub-groups is broadcast to every byte and shifted so that a mask
-// leaves c << 2 (c << 3) beside the code. The local
-// multipliers l + 1 of the 16 sub-groups are unpacked once per block into 16 bytes, and each pair's
-// (l0 + 1, l1 + 1) int16 lanes are one pshufb of them. Products with the int8 activations are
-// vpmaddubsw (|w| x sign(a, w): at most 2 * 127 * 127, no saturation), then vpmaddwd by the
-// multipliers, summed in int32 over the block and scaled once per block by d_w * d_a. Each weight
-// block is decoded once for up to 8 activation rows (the GEMM reuses it; the 1-token GEMV decodes and
-// multiplies in one pass).
+// (one broadcast load per four sub-groups) and shift them right by their own bit pair (vpsrlvq), a
+// mask keeps the code; once per block the 16 sub-groups' c << 2 (CB3: c << 3) and multipliers l + 1
+// are unpacked into 16 bytes each, and a pair's codebook bits (every byte of a lane) and its (l + 1)
+// int16 lanes are one pshufb each. Products with the int8 activations are vpmaddubsw
+// (|w| x sign(a, w): at most 2 * 127 * 127, no saturation), then vpmaddwd by the multipliers, summed
+// in int32 over the block and scaled once per block by d_w * d_a. Each pair is decoded once and
+// multiplied into up to 4 activation rows' sums at once (GEMM); only those sums, the pair and its
+// multipliers are live, so nothing of a decoded block goes to memory.
+//
+// On this repository's 2-core EPYC (Zen 1) the 1-token GEMV runs at ~0.55-0.6x ggml's Q2_K vec_dot
+// (scripts/bench_codebooks_kernels.py): the lookup costs a pshufb plus the index bits, and the signed
+// x signed product needs abs + sign around vpmaddubsw, where Q2_K's unsigned codes go straight in.
 #include "common/simd.h"
 #include "formats/codebooks/codebooks.h"
 
