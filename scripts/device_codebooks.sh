@@ -26,7 +26,8 @@
 #   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
 # Needs a python with numpy, torch, transformers, safetensors, tqdm (PYTHON; default /opt/torch/.venv/bin/python3
 # where it exists, else python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
-# CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench). The files stay in
+# CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench), F32MMV=0 (no test / big bench of
+# the f32 mat-vec beside the default integer one). The files stay in
 # /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
 #   call 1  PPL=0 BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
 #           (test-cuda, the files: a cb conversion took 8 min on 2 busy cores here with CALIB_SAMPLES=2)
@@ -92,7 +93,8 @@ if [ -n "${BIG:-}" ]; then
             for ty in cb2 cb3 q2_k q3_k q4_0; do
                 [ -s /tmp/big-$ty.gguf ] && bench big-$ty-$round /tmp/big-$ty.gguf 3
                 # the codebook types once more through the f32 mat-vec (the integer one's predecessor)
-                case $ty in cb*) [ -s /tmp/big-$ty.gguf ] && GGML_EXT_CB_MMV=f32 bench big-$ty-f32mmv-$round /tmp/big-$ty.gguf 3 ;; esac
+                case $ty in cb*) [ "${F32MMV:-1}" != 0 ] && [ -s /tmp/big-$ty.gguf ] &&
+                    GGML_EXT_CB_MMV=f32 bench big-$ty-f32mmv-$round /tmp/big-$ty.gguf 3 ;; esac
             done
         done
         rm -f /tmp/big-*.gguf
@@ -109,11 +111,13 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         grep FAIL "$out/test_cuda-$round.log" | head -10 | tee -a "$out/summary.txt"
     done
     grep -E '^CUDA0 CB[23] ' "$out/test_cuda-1.log" | tee -a "$out/summary.txt"
-    # the f32 mat-vec (GGML_EXT_CB_MMV=f32), kept for comparison, must pass too
-    GGML_EXT_CB_MMV=f32 bash scripts/test_cuda.sh "$P" > "$out/test_cuda-f32mmv.log" 2>&1
-    say "make test-cuda (GGML_EXT_CB_MMV=f32): rc=$? | $(grep -E '^(OK|FAILED|codebooks:)' "$out/test_cuda-f32mmv.log" | tr '\n' '|')"
-    grep FAIL "$out/test_cuda-f32mmv.log" | head -10 | tee -a "$out/summary.txt"
-    grep -E '^CUDA0 CB[23] ' "$out/test_cuda-f32mmv.log" | head -8 | tee -a "$out/summary.txt"
+    # the f32 mat-vec (GGML_EXT_CB_MMV=f32), kept for comparison, must pass too (F32MMV=0 skips it)
+    if [ "${F32MMV:-1}" != 0 ]; then
+        GGML_EXT_CB_MMV=f32 bash scripts/test_cuda.sh "$P" > "$out/test_cuda-f32mmv.log" 2>&1
+        say "make test-cuda (GGML_EXT_CB_MMV=f32): rc=$? | $(grep -E '^(OK|FAILED|codebooks:)' "$out/test_cuda-f32mmv.log" | tr '\n' '|')"
+        grep FAIL "$out/test_cuda-f32mmv.log" | head -10 | tee -a "$out/summary.txt"
+        grep -E '^CUDA0 CB[23] ' "$out/test_cuda-f32mmv.log" | head -8 | tee -a "$out/summary.txt"
+    fi
 fi
 
 [ -d "$hf" ] || { say "no HF folder at $hf: model runs skipped"; exit 0; }
