@@ -2,15 +2,18 @@
 // file's bytes as they are in GPU memory, two kernels, called from ggml-cuda.cu through patch 0410:
 //   dequantize   blocks -> f32 / f16 / bf16 (ggml_get_to_fp*_cuda): ggml-cuda's own cuBLAS path
 //                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CB_MMV_MAX tokens;
-//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks.
+//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks:
+//                by default the integer one (cb_mul_mat_vec_q8: q8_1 activations, weights decoded to int8 by byte
+//                permutes of the codebooks held in registers, dp4a); with GGML_EXT_CB_MMV=f32 the f32 one below
+//                (cb_mul_mat_vec), kept for comparison.
+// The f32 mat-vec and the dequantizer:
 // Every weight is w = d * (l_s + 1) * T[c_s][q]: the 16 or 32 table entries come in as a kernel parameter and
 // are staged as floats in shared memory once per CUDA block (32 lanes looking up different codes read
 // different banks of a 32-entry table: no conflicts, where __constant__ memory would serialise them).
 //
-// The mat-vec takes the activations as f32, not quantized to q8_1 as upstream's MMVQ does: the weights'
-// decode is a table lookup per weight either way (no integer dot-product instruction can take the codes
-// directly), and tests/c/test_types_backends.cpp holds a GPU to NMSE 1e-5 against the exact product, which
-// q8_1 activations (the CPU's Q8_K gives ~1.5e-5) would not reliably meet.
+// The f32 mat-vec takes the activations as f32 and looks each weight up in the shared-memory table: on an H100
+// it reached 0.60x Q2_K's decode speed (docs/BENCHMARKS.md), bound by those per-weight lookups and the bit
+// unpacking around them, which is what the integer mat-vec replaces (4 weights per byte permute).
 //
 // Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
 // lane t taking code bytes qs[2t], qs[2t+1] (one 16-bit load; the warp's 64 bytes coalesced): byte i holds
