@@ -2,7 +2,9 @@
 # The codebook types CB2 / CB3 on CUDA, on the device machine (ggml_ext/src/cuda/codebooks_cuda.cu, patch 0410):
 #   build  ours with GGML_EXT_CUDA=ON into $BUILD (default /tmp/bc) unless $BUILD/install already holds it
 #   test   scripts/test_cuda.sh (tests/c/test_types_backends.cpp: CB2/CB3 mul_mat on each GPU against the
-#          exact product and the CPU, batches 1, 2..8, 9, 33, 512; plus the interleaved types and the ops)
+#          exact product and the CPU, batches 1, 2..8, 9, 33, 512; plus the interleaved types and the ops),
+#          twice with the default integer mat-vec (q8_1 activations, dp4a), once with GGML_EXT_CB_MMV=f32 (the
+#          f32 mat-vec it replaced, kept for comparison)
 #   files  from the default model's HF folder: f16, cb2 and cb3 by our converter (act-importance on CALIB,
 #          16 x 512 tokens, layers on the GPU), Q2_K / Q3_K_S / Q4_0 twins by llama-quantize from the f16
 #   ppl    llama-perplexity of the cb2 file on TEXT (16 chunks of 512) with -ngl 99 and on the CPU only
@@ -15,7 +17,8 @@
 #          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py; its tokenizer from TEMPLATE, default
 #          the f16 file an earlier call made, else llama.cpp's vocab-only ggml-vocab-llama-spm.gguf from a tree
 #          with models/: the device's pinned tarball has none, so give TEMPLATE there): llama-bench
-#          -ngl 99 pp512 / tg128, alternating;
+#          -ngl 99 pp512 / tg128, alternating; CB2 / CB3 also with GGML_EXT_CB_MMV=f32 (bench lines
+#          big-cb2-f32mmv-*: the f32 mat-vec, against big-cb2-* the integer one);
 #          this is where decode is bound by reading the weights, the kernels' real comparison
 # Usage (device, repository root):
 #   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
@@ -23,7 +26,8 @@
 #   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
 # Needs a python with numpy, torch, transformers, safetensors, tqdm (PYTHON; default /opt/torch/.venv/bin/python3
 # where it exists, else python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
-# CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench). The files stay in
+# CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench), F32MMV=0 (no test / big bench of
+# the f32 mat-vec beside the default integer one). The files stay in
 # /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
 #   call 1  PPL=0 BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
 #           (test-cuda, the files: a cb conversion took 8 min on 2 busy cores here with CALIB_SAMPLES=2)
@@ -88,6 +92,9 @@ if [ -n "${BIG:-}" ]; then
         for round in 1 2; do
             for ty in cb2 cb3 q2_k q3_k q4_0; do
                 [ -s /tmp/big-$ty.gguf ] && bench big-$ty-$round /tmp/big-$ty.gguf 3
+                # the codebook types once more through the f32 mat-vec (the integer one's predecessor)
+                case $ty in cb*) [ "${F32MMV:-1}" != 0 ] && [ -s /tmp/big-$ty.gguf ] &&
+                    GGML_EXT_CB_MMV=f32 bench big-$ty-f32mmv-$round /tmp/big-$ty.gguf 3 ;; esac
             done
         done
         rm -f /tmp/big-*.gguf
@@ -104,6 +111,13 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         grep FAIL "$out/test_cuda-$round.log" | head -10 | tee -a "$out/summary.txt"
     done
     grep -E '^CUDA0 CB[23] ' "$out/test_cuda-1.log" | tee -a "$out/summary.txt"
+    # the f32 mat-vec (GGML_EXT_CB_MMV=f32), kept for comparison, must pass too (F32MMV=0 skips it)
+    if [ "${F32MMV:-1}" != 0 ]; then
+        GGML_EXT_CB_MMV=f32 bash scripts/test_cuda.sh "$P" > "$out/test_cuda-f32mmv.log" 2>&1
+        say "make test-cuda (GGML_EXT_CB_MMV=f32): rc=$? | $(grep -E '^(OK|FAILED|codebooks:)' "$out/test_cuda-f32mmv.log" | tr '\n' '|')"
+        grep FAIL "$out/test_cuda-f32mmv.log" | head -10 | tee -a "$out/summary.txt"
+        grep -E '^CUDA0 CB[23] ' "$out/test_cuda-f32mmv.log" | head -8 | tee -a "$out/summary.txt"
+    fi
 fi
 
 [ -d "$hf" ] || { say "no HF folder at $hf: model runs skipped"; exit 0; }

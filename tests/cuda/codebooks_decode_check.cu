@@ -1,7 +1,9 @@
 // The codebook types' CUDA bit reading (ggml_ext/src/cuda/codebooks_decode.cuh) run on the host against the
 // C reference: for CB2 and CB3 rows quantized by ggml_quantize_chunk, every weight as the dequantize kernel
 // reads it (cb_code_index, cb_mult) and as each mat-vec lane reads it (cb_lane_load + cb_lane_unpack: 32 lanes x 4
-// sub-groups x 2 weights, every weight of the block exactly once) must equal ggml's to_float of the type bit
+// sub-groups x 2 weights, every weight of the block exactly once), and as each lane quarter of the integer
+// (q8_1 / dp4a) mat-vec decodes it to int8 (cb_q8_load + cb_q8_unpack: 4 quarters x 4 sub-groups x 16 weights,
+// byte permutes of the packed tables) must equal ggml's to_float of the type bit
 // for bit (the kernels compute d * (l + 1) * T[c][q] in the reference's order). Host code only: built with
 // nvcc and run without a GPU by tests/cuda/test_codebooks_cuda_decode.py.
 #include "codebooks_decode.cuh"
@@ -32,6 +34,7 @@ template <int BITS> static void check(ggml_type type) {
     ggml_quantize_chunk(type, w.data(), q.data(), 0, N, K, nullptr);
     ggml_get_type_traits(type)->to_float(q.data(), ref.data(), K * N);
     const cb_tables tab = cb_make_tables<BITS>();
+    const cb_qtables qtab = cb_make_qtables<BITS>();
     const block *   blocks = (const block *) q.data();
     for (int64_t ib = 0; ib < K * N / GGML_EXT_QK_CB; ib++) {
         const block * b = blocks + ib;
@@ -70,6 +73,32 @@ template <int BITS> static void check(ggml_type type) {
         for (int j = 0; j < GGML_EXT_QK_CB; j++) {
             if (seen[j] != 1 && fails++ < 10) {
                 std::printf("FAIL CB%d mat-vec: weight %d read %d times\n", BITS, j, seen[j]);
+            }
+        }
+        int seen8[GGML_EXT_QK_CB] = {};
+        for (int t = 0; t < 4; t++) {  // the integer mat-vec's reading: lane quarter t, 4 sub-groups x 16 weights
+            uint32_t        w8[4][4];
+            int             mult[4];
+            const cb_q8_raw raw = cb_q8_load<BITS>(b, t);
+            cb_q8_unpack<BITS>(raw, t, qtab, w8, mult);
+            const float dl = ggml_fp16_to_fp32((ggml_fp16_t) raw.d);
+            for (int p = 0; p < 4; p++) {
+                for (int i = 0; i < 4; i++) {
+                    for (int k = 0; k < 4; k++) {
+                        const int   j = 16 * (4 * t + p) + 4 * i + k;
+                        const float v = dl * (float) mult[p] * (float) (int8_t) (w8[p][i] >> (8 * k));
+                        seen8[j]++;
+                        if (v != r[j] && fails++ < 10) {
+                            std::printf("FAIL CB%d integer mat-vec quarter %d block %lld weight %d: %g != %g\n", BITS,
+                                        t, (long long) ib, j, v, r[j]);
+                        }
+                    }
+                }
+            }
+        }
+        for (int j = 0; j < GGML_EXT_QK_CB; j++) {
+            if (seen8[j] != 1 && fails++ < 10) {
+                std::printf("FAIL CB%d integer mat-vec: weight %d read %d times\n", BITS, j, seen8[j]);
             }
         }
     }

@@ -1,6 +1,7 @@
 """The codebook types' CUDA kernels read the bits as the C reference does (tests/cuda/codebooks_decode_check.cu):
 the __host__ __device__ functions both kernels use (ggml_ext/src/cuda/codebooks_decode.cuh: the dequantize
-kernel's per-weight reading, each mat-vec lane's 8 weights) run on the host over CB2 / CB3 rows from
+kernel's per-weight reading, each f32 mat-vec lane's 8 weights, each integer mat-vec lane quarter's 64 int8
+weights from byte permutes) run on the host over CB2 / CB3 rows from
 ggml_quantize_chunk and must give ggml's to_float bit for bit, every weight read once. Needs nvcc (no GPU:
 host code only); skipped without it. The kernels themselves on a GPU: tests/cuda/test_types_cuda.py."""
 from __future__ import annotations

@@ -2,15 +2,18 @@
 // file's bytes as they are in GPU memory, two kernels, called from ggml-cuda.cu through patch 0410:
 //   dequantize   blocks -> f32 / f16 / bf16 (ggml_get_to_fp*_cuda): ggml-cuda's own cuBLAS path
 //                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CB_MMV_MAX tokens;
-//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks.
+//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks:
+//                by default the integer one (cb_mul_mat_vec_q8: q8_1 activations, weights decoded to int8 by byte
+//                permutes of the codebooks held in registers, dp4a); with GGML_EXT_CB_MMV=f32 the f32 one below
+//                (cb_mul_mat_vec), kept for comparison.
+// The f32 mat-vec and the dequantizer:
 // Every weight is w = d * (l_s + 1) * T[c_s][q]: the 16 or 32 table entries come in as a kernel parameter and
 // are staged as floats in shared memory once per CUDA block (32 lanes looking up different codes read
 // different banks of a 32-entry table: no conflicts, where __constant__ memory would serialise them).
 //
-// The mat-vec takes the activations as f32, not quantized to q8_1 as upstream's MMVQ does: the weights'
-// decode is a table lookup per weight either way (no integer dot-product instruction can take the codes
-// directly), and tests/c/test_types_backends.cpp holds a GPU to NMSE 1e-5 against the exact product, which
-// q8_1 activations (the CPU's Q8_K gives ~1.5e-5) would not reliably meet.
+// The f32 mat-vec takes the activations as f32 and looks each weight up in the shared-memory table: on an H100
+// it reached 0.60x Q2_K's decode speed (docs/BENCHMARKS.md), bound by those per-weight lookups and the bit
+// unpacking around them, which is what the integer mat-vec replaces (4 weights per byte permute).
 //
 // Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
 // lane t taking code bytes qs[2t], qs[2t+1] (one 16-bit load; the warp's 64 bytes coalesced): byte i holds
@@ -29,6 +32,7 @@
 
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda/convert.cuh"
+#include "ggml-cuda/quantize.cuh"
 #include "codebooks_decode.cuh"
 #include "formats/codebooks/codebooks.h"
 
@@ -230,6 +234,126 @@ void launch_mmv_cols(const mmv_args & a, int ncols, int64_t n_channels, cudaStre
     }
 }
 
+
+// ---- integer mat-vec (the default): activations quantized to q8_1 by ggml-cuda's quantize_row_q8_1_cuda, weights
+// decoded to int8 in registers by byte permutes of the packed codebooks (codebooks_decode.cuh: cb_q8_unpack), dp4a ----
+// Four lanes per CB block (lane quarter t = lane & 3: sub-groups 4t .. 4t + 3, 64 weights), so a warp takes 8
+// blocks of its row per step and NB steps' loads are issued before the first is decoded. Per block and column
+// the lane's sum is d_w * (d_a[2t] (m0 s0 + m1 s1) + d_a[2t + 1] (m2 s2 + m3 s3)), s_p the int32 dp4a sum of
+// sub-group 4t + p and d_a[k] the scale of q8_1 block k of the CB block (32 activations: sub-groups 2k, 2k + 1).
+// One row per warp: a 7B model's 4096-row matrices are 4096 warps, one wave of an H100 at 8 warps per CUDA block.
+struct mmv_q8_args {
+    const char *       w;                 // src0 bytes
+    const block_q8_1 * x;                 // src1 quantized: rows of s_row q8_1 blocks, (i13 ne12 + i12) ne11 + col
+    float *            y;                 // dst
+    int64_t            n_rows, n_blocks;  // rows of W, CB blocks per row
+    int64_t            nb01, nb02, nb03;  // W strides (bytes)
+    int64_t            s_row;             // q8_1 blocks per activation row (the row padded to MATRIX_ROW_PADDING)
+    int64_t            ne11;              // columns (tokens)
+    int64_t            s1, s2, s3;        // dst strides (floats)
+    int64_t            ne12;              // x channels (dim 2)
+    int64_t            r2, r3;            // broadcast ratios ne12 / ne02, ne13 / ne03
+};
+
+template <int BITS, int NCOLS>
+__global__ void __launch_bounds__(32 * MMV_ROWS, NCOLS <= 2 ? 4 : 2)
+cb_mul_mat_vec_q8(const cb_qtables tables, const mmv_q8_args a) {
+    using block = typename cb_traits<BITS>::block;
+    const int64_t row = (int64_t) blockIdx.x * MMV_ROWS + threadIdx.x / 32;
+    if (row >= a.n_rows) {
+        return;
+    }
+    const int64_t i12 = blockIdx.y % a.ne12, i13 = blockIdx.y / a.ne12;
+    const block * wr  = (const block *) (a.w + row * a.nb01 + (i12 / a.r2) * a.nb02 + (i13 / a.r3) * a.nb03);
+    const block_q8_1 * x = a.x + ((i13 * a.ne12 + i12) * a.ne11) * a.s_row;
+    const int lane = threadIdx.x % 32;
+    const int t    = lane & 3;   // the lane's quarter of each block
+    const int bl   = lane >> 2;  // the lane's block of the warp's 8
+
+    float acc[NCOLS] = {};
+    constexpr int NB = NCOLS <= 2 ? 2 : 1;  // steps of 8 blocks whose loads are in flight together
+    for (int64_t ib0 = 0; ib0 < a.n_blocks; ib0 += 8 * NB) {
+        cb_q8_raw r[NB];
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            const int64_t ib = ib0 + 8 * u + bl;
+            if (ib < a.n_blocks) {
+                r[u] = cb_q8_load<BITS>(wr + ib, t);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < NB; u++) {
+            const int64_t ib = ib0 + 8 * u + bl;
+            if (ib >= a.n_blocks) {
+                continue;
+            }
+            uint32_t w[4][4];
+            int      m[4];
+            cb_q8_unpack<BITS>(r[u], t, tables, w, m);
+            const float d = __half2float(__ushort_as_half((unsigned short) r[u].d));
+#pragma unroll
+            for (int col = 0; col < NCOLS; col++) {
+                const block_q8_1 * xb = x + col * a.s_row + ib * (QK / QK8_1) + 2 * t;  // q8_1 blocks 2t, 2t + 1
+                int                sp[4];
+#pragma unroll
+                for (int p = 0; p < 4; p++) {
+                    const int * xq = (const int *) xb[p >> 1].qs + 4 * (p & 1);  // sub-group 4t + p: 16 bytes
+                    int         sum = 0;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        sum = ggml_cuda_dp4a((int) w[p][i], xq[i], sum);
+                    }
+                    sp[p] = sum;
+                }
+                const float d0 = __low2float(xb[0].ds), d1 = __low2float(xb[1].ds);
+                acc[col] += d * (d0 * (float) (m[0] * sp[0] + m[1] * sp[1]) + d1 * (float) (m[2] * sp[2] + m[3] * sp[3]));
+            }
+        }
+    }
+#pragma unroll
+    for (int col = 0; col < NCOLS; col++) {
+        const float v = warp_reduce_sum(acc[col]);
+        if (lane == 0) {
+            a.y[i12 * a.s2 + i13 * a.s3 + col * a.s1 + row] = v;
+        }
+    }
+}
+
+template <int BITS> const cb_qtables & host_qtables() {
+    static const cb_qtables t = cb_make_qtables<BITS>();
+    return t;
+}
+
+template <int BITS, int NCOLS>
+void launch_mmv_q8(const mmv_q8_args & a, int64_t n_channels, cudaStream_t stream) {
+    const dim3 grid((unsigned) ((a.n_rows + MMV_ROWS - 1) / MMV_ROWS), (unsigned) n_channels, 1);
+    cb_mul_mat_vec_q8<BITS, NCOLS><<<grid, 32 * MMV_ROWS, 0, stream>>>(host_qtables<BITS>(), a);
+}
+
+template <int BITS>
+void launch_mmv_q8_cols(const mmv_q8_args & a, int ncols, int64_t n_channels, cudaStream_t stream) {
+    switch (ncols) {
+        case 1: launch_mmv_q8<BITS, 1>(a, n_channels, stream); break;
+        case 2: launch_mmv_q8<BITS, 2>(a, n_channels, stream); break;
+        case 3: launch_mmv_q8<BITS, 3>(a, n_channels, stream); break;
+        case 4: launch_mmv_q8<BITS, 4>(a, n_channels, stream); break;
+        case 5: launch_mmv_q8<BITS, 5>(a, n_channels, stream); break;
+        case 6: launch_mmv_q8<BITS, 6>(a, n_channels, stream); break;
+        case 7: launch_mmv_q8<BITS, 7>(a, n_channels, stream); break;
+        default: launch_mmv_q8<BITS, 8>(a, n_channels, stream); break;
+    }
+}
+
+// Which mat-vec runs: the integer one, unless GGML_EXT_CB_MMV=f32 asks for the f32 one (kept for comparison:
+// scripts/device_codebooks.sh measures both). Read once.
+bool use_f32_mmv() {
+    static const bool f32 = [] {
+        const char * e = getenv("GGML_EXT_CB_MMV");
+        return e && strcmp(e, "f32") == 0;
+    }();
+    return f32;
+}
+
 template <typename T, int BITS>
 void dequantize_entry(const void * vx, T * y, int64_t k, cudaStream_t stream) {
     dequantize_cuda<BITS, T>(vx, y, k, stream);
@@ -266,6 +390,32 @@ bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_t
         ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ((uintptr_t) src0->data) % 2 != 0 ||
         ne12 * ne13 > 65535) {  // (the mat-vec reads the blocks' bytes in 16-bit pairs)
         return false;  // ggml-cuda's cuBLAS path on the dequantized weights
+    }
+    if (!use_f32_mmv()) {
+        const int64_t ne10_padded = GGML_PAD(ne10, MATRIX_ROW_PADDING);
+        ggml_cuda_pool_alloc<char> q8(ctx.pool(), ne13 * ne12 * ne11 * ne10_padded * sizeof(block_q8_1) / QK8_1);
+        quantize_row_q8_1_cuda((const float *) src1->data, nullptr, q8.get(), src0->type, ne10, nb11 / sizeof(float),
+                               nb12 / sizeof(float), nb13 / sizeof(float), ne10_padded, ne11, ne12, ne13, ctx.stream());
+        mmv_q8_args q;
+        q.w        = (const char *) src0->data;
+        q.x        = (const block_q8_1 *) q8.get();
+        q.y        = (float *) dst->data;
+        q.n_rows   = ne01;
+        q.n_blocks = ne00 / QK;
+        q.nb01 = nb01; q.nb02 = nb02; q.nb03 = nb03;
+        q.s_row = ne10_padded / QK8_1;
+        q.ne11  = ne11;
+        q.s1 = nb1 / sizeof(float); q.s2 = nb2 / sizeof(float); q.s3 = nb3 / sizeof(float);
+        q.ne12 = ne12;
+        q.r2   = ne12 / ne02;
+        q.r3   = ne13 / ne03;
+        if (src0->type == GGML_TYPE_CB2) {
+            launch_mmv_q8_cols<2>(q, (int) ne11, ne12 * ne13, ctx.stream());
+        } else {
+            launch_mmv_q8_cols<3>(q, (int) ne11, ne12 * ne13, ctx.stream());
+        }
+        CUDA_CHECK(cudaGetLastError());
+        return true;
     }
     mmv_args a;
     a.w        = (const char *) src0->data;
