@@ -144,4 +144,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import act_importance, anyprec, gptq, rtn  # noqa: E402,F401
+from . import act_importance, anyprec, gptq, ooc, rtn  # noqa: E402,F401
