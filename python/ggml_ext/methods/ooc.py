@@ -23,9 +23,10 @@ The K-OOC paper (shared/papers/003, section 3.2; FORMATS.md "OOC and bit familie
 the clear columns live beside it: ``y = W_l·x + S·x[idx]`` (GGML_OP_COL_SIDECAR). W_l is the matrix's
 ordinary ggml bytes in the target type, in which the clear columns count as zero (the block scales are
 chosen with them set to 0, and their entries hold the grid value nearest 0 -- exactly 0 for Q4_0, Q5_0,
-Q8_0); ``idx`` (I32, k) are the clear columns and ``S`` (F32 or F16, ggml shape [k, rows]: row r holds
-output r's k values) is the h-bit value minus what W_l holds there, so W_l + S at those columns is the
-h-bit value (exactly with F32 up to one float32 rounding; F16 rounds S once more). S is stored as floats,
+Q8_0); ``idx`` (I32, k) are the clear columns and ``S`` (F32, ggml shape [k, rows]: row r holds output r's k
+values; F32 because GGML_OP_COL_SIDECAR multiplies F32) is the h-bit value minus what W_l holds there, so
+W_l + S at those columns is the h-bit value (up to one float32 rounding of the difference; none where W_l
+holds 0). S is stored as floats,
 not as h-bit codes: the h-bit rounding decides the values, the file keeps them at side-car precision.
 
 The tensors are ``<weight>.ooc_idx`` and ``<weight>.ooc_s`` next to the weight; the key
@@ -34,7 +35,7 @@ the architecture asks for: "wrong number of tensors"); ggml-ext's patched llama.
 with the weight and adds the col side-car to the weight's matmul.
 
 Options (``methods.create("ooc", ...)``, CLI ``--ooc-h/--ooc-p/--ooc-s``): ``h`` (8), ``p`` (0.1), ``s``
-(0.1), ``group`` (128), ``sidecar_type`` ("F32"|"F16"), ``validation_samples`` (4: held-out windows for
+(0.1), ``group`` (128), ``sidecar_type`` ("F32"), ``validation_samples`` (4: held-out windows for
 the flow choice), ``flow`` ("both": the double workflow | "ooc": only GPTQ(h,l,p,s) -- for measurements),
 and GPTQ's own (percdamp, act_order, block_size, device, dtype).
 """
@@ -58,7 +59,7 @@ __all__ = ["OOC", "OOCResult", "SidecarError", "salient_scores", "clear_columns"
 log = logging.getLogger("ggml_ext.methods.ooc")
 
 FORMAT_VERSION = 1
-SIDECAR_TYPES = ("F32", "F16")
+SIDECAR_TYPES = ("F32",)   # GGML_OP_COL_SIDECAR multiplies F32 values (an F16 side-car would need a cast node)
 
 
 class SidecarError(MethodError):
@@ -174,7 +175,7 @@ class OOC:
         if group < 1:
             raise MethodError(f"ooc group={group}: must be positive")
         if sidecar_type.upper() not in SIDECAR_TYPES:
-            raise MethodError(f"ooc sidecar_type {sidecar_type!r}: choose F32 or F16")
+            raise MethodError(f"ooc sidecar_type {sidecar_type!r}: only F32 (the col side-car op multiplies F32 values)")
         if validation_samples < 1:
             raise MethodError(f"ooc validation_samples={validation_samples}: need at least one")
         if flow not in ("both", "ooc", "gptq"):
