@@ -188,17 +188,21 @@ def test_our_llama_applies_the_sidecar_and_upstream_refuses_it(tmp_path_factory,
     # the pristine upstream build refuses the file (it finds more tensors than the architecture has)
     import fetch_llama_cpp  # scripts/
     up = fetch_llama_cpp.cache_root() / f"upstream-{fetch_llama_cpp.COMMIT}" / "bin"
-    if not (up / "llama-cli").is_file():
+    if not (up / "llama-perplexity").is_file():
         pytest.skip(f"no pristine upstream build at {up}")
-    r = subprocess.run([str(up / "llama-cli"), "-m", str(out), "-p", "hi", "-n", "1", "-no-cnv", "--no-warmup"],
+    r = subprocess.run([str(up / "llama-perplexity"), *_ppl_args(out, tmp_path)],
                        env={**os.environ, "LD_LIBRARY_PATH": str(up)}, capture_output=True, text=True, timeout=120,
                        stdin=subprocess.DEVNULL)
     assert r.returncode != 0 and "wrong number of tensors" in r.stdout + r.stderr
 
 
-def _run_ours(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(tools.command("llama-cli", "-m", str(path), "-p", "hi", "-n", "1", "-no-cnv", "--no-warmup",
-                                        "-t", "1"),
+def _ppl_args(path: Path, tmp_path: Path) -> list[str]:
+    """llama-perplexity over one 16-token chunk: loads the file, builds the graph, runs it once."""
+    return ["-m", str(path), "-f", str(_tiny_text(tmp_path)), "-c", "16", "--chunks", "1", "-t", "1"]
+
+
+def _run_ours(path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(tools.command("llama-perplexity", *_ppl_args(path, tmp_path)),
                           env=tools.tool_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
@@ -217,7 +221,8 @@ def test_bad_sidecars_are_refused_with_their_name(tmp_path_factory, tmp_path):
     raw = bytearray(Path(out).read_bytes())
     raw[t.file_offset:t.file_offset + 4] = np.int32(10_000).tobytes()
     bad.write_bytes(bytes(raw))
-    r = _run_ours(bad)
+    assert _run_ours(out, tmp_path).returncode == 0   # the file itself runs
+    r = _run_ours(bad, tmp_path)
     assert r.returncode != 0 and "blk.0.attn_q.weight.ooc_idx holds column 10000" in r.stdout + r.stderr
     # values whose shape does not fit the weight: the loader refuses the file naming it
     g_bad = tmp_path / "bad-shape.gguf"
@@ -235,7 +240,7 @@ def test_bad_sidecars_are_refused_with_their_name(tmp_path_factory, tmp_path):
     with w:
         for tt in g.tensors:
             w.write_tensor(np.frombuffer(data[tt.name][2], np.uint8))
-    r = _run_ours(g_bad)
+    r = _run_ours(g_bad, tmp_path)
     assert r.returncode != 0 and "blk.0.attn_q.weight.ooc_s" in r.stdout + r.stderr
 
 
