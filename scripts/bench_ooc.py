@@ -13,7 +13,7 @@ by ``ggml-ext convert`` of the HF folder with the same calibration text and samp
   (GPTQ(l) and GPTQ(h,l,p,s) streamed side by side; the flow of lower loss on ``--validation-samples``
   held-out windows of the calibration text is written). ``--flow ooc`` writes the GPTQ(h,l,p,s) flow
   whatever the validation says (its own perplexity). Rows say which flow won, both validation losses, and
-  the file's bit family (``ggml-ext bits``: A_max, A_lim).
+  the decoder-layer matrices' bit family (``ggml-ext bits``: their mean A, the worst A_max, A_lim).
 
 The paper's configs are ``q2_k:2`` (OOC(2,2,0.1,s) vs GPTQ(2)) and ``q4_0:8`` (OOC(8,4,0.1,s) vs GPTQ(4)).
 A type GPTQ has no grid for (Q2_K until the K-quant grids are merged: methods/grids.py) is reported as
@@ -87,7 +87,8 @@ def main() -> int:
                     rows.append({"model": model, "type": t, "method": "skipped", "reason": "no GPTQ grid"})
                     continue
                 runs = [("gptq", "gptq", {"device": a.device})]
-                runs += [(f"ooc({h},{t},{a.p:g},{s:g})", "ooc",
+                lbits = bits.QUANT_BITS.get(t.upper(), t)
+                runs += [(f"ooc({h},{lbits},{a.p:g},{s:g})", "ooc",
                           {"device": a.device, "h": int(h), "p": a.p, "s": s, "flow": a.flow,
                            "validation_samples": a.validation_samples}) for s in scans]
                 for label, method, opts in runs:
@@ -108,15 +109,20 @@ def main() -> int:
                     secs = time.time() - t0
                     r = tools.perplexity(out, test, n_ctx=512, chunks=a.chunks, threads=a.threads)
                     fb = bits.file_bits(read_gguf(out))
+                    layer = [x for x in fb.tensors if x.quantized and x.name.startswith("blk.")]
+                    n = sum(x.n_weights for x in layer)
                     m = seen.get("m")
                     row = {"model": model, "type": t, "method": label, "ppl": r.ppl, "stderr": r.stderr,
-                           "seconds": secs, "a_max": fb.a_max, "a_lim": fb.a_lim,
+                           "seconds": secs, "a_max": max(x.a_max for x in layer),
+                           "a_lim": sum(x.a_lim * x.n_weights for x in layer) / n,
+                           "a_layers": sum(x.a_max * x.n_weights for x in layer) / n,
                            "winner": m.winner if m else None, "validation": m.losses if m else None}
                     rows.append(row)
                     print(f"# {model} {t} {label}: {r} ({secs:.0f} s)"
                           + (f" winner {m.winner}, validation {m.losses}" if m else ""), file=sys.stderr)
                     out.unlink()
-    print("| model | type | method | PPL | flow written (validation loss gptq / ooc) | A_max / A_lim | time |")
+    print("| model | type | method | PPL | flow written (validation loss gptq / ooc) | "
+          "layer matrices: A / A_max / A_lim | time |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         if r["method"] == "skipped":
@@ -125,7 +131,7 @@ def main() -> int:
         v = r["validation"]
         flow = "" if not v else f"{r['winner']} ({v.get('gptq', float('nan')):.4f} / {v.get('ooc', float('nan')):.4f})"
         print(f"| {r['model']} | {r['type']} | {r['method']} | {r['ppl']:.3f} +/- {r['stderr']:.3f} | {flow} | "
-              f"{r['a_max']:.4f} / {r['a_lim']:.4f} | {r['seconds']:.0f} s |")
+              f"{r['a_layers']:.4f} / {r['a_max']:.4f} / {r['a_lim']:.4f} | {r['seconds']:.0f} s |")
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
     return 0
