@@ -185,6 +185,10 @@ def test_our_llama_applies_the_sidecar_and_upstream_refuses_it(tmp_path_factory,
     near, far = np.abs(ours - ref).max(), np.abs(without - ref).max()
     assert near < 0.25 * far, (near, far)
     np.testing.assert_allclose(ours, ref, atol=max(1e-3, 0.25 * far))
+    # and the python-side model: transformers with every layer matrix replaced by what the OOC flow computed
+    # (W_l + S, checkpoint row order) and the embedding by the file's, agrees with our llama.cpp as closely
+    hf = _python_reference_logits(model, m, out, ids)
+    assert np.abs(ours - hf).max() < 0.25 * np.abs(without - hf).max()
     # the pristine upstream build refuses the file (it finds more tensors than the architecture has)
     import fetch_llama_cpp  # scripts/
     up = fetch_llama_cpp.cache_root() / f"upstream-{fetch_llama_cpp.COMMIT}" / "bin"
@@ -194,6 +198,27 @@ def test_our_llama_applies_the_sidecar_and_upstream_refuses_it(tmp_path_factory,
                        env={**os.environ, "LD_LIBRARY_PATH": str(up)}, capture_output=True, text=True, timeout=120,
                        stdin=subprocess.DEVNULL)
     assert r.returncode != 0 and "wrong number of tensors" in r.stdout + r.stderr
+
+
+def _python_reference_logits(model: Path, m, gguf: Path, ids: list[int]) -> np.ndarray:
+    from transformers import AutoModelForCausalLM
+    from ggml_ext.converters.archs import find_arch
+    arch = find_arch(json.loads((Path(model) / "config.json").read_text()))
+    data = cs.read_tensor_bytes(gguf)
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, attn_implementation="eager")
+    hf.eval()
+    done = 0
+    with torch.no_grad():
+        for name, param in hf.named_parameters():
+            g = arch.gguf_name(name)
+            if g in m.results:
+                param.copy_(torch.from_numpy(m.results[g].effective()))
+                done += 1
+            elif g == "token_embd.weight":
+                tname, shape, raw = data[g]
+                param.copy_(torch.from_numpy(quants.dequantize(np.frombuffer(raw, np.uint8).copy(), tname, shape[0])))
+        assert done == len(m.results)
+        return hf(torch.tensor([ids])).logits[0].float().numpy()
 
 
 def _ppl_args(path: Path, tmp_path: Path) -> list[str]:
