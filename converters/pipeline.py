@@ -376,20 +376,32 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
     from ggml_ext.methods import MethodError
     import torch
 
+    flows = tuple(getattr(quantizer, "workflows", ()))   # a method's parallel workflows (ooc: gptq, ooc)
+    n_val = int(getattr(quantizer, "validation_samples", 0)) if flows else 0
+    n_cal = n_samples or data.DEFAULT_SAMPLES
     try:
-        tokens = data.tokenize(pl.checkpoint.folder, calib, n_samples=n_samples or data.DEFAULT_SAMPLES,
+        tokens = data.tokenize(pl.checkpoint.folder, calib, n_samples=n_cal + n_val,
                                seq_len=seq_len or data.DEFAULT_SEQ_LEN)
     except (FileNotFoundError, ValueError) as e:
         raise ConversionError(f"calibration text for method {method!r}: {e}") from None
+    ids, held_out = tokens.ids, None
+    if n_val:   # validation windows spread over the text, the others calibrate
+        val = np.unique(np.linspace(0, n_cal + n_val - 1, n_val).round().astype(np.int64))
+        keep = np.setdiff1d(np.arange(n_cal + n_val), val)
+        ids, held_out = tokens.ids[torch.from_numpy(keep)], tokens.ids[torch.from_numpy(val)]
     by_hf = {p.hf_name: p for p in pl.tensors if p.hf_name is not None}
+    by_gguf = {p.gguf_name: p for p in pl.tensors}
     try:
         stream = LayerStream(pl.checkpoint.folder, device=device, attention_weights=any(n in needs for n in ("attn_hessian", "key_hessian")))
     except StreamError as e:
         raise ConversionError(f"method {method!r} cannot calibrate this model: {e}") from None
     collector = Collector(needs)
-    done: dict[str, np.ndarray] = {}
+    done_by_flow: dict[str, dict[str, np.ndarray]] = {f: {} for f in (flows or ("",))}
+    effective = getattr(quantizer, "effective_weight", None)
 
-    def on_layer(index: int, layer, prefix: str) -> bool:
+    def on_layer(index: int, layer, prefix: str, flow: int = 0) -> bool:
+        name = flows[flow] if flows else ""
+        done = done_by_flow[name]
         stats = collector.take(prefix)
         changed = False
         for module_name, st in stats.items():
@@ -400,24 +412,45 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
             rows = np.ascontiguousarray(module.weight.detach().to("cpu", torch.float32).numpy())
             buf = np.empty(rows.shape[0] * quants.row_size(p.type_name, rows.shape[1]), dtype=np.uint8)
             what = f"tensor {p.hf_name} ({p.gguf_name})"
+            cal = {**st, "module": module_name}
+            if flows:
+                cal["flow"] = name
             try:
-                written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, threads=threads,
-                                             calibration={**st, "module": module_name})
+                written = quantizer.quantize(p.gguf_name, p.type_name, rows, buf, threads=threads, calibration=cal)
             except (quants.QuantError, MethodError) as e:
                 raise ConversionError(f"{what}: {e}") from None
             if written != buf.nbytes:
                 raise ConversionError(f"{what}: method {method!r} wrote {written} bytes of {buf.nbytes}")
             deq = quants.dequantize(buf, p.type_name, rows.shape[1])
+            if effective is not None:   # e.g. ooc: the bytes plus the matrix's column side-car
+                deq = effective(p.gguf_name, deq, name)
             module.weight.data.copy_(torch.from_numpy(deq).to(module.weight.dtype))
             done[p.gguf_name] = _quantized_row_order(pl.arch, pl.hparams, p, buf.reshape(rows.shape[0], -1))
             changed = True
         return changed
 
     try:
-        for _ in stream.run(tokens.ids, hooks=collector.attach, on_layer=on_layer, progress=progress):
+        for _ in stream.run(ids, hooks=collector.attach, on_layer=on_layer, progress=progress,
+                            flows=max(1, len(flows)), held_out=held_out):
             pass
     except CalibrationError as e:
         raise ConversionError(f"calibration for method {method!r}: {e}") from None
+    if flows:   # the workflows' models judged on the validation windows; the method keeps the better
+        try:
+            losses = {f: stream.head_loss(stream.final_held[i], held_out) for i, f in enumerate(flows)}
+        except StreamError as e:
+            raise ConversionError(f"method {method!r}: {e}") from None
+        done = done_by_flow[quantizer.choose(losses)]
+        for gguf in list(done):
+            extra = getattr(quantizer, "companions", lambda n: [])(gguf)
+            if extra:
+                parts = [done[gguf].reshape(-1)]
+                for _n, _t, arr, per_row in extra:
+                    a = _quantized_row_order(pl.arch, pl.hparams, by_gguf[gguf], arr) if per_row else arr
+                    parts.append(np.ascontiguousarray(a).view(np.uint8).reshape(-1))
+                done[gguf] = np.concatenate(parts)
+    else:
+        done = done_by_flow[""]
     missing = [p.gguf_name for p in pl.tensors
                if p.gguf_name.startswith("blk.") and p.type_name not in ("F32", "F16", "BF16")
                and p.gguf_name not in done]
@@ -477,8 +510,17 @@ def _fisher(pl: ConversionPlan, method: str, *, calib, n_samples, seq_len, devic
 def _layout(quantizer: Any, p: Plan, ggml_shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...], str, int]] | None:
     """The tensors a method writes for one planned matrix, when it writes its own (``tensors``, e.g.
     anyprec's bitplanes and tables): [(gguf name, ggml shape, ggml type name, bytes)], else None."""
+    if p.type_name in ("F32", "F16", "BF16"):
+        return None
+    comp = getattr(quantizer, "companions", None)
+    extra = comp(p.gguf_name) if comp is not None else []
+    if extra:   # the matrix in its type, then companion tensors (ooc: the column side-car)
+        from ggml_ext import quants
+        nrows = int(np.prod(ggml_shape[1:]))
+        return [(p.gguf_name, ggml_shape, p.type_name, nrows * quants.row_size(p.type_name, ggml_shape[0]))] + \
+            [(n, tuple(reversed(a.shape)), t, a.nbytes) for n, t, a, _ in extra]
     f = getattr(quantizer, "tensors", None)
-    return None if f is None or p.type_name in ("F32", "F16", "BF16") else f(p.gguf_name, p.type_name, ggml_shape)
+    return None if f is None else f(p.gguf_name, p.type_name, ggml_shape)
 
 
 def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int | None, quantizer: Any, method: str,

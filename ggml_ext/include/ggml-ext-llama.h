@@ -69,14 +69,18 @@ GGML_EXT_API const char * ggml_ext_llama_split_tensor_refusal(int type);
 
 // ---- any-precision weights (APQ, docs/formats/anyprec.md; patch 0303 in the loader, 0304 in common) ----
 
-// The tensor the loader must create with weight w, in w's context: "<w name>.apq_tables" for an APQ
-// weight (its centroid tables), NULL for every other weight. Per-thread static buffer.
-GGML_EXT_API const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w);
+// The i-th companion tensor the loader may create with weight w (i = 0, 1, ... until NULL), in w's
+// context: "<w name>.apq_tables" for an APQ weight (its centroid tables; *required = true: a file without
+// it is refused), "<w name>.ooc_idx" and "<w name>.ooc_s" for any other matrix (an OOC file's column
+// side-car, y = W.x + S.x[idx]; *required = false: created only when the file has them). Per-thread
+// static buffer.
+GGML_EXT_API const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w, int i, bool * required);
 
-// The loader created the companion of w (as named above): remembers it for the linear hook, which turns
-// ggml_mul_mat(w, x) into ggml_ext_apq_mul_mat(w, x, tables, b). NULL when usable, else why not (the
-// load fails with it): tables of the wrong type or length, or a precision (ggml_ext_llama_apq_bits) the
-// file does not serve.
+// The loader created a companion of w (as named above): remembers it for the linear hook, which turns
+// ggml_mul_mat(w, x) into ggml_ext_apq_mul_mat(w, x, tables, b) for an APQ weight, and adds
+// ggml_ext_col_sidecar(y, x, idx, s) for a weight with an OOC side-car. NULL when usable, else why not
+// (the load fails with it): tables of the wrong type or length, a precision (ggml_ext_llama_apq_bits) the
+// file does not serve, a side-car index that is not I32 [k] or values that are not F32 [k, rows of w].
 GGML_EXT_API const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w, struct ggml_tensor * companion);
 
 // The precision APQ weights run at in graphs built from now on: bits in 1..8, or 0 to go back to the

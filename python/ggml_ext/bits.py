@@ -18,8 +18,12 @@ not depend on the matrix size (rows are whole blocks), so ``A_max = A_lim = type
 block_size``. The split of a block into B and F comes from the type's layout (:data:`QUANT_BITS`);
 for the codebook types (IQ1/IQ2/IQ3 grids, which pack signs and scales into the indices) there is
 no such split, and only A is given. Files that add per-matrix side information outside the blocks
-(a column side-car: a clear group's index list and its values) add mark and flag bits that do not
-vanish with d; no writer produces them yet, and such tensors are counted by their own type here.
+add bits that vanish only with d: an OOC column side-car (``<w>.ooc_idx`` I32 [k], ``<w>.ooc_s`` [k, rows];
+``ggml-ext convert --method ooc``, docs/GPTQ.md) is counted into its weight's row, not as tensors of its
+own: its index list is mark bits (M = 32 k / (rows d): which columns are clear, paid once per matrix), its
+values quant bits beyond the blocks' (k values per row at the side-car's float width: + width k / d); both
+vanish for d -> infinity with k fixed (one clear group), so A_lim stays the block type's and A_max > A_lim
+-- the paper's OOC bit family (A_lim of GPTQ(l)).
 
 The file's totals: ``A`` over every tensor (what the file costs per weight), ``A_max`` the worst
 quantized matrix, ``A_lim`` the element-weighted limit over the quantized matrices.
@@ -81,9 +85,33 @@ def tensor_bits(name: str, type_name: str, type_id: int, shape: tuple[int, ...])
     return TensorBits(name, t.name, tuple(shape), ggml_types.n_elements(shape), b, f, 0.0, a, a, t.is_quantized)
 
 
+SIDECAR_SUFFIXES = (".ooc_idx", ".ooc_s")
+
+
+def with_sidecar(r: TensorBits, idx_shape: tuple[int, ...], s_type_bits: float) -> TensorBits:
+    """``r`` (a weight of ggml shape (d, rows)) with its OOC side-car of k columns counted in: mark bits for the
+    index list (32 k per matrix), quant bits for the values (``s_type_bits`` k per row)."""
+    d, rows = r.shape[0], (r.n_weights // r.shape[0] if r.shape else 1)
+    k = idx_shape[0]
+    mark = 32.0 * k / (rows * d)
+    extra = s_type_bits * k / d
+    q = None if r.quant is None else r.quant + extra
+    return TensorBits(r.name, r.type_name, r.shape, r.n_weights, q, r.flag, r.mark + mark, r.a_max + mark + extra,
+                      r.a_lim, r.quantized)
+
+
 def file_bits(g: GGUFFile) -> FileBits:
-    """Per tensor and total bit family of a parsed GGUF file."""
-    rows = [tensor_bits(t.name, t.type_name, t.type_id, t.shape) for t in g.tensors]
+    """Per tensor and total bit family of a parsed GGUF file (OOC side-cars folded into their weights)."""
+    by_name = {t.name: t for t in g.tensors}
+    rows = []
+    for t in g.tensors:
+        if t.name.endswith(SIDECAR_SUFFIXES) and t.name.rsplit(".", 1)[0] in by_name:
+            continue   # counted with its weight
+        r = tensor_bits(t.name, t.type_name, t.type_id, t.shape)
+        idx, vals = by_name.get(t.name + ".ooc_idx"), by_name.get(t.name + ".ooc_s")
+        if idx is not None and vals is not None:
+            r = with_sidecar(r, tuple(idx.shape), vals.nbytes * 8 / max(1, vals.n_elements))
+        rows.append(r)
     n = sum(r.n_weights for r in rows)
     total = sum(r.a_max * r.n_weights for r in rows) / n if n else 0.0
     quantized = [r for r in rows if r.quantized]

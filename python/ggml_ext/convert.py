@@ -86,6 +86,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "attention that read each key, per kv head (attention; docs/GPTQ.md)")
     p.add_argument("--gptq-shrink", type=float, default=None, metavar="ALPHA",
                    help="gptq: scale the Hessian's off-diagonal by 1 - ALPHA (0: GPTQ, default; 1: the imatrix quantizer)")
+    p.add_argument("--ooc-h", type=int, default=None, metavar="BITS",
+                   help="ooc: bits of the clear columns (default 8); the matrix's own bits l are --type's")
+    p.add_argument("--ooc-p", type=float, default=None, metavar="FRAC",
+                   help="ooc: fraction of the clear group's columns kept at h bits in the side-car (default 0.1)")
+    p.add_argument("--ooc-s", type=float, default=None, metavar="FRAC",
+                   help="ooc: fraction of each matrix's 128-column groups scanned as clear-group candidates, "
+                        "the most salient first (default 0.1; docs/GPTQ.md, OOC)")
     p.add_argument("--pre-tokenizer", default=None, metavar="NAME",
                    help="tokenizer.ggml.pre for a byte-level BPE tokenizer, instead of detecting it (for one "
                         "ggml-ext does not recognise, whose splitting matches llama.cpp's NAME, e.g. llama-bpe)")
@@ -99,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _method_options(args: argparse.Namespace) -> dict:
     """The options of calibrating methods given on the command line (gptq: --percdamp, --device)."""
     opts: dict = {}
-    if args.method == "gptq":
+    if args.method in ("gptq", "ooc"):
         opts["device"] = args.device
         if args.percdamp is not None:
             opts["percdamp"] = args.percdamp
@@ -110,7 +117,8 @@ def _method_options(args: argparse.Namespace) -> dict:
             opts["percdamp"] = args.percdamp
         if getattr(args, "gptq_scales", None) is not None:
             opts["scale_rule"] = args.gptq_scales
-    for flag, key in (("gptq_v_hessian", "v_hessian"), ("gptq_k_hessian", "k_hessian"), ("gptq_shrink", "shrink")):
+    for flag, key in (("gptq_v_hessian", "v_hessian"), ("gptq_k_hessian", "k_hessian"), ("gptq_shrink", "shrink"),
+                      ("ooc_h", "h"), ("ooc_p", "p"), ("ooc_s", "s")):
         if getattr(args, flag, None) is not None:   # refused by the other methods' option check, naming it
             opts[key] = getattr(args, flag)
     if args.bits is not None:

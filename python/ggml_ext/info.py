@@ -145,6 +145,11 @@ def format_info(gguf: GGUFFile, show_tensors: bool = False) -> str:
         out.extend("  " + line for line in _anyprec_report(g).splitlines())
         out.append("")
 
+    if _ooc_weights(g):
+        out.append("OOC column side-cars (docs/GPTQ.md, OOC):")
+        out.extend("  " + line for line in _ooc_report(g).splitlines())
+        out.append("")
+
     out.append(f"metadata ({len(g.kv)} keys):")
     for key, value in g.kv.items():
         tname = g.kv_types.get(key, "?")
@@ -164,6 +169,28 @@ def format_info(gguf: GGUFFile, show_tensors: bool = False) -> str:
             shape = "x".join(str(d) for d in t.shape) or "scalar"
             out.append(f"  {i:5d} {t.name:{w}s} {t.type_name:10s} {shape:24s} {t.nbytes:12d} B  @ {t.file_offset}")
     return "\n".join(out) + "\n"
+
+
+STOCK_REFUSES_OOC = ("stock llama.cpp cannot run this file: its loader finds more tensors than the architecture "
+                     "asks for and refuses it (\"wrong number of tensors\"); ggml-ext's llama.cpp loads the "
+                     "side-cars with their weights and adds y += S.x[idx] to each weight's matmul")
+
+
+def _ooc_weights(g: GGUFFile) -> list[str]:
+    """The weights that have an OOC side-car (``<w>.ooc_idx``)."""
+    return [t.name[:-len(".ooc_idx")] for t in g.tensors if t.name.endswith(".ooc_idx")]
+
+
+def _ooc_report(g: GGUFFile) -> str:
+    ws = _ooc_weights(g)
+    by = {t.name: t for t in g.tensors}
+    k = sum(by[w + ".ooc_idx"].shape[0] for w in ws)
+    h = g.kv.get("ggml_ext.ooc.h")
+    p = g.kv.get("ggml_ext.ooc.p")
+    s = g.kv.get("ggml_ext.ooc.s")
+    params = f"h={h}, p={p:.3g}, s={s:.3g}" if None not in (h, p, s) else "parameters not recorded"
+    return (f"{len(ws)} weights with a clear group ({k} clear columns in all; {params})\n"
+            f"{STOCK_REFUSES_OOC}\n")
 
 
 def _anyprec_report(g: GGUFFile) -> str:
@@ -214,6 +241,8 @@ def info_dict(gguf: GGUFFile, show_tensors: bool = False) -> dict[str, Any]:
     }
     if "ggml_ext.anyprec.version" in g.kv:
         d["anyprec"] = _anyprec_dict(g)
+    if _ooc_weights(g):
+        d["ooc"] = {"weights": _ooc_weights(g), "stock_llama_cpp": STOCK_REFUSES_OOC}
     if show_tensors:
         d["tensors"] = [{"name": t.name, "type": t.type_name, "type_id": t.type_id, "shape": list(t.shape),
                          "offset": t.offset, "file_offset": t.file_offset, "nbytes": t.nbytes}

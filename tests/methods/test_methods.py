@@ -38,7 +38,7 @@ def _tiny():
 
 
 def test_registry_lists_rtn():
-    assert methods.available() == ("act-importance", "anyprec", "gptq", "rtn")
+    assert methods.available() == ("act-importance", "anyprec", "gptq", "ooc", "rtn")
     assert methods.get("rtn") is RTN
     assert "quantizer" in methods.describe()["rtn"]
     m = methods.create("rtn")
@@ -46,12 +46,12 @@ def test_registry_lists_rtn():
 
 
 def test_unknown_method_names_the_choices(tmp_path):
-    with pytest.raises(methods.MethodError, match=r"unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
+    with pytest.raises(methods.MethodError, match=r"unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, ooc, rtn$"):
         methods.get("nope")
-    with pytest.raises(methods.MethodError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
+    with pytest.raises(methods.MethodError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, ooc, rtn$"):
         methods.create("nope")
     out = tmp_path / "x.gguf"
-    with pytest.raises(ConversionError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, rtn$"):
+    with pytest.raises(ConversionError, match="unknown quantization method 'nope'; choose from act-importance, anyprec, gptq, ooc, rtn$"):
         convert(_tiny(), out, "q4_0", method="nope")
     assert not out.exists()
     r = subprocess.run([*CLI, "convert", str(_tiny()), "-o", str(out), "--type", "q4_0", "--method", "nope", "-q"],
@@ -60,7 +60,7 @@ def test_unknown_method_names_the_choices(tmp_path):
     assert not out.exists()
     r = subprocess.run([*CLI, "convert", "--help"], capture_output=True, text=True, timeout=300)
     text = " ".join(r.stdout.split())  # argparse wraps the help to the terminal's width
-    assert r.returncode == 0 and "--method {act-importance,anyprec,gptq,rtn}" in text and "rtn: the type's own quantizer" in text
+    assert r.returncode == 0 and "--method {act-importance,anyprec,gptq,ooc,rtn}" in text and "rtn: the type's own quantizer" in text
 
 
 def test_register_refuses_bad_and_duplicate_names(registry):
@@ -69,7 +69,7 @@ def test_register_refuses_bad_and_duplicate_names(registry):
     for bad in ("", "Upper", "has space", "a/b"):
         with pytest.raises(ValueError, match="lower-case"):
             registry.register(bad)
-    assert registry.available() == ("act-importance", "anyprec", "gptq", "rtn")
+    assert registry.available() == ("act-importance", "anyprec", "gptq", "ooc", "rtn")
 
 
 def test_rtn_options_are_checked():
@@ -125,7 +125,7 @@ class _Recording:
 
 def test_registered_method_is_called_by_name_for_each_quantized_tensor(registry, tmp_path):
     registry.register("recording", "rtn, with its calls written down")(_Recording)
-    assert registry.available() == ("act-importance", "anyprec", "gptq", "recording", "rtn")
+    assert registry.available() == ("act-importance", "anyprec", "gptq", "ooc", "recording", "rtn")
     _Recording.calls = []
     folder = _tiny()
     out = tmp_path / "recorded.gguf"

@@ -9,6 +9,7 @@
 #include "ggml-ext-llama.h"
 #include "ggml-ext-ops.h"
 #include "ggml.h"
+#include "ggml-backend.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -90,12 +91,111 @@ static int apq_remember(const struct ggml_tensor * w, struct ggml_tensor * table
     return ok;
 }
 
-const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w) {
-    static _Thread_local char name[GGML_MAX_NAME + 16];
-    if (w == NULL || ggml_ext_apq_parent_bits((int) w->type) == 0) {
+// ---- OOC column side-cars (docs/GPTQ.md, OOC) ----
+//
+// The loader creates "<w>.ooc_idx" (I32 [k]) and "<w>.ooc_s" (F32 [k, rows of w]) when the file has
+// them and attaches them here; the linear hook adds ggml_ext_col_sidecar(W.x, x, idx, s). Kept like the
+// APQ tables: by the weight's address, never removed (a later weight at the same address replaces them).
+struct ooc_entry {
+    const struct ggml_tensor * w;
+    struct ggml_tensor *       idx;
+    struct ggml_tensor *       s;
+};
+
+static pthread_mutex_t    ooc_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct ooc_entry * ooc_entries;
+static size_t             ooc_count, ooc_cap;
+
+// The entry of w (created when create is set; NULL if out of memory or absent). Call under ooc_lock.
+static struct ooc_entry * ooc_entry_of(const struct ggml_tensor * w, int create) {
+    for (size_t i = ooc_count; i-- > 0;) {
+        if (ooc_entries[i].w == w) {
+            return &ooc_entries[i];
+        }
+    }
+    if (!create) {
         return NULL;
     }
-    snprintf(name, sizeof(name), "%s.apq_tables", w->name);
+    if (ooc_count == ooc_cap) {
+        const size_t       cap = ooc_cap ? 2 * ooc_cap : 256;
+        struct ooc_entry * e   = (struct ooc_entry *) realloc(ooc_entries, cap * sizeof(*e));
+        if (e == NULL) {
+            return NULL;
+        }
+        ooc_entries = e;
+        ooc_cap     = cap;
+    }
+    struct ooc_entry * e = &ooc_entries[ooc_count++];
+    e->w                 = w;
+    e->idx               = NULL;
+    e->s                 = NULL;
+    return e;
+}
+
+static int has_suffix(const char * name, const char * suffix) {
+    const size_t n = strlen(name), m = strlen(suffix);
+    return n >= m && strcmp(name + n - m, suffix) == 0;
+}
+
+// Remembers an OOC side-car tensor of w after checking its type and shape; NULL or why not.
+static const char * ooc_attach(struct ggml_tensor * w, struct ggml_tensor * t, int is_values) {
+    static _Thread_local char err[256];
+    if (!is_values && (t->type != GGML_TYPE_I32 || t->ne[0] < 1 || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1)) {
+        snprintf(err, sizeof(err), "its OOC side-car index '%s' is not I32 [k] (a damaged or foreign file)", t->name);
+        return err;
+    }
+    if (!is_values && t->ne[0] > w->ne[0]) {
+        snprintf(err, sizeof(err), "its OOC side-car index '%s' lists %lld columns, the weight has %lld", t->name,
+                 (long long) t->ne[0], (long long) w->ne[0]);
+        return err;
+    }
+    pthread_mutex_lock(&ooc_lock);
+    struct ooc_entry * e = ooc_entry_of(w, !is_values);
+    const char *       r = NULL;
+    if (!is_values) {
+        if (e == NULL) {
+            r = "out of memory";
+        } else {
+            e->idx = t;
+            e->s   = NULL;
+        }
+    } else if (e == NULL || e->idx == NULL) {
+        snprintf(err, sizeof(err), "the file has its OOC side-car values '%s' but not the index '%s.ooc_idx'", t->name,
+                 w->name);
+        r = err;
+    } else if (t->type != GGML_TYPE_F32 || t->ne[0] != e->idx->ne[0] || t->ne[1] != w->ne[1] || t->ne[2] != 1 ||
+               t->ne[3] != 1) {
+        snprintf(err, sizeof(err),
+                 "its OOC side-car values '%s' are %s [%lld, %lld], the weight needs F32 [%lld, %lld] (k columns of "
+                 "its index, its %lld rows)",
+                 t->name, ggml_type_name(t->type), (long long) t->ne[0], (long long) t->ne[1],
+                 (long long) e->idx->ne[0], (long long) w->ne[1], (long long) w->ne[1]);
+        r = err;
+    } else {
+        e->s = t;
+    }
+    pthread_mutex_unlock(&ooc_lock);
+    return r;
+}
+
+const char * ggml_ext_llama_companion_name(const struct ggml_tensor * w, int i, bool * required) {
+    static _Thread_local char name[GGML_MAX_NAME + 16];
+    if (w == NULL || i < 0) {
+        return NULL;
+    }
+    if (ggml_ext_apq_parent_bits((int) w->type) > 0) {
+        if (i > 0) {
+            return NULL;
+        }
+        *required = true;
+        snprintf(name, sizeof(name), "%s.apq_tables", w->name);
+        return name;
+    }
+    if (i > 1 || w->ne[1] < 1 || w->ne[2] != 1 || w->ne[3] != 1 || !has_suffix(w->name, ".weight")) {
+        return NULL;  // OOC side-cars belong to matrices only
+    }
+    *required = false;
+    snprintf(name, sizeof(name), "%s%s", w->name, i == 0 ? ".ooc_idx" : ".ooc_s");
     return name;
 }
 
@@ -143,6 +243,12 @@ static int apq_precision(const struct ggml_tensor * w, int seed, int parent, cha
 
 const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w, struct ggml_tensor * companion) {
     static _Thread_local char err[256];
+    if (companion != NULL && has_suffix(companion->name, ".ooc_idx")) {
+        return ooc_attach(w, companion, 0);
+    }
+    if (companion != NULL && has_suffix(companion->name, ".ooc_s")) {
+        return ooc_attach(w, companion, 1);
+    }
     const int                 seed = ggml_ext_apq_seed_bits(w, companion);
     if (seed < 0) {
         snprintf(err, sizeof(err),
@@ -180,10 +286,45 @@ static struct ggml_tensor * apq_linear(struct ggml_context * ctx, struct ggml_te
     return ggml_ext_apq_mul_mat(ctx, w, cur, tables, bits);
 }
 
+// A weight's mul_mat plus its OOC column side-car: y + S.x[idx], when the loader attached one.
+static struct ggml_tensor * ooc_linear(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * cur,
+                                       struct ggml_tensor * result) {
+    pthread_mutex_lock(&ooc_lock);
+    const struct ooc_entry * e   = ooc_count ? ooc_entry_of(w, 0) : NULL;
+    struct ggml_tensor *     idx = e ? e->idx : NULL;
+    struct ggml_tensor *     s   = e ? e->s : NULL;
+    pthread_mutex_unlock(&ooc_lock);
+    if (idx == NULL) {
+        return result;
+    }
+    if (s == NULL) {
+        GGML_ABORT("ggml-ext: %s has an OOC side-car index but no values (%s.ooc_s missing from the file)", w->name,
+                   w->name);
+    }
+    if (idx->buffer && idx->data && ggml_backend_buffer_is_host(idx->buffer)) {  // loaded: check the columns
+        const int32_t * ix = (const int32_t *) idx->data;
+        for (int64_t j = 0; j < idx->ne[0]; j++) {
+            if (ix[j] < 0 || ix[j] >= w->ne[0]) {
+                GGML_ABORT("ggml-ext: %s holds column %d at %lld, out of range for %s's %lld columns", idx->name,
+                           (int) ix[j], (long long) j, w->name, (long long) w->ne[0]);
+            }
+        }
+    }
+    if (cur->type != GGML_TYPE_F32 || result->type != GGML_TYPE_F32) {
+        GGML_ABORT("ggml-ext: %s's OOC side-car needs an F32 input and matmul result", w->name);
+    }
+    if (cur->nb[0] != sizeof(float)) {
+        cur = ggml_cont(ctx, cur);
+    }
+    return ggml_ext_col_sidecar(ctx, result, cur, idx, s);
+}
+
 struct ggml_tensor * ggml_ext_llama_linear(struct ggml_context * ctx, struct ggml_tensor * w, struct ggml_tensor * cur,
                                            struct ggml_tensor * result) {
     if (w && ggml_ext_apq_parent_bits((int) w->type) > 0) {
         result = apq_linear(ctx, w, cur, result);
+    } else if (w) {
+        result = ooc_linear(ctx, w, cur, result);
     }
     if (linear_fn) {
         struct ggml_tensor * t = linear_fn(linear_user, ctx, w, cur, result);

@@ -16,6 +16,10 @@
                (n_kv x d x d; constant factors dropped: GPTQ does not see H's scale). q is the query the
                attention uses (after q_norm where the model has one), v the value projection's output.
                Needs eager attention, as attn_hessian does.
+``probe_hessian`` XᵀX of the latest call's input rows only (float64): with the layer stream, which runs
+               the samples one at a time, that is the LAST calibration sample -- the K-OOC paper's "probe
+               input" (X_train[-1]): a candidate quantization Q of W is judged by the probe's output
+               error ||(W - Q) X_probeᵀ||² = tr(ΔW H_probe ΔWᵀ) (methods/ooc.py).
 ``act_stats``  per input channel: Σ|x|, Σx², max |x|, the row count, and a histogram of |x| over
                fixed log2 bins (quantiles without keeping the activations): DEC thresholds, codebook
                importance, and llama.cpp's importance matrix (Σx² / count per column).
@@ -31,9 +35,11 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["ATTENTION", "BACKWARD", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
+__all__ = ["ATTENTION", "BACKWARD", "PROBE", "COLLECTORS", "Collector", "CalibrationError", "HIST_UPPER", "quantiles"]
 
 COLLECTORS = ("hessian", "act_stats")
+# collected on request only (not a default, not cached by stats.py): the OOC method's probe input
+PROBE = ("probe_hessian",)
 # collected on request only (not a default): needs the attention weights, i.e. eager attention in the stream
 ATTENTION = ("attn_hessian", "key_hessian")
 # collected by a backward pass of their own (.fisher), not by forward hooks
@@ -58,11 +64,11 @@ class Collector:
     """Accumulates the statistics named in ``what`` (a subset of :data:`COLLECTORS`) over every call."""
 
     def __init__(self, what: tuple[str, ...] | list[str] = COLLECTORS):
-        unknown = set(what) - set(COLLECTORS) - set(BACKWARD) - set(ATTENTION)
+        unknown = set(what) - set(COLLECTORS) - set(BACKWARD) - set(ATTENTION) - set(PROBE)
         if unknown:
             raise ValueError(f"unknown statistics {sorted(unknown)}; "
-                             f"choose from {', '.join(COLLECTORS + ATTENTION + BACKWARD)}")
-        self.what = tuple(w for w in what if w in COLLECTORS + ATTENTION)
+                             f"choose from {', '.join(COLLECTORS + ATTENTION + PROBE + BACKWARD)}")
+        self.what = tuple(w for w in what if w in COLLECTORS + ATTENTION + PROBE)
         self.results: dict[str, dict[str, np.ndarray]] = {}
 
     def _accumulate(self, name: str, x2d) -> None:
@@ -80,6 +86,9 @@ class Collector:
             else:
                 r["hessian"] = h
             r["hessian_rows"] = r.get("hessian_rows", 0) + n
+        if "probe_hessian" in self.what:   # replaced on every call: the last sample's
+            x = x2d.to(torch.float64)
+            r["probe_hessian"] = x.T @ x
         if "act_stats" in self.what:
             a = x2d.abs().to(torch.float64)
             sums = {"sum_abs": a.sum(0), "sum_sq": (a * a).sum(0)}

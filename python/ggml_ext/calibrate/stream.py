@@ -195,8 +195,8 @@ class LayerStream:
 
     # ------------------------------------------------------------------ run
     def run(self, tokens, hooks: Callable[[int, Any, str], Callable[[], None]] | None = None,
-            on_layer: Callable[[int, Any, str], bool] | None = None,
-            progress: bool = True) -> Iterator[tuple[int, Any, str]]:
+            on_layer: Callable[..., bool] | None = None,
+            progress: bool = True, flows: int = 1, held_out=None) -> Iterator[tuple[int, Any, str]]:
         """Stream ``tokens`` (LongTensor n x L) through every layer.
 
         ``hooks(index, layer, prefix)`` is called with the loaded layer before its samples run and returns
@@ -205,29 +205,82 @@ class LayerStream:
         the samples are then run again through the changed layer and those outputs feed the next layer
         (GPTQ-style methods). The generator yields ``(index, layer, prefix)`` after each layer, with the
         layer still loaded; its weights are released when the caller asks for the next one.
+
+        ``flows`` > 1 (the K-OOC paper's "double workflow"): that many models are streamed side by side,
+        each with its own hidden states, all starting from the same embeddings. Each layer is read from
+        the checkpoint once; for every flow f its original weights are restored, the flow's samples run
+        with the hooks, ``on_layer(index, layer, prefix, flow=f)`` may change it (the flow's quantized
+        layer) and the re-run outputs feed flow f's next layer. ``held_out`` (LongTensor m x L'): samples
+        that follow every flow through its changed layers without reaching the hooks (validation text);
+        their final hidden states are ``self.final_held[f]``, for :meth:`head_loss`. With ``flows`` = 1
+        and no ``held_out`` this is the single stream above, unchanged.
         """
         torch = _torch()
         from tqdm.auto import tqdm
         captured, hidden = self._capture(tokens)
+        hiddens = [hidden] * flows
+        held_cap, held = (self._capture(held_out) if held_out is not None else (None, None))
+        helds = [held] * flows
         bar = tqdm(total=self.n_layers, desc="calibration layers", unit="layer", disable=not progress)
         for i in range(self.n_layers):
             prefix = self.layer_name(i)
             self.materialize(prefix)
             layer = self.layers[i]
-            remove = hooks(i, layer, prefix) if hooks else None
-            try:
-                out = self._forward_layer(layer, captured[i], hidden)
-            finally:
-                if remove:
-                    remove()
-            if on_layer and on_layer(i, layer, prefix):
-                out = self._forward_layer(layer, captured[i], hidden)
+            original = ({k: v.detach().clone() for k, v in layer.state_dict().items()} if flows > 1 else None)
+            for f in range(flows):
+                if f > 0:
+                    layer.load_state_dict(original)
+                remove = hooks(i, layer, prefix) if hooks else None
+                try:
+                    out = self._forward_layer(layer, captured[i], hiddens[f])
+                finally:
+                    if remove:
+                        remove()
+                changed = on_layer and (on_layer(i, layer, prefix) if flows == 1 else
+                                        on_layer(i, layer, prefix, flow=f))
+                if changed:
+                    out = self._forward_layer(layer, captured[i], hiddens[f])
+                hiddens[f] = out
+                if held_cap is not None:
+                    helds[f] = self._forward_layer(layer, held_cap[i], helds[f])
+            del original
             yield i, layer, prefix
-            hidden = out
             self.release(prefix)
             bar.update(1)
         bar.close()
-        self.final_hidden = hidden
+        self.final_hidden = hiddens[0] if flows == 1 else hiddens
+        self.final_held = helds if held_cap is not None else None
+
+    def head_loss(self, hidden, tokens) -> float:
+        """Mean next-token cross-entropy (nats) of ``tokens`` (n x L) from their last decoder layer's hidden
+        states ``hidden`` (n x L x d): the model's final norm and output head, read from the checkpoint for
+        this and released again (the stream's validation of a flow: :meth:`run`'s ``held_out``)."""
+        torch = _torch()
+        base = self.model.get_decoder() if hasattr(self.model, "get_decoder") else None
+        norm = getattr(base, "norm", None)
+        if norm is None:
+            raise StreamError(f"{type(self.model).__name__}: no final norm found (model.get_decoder().norm)")
+        norm_name = next(n for n, m in self.model.named_modules() if m is norm)
+        head = self.model.get_output_embeddings()
+        head_name = next(n for n, m in self.model.named_modules() if m is head)
+        self.materialize(norm_name)
+        self.materialize(head_name)
+        try:
+            total, count = 0.0, 0
+            with torch.no_grad():
+                for s in range(hidden.shape[0]):
+                    logits = head(norm(hidden[s:s + 1])).float()
+                    soft_cap = getattr(self.config.get_text_config(), "final_logit_softcapping", None)
+                    if soft_cap:
+                        logits = torch.tanh(logits / soft_cap) * soft_cap
+                    t = tokens[s:s + 1].to(logits.device)
+                    nll = torch.nn.functional.cross_entropy(logits[0, :-1], t[0, 1:], reduction="sum")
+                    total += float(nll)
+                    count += t.shape[1] - 1
+        finally:
+            self.release(head_name)
+            self.release(norm_name)
+        return total / count
 
     def _forward_layer(self, layer, cap: _Captured, hidden):
         torch = _torch()

@@ -8,7 +8,7 @@ types (F32, F16, BF16) are converted by ggml directly and never reach a method.
 
     >>> from ggml_ext import methods
     >>> methods.available()
-    ('anyprec', 'gptq', 'rtn')
+    ('act-importance', 'anyprec', 'gptq', 'ooc', 'rtn')
 
 Registered now:
 
@@ -24,8 +24,13 @@ Registered now:
   upscaling into one bitplane file serving every precision 3..8 (``calibration_needs = ("fisher",)``:
   the calibration engine's cached Fisher diagonal; docs/formats/anyprec.md).
 
+* ``ooc`` (:mod:`.ooc`): K-OOC, GPTQ(l) with one clear group per matrix at h bits kept as a column
+  side-car (``<w>.ooc_idx`` / ``<w>.ooc_s``), its GPTQ(l) and GPTQ(h,l,p,s) flows streamed side by side
+  (``workflows``; the pipeline keeps the flow of lower validation loss, ``choose``) and the side-car written
+  as ``companions`` of the weight; files that need ggml-ext's llama.cpp (docs/GPTQ.md).
+
 Later issues add one module each, implementing the same interface and registering
-itself with :func:`register`: ``ooc``,
+itself with :func:`register`:
 ``kmeans`` (with upscaling), ``codebooks`` (codebook discovery), ``kvquant`` and ``dec``
 (DEC residuals). Those that need more than an imatrix (Hessians, Fisher information,
 captured activations) get it from :mod:`ggml_ext.calibrate` through the ``calibration``
@@ -144,4 +149,4 @@ def create(name: str, **options: Any) -> Method:
 
 
 # The built-in methods register themselves on import.
-from . import act_importance, anyprec, gptq, rtn  # noqa: E402,F401
+from . import act_importance, anyprec, gptq, ooc, rtn  # noqa: E402,F401

@@ -74,7 +74,7 @@ import numpy as np
 from . import MethodError, register
 from .grids import GRIDS, Grid, grid as _grid
 
-__all__ = ["GPTQ", "GPTQResult", "GPTQError", "prepare", "gptq", "gptq_reference"]
+__all__ = ["Clear", "GPTQ", "GPTQResult", "round_symmetric", "GPTQError", "prepare", "gptq", "gptq_reference"]
 
 log = logging.getLogger("ggml_ext.methods.gptq")
 
@@ -95,11 +95,34 @@ class Prepared:
     hdiag: np.ndarray     # per ORIGINAL column: H_ii as given (llama.cpp's imatrix entry for the column)
 
 
+@dataclass(frozen=True)
+class Clear:
+    """Columns quantized at higher precision (K-OOC's clear columns): ``cols`` (original column indices)
+    get ``bits``-bit symmetric round-to-nearest with one scale per row over these columns (the paper's
+    second scale set: ``d = fp16(max|w| / (2^(bits-1) - 1))``, chosen when the sweep reaches the first of
+    them, from their error-updated values), and their rounding error is compensated like any other column's.
+    In the ggml blocks these columns count as zero: the block scales are chosen with them set to 0 and
+    their entries hold the grid value nearest 0 (exactly 0 for Q4_0/Q5_0/Q8_0/IQ4_NL's nearest)."""
+    cols: np.ndarray
+    bits: int
+
+
+def round_symmetric(x, bits: int, d):
+    """``bits``-bit symmetric rounding of ``x`` under per-entry scale ``d`` (torch): d * clamp(round(x / d))."""
+    import torch
+    qmax = 2 ** (bits - 1) - 1
+    safe = torch.where(d == 0, torch.full_like(d, float("inf")), d)
+    return (x / safe).round_().clamp_(-qmax, qmax) * d
+
+
 @dataclass
 class GPTQResult:
     indices: np.ndarray   # rows x cols grid indices, original column order
     scales: np.ndarray    # rows x n_blocks x grid.nparams float32 (fp16 d/m; K-quants: the super-block header)
     Q: np.ndarray         # rows x cols float32: the quantized matrix (what ggml dequantizes the bytes to)
+    #: with ``clear`` (OOC's clear columns): rows x k float32, the h-bit values of those columns (the
+    #: matrix the sweep compensated is Q with these columns replaced by them)
+    clear_values: np.ndarray | None = None
 
     def pack(self, g: Grid) -> np.ndarray:
         return g.pack(self.indices, self.scales)
@@ -210,10 +233,11 @@ def gptq_reference(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: fl
 
 def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01, act_order: bool = True,
          shrink: float = 0.0, block_size: int = 128, scale_importance: str = "hessian", scale_rule: str = "dynamic",
-         quantizer: dict | None = None,
+         quantizer: dict | None = None, clear: Clear | None = None,
          device: str = "cpu", dtype: str = "float64", name: str = "matrix") -> GPTQResult:
     """GPTQ with lazy block updates, all rows at once, in torch on ``device``; same result as
-    :func:`gptq_reference` (up to the summation order of the updates)."""
+    :func:`gptq_reference` (up to the summation order of the updates). ``clear``: K-OOC's clear columns
+    (:class:`Clear`; dynamic scales only), whose h-bit values come back as ``clear_values``."""
     import torch
     g = _grid(type_name)
     p = prepare(W, H, percdamp=percdamp, act_order=act_order, shrink=shrink, name=name, device=device)
@@ -229,6 +253,24 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
     Qt = torch.empty((cols, rows), dtype=dt, device=dev)  # quantized values, by position
     perm = p.perm
+    is_clear = np.zeros(cols, dtype=bool)   # by ORIGINAL column
+    clear_pos = np.empty(0, dtype=np.int64)
+    if clear is not None:
+        if scale_rule != "dynamic":
+            raise GPTQError(f"{name}: clear columns need the dynamic scale rule")
+        is_clear[clear.cols] = True
+        clear_pos = p.pos[clear.cols]
+        CV = torch.empty((len(clear.cols), rows), dtype=dt, device=dev)
+        slot = {int(j): n for n, j in enumerate(clear_pos)}
+    dclear = None
+
+    def current(at, i1, i2, j, W1, E1):
+        """The current values (len(at) x rows) of the columns at positions ``at``: inside the lazy block from
+        W1, beyond it with the pending lazy update."""
+        inside = torch.from_numpy(at < i2).to(dev)
+        bt = torch.from_numpy(at).to(dev)
+        return torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1)], Wt[bt] - U[i1:j, bt].T @ E1[:j - i1])
+
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
         W1 = Wt[i1:i2].clone()
@@ -243,17 +285,23 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
             elif b not in states:
                 block = p.pos[b * g.block:(b + 1) * g.block]
-                # the block's current values: inside the lazy block from W1, beyond it with the pending update
-                inside = torch.from_numpy(block < i2).to(dev)
-                bt = torch.from_numpy(block).to(dev)
-                cur = torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1)],
-                                  Wt[bt] - U[i1:j, bt].T @ E1[:i])
+                cur = current(block, i1, i2, j, W1, E1)
+                zero = torch.from_numpy(is_clear[b * g.block:(b + 1) * g.block]).to(dev)
+                cur = torch.where(zero[:, None], torch.zeros_like(cur), cur)   # clear columns count as 0
                 imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
                 scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
             w = W1[i]
-            k, q = g.round(w, states[b], c % g.block)
-            K[j], Qt[j] = k, q
+            if is_clear[perm[j]]:
+                if dclear is None:   # the clear columns' per-row h-bit scale, from their current values
+                    amax = current(clear_pos, i1, i2, j, W1, E1).abs().amax(dim=0)
+                    dclear = (amax / (2 ** (clear.bits - 1) - 1)).to(torch.float16).to(dt)
+                K[j], Qt[j] = g.round(torch.zeros_like(w), states[b], c % g.block)
+                q = round_symmetric(w, clear.bits, dclear)
+                CV[slot[j]] = q
+            else:
+                k, q = g.round(w, states[b], c % g.block)
+                K[j], Qt[j] = k, q
             err = (w - q) / U1[i, i]
             W1[i:].sub_(torch.outer(U1[i, i:], err))
             E1[i] = err
@@ -261,7 +309,8 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     inv = torch.from_numpy(p.pos).to(dev)
     idx = K[inv].T.to(torch.int64).cpu().numpy()
     Q = Qt[inv].T.to(torch.float32).cpu().numpy()
-    return GPTQResult(np.ascontiguousarray(idx), scales, np.ascontiguousarray(Q))
+    cv = None if clear is None else np.ascontiguousarray(CV.T.to(torch.float32).cpu().numpy())
+    return GPTQResult(np.ascontiguousarray(idx), scales, np.ascontiguousarray(Q), cv)
 
 
 @contextlib.contextmanager
