@@ -270,8 +270,6 @@ GGML_EXT_API int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, c
                                    const float * values, char * err, size_t n);
 // Forgets the binding that starts at data (the cache is freed); 0, or -1 when there is none.
 GGML_EXT_API int ggml_ext_kvq_unbind(const void * data);
-// The levels the row at p dequantizes with (2^B entries of the type's bits); NULL for uniform levels.
-GGML_EXT_API const float * ggml_ext_kvq_bound_values(const void * p, int type);
 // The KV cache type called `name` (ggml's type name: "nuq4"), -1 when none: what -ctk / -ctv accept
 // besides upstream's types (patch 0305).
 GGML_EXT_API int ggml_ext_kv_cache_type_by_name(const char * name);

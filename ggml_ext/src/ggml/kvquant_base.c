@@ -169,16 +169,6 @@ int ggml_ext_kvq_unbind(const void * data) {
     return found;
 }
 
-const float * ggml_ext_kvq_bound_values(const void * p, int type) {
-    const struct ggml_ext_kvq_layer * L = layer_at(p, type);
-    for (int bits = 2; bits <= 4; bits++) {
-        if (L == uniform_layers[bits]) {
-            return NULL;
-        }
-    }
-    return L ? L->v_values : NULL;
-}
-
 int ggml_ext_kv_cache_type_by_name(const char * name) {
     for (int i = 0, n = ggml_ext_type_count(); name && i < n; i++) {
         const struct ggml_ext_type_info * t = ggml_ext_type_info_at(i);
