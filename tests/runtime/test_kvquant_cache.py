@@ -5,8 +5,8 @@
   (ggml_ext.methods.kvquant.kernels, one head of 64 channels, the same table); unbound memory uses uniform
   levels; to_float reads them back as the kernel's dequantization does.
 * llama-perplexity on the default model with ``-ctv nuq4 --kv-calib FILE`` (flash attention, f16 keys) is
-  within a stated tolerance of the f16 V cache, nuq2 is further away, and GGML_EXT_KV_CALIB gives the
-  same result as the flag.
+  within a stated tolerance of the f16 V cache, and nuq2 (its calibration from GGML_EXT_KV_CALIB instead
+  of the flag) is further away.
 * Bad input is refused with a clear message and an ordinary exit: no calibration, a file that is not a KV
   calibration, a file that does not exist, KVQuant keys (not done yet).
 
@@ -25,7 +25,7 @@ pytest.importorskip("transformers")
 import convert_support as cs  # noqa: E402
 from ggml_ext import tools  # noqa: E402
 
-CTX, CHUNKS = 256, 4
+CTX, CHUNKS = 256, 2
 LAYER = 3
 
 
@@ -105,7 +105,8 @@ def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
 def test_nuq_value_cache_perplexity(default_gguf, wiki_test, threads, calib):
     f16 = _ppl(default_gguf, wiki_test, threads, "-ctv", "f16")
     nuq4 = _ppl(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib))
-    nuq2 = _ppl(default_gguf, wiki_test, threads, "-ctv", "nuq2", "--kv-calib", str(calib))
+    # the calibration from the environment instead of the flag
+    nuq2 = _ppl(default_gguf, wiki_test, threads, "-ctv", "nuq2", env={"GGML_EXT_KV_CALIB": str(calib)})
     # Tolerance: 4-bit values with per-64-channel scales and a calibrated table move the perplexity by
     # well under 2% on this 135M model (measured: docs/KVQUANT.md); a V cache that is read wrongly
     # (wrong table, block, layer) moves it by far more. The quantized cache really ran: nuq4 differs from
@@ -113,8 +114,6 @@ def test_nuq_value_cache_perplexity(default_gguf, wiki_test, threads, calib):
     assert abs(nuq4 - f16) <= 0.02 * f16, (nuq4, f16)
     assert nuq4 != f16
     assert abs(nuq2 - f16) > abs(nuq4 - f16), (nuq2, nuq4, f16)
-    env = _ppl(default_gguf, wiki_test, threads, "-ctv", "nuq4", env={"GGML_EXT_KV_CALIB": str(calib)})
-    assert env == nuq4
 
 
 def _refused(default_gguf, wiki_test, threads, *extra, env=None):
