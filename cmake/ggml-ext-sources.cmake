@@ -60,8 +60,9 @@ if (GGML_EXT_CUDA)
     target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda" "${GGML_EXT_DIR}/src")
 endif()
 
-# What patch 0300 calls from llama.cpp's graph and KV cache: linear-layer side-cars, KV types (libllama).
-target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c")
+# What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
+# KVQuant cache bindings (libllama).
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c")
 
 # The headers programs built against the installed ggml.h need (it includes ggml-ext-ops.def); the
 # sanitizer build (tests/c/sanitizer) installs nothing.

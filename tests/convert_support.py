@@ -221,6 +221,21 @@ def default_hf() -> Path:
     return assets.path("smollm2-hf")
 
 
+def default_kv_calibration() -> Path:
+    """The default model's KV calibration (`ggml-ext calibrate kv`: 1 x 64 tokens of wiki-train, nuq2/3/4,
+    1% outliers), made once and cached under ~/.cache/ggml-ext/tests/ (the KVQuant kernel and cache tests
+    share it)."""
+    import os
+    from ggml_ext.methods.kvquant import calibrate
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"
+    path = cache / "kvquant-kernels-smollm2-1x64.kvq.gguf"
+    if not path.exists():
+        cal = calibrate(default_hf(), "wiki-train", n_samples=1, seq_len=64, bits=(2, 3, 4), progress=False)
+        cache.mkdir(parents=True, exist_ok=True)
+        cal.save(path, force=True)
+    return path
+
+
 def default_converted(out_type: str) -> Path:
     """The default model converted by us to ``out_type`` (once per run)."""
     def build() -> Path:

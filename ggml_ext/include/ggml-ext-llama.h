@@ -46,6 +46,29 @@ typedef int (*ggml_ext_llama_kv_type_fn)(void * user, int type, bool is_v, uint3
 // Installs fn (NULL removes it); set it before creating the llama context.
 GGML_EXT_API void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, void * user);
 
+// ---- KVQuant cache types (NUQ4 / NUQ3 / NUQ2; patch 0305; docs/KVQUANT.md "In llama.cpp's cache") ----
+
+// Called for every K / V tensor a llama_kv_cache allocates (its name "cache_<tag>k_l<il>" / "..v_l<il>"
+// says which), after allocation (t->data NULL: nothing allocated, the calibration is checked only). For a
+// KVQuant type it loads layer il's nuqB table from the KV calibration (ggml_ext_llama_kv_calib) and binds
+// the tensor's memory to it (ggml_ext_kvq_bind). 0, or -1 with err saying why (no calibration given, not
+// a KVQuant calibration, another model's shape, no nuqB tables, keys asked for: not done yet); llama.cpp
+// throws it, so context creation fails with that message.
+GGML_EXT_API int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err, size_t n);
+
+// The llama_kv_cache is being destroyed: forget its bindings (t: each of its K / V tensors).
+GGML_EXT_API void ggml_ext_llama_kv_unbind(struct ggml_tensor * t);
+
+// Whether upstream's Hadamard rotation of a quantized K / V cache applies to `type`: not to ggml-ext's
+// KVQuant types (their tables are calibrated on the unrotated activations).
+GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
+
+// The KV calibration file (`ggml-ext calibrate kv ... -o FILE`, a GGUF) the KVQuant cache types read:
+// set here (llama tools: --kv-calib FILE), else the environment's GGML_EXT_KV_CALIB. set: NULL goes back
+// to the environment; returns 0. get: NULL when none is given.
+GGML_EXT_API int          ggml_ext_llama_set_kv_calib(const char * path);
+GGML_EXT_API const char * ggml_ext_llama_kv_calib(void);
+
 // ---- file types: what llama.cpp calls a file mostly of one of ggml-ext's types (patch 0301) ----
 
 // The name of the llama_ftype value ftype (general.file_type) when it is one of ggml-ext's, NULL when

@@ -48,10 +48,12 @@ enum ggml_ext_family {
     GGML_EXT_FAMILY_INTERLEAVED4 = 1,  // 4-bit values (Q4_0 or IQ4_NL) of 4 or 8 rows interleaved
     GGML_EXT_FAMILY_CODEBOOKS    = 2,  // group-wise codebooks CB2 / CB3 (docs/formats/codebooks.md), rows alone
     GGML_EXT_FAMILY_ANYPREC      = 3,  // any-precision bitplanes APQ (docs/formats/anyprec.md), plane-major
+    GGML_EXT_FAMILY_KVQUANT      = 4,  // KVQuant KV cache types NUQ4/3/2 (docs/KVQUANT.md), blocks of 64 values
 };
 #define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
 #define GGML_EXT_FAMILY_NAME_CODEBOOKS    "codebooks"
 #define GGML_EXT_FAMILY_NAME_ANYPREC      "anyprec"
+#define GGML_EXT_FAMILY_NAME_KVQUANT      "kvquant"
 
 struct ggml_ext_type_info {
     const char * name;          // "Q4_0_4_4" (GGML_TYPE_Q4_0_4_4)
@@ -255,6 +257,22 @@ GGML_EXT_API void ggml_ext_kvq_v_accumulate(const struct ggml_ext_kvq_layer * la
 // NULL restores the choice by CPU. Returns 0, or -1 for a name this build does not have.
 GGML_EXT_API const char * ggml_ext_kvq_kernel(const struct ggml_ext_kvq_layer * layer);
 GGML_EXT_API int          ggml_ext_kvq_force(const char * name);
+
+// ---- KVQuant cache types in ggml: NUQ4 / NUQ3 / NUQ2 of ggml-ext-types.def (docs/KVQUANT.md) ----
+// A block is the value row (docs/formats/kvquant.md) of a one-head, 64-channel layer without outlier
+// slots: 64 B-bit indices, fp16 mid / half of the block, u16 kept / dropped (0). The nuqB table belongs to
+// the cache layer. ggml's row functions (to_float, from_float) get only a pointer, so the table is found
+// by address: ggml_ext_kvq_bind makes the rows in [data, data + nbytes) use `levels` (2^B ascending
+// rounding levels on [-1, 1]) and `values` (dequantization values); a binding that overlaps an earlier one
+// replaces it (the memory of a freed cache, reused). Rows outside every binding use uniform levels.
+// Returns 0, or -1 with err filled (type not a KVQuant cache type, a bad table, no room).
+GGML_EXT_API int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * levels,
+                                   const float * values, char * err, size_t n);
+// Forgets the binding that starts at data (the cache is freed); 0, or -1 when there is none.
+GGML_EXT_API int ggml_ext_kvq_unbind(const void * data);
+// The KV cache type called `name` (ggml's type name: "nuq4"), -1 when none: what -ctk / -ctv accept
+// besides upstream's types (patch 0305).
+GGML_EXT_API int ggml_ext_kv_cache_type_by_name(const char * name);
 
 #ifdef __cplusplus
 }

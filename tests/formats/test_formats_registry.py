@@ -29,10 +29,12 @@ def test_the_def_holds_the_restored_ids_and_the_own_range():
     rows, (first, last) = _def_rows()
     assert [(t.name, t.id) for t in rows] == [("Q4_0_4_4", 31), ("Q4_0_4_8", 32), ("Q4_0_8_8", 33),
                                               ("IQ4_NL_4_4", 36), ("IQ4_NL_4_8", 37), ("IQ4_NL_8_8", 38),
-                                              ("CB2", 100), ("CB3", 101), ("APQ", 102)]
+                                              ("CB2", 100), ("CB3", 101), ("APQ", 102),
+                                              ("NUQ4", 103), ("NUQ3", 104), ("NUQ2", 105)]
     # the interleaved rows come in groups (no row-wise functions), the codebook rows stand alone, the
-    # any-precision planes span the whole matrix (no row-wise functions either)
-    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2 + [False]
+    # any-precision planes span the whole matrix (no row-wise functions either), the KV cache blocks
+    # stand alone
+    assert [t.rowwise for t in rows] == [False] * 6 + [True] * 2 + [False] + [True] * 3
     assert (first, last) == (100, 119)
     assert len({t.id for t in rows}) == len(rows) and len({t.name for t in rows}) == len(rows)
     for t in rows:  # restored ids sit below the own range, new ones inside it
@@ -79,7 +81,7 @@ def test_library_answers_from_the_same_table():
             assert r.shape_rule.decode().endswith(f"divisible by {t.row_group}")
         for gemm in (False, True):
             assert formats.dispatched_kernel(t.id, gemm) in KERNELS
-    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 103, 119, -1, 10**6):
+    for other in (0, 2, 8, 20, 34, 39, 42, 43, 99, 106, 119, -1, 10**6):
         assert not lib.ggml_ext_is_type(other) and not lib.ggml_ext_type_info_by_id(other)
         assert lib.ggml_ext_type_row_group(other) == 0
         assert formats.dispatched_kernel(other, False) is None
@@ -109,6 +111,9 @@ def test_hand_kept_tables_derive_from_the_registry():
                 "legacy" if t.id < ggml_types.EXT_ID_MIN else "ext")
         if t.family == "anyprec":  # written by --method anyprec (its planes), not a --type
             assert planes_type(t.layout) == t.name and t.name.lower() not in convert.TYPES
+            continue
+        if t.family == "kvquant":  # KV cache types (-ctv nuq4), never a weight's --type
+            assert t.name.lower() not in convert.TYPES and t.name not in policy.BLOCK
             continue
         assert policy.BLOCK[t.name] == t.blck_size
         assert t.name.lower() in convert.TYPES and policy.OUTPUT_TYPES[t.name.lower()] == t.name

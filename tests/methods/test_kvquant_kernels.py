@@ -14,8 +14,6 @@ The calibration (1 x 64 tokens of wiki-train, nuq2/3/4) is cached under ~/.cache
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,7 +22,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import convert_support as cs  # noqa: E402
-from ggml_ext.methods.kvquant import KVCalibration, calibrate, scheme  # noqa: E402
+from ggml_ext.methods.kvquant import KVCalibration, scheme  # noqa: E402
 from ggml_ext.methods.kvquant.kernels import (KVCacheLayer, KVKernelError, Rope, default_slots,  # noqa: E402
                                               force, rope_of)
 from ggml_ext.methods.kvquant.simulate import quantize_keys, quantize_values  # noqa: E402
@@ -40,14 +38,7 @@ def real():
 
     from ggml_ext import assets
     hf = cs.default_hf()
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"
-    path = cache / "kvquant-kernels-smollm2-1x64.kvq.gguf"
-    if path.exists():
-        cal = KVCalibration.load(path, hf)
-    else:
-        cal = calibrate(hf, "wiki-train", n_samples=1, seq_len=64, bits=(2, 3, 4), progress=False)
-        cache.mkdir(parents=True, exist_ok=True)
-        cal.save(path, force=True)
+    cal = KVCalibration.load(cs.default_kv_calibration(), hf)
     tok = AutoTokenizer.from_pretrained(hf)
     text = assets.path("wiki-test").read_text(encoding="utf-8")[40000:50000]
     ids = torch.tensor([tok(text, add_special_tokens=False).input_ids[:T]])

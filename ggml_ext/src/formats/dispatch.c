@@ -14,6 +14,8 @@ const char * ggml_ext_dispatched_kernel(int type, int gemm) {
             return ggml_ext_cb_dispatched_kernel(type, gemm);
         case GGML_EXT_FAMILY_ANYPREC:
             return ggml_ext_apq_dispatched_kernel(type, gemm);
+        case GGML_EXT_FAMILY_KVQUANT:  // the cache rows' quantize / dequantize (formats/kvquant) are scalar C
+            return "generic";
         default:
             return NULL;
     }

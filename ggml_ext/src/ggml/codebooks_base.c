@@ -26,6 +26,7 @@ static const struct ggml_ext_type_info * codebooks(int type) {
     }
 #define ROW_FUNCTIONS_INTERLEAVED4(NAME, BITS)
 #define ROW_FUNCTIONS_ANYPREC(NAME, BITS)
+#define ROW_FUNCTIONS_KVQUANT(NAME, BITS)  // ggml/kvquant_base.c
 #define GGML_EXT_TYPE(NAME, ID, BLCK, TYPE_SIZE, ROWS, CHUNK, GGML_NAME, FAMILY, LAYOUT, ...) \
     ROW_FUNCTIONS_##FAMILY(NAME, LAYOUT)
 #include "ggml-ext-types.def"

@@ -40,6 +40,13 @@ bool         ggml_ext_apq_cpu_supports_op(const struct ggml_tensor * op);
 bool         ggml_ext_apq_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst);
 const char * ggml_ext_apq_dispatched_kernel(int type, int gemm);  // formats/anyprec/dispatch.c
 
+// kvquant cache types (src/ggml/kvquant_base.c, kvquant_cpu.c)
+size_t ggml_ext_kvq_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
+                                           int64_t n_per_row, const float * imatrix);
+bool   ggml_ext_kvq_validate_row_data(int type, const void * data, size_t nbytes);
+bool   ggml_ext_kvq_cpu_supports_op(const struct ggml_tensor * op);
+bool   ggml_ext_kvq_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst);
+
 #ifdef __cplusplus
 }
 #endif

@@ -15,6 +15,8 @@ size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, 
             return ggml_ext_cb_quantize_chunk_imatrix(type, src, dst, start, nrows, n_per_row, imatrix);
         case GGML_EXT_FAMILY_ANYPREC:
             return ggml_ext_apq_quantize_chunk_imatrix(type, src, dst, start, nrows, n_per_row, imatrix);
+        case GGML_EXT_FAMILY_KVQUANT:
+            return ggml_ext_kvq_quantize_chunk_imatrix(type, src, dst, start, nrows, n_per_row, imatrix);
         default:
             fprintf(stderr, "ggml_ext_quantize_chunk_imatrix: type %d is not one of ggml-ext's\n", type);
             return 0;
@@ -30,6 +32,8 @@ bool ggml_ext_validate_row_data(int type, const void * data, size_t nbytes) {
             return ggml_ext_cb_validate_row_data(type, data, nbytes);
         case GGML_EXT_FAMILY_ANYPREC:
             return ggml_ext_apq_validate_row_data(type, data, nbytes);
+        case GGML_EXT_FAMILY_KVQUANT:
+            return ggml_ext_kvq_validate_row_data(type, data, nbytes);
         default:
             return true;  // not ours: ggml's own cases decide
     }

@@ -28,6 +28,8 @@ int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
             return ggml_ext_cb_cpu_supports_op(op);
         case GGML_EXT_FAMILY_ANYPREC:
             return ggml_ext_apq_cpu_supports_op(op);
+        case GGML_EXT_FAMILY_KVQUANT:
+            return ggml_ext_kvq_cpu_supports_op(op);
         default:
             return 0;
     }
@@ -42,6 +44,8 @@ bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml
             return ggml_ext_cb_cpu_mul_mat(params, dst);
         case GGML_EXT_FAMILY_ANYPREC:
             return ggml_ext_apq_cpu_mul_mat(params, dst);
+        case GGML_EXT_FAMILY_KVQUANT:
+            return ggml_ext_kvq_cpu_mul_mat(params, dst);
         default:
             return false;
     }

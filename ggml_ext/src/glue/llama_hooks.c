@@ -358,6 +358,7 @@ enum { FTYPE_MOSTLY_IQ4_NL = 25, FTYPE_Q4_0_INTERLEAVED_FIRST = 33 };
 #define FTYPE_NAME_INTERLEAVED4(NAME, ID, BPW)
 #define FTYPE_NAME_ANYPREC(NAME, ID, BPW) { ID, "(guessed) " #NAME " - any-precision bitplanes" },
 #define FTYPE_NAME_CODEBOOKS(NAME, ID, BPW) { ID, "(guessed) " #NAME " - " BPW " bpw" },
+#define FTYPE_NAME_KVQUANT(NAME, ID, BPW)  // KV cache types: no file is made of them
 
 static const struct {
     int          ftype;
@@ -385,7 +386,7 @@ const char * ggml_ext_llama_ftype_name(int ftype, bool guessed) {
 
 int ggml_ext_llama_ftype_of_type(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    if (t == NULL) {
+    if (t == NULL || t->family == GGML_EXT_FAMILY_KVQUANT) {  // KV cache types hold no weights
         return -1;
     }
     if (t->family != GGML_EXT_FAMILY_INTERLEAVED4) {

@@ -1,0 +1,38 @@
+// The KVQuant cache types NUQ4 / NUQ3 / NUQ2 in ggml-cpu (docs/KVQUANT.md "In llama.cpp's cache"): which
+// ops the CPU backend runs on them. Values only for now: appending (set_rows, cpy from F32/F16 through the
+// CPU traits' from_float, patch 0110), reading rows back (get_rows, cpy to F32 through to_float) and flash
+// attention with a NUQ V (ggml's one_chunk path dequantizes each V row with to_float). A NUQ K needs the
+// pre-RoPE key path (docs/KVQUANT.md) and is refused; no matmul.
+#include "ggml-cpu-impl.h"
+#include "ggml/families.h"
+
+static bool is_ours(const struct ggml_tensor * t) {
+    const struct ggml_ext_type_info * i = t ? ggml_ext_type_info_by_id((int) t->type) : NULL;
+    return i && i->family == GGML_EXT_FAMILY_KVQUANT;
+}
+
+static bool plain(const struct ggml_tensor * t) {
+    return t && (t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16);
+}
+
+bool ggml_ext_kvq_cpu_supports_op(const struct ggml_tensor * op) {
+    switch (op->op) {
+        case GGML_OP_SET_ROWS:
+            return is_ours(op) && plain(op->src[0]);
+        case GGML_OP_CPY:
+        case GGML_OP_DUP:
+            return (is_ours(op) && op->src[0]->type == GGML_TYPE_F32) ||
+                   (is_ours(op->src[0]) && op->type == GGML_TYPE_F32);
+        case GGML_OP_GET_ROWS:
+            return is_ours(op->src[0]) && op->type == GGML_TYPE_F32;
+        case GGML_OP_FLASH_ATTN_EXT:
+            return !is_ours(op->src[0]) && !is_ours(op->src[1]) && is_ours(op->src[2]);
+        default:
+            return false;
+    }
+}
+
+bool ggml_ext_kvq_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    (void) params, (void) dst;
+    return false;
+}
