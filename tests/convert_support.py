@@ -312,3 +312,21 @@ def cached_default_conversion(stem: str, digest: str, build) -> Path:
             old.unlink()
         build(path)
     return path
+
+
+def cb2_code_digest() -> str:
+    """What the default model's CB2 conversion depends on (its cache key)."""
+    return code_digest("methods/act_importance.py", "methods/rtn.py", "converters/pipeline.py", "converters/policy.py",
+                       "quants.py", "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py")
+
+
+def cached_cb2_file() -> Path:
+    """The default model converted with ``--type cb2`` (importance from 4 x 128 calibration tokens),
+    cached by :func:`cb2_code_digest`: CB2 ffn_down matrices, IQ4_NL fallbacks elsewhere."""
+    from ggml_ext.converters import convert
+
+    def build(path):
+        r = convert(default_hf(), path, "cb2", calib_samples=4, calib_seq_len=128, calib_progress=False,
+                    warn=lambda w: None)
+        assert any("fall back" in w and "blk.0.attn_q.weight" in w for w in r.warnings), r.warnings
+    return cached_default_conversion("smollm2-cb2-4x128", cb2_code_digest(), build)

@@ -20,7 +20,6 @@ import pytest
 
 import convert_support as cs
 from ggml_ext import tools
-from ggml_ext.converters import convert
 from ggml_ext.converters.policy import choose_type
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,18 +63,9 @@ def test_keep_cb_on_a_short_row_is_refused_by_name():
         choose_type("blk.3.attn_q.weight", (576, 576), "q8_0", has_output=True, keep=(rule,))
 
 
-def _code_digest() -> str:
-    return cs.code_digest("methods/act_importance.py", "methods/rtn.py", "converters/pipeline.py", "converters/policy.py",
-                          "quants.py", "calibrate/stream.py", "calibrate/collect.py", "calibrate/data.py")
-
-
 @pytest.fixture(scope="module")
 def cb2_file():
-    def build(path):
-        r = convert(cs.default_hf(), path, "cb2", calib_samples=4, calib_seq_len=128, calib_progress=False,
-                    warn=lambda w: None)
-        assert any("fall back" in w and "blk.0.attn_q.weight" in w for w in r.warnings), r.warnings
-    return cs.cached_default_conversion("smollm2-cb2-4x128", _code_digest(), build)
+    return cs.cached_cb2_file()
 
 
 def test_cb2_file_holds_codebook_and_fallback_tensors(cb2_file):

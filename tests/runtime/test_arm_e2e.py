@@ -14,6 +14,10 @@ interleaved layout.
   (formats/interleaved4/interleaved4_impl.h), so "any file on any CPU" means a build for that CPU's baseline.
 - armv8.6-a+dotprod+i8mm+sve build under `-cpu max` with 256-bit SVE vectors (Graviton3's
   width): a Q4_0_8_8 file runs our SVE-256 GEMV and SVE SMMLA GEMM and answers "Paris".
+- the codebook type CB2 (the default model's ``--type cb2`` file: CB2 ffn_down, IQ4_NL elsewhere):
+  llama-perplexity under `-cpu max` runs our NEON dotprod codebook kernel (its address read from
+  the binary's ``ggml_ext_cb_impl_neon_dotprod`` table, traced as above) and scores within 1.5% of
+  our native x86 build (AVX2 kernel) on the same file.
 - llama-perplexity on 2 windows of 128 tokens: Q4_0_4_8 (our i8mm GEMM) within 1% of plain
   Q4_0 (upstream's runtime repack into the same layout) under qemu, and plain Q4_0 under qemu
   within 1.5% of our native x86 build.
@@ -37,6 +41,7 @@ from pathlib import Path
 
 import pytest
 
+import convert_support as cs
 from ggml_ext import tools
 
 pytestmark = pytest.mark.qemu
@@ -193,6 +198,35 @@ def _qemu_cli(bin_dir: Path, cpu: str, model: Path, tmp: Path) -> tuple[str, set
     return answer, ran
 
 
+def _impl_kernels(exe: Path, table: str) -> dict[int, int]:
+    """The functions a family's kernel table (a ``struct { name; ...; fn[] }`` in .data.rel.ro of the
+    static, non-PIE executable) points to: address -> size. Static kernels share names across
+    implementations (mm_cb2 in arm/ and generic/), so the table says which one is NEON's."""
+    nm = subprocess.run(["aarch64-linux-gnu-nm", "-S", "--defined-only", str(exe)], capture_output=True, text=True,
+                        check=True).stdout.splitlines()
+    sizes = {int(p[0], 16): int(p[1], 16) for p in (line.split() for line in nm) if len(p) == 4 and p[2] in "tT"}
+    entry = [p for p in (line.split() for line in nm) if len(p) == 4 and p[3] == table]
+    assert entry, f"{table} not in {exe}"
+    addr, size = int(entry[0][0], 16), int(entry[0][1], 16)
+    dump = subprocess.run(["aarch64-linux-gnu-objdump", "-s", f"--start-address={addr:#x}",
+                           f"--stop-address={addr + size:#x}", str(exe)], capture_output=True, text=True, check=True)
+    raw = b"".join(bytes.fromhex("".join(m.split()[1:5])) for m in dump.stdout.splitlines()
+                   if re.match(r"^ [0-9a-f]+ ", m))
+    ptrs = struct.unpack_from(f"<{len(raw) // 8}Q", raw)
+    return {p: sizes[p] for p in ptrs if p in sizes}
+
+
+def _qemu_ppl_traced(bin_dir: Path, model: Path, text: Path, kernels: dict[int, int], tmp: Path) -> tuple[float, bool]:
+    """llama-perplexity under qemu -cpu max, and whether any of ``kernels`` (address -> size) ran."""
+    log = tmp / f"{model.stem}-ppl.in_asm"
+    ranges = ",".join(f"{a:#x}+{s:#x}" for a, s in kernels.items())
+    cmd = ["qemu-aarch64-static", "-cpu", "max", "-d", "in_asm", "-dfilter", ranges, "-D", str(log),
+           str(bin_dir / "llama-perplexity"), *_ppl_args(model, text, QEMU_THREADS)]
+    ppl = _ppl(subprocess.run(cmd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL))
+    pcs = {int(m, 16) for m in re.findall(r"^(0x[0-9a-f]+):", log.read_text(errors="replace"), re.M)}
+    return ppl, any(a <= pc < a + s for pc in pcs for a, s in kernels.items())
+
+
 def _qemu_ppl(bin_dir: Path, model: Path, text: Path) -> float:
     cmd = ["qemu-aarch64-static", "-cpu", "max", str(bin_dir / "llama-perplexity"),
            *_ppl_args(model, text, QEMU_THREADS)]
@@ -200,7 +234,12 @@ def _qemu_ppl(bin_dir: Path, model: Path, text: Path) -> float:
 
 
 @pytest.fixture(scope="module")
-def qemu(fast_bin, baseline_bin, sve_bin, models, text_slice, tmp_path_factory):
+def cb2_model() -> Path:
+    return cs.cached_cb2_file()
+
+
+@pytest.fixture(scope="module")
+def qemu(fast_bin, baseline_bin, sve_bin, models, cb2_model, text_slice, tmp_path_factory):
     """Every qemu run of the module at once, one per core (each single-threaded: ggml's spinning
     worker threads only slow qemu down on a shared machine). Values are results or the exception."""
     tmp = tmp_path_factory.mktemp("arm_qemu")
@@ -209,6 +248,8 @@ def qemu(fast_bin, baseline_bin, sve_bin, models, text_slice, tmp_path_factory):
                  for name in BASELINE_FILES})
     jobs[("sve256", "Q4_0_8_8")] = (_qemu_cli, sve_bin, SVE256_CPU, models["Q4_0_8_8"], tmp)
     jobs.update({("ppl", name): (_qemu_ppl, fast_bin, models[name], text_slice) for name in PPL_FILES})
+    neon_cb = _impl_kernels(fast_bin / "llama-perplexity", "ggml_ext_cb_impl_neon_dotprod")
+    jobs[("ppl", "CB2")] = (_qemu_ppl_traced, fast_bin, cb2_model, text_slice, neon_cb, tmp)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         futures = {key: pool.submit(*job) for key, job in jobs.items()}
     results = {}
@@ -340,3 +381,17 @@ def test_perplexity_under_qemu_matches_q4_0_and_native_x86(qemu, native):
     print(f"\nperplexity, 2 x 128 tokens: qemu {ppl}, native x86 Q4_0 {native[1]:.4f}")
     assert abs(ppl["Q4_0_4_8"] - ppl["Q4_0"]) <= 0.01 * ppl["Q4_0"], ppl
     assert abs(ppl["Q4_0"] - native[1]) <= 0.015 * native[1], (ppl, native[1])
+
+
+def test_cb2_file_under_qemu_runs_our_neon_codebook_kernel_and_matches_x86(qemu, cb2_model, text_slice, tool_env,
+                                                                          threads):
+    """The codebook type end to end on Arm: llama-perplexity of the CB2 file under -cpu max (our NEON
+    dotprod kernel, merged codebook+code index, one TBL per 16 weights, SDOT) against our x86 build's
+    AVX2 kernel on the same file and windows; both use Q8_K activations, so they agree to rounding
+    (a decoding error in either kernel gives a perplexity off by far more than 1.5%)."""
+    ppl, ran = _get(qemu, ("ppl", "CB2"))
+    run = dict(env=tool_env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    x86 = _ppl(subprocess.run(tools.command("llama-perplexity", *_ppl_args(cb2_model, text_slice, threads)), **run))
+    print(f"\nCB2 file, 2 x 128 tokens: qemu (NEON) {ppl:.4f}, native x86 {x86:.4f}; NEON kernel ran: {ran}")
+    assert ran, "the NEON codebook kernel (ggml_ext_cb_impl_neon_dotprod) was not traced"
+    assert abs(ppl - x86) <= 0.015 * x86, (ppl, x86)
