@@ -183,9 +183,10 @@ def _unpermute_rows(arch, hp, hf_name: str, w: np.ndarray) -> np.ndarray:
     return w.reshape(n, hd // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def linear_map(base: str | os.PathLike, model_dir: str | os.PathLike):
+def linear_map(base: str | os.PathLike, model_dir: str | os.PathLike, layers=None):
     """[(hf module name, hf weight name, gguf name, TensorInfo)] of the decoder-layer linears the base GGUF
-    holds, plus (arch, hparams, checkpoint). Refuses a base made from another model."""
+    holds (of the decoder layers in ``layers`` only, when given), plus (arch, hparams, checkpoint).
+    Refuses a base made from another model."""
     from ggml_ext.converters.archs import HParams, find_arch
     from ggml_ext.converters.source import open_checkpoint
     from ggml_ext.gguf import GGUFError, read_gguf
@@ -203,6 +204,8 @@ def linear_map(base: str | os.PathLike, model_dir: str | os.PathLike):
             continue
         gname = arch.gguf_name(hf_name)
         if gname is None or gname.endswith("norm.weight"):
+            continue
+        if layers is not None and int(hf_name.split(".")[2]) not in layers:
             continue
         t = by_name.get(gname)
         if t is None:
@@ -266,13 +269,14 @@ class _Bounds:
 
 def calibrate(base: str | os.PathLike, model_dir: str | os.PathLike, text: str | os.PathLike | None = None,
               n_samples: int = DEFAULT_SAMPLES, seq_len: int = DEFAULT_SEQ_LEN, device: str = "cpu",
-              progress: bool = True) -> DecSideFile:
-    """The QDEC side file's contents for ``base`` (a GGUF of the model in ``model_dir``)."""
+              progress: bool = True, layers=None) -> DecSideFile:
+    """The QDEC side file's contents for ``base`` (a GGUF of the model in ``model_dir``); ``layers``: the
+    decoder layers to cover (default all; a side file may cover a subset, the rest run uncompensated)."""
     from tqdm.auto import tqdm
 
     from ggml_ext.calibrate.data import tokenize
     from ggml_ext.calibrate.stream import LayerStream
-    linears, arch, hp, ckpt = linear_map(base, model_dir)
+    linears, arch, hp, ckpt = linear_map(base, model_dir, layers)
     tokens = tokenize(model_dir, text, n_samples, seq_len)
     st = LayerStream(model_dir, device=device)
     col = _Bounds({m for m, *_ in linears})
@@ -317,7 +321,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"calibration windows (default {DEFAULT_SAMPLES})")
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per window (default {DEFAULT_SEQ_LEN})")
     p.add_argument("--device", default="cpu", help="torch device for the calibration forward (cpu, cuda)")
+    p.add_argument("--layers", default=None, help="decoder layers to cover, e.g. 0-3,8 (default all)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
+
+
+def _parse_layers(spec: str | None):
+    if not spec:
+        return None
+    out = set()
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        out.update(range(int(a), int(b or a) + 1))
+    return out
 
 
 def main(args: argparse.Namespace) -> int:
@@ -326,7 +341,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {args.output} exists (use --force)", file=sys.stderr)
         return 1
     try:
-        side = calibrate(args.base, args.hf, args.text, args.samples, args.seq_len, args.device)
+        side = calibrate(args.base, args.hf, args.text, args.samples, args.seq_len, args.device,
+                         layers=_parse_layers(args.layers))
         side.save(args.output, force=args.force)
     except DecError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -15,21 +15,22 @@ ALPHAS = np.linspace(0.30, 1.00, 36)
 
 def quantize(R: np.ndarray, alphas: np.ndarray = ALPHAS) -> tuple[np.ndarray, np.ndarray]:
     """(codes int8 [M, K] in −QMAX..QMAX, scales float32 [M]) of the residual ``R`` [M, K]."""
-    import torch
-    r = torch.from_numpy(np.ascontiguousarray(R, dtype=np.float32))
-    amax = r.abs().amax(1)
-    best_err = torch.full_like(amax, float("inf"))
-    best_scale = torch.zeros_like(amax)
+    r = np.ascontiguousarray(R, dtype=np.float32)
+    amax = np.abs(r).max(1)
+    best_err = np.full(amax.shape, np.inf, np.float32)
+    best_scale = np.zeros_like(amax)
     for a in alphas:
-        s = (amax * float(a) / QMAX).clamp_min(1e-30)
-        q = torch.clamp(torch.round(r / s[:, None]), -QMAX, QMAX)
-        err = ((q * s[:, None] - r) ** 2).sum(1)
+        s = np.maximum(amax * np.float32(a) / QMAX, np.float32(1e-30))
+        q = np.clip(np.rint(r / s[:, None]), -QMAX, QMAX)
+        q *= s[:, None]
+        q -= r
+        err = np.einsum("ij,ij->i", q, q)
         better = err < best_err
-        best_err = torch.where(better, err, best_err)
-        best_scale = torch.where(better, s, best_scale)
-    best_scale = torch.where(amax > 0, best_scale, torch.zeros_like(best_scale))
-    q = torch.clamp(torch.round(r / best_scale.clamp_min(1e-30)[:, None]), -QMAX, QMAX)
-    return q.to(torch.int8).numpy(), best_scale.numpy().astype(np.float32)
+        best_err[better] = err[better]
+        best_scale[better] = s[better]
+    best_scale[amax == 0] = 0
+    q = np.clip(np.rint(r / np.maximum(best_scale, np.float32(1e-30))[:, None]), -QMAX, QMAX).astype(np.int8)
+    return q, best_scale.astype(np.float32)
 
 
 def pack(q: np.ndarray) -> np.ndarray:

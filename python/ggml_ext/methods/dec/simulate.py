@@ -8,7 +8,9 @@ decoder-layer linear the side file covers, and adds a forward hook that computes
 ``mode``: ``dynamic`` (the paper's bucketed approximate top-k per 1024-chunk, :func:`.select.mask`),
 ``exact`` (exact top-k per chunk), ``static`` (the channels of largest calibration mean |x|, the same for
 every token), ``random`` (k_chunk channels drawn per token and chunk), ``full`` (every channel: the
-4-bit residual's ceiling), ``none``/k_chunk 0 (the base alone). Runs on any torch device.
+4-bit residual's ceiling), ``none``/k_chunk 0 (the base alone). Every decoder-layer linear gets the base
+weights; those the side file covers (all, or the layers it was calibrated for) get the compensation.
+Runs on any torch device.
 """
 from __future__ import annotations
 
@@ -39,12 +41,12 @@ class DecModel:
         self.mode, self.k_chunk = "none", 0
         self.layers: dict[str, dict] = {}
         for module, hf_name, gname, t in linears:
-            d = self.side.linears.get(gname)
-            if d is None:
-                raise DecError(f"{side}: no residual for {gname}")
             lin = self.model.get_submodule(module)
             w_hat = _unpermute_rows(arch, hp, hf_name, base_weight(base, t))
             lin.weight.data.copy_(torch.from_numpy(np.ascontiguousarray(w_hat)))
+            d = self.side.linears.get(gname)
+            if d is None:   # a side file of some layers: this linear runs on the base alone
+                continue
             R = _unpermute_rows(arch, hp, hf_name, d.residual())
             self.layers[module] = {"R": torch.from_numpy(np.ascontiguousarray(R)).to(self.device), "dec": d,
                                    "act": torch.from_numpy(d.act)}
