@@ -11,6 +11,9 @@ def test_ext_ops_on_the_cpu_backend(ext_ops):
     # APQ_MUL_MAT: the GEMV (up to 8 tokens) and the dequantized blocks against a double reference, the
     # same bits for 1-4 threads
     assert "APQ: 20 runs of 5 cases" in proc.stdout
+    # DEC_MUL_MAT: the channel selection against an independent one, the op against a double reference,
+    # the same bits for 1-4 threads
+    assert "DEC: 24 runs of 6 cases" in proc.stdout
 
 
 def test_ext_ops_through_rpc_equal_the_cpu_backend(ext_ops, rpc_server):
@@ -21,5 +24,6 @@ def test_ext_ops_through_rpc_equal_the_cpu_backend(ext_ops, rpc_server):
     assert "+ RPC" in proc.stdout and f"backend: RPC0[127.0.0.1:{port}]" in proc.stdout, proc.stdout[-2000:]
     assert "OK: 30 runs of 6 cases" in proc.stdout
     assert "APQ: 25 runs of 5 cases" in proc.stdout  # and through RPC, the same bits
+    assert "DEC: 30 runs of 6 cases" in proc.stdout
     log.seek(0)
     assert "Accepted client connection" in log.read()

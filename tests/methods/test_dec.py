@@ -54,7 +54,8 @@ def test_residual_codes_and_layout():
     assert (err <= err1 * (1 + 1e-6)).all() and err.sum() < 0.95 * err1.sum()
     p = residual.pack(q)
     assert p.shape == (50, 19) and p.dtype == np.uint8             # input-channel-major, odd M padded
-    assert (p[3, 5] & 15) - 8 == q[10, 3] and (p[3, 5] >> 4) - 8 == q[11, 3]
+    b = int(p[3, 5])
+    assert (b & 15) - 8 == q[10, 3] and (b >> 4) - 8 == q[11, 3]
     assert (residual.unpack(p, 37) == q).all()
 
 
@@ -87,10 +88,10 @@ def test_bad_inputs_are_named(tmp_path, hf_dir, base):
     bad = tmp_path / "bad.gguf"
     w = GGUFWriter(bad)
     a = np.zeros((3, 4), np.float32)
-    w.add_tensor_info("blk.0.attn_q.weight", (4, 3), 0, a.nbytes)
+    w.add_tensor_info("blk.0.ffn_down.weight", (4, 3), 0, a.nbytes)
     with w:
         w.write_tensor(a)
-    with pytest.raises(calibration.DecError, match="blk.0.attn_q.weight has shape"):
+    with pytest.raises(calibration.DecError, match="blk.0.ffn_down.weight has shape"):
         calibration.linear_map(bad, hf_dir)
     nan = tmp_path / "nan.gguf"
     w = GGUFWriter(nan)
@@ -101,6 +102,8 @@ def test_bad_inputs_are_named(tmp_path, hf_dir, base):
     from ggml_ext.gguf import read_gguf
     with pytest.raises(calibration.DecError, match="blk.0.ffn_up.weight .* non-finite"):
         calibration.base_weight(nan, read_gguf(nan).tensors[0])
+    with pytest.raises(calibration.DecError, match="no tensor blk.0.ffn_down.weight"):
+        calibration.linear_map(nan, hf_dir)
     with pytest.raises(calibration.DecError, match="not a QDEC side file"):
         calibration.load(base)
 
