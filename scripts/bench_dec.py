@@ -52,7 +52,8 @@ def main() -> int:
     src, hf = assets.path(gguf_asset), assets.path(hf_asset)
     if src.is_dir():
         src = next(src.glob("*.gguf"))
-    cache = Path.home() / ".cache" / "ggml-ext" / "dec"
+    from ggml_ext.cache import cache_root
+    cache = cache_root() / "dec"
     cache.mkdir(parents=True, exist_ok=True)
     ks = [int(k) for k in args.k.split(",")]
     modes = args.modes.split(",")

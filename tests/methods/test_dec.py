@@ -27,18 +27,30 @@ def hf_dir():
     return assets.path("smollm2-hf")
 
 
+CACHE = "tests/dec"     # under ~/.cache/ggml-ext: the base and the side file, checked before reuse
+
+
 @pytest.fixture(scope="module")
-def base(tmp_path_factory, default_gguf):
-    out = tmp_path_factory.mktemp("dec") / "smollm2-q4_0.gguf"
-    subprocess.run(tools.command("llama-quantize", "--allow-requantize", default_gguf, out, "Q4_0", "2"),
-                   env=tools.tool_env(), check=True, capture_output=True)
+def base(default_gguf):
+    from ggml_ext.cache import cache_root
+    out = cache_root() / CACHE / "smollm2-q4_0.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp.gguf")
+        subprocess.run(tools.command("llama-quantize", "--allow-requantize", default_gguf, tmp, "Q4_0", "2"),
+                       env=tools.tool_env(), check=True, capture_output=True)
+        tmp.rename(out)
     return out
 
 
 @pytest.fixture(scope="module")
-def side(base, hf_dir, tmp_path_factory):
-    path = tmp_path_factory.mktemp("dec") / "smollm2-q4_0.dec.gguf"
-    calibration.calibrate(base, hf_dir, None, SAMPLES, SEQ, progress=False, layers=LAYERS).save(path)
+def side(base, hf_dir):
+    path = base.with_name(f"smollm2-q4_0.c{SAMPLES}x{SEQ}.l{'-'.join(map(str, sorted(LAYERS)))}.dec.gguf")
+    try:
+        d = calibration.load(path, base)   # made from this very base, this version's format
+        assert sorted(int(n.split(".")[1]) for n in d.linears)[::7] == sorted(LAYERS)
+    except (calibration.DecError, AssertionError):
+        calibration.calibrate(base, hf_dir, None, SAMPLES, SEQ, progress=False, layers=LAYERS).save(path, force=True)
     return path
 
 
