@@ -85,16 +85,20 @@ def main() -> int:
         m.configure("full", 0)
         pf = m.perplexity(tokens)
         print(f"base alone (k=0): {p0:.4f}; every channel compensated (4-bit residual ceiling): {pf:.4f}\n")
-        print("| k_chunk | " + " | ".join(modes) + " |")
-        print("| --- |" + " --- |" * len(modes))
+        print("| k_chunk | " + " | ".join(modes) + (" | recall of the approximate top-k |" if "dynamic" in modes else " |"))
+        print("| --- |" + " --- |" * (len(modes) + ("dynamic" in modes)))
         for k in ks:
-            cells = []
+            cells, rec = [], ""
             for mode in modes:
                 if k == 0:
                     cells.append(f"{p0:.4f}")
                     continue
                 m.configure(mode, k)
                 cells.append(f"{m.perplexity(tokens):.4f}")
+                if mode == "dynamic":
+                    rec = f"{m.recall:.3f}"
+            if "dynamic" in modes:
+                cells.append(rec or "-")
             print(f"| {k} | " + " | ".join(cells) + " |", flush=True)
         print(f"\n({time.time() - t0:.0f} s for this base)")
     return 0

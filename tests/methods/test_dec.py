@@ -95,7 +95,7 @@ def test_side_file_holds_the_residual_and_bounds(side, base, hf_dir):
         calibration.load(side, hf_dir / "config.json")
 
 
-def test_bad_inputs_are_named(tmp_path, hf_dir, base):
+def test_bad_inputs_are_named(tmp_path, hf_dir, base, capsys):
     from ggml_ext.gguf import GGUFWriter
     bad = tmp_path / "bad.gguf"
     w = GGUFWriter(bad)
@@ -105,6 +105,13 @@ def test_bad_inputs_are_named(tmp_path, hf_dir, base):
         w.write_tensor(a)
     with pytest.raises(calibration.DecError, match="blk.0.ffn_down.weight has shape"):
         calibration.linear_map(bad, hf_dir)
+    # the CLI says so and writes nothing
+    import argparse
+    p = argparse.ArgumentParser()
+    calibration.add_arguments(p)
+    out = tmp_path / "out.dec.gguf"
+    assert calibration.main(p.parse_args([str(bad), "--hf", str(hf_dir), "-o", str(out)])) == 1
+    assert "blk.0.ffn_down.weight has shape" in capsys.readouterr().err and not out.exists()
     nan = tmp_path / "nan.gguf"
     w = GGUFWriter(nan)
     a[1, 2] = np.nan

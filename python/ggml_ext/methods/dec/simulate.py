@@ -39,6 +39,7 @@ class DecModel:
         self.gen = torch.Generator().manual_seed(seed)
         self.seed = seed
         self.mode, self.k_chunk = "none", 0
+        self.hits = self.wanted = 0     # dynamic mode: channels of the exact top-k the selection found
         self.layers: dict[str, dict] = {}
         for module, hf_name, gname, t in linears:
             lin = self.model.get_submodule(module)
@@ -57,6 +58,7 @@ class DecModel:
         if mode not in MODES + ("none",):
             raise ValueError(f"mode {mode!r}: choose from {', '.join(MODES + ('none',))}")
         self.mode, self.k_chunk = mode, int(k_chunk)
+        self.hits = self.wanted = 0
         self.gen.manual_seed(self.seed)
         for L in self.layers.values():
             L["static"] = select.static_mask(L["act"], self.k_chunk).to(self.device) if mode == "static" else None
@@ -68,6 +70,10 @@ class DecModel:
             L = self.layers[module]
             x = args[0].reshape(-1, args[0].shape[-1])
             m = self.mask(L, x)
+            if self.mode == "dynamic":
+                e = select.mask(x, self.k_chunk, exact=True)
+                self.hits += int((m & e).sum())
+                self.wanted += int(e.sum())
             xs = x * m if m is not None else x
             return out + (xs @ L["R"].T).reshape(out.shape)
         return hook
@@ -83,6 +89,12 @@ class DecModel:
         d = L["dec"]
         return select.mask(x, self.k_chunk, d.b0(), d.b15(self.side.k_chunks, self.k_chunk),
                            exact=self.mode == "exact")
+
+    @property
+    def recall(self) -> float:
+        """Of the exact top-k channels of every token and linear since :meth:`configure`, the fraction the
+        dynamic (approximate) selection picked."""
+        return self.hits / self.wanted if self.wanted else float("nan")
 
     def perplexity(self, tokens) -> float:
         """exp(mean next-token NLL) over the rows of ``tokens`` (n x L LongTensor)."""
