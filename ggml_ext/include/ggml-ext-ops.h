@@ -45,6 +45,36 @@ GGML_EXT_API int ggml_ext_apq_parent_bits(int type);
 // NULL when a GGML_OP_APQ_MUL_MAT node is usable (types, shapes, op params), else a static message.
 GGML_EXT_API const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * dst);
 
+// GGML_OP_DEC_MUL_MAT: dynamic error compensation (QDEC; docs/QDEC.md). For every row r of x, pick
+// channels of x per 1024-channel chunk (the last chunk may be shorter): k = min(k_chunk, chunk length) of
+// the largest |x|, then add the 4-bit residual of those input channels:
+//   dst[m, r] = y[m, r] + scales[m] * sum_{j in sel(x_r)} q[j][m] * x[j, r]      (j ascending)
+//   y      F32 [M, n1, n2, n3]        x F32 [K, n1, n2, n3] (the same rows; rows contiguous)
+//   r      I8  [(M+1)/2, K]: input channel j's row holds q[j][m] + 8 in 4 bits, output m in byte m/2
+//          (low nibble for even m, high for odd); q in -7..7
+//   scales F32 [M]: one per output channel
+//   mode   GGML_EXT_DEC_APPROX: the paper's bucketed selection, 32 buckets of |x| from b0 and b15
+//          (ggml_ext_dec_bucket), filled from the top bucket, the last bucket's channels taken in index
+//          order; GGML_EXT_DEC_EXACT: the k largest |x| (ties: the lower index), for evaluation
+// k_chunk 0: dst = y.
+enum ggml_ext_dec_mode { GGML_EXT_DEC_APPROX = 0, GGML_EXT_DEC_EXACT = 1 };
+#define GGML_EXT_DEC_CHUNK 1024
+GGML_EXT_API struct ggml_tensor * ggml_ext_dec_mul_mat(struct ggml_context * ctx, struct ggml_tensor * y,
+                                                       struct ggml_tensor * x, struct ggml_tensor * r,
+                                                       struct ggml_tensor * scales, int k_chunk,
+                                                       enum ggml_ext_dec_mode mode, float b0, float b15);
+
+// The bucket of a magnitude v (0 the top, 31 the bottom): 16 uniform buckets over [b15, b0] (values
+// above b0 in bucket 0) and 16 over [0, b15); NaN and 0 in bucket 31. b15 > 0, b0 >= b15.
+GGML_EXT_API int ggml_ext_dec_bucket(float v, float b0, float b15);
+
+// The channels of one row x[0..K) the op compensates, ascending, into sel (room for K); returns their count.
+GGML_EXT_API int64_t ggml_ext_dec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_dec_mode mode,
+                                         float b0, float b15, int32_t * sel);
+
+// NULL when a GGML_OP_DEC_MUL_MAT node is usable (types, shapes, op params), else a static message.
+GGML_EXT_API const char * ggml_ext_dec_mul_mat_check(const struct ggml_tensor * dst);
+
 // ---- the CPU backend (ggml-cpu): what patch 0200 calls for ops past upstream's ----
 struct ggml_compute_params;
 

@@ -302,14 +302,14 @@ def dequantize(data: np.ndarray | bytes, t, n_per_row: int) -> np.ndarray:
     rs = row_size(tid, n_per_row)
     if buf.nbytes % rs:
         raise QuantError(f"{buf.nbytes} bytes are not a whole number of {type_name(tid)} rows of {n_per_row} weights")
+    n_rows = buf.nbytes // rs
+    out = np.empty((n_rows, n_per_row), dtype=np.float32)
+    if tid == 0:  # F32: the bytes are the values (ggml has no to_float for it)
+        out.reshape(-1)[:] = buf.view(np.float32)
+        return out
     traits = library().ggml_get_type_traits(tid).contents
     if not traits.to_float:
         raise QuantError(f"ggml has no to_float for {type_name(tid)}")
-    n_rows = buf.nbytes // rs
-    out = np.empty((n_rows, n_per_row), dtype=np.float32)
-    if tid == 0:  # F32: the bytes are the values
-        out.reshape(-1)[:] = buf.view(np.float32)
-        return out
     traits.to_float(buf.ctypes.data, out.ctypes.data, n_rows * n_per_row)
     return out
 

@@ -17,6 +17,7 @@
 #include "ggml-rpc.h"
 #include "ggml.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -297,6 +298,186 @@ static std::vector<apq_case> apq_sweep() {
     return v;
 }
 
+// ---- DEC_MUL_MAT: dynamic error compensation, dst = y + scales . R[:, sel(x)] x[sel(x)] per row ----
+
+struct dec_case {
+    int64_t M, K, T;
+    int     k_chunk, mode;  // GGML_EXT_DEC_APPROX / GGML_EXT_DEC_EXACT
+
+    std::string name() const {
+        char s[112];
+        std::snprintf(s, sizeof(s), "dec_mul_mat M=%lld K=%lld T=%lld k_chunk=%d %s", (long long) M, (long long) K,
+                      (long long) T, k_chunk, mode == GGML_EXT_DEC_EXACT ? "exact" : "approx");
+        return s;
+    }
+};
+
+struct dec_inputs {
+    std::vector<float>   y, x, scales;  // x: T rows of K
+    std::vector<uint8_t> r;             // K rows of (M+1)/2 bytes
+    std::vector<int>     q;             // M x K codes, -7..7
+    float                b0, b15;
+};
+
+static dec_inputs dec_make(const dec_case & c, uint64_t seed) {
+    rng        g{ seed };
+    dec_inputs in;
+    in.y.resize(c.M * c.T);
+    for (auto & v : in.y) {
+        v = g.next();
+    }
+    in.x.resize(c.K * c.T);
+    for (auto & v : in.x) {
+        v = g.next() * 2.0f;
+        if (g.next() > 0.97f) {
+            v *= 8.0f;  // a few outliers: the upper buckets and values past b0
+        }
+    }
+    in.b0  = 12.0f;
+    in.b15 = 1.6f;
+    in.q.resize(c.M * c.K);
+    const int64_t rb = (c.M + 1) / 2;
+    in.r.assign(rb * c.K, 0x88);
+    for (int64_t m = 0; m < c.M; m++) {
+        for (int64_t j = 0; j < c.K; j++) {
+            const int q = (int) std::lround(g.next() * 7.0f);
+            in.q[m * c.K + j] = q;
+            uint8_t & b       = in.r[j * rb + m / 2];
+            b = (m & 1) ? (uint8_t) ((b & 0x0f) | ((q + 8) << 4)) : (uint8_t) ((b & 0xf0) | (q + 8));
+        }
+    }
+    in.scales.resize(c.M);
+    for (auto & v : in.scales) {
+        v = 0.01f + 0.05f * std::fabs(g.next());
+    }
+    return in;
+}
+
+// The channels of one row, written apart from the library: order every channel of a chunk by a key and
+// take the first k. exact: (|x| descending, index); approximate: (bucket, index), the bucket of |x| from
+// the paper's 32 boundaries (16 over [b15, b0], 16 over [0, b15)).
+static int dec_ref_bucket(float v, float b0, float b15) {
+    if (!(v > 0.0f)) {
+        return 31;
+    }
+    if (v >= b15) {
+        const float t = (v - b15) / (b0 - b15) * 16.0f;
+        return 15 - (t >= 15.0f ? 15 : (int) std::floor(t));
+    }
+    const float t = v / b15 * 16.0f;
+    return 31 - (t >= 15.0f ? 15 : (int) std::floor(t));
+}
+
+static std::vector<int64_t> dec_ref_select(const dec_case & c, const float * x, float b0, float b15) {
+    std::vector<int64_t> sel;
+    for (int64_t c0 = 0; c0 < c.K; c0 += GGML_EXT_DEC_CHUNK) {
+        const int64_t        L = std::min<int64_t>(GGML_EXT_DEC_CHUNK, c.K - c0);
+        std::vector<int64_t> order(L);
+        for (int64_t j = 0; j < L; j++) {
+            order[j] = c0 + j;
+        }
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+            if (c.mode == GGML_EXT_DEC_EXACT) {
+                return std::fabs(x[a]) > std::fabs(x[b]);
+            }
+            return dec_ref_bucket(std::fabs(x[a]), b0, b15) < dec_ref_bucket(std::fabs(x[b]), b0, b15);
+        });
+        order.resize(std::min<int64_t>(std::max(c.k_chunk, 0), L));
+        std::sort(order.begin(), order.end());
+        sel.insert(sel.end(), order.begin(), order.end());
+    }
+    return sel;
+}
+
+static void dec_reference(const dec_case & c, const dec_inputs & in, std::vector<double> & out,
+                          std::vector<double> & mag) {
+    out.assign(c.M * c.T, 0.0);
+    mag.assign(c.M * c.T, 0.0);
+    for (int64_t t = 0; t < c.T; t++) {
+        const float *              x   = in.x.data() + t * c.K;
+        const std::vector<int64_t> sel = dec_ref_select(c, x, in.b0, in.b15);
+        // the library's selection of this row is the same list
+        std::vector<int32_t> lib(c.K);
+        const int64_t        n = ggml_ext_dec_select(x, c.K, c.k_chunk, (ggml_ext_dec_mode) c.mode, in.b0, in.b15,
+                                                     lib.data());
+        CHECK(n == (int64_t) sel.size(), "%s: row %lld selects %lld channels, want %zu", c.name().c_str(),
+              (long long) t, (long long) n, sel.size());
+        for (int64_t i = 0; i < n && i < (int64_t) sel.size(); i++) {
+            CHECK(lib[i] == sel[i], "%s: row %lld channel %lld: %d, want %lld", c.name().c_str(), (long long) t,
+                  (long long) i, lib[i], (long long) sel[i]);
+        }
+        for (int64_t m = 0; m < c.M; m++) {
+            double acc = 0, a = 0;
+            for (int64_t j : sel) {
+                const double v = (double) in.q[m * c.K + j] * x[j];
+                acc += v;
+                a += std::fabs(v);
+            }
+            out[t * c.M + m] = in.y[t * c.M + m] + in.scales[m] * acc;
+            mag[t * c.M + m] = std::fabs(in.y[t * c.M + m]) + in.scales[m] * a;
+        }
+    }
+}
+
+static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs & in, std::vector<float> & out) {
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    y   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.M, c.T);
+    ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
+    ggml_tensor *    r   = ggml_new_tensor_2d(ctx, GGML_TYPE_I8, (c.M + 1) / 2, c.K);
+    ggml_tensor *    s   = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.M);
+    ggml_tensor * d  = ggml_ext_dec_mul_mat(ctx, y, x, r, s, c.k_chunk, (ggml_ext_dec_mode) c.mode, in.b0, in.b15);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, d);
+    if (!ggml_backend_supports_op(backend, d)) {
+        ggml_free(ctx);
+        return false;
+    }
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    ggml_backend_tensor_set(y, in.y.data(), 0, in.y.size() * sizeof(float));
+    ggml_backend_tensor_set(x, in.x.data(), 0, in.x.size() * sizeof(float));
+    ggml_backend_tensor_set(r, in.r.data(), 0, in.r.size());
+    ggml_backend_tensor_set(s, in.scales.data(), 0, in.scales.size() * sizeof(float));
+    CHECK(ggml_backend_graph_compute(backend, gf) == GGML_STATUS_SUCCESS, "%s", c.name().c_str());
+    out.resize(ggml_nelements(d));
+    ggml_backend_tensor_get(d, out.data(), 0, out.size() * sizeof(float));
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return true;
+}
+
+// the bucket boundaries as the paper draws them (Fig. 9), and a malformed node refused
+static void dec_check_buckets_and_refusal(ggml_backend_t backend) {
+    CHECK(ggml_ext_dec_bucket(20.0f, 12.0f, 1.6f) == 0 && ggml_ext_dec_bucket(11.99f, 12.0f, 1.6f) == 0,
+          "past b0 and just under it: the top bucket");
+    CHECK(ggml_ext_dec_bucket(1.6f, 12.0f, 1.6f) == 15 && ggml_ext_dec_bucket(1.59f, 12.0f, 1.6f) == 16,
+          "b15 opens bucket 15, just under it is bucket 16");
+    CHECK(ggml_ext_dec_bucket(0.05f, 12.0f, 1.6f) == 31 && ggml_ext_dec_bucket(0.0f, 12.0f, 1.6f) == 31 &&
+              ggml_ext_dec_bucket(NAN, 12.0f, 1.6f) == 31,
+          "below b15/16, zero and NaN: the bottom bucket");
+    ggml_init_params ip  = { 8 * ggml_tensor_overhead(), nullptr, true };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    bad = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2);
+    bad->op              = GGML_OP_DEC_MUL_MAT;
+    bad->src[0]          = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 8, 2);
+    bad->src[1]          = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 16, 2);
+    bad->src[2]          = ggml_new_tensor_2d(ctx, GGML_TYPE_I8, 8, 16);  // M bytes, not M/2
+    bad->src[3]          = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 8);
+    CHECK(ggml_ext_dec_mul_mat_check(bad) != nullptr, "the check names r's shape");
+    CHECK(!ggml_backend_supports_op(backend, bad) || ggml_backend_is_rpc(backend),
+          "%s accepts a dec_mul_mat with a wrong r", ggml_backend_name(backend));
+    ggml_free(ctx);
+}
+
+static const dec_case k_dec_cases[] = {
+    { 8, 16, 1, 3, GGML_EXT_DEC_APPROX },        // one token (decode), one short chunk
+    { 576, 576, 4, 16, GGML_EXT_DEC_APPROX },    // SmolLM2's width
+    { 301, 1536, 3, 32, GGML_EXT_DEC_APPROX },   // odd M, two chunks (1024 + 512): SmolLM2's down_proj
+    { 64, 2500, 2, 64, GGML_EXT_DEC_EXACT },     // the exact top-k, three chunks, the last 452 wide
+    { 96, 96, 5, 200, GGML_EXT_DEC_APPROX },     // k_chunk past the chunk: every channel
+    { 32, 48, 2, 0, GGML_EXT_DEC_EXACT },        // k_chunk 0: dst = y
+};
+
 static const sidecar_case k_cases[] = {
     { 8, 16, 3, 1, 1, 0 },        // one token (decode)
     { 64, 96, 5, 7, 1, 0 },       // a few tokens
@@ -431,6 +612,40 @@ int main(int argc, char ** argv) {
     } else {
         std::printf("APQ GPU: skipped (no GPU device: a build without GGML_EXT_CUDA, or no CUDA device)\n");
     }
+
+    dec_check_buckets_and_refusal(cpu);
+    for (ggml_backend_t b : others) {
+        dec_check_buckets_and_refusal(b);
+    }
+    int dec_runs = 0;
+    for (const dec_case & c : k_dec_cases) {
+        const dec_inputs    in = dec_make(c, 7 + c.K * 3 + c.M);
+        std::vector<double> ref, mag;
+        dec_reference(c, in, ref, mag);
+        std::vector<float> first, got;
+        for (int nth = 1; nth <= 4; nth++) {
+            ggml_backend_cpu_set_n_threads(cpu, nth);
+            CHECK(dec_run(c, cpu, in, got), "%s: the CPU backend refuses it", c.name().c_str());
+            dec_runs++;
+            double worst = 0;
+            for (size_t i = 0; i < got.size(); i++) {
+                worst = std::fmax(worst, std::fabs(got[i] - ref[i]) / (mag[i] * 1e-6 * (double) (c.K + 1) + 1e-30));
+            }
+            CHECK(worst <= 1.0, "%s: CPU (%d threads) off the reference by %.3g of the bound", c.name().c_str(), nth,
+                  worst);
+            same_as_one_thread(c.name(), nth, got, first);
+        }
+        for (ggml_backend_t b : others) {
+            if (!dec_run(c, b, in, got)) {
+                CHECK(!ggml_backend_is_rpc(b), "%s: RPC refuses it", c.name().c_str());
+                continue;  // a GPU: no CUDA kernel yet (NO_CUDA), the scheduler keeps it on the CPU
+            }
+            dec_runs++;
+            CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)) || !ggml_backend_is_rpc(b),
+                  "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+        }
+    }
+    std::printf("DEC: %d runs of %zu cases\n", dec_runs, sizeof(k_dec_cases) / sizeof(k_dec_cases[0]));
 
     for (ggml_backend_t b : others) {
         std::printf("backend: %s\n", ggml_backend_name(b));

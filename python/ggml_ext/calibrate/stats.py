@@ -5,6 +5,7 @@
     ggml-ext calibrate ls
     ggml-ext calibrate rm KEY... | --all
     ggml-ext calibrate kv HF_DIR -o OUT.gguf   (KVQuant's KV cache calibration: ggml_ext.methods.kvquant)
+    ggml-ext calibrate dec BASE.gguf --hf HF_DIR -o OUT.gguf   (QDEC residuals + bucket bounds: ggml_ext.methods.dec)
 
 The model runs one decoder layer at a time (:mod:`.stream`); what is collected is :mod:`.collect`'s.
 Results go to a folder: one ``layer-NNN.safetensors`` per decoder layer (tensors
@@ -286,6 +287,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "cache, saved as a GGUF side file (docs/KVQUANT.md)")
     from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
     kvquant_calibrate.add_arguments(kv)
+    dec = sub.add_parser("dec", help="QDEC: 4-bit residuals of a quantized GGUF against the Hugging Face "
+                                     "weights and top-k bucket bounds, saved as a GGUF side file (docs/QDEC.md)")
+    from ggml_ext.methods.dec import calibration as dec_calibrate
+    dec_calibrate.add_arguments(dec)
     sub.add_parser("ls", help="list cached calibrations")
     r = sub.add_parser("rm", help="remove cached calibrations")
     r.add_argument("keys", nargs="*", help="keys as `calibrate ls` prints them")
@@ -296,6 +301,9 @@ def main(args: argparse.Namespace) -> int:
     if args.action == "kv":
         from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
         return kvquant_calibrate.main(args)
+    if args.action == "dec":
+        from ggml_ext.methods.dec import calibration as dec_calibrate
+        return dec_calibrate.main(args)
     if args.action == "ls":
         for s in list_cached():
             i = s.manifest.get("inputs", {})

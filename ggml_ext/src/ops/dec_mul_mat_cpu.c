@@ -1,0 +1,77 @@
+// GGML_OP_DEC_MUL_MAT on the CPU: the scalar reference the CUDA kernel will be compared with.
+//
+// Per row of x: the channels sel(x) (ggml_ext_dec_select, ascending), then for every output m
+//   dst[m] = y[m] + scales[m] * sum_{j in sel} q[j][m] * x[j]
+// summed in float in ascending j, so each output is the same whatever the thread count. Threads split
+// the outputs (rows times M) into equal contiguous ranges like COL_SIDECAR; a thread recomputes the
+// selection of each row it touches (O(K), deterministic) into its slice of the work buffer.
+#include "ggml-cpu-impl.h"
+#include "ops.h"
+
+#include <string.h>
+
+#define SLICE_PAD 16  // int32s between threads' slices (a cache line)
+
+static void forward(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
+    const char * err = ggml_ext_dec_mul_mat_check(dst);
+    if (err) {
+        GGML_ABORT("%s", err);
+    }
+    const struct ggml_tensor * y = dst->src[0];
+    const struct ggml_tensor * x = dst->src[1];
+    const struct ggml_tensor * r = dst->src[2];
+    const struct ggml_tensor * s = dst->src[3];
+    const int32_t *            p = (const int32_t *) dst->op_params;
+    float                      b0, b15;
+    memcpy(&b0, p + 2, sizeof(float));
+    memcpy(&b15, p + 3, sizeof(float));
+    const int                   k_chunk = p[0];
+    const enum ggml_ext_dec_mode mode   = (enum ggml_ext_dec_mode) p[1];
+
+    const int64_t   M = y->ne[0], K = x->ne[0];
+    const uint8_t * rq = (const uint8_t *) r->data;
+    const float *   sc = (const float *) s->data;
+    const size_t    rs = r->nb[1];
+    int32_t *       sel = (int32_t *) params->wdata + params->ith * (K + SLICE_PAD);
+
+    const int64_t n     = ggml_nrows(y) * M;
+    const int64_t per   = (n + params->nth - 1) / params->nth;
+    const int64_t start = per * params->ith;
+    const int64_t end   = start + per < n ? start + per : n;
+    const int64_t ne1 = y->ne[1], ne2 = y->ne[2];
+    for (int64_t e = start; e < end;) {
+        const int64_t row = e / M, m0 = e % M;
+        const int64_t m1 = M - m0 < end - e ? M : m0 + (end - e);
+        const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1 * ne2);
+        const float * xr = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
+        const float * yr = (const float *) ((const char *) y->data + i1 * y->nb[1] + i2 * y->nb[2] + i3 * y->nb[3]);
+        float *       dr = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
+        const int64_t ns = ggml_ext_dec_select(xr, K, k_chunk, mode, b0, b15, sel);
+        for (int64_t m = m0; m < m1; m++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < ns; t++) {
+                const int64_t j = sel[t];
+                const uint8_t b = rq[j * rs + m / 2];
+                const int     q = (int) ((m & 1) ? b >> 4 : b & 15) - 8;
+                acc += (float) q * xr[j];
+            }
+            dr[m] = yr[m] + sc[m] * acc;
+        }
+        e += m1 - m0;
+    }
+}
+
+static int supports(const struct ggml_tensor * op) {
+    return ggml_ext_dec_mul_mat_check(op) == NULL;
+}
+
+static size_t work_size(const struct ggml_tensor * op, int n_tasks) {
+    return (size_t) n_tasks * (size_t) (op->src[1]->ne[0] + SLICE_PAD) * sizeof(int32_t);
+}
+
+const struct ggml_ext_cpu_op ggml_ext_cpu_op_dec_mul_mat = {
+    .supports  = supports,
+    .n_tasks   = NULL,  // every thread
+    .work_size = work_size,
+    .forward   = forward,
+};
