@@ -3,7 +3,7 @@
 // ggml's own get_rows with the types' row-wise to_float (patch 0110), against the same weights
 // dequantized by that to_float as F32. Activation row counts 1-33 (one kernel pass of 8 rows and
 // partial ones), 1-2 src1 planes, 1-4 threads. Also: the type traits (names, sizes), and that an id
-// without a type (43-99, 103-119) reads "reserved" with block size 0.
+// without a type (43-99, 106-119) reads "reserved" with block size 0.
 // Built and run by tests/formats/test_codebooks_gguf.py against our installed libggml.
 #include "ggml.h"
 #include "ggml-cpu.h"
@@ -89,7 +89,7 @@ int main(void) {
                ggml_type_size(GGML_TYPE_CB3) == 110,
            "CB3 traits: cb3, 256 weights, 110 bytes");
     expect(GGML_TYPE_COUNT == 120, "GGML_TYPE_COUNT is 120");
-    const int unused[] = { 43, 50, 99, 103, 119 };
+    const int unused[] = { 43, 50, 99, 106, 119 };
     for (size_t i = 0; i < sizeof(unused) / sizeof(unused[0]); i++) {
         snprintf(what, sizeof(what), "id %d reads reserved with block size 0", unused[i]);
         expect(strcmp(ggml_type_name((enum ggml_type) unused[i]), "reserved") == 0 &&
