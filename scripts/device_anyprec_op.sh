@@ -5,29 +5,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_anyprec_op.sh OUT [HF_DIR TEXT]} hf=${2:-} text=${3:-}
-out=$top/logs
-mkdir -p "$out"
-trap 'tar czf "$top/logs.tgz" -C "$out" . && cp "$out/summary.txt" "$top/" 2>/dev/null; rm -rf "$out"' EXIT
-B=${BUILD:-/tmp/bc}
-PY=${PYTHON:-python3}  # the converter needs numpy, torch, transformers, safetensors, tqdm: the device's torch venv
-[ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
+. scripts/device_lib.sh   # from the repository root (cmake -S .)
+device_setup "$top" "device_anyprec op"
 BITS=${BITS:-3 4 5 6 7 8}
-jobs=$(nproc)
-say() { echo "$*" | tee -a "$out/summary.txt"; }
-say "device_anyprec op: $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$out/summary.txt"
-
-t0=$(date +%s)
-{ [ -f "$B/build.ninja" ] || cmake -S . -B "$B" -G Ninja -DGGML_EXT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DPython3_EXECUTABLE="$(command -v "$PY")" > "$out/build.log" 2>&1; } &&
-    cmake --build "$B" -j "$jobs" --target ggml_ext_all >> "$out/build.log" 2>&1 &&
-    cmake --install "$B" --component ggml_ext --prefix "$B/install" >> "$out/build.log" 2>&1 ||
-    { tail -60 "$out/build.log" | tee -a "$out/summary.txt"; exit 1; }
-say "build (ours, CUDA): $(( $(date +%s) - t0 )) s on $jobs cores"
-P=$B/install/ggml_ext
-BIN=$P/bin
-export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P
-export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+device_build_cuda
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     for round in 1 2; do  # two rounds: a result that changes from run to run shows

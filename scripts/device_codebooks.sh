@@ -39,30 +39,9 @@
 #               bash scripts/device_codebooks.sh - - $OUT
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
-out=$top/logs
-mkdir -p "$out"
-trap 'tar czf "$top/logs.tgz" -C "$out" . && cp "$out/summary.txt" "$top/" 2>/dev/null; rm -rf "$out"' EXIT
-B=${BUILD:-/tmp/bc}
-PY=${PYTHON:-python3}  # the converter needs numpy, torch, transformers, safetensors, tqdm: the device's torch venv
-[ -z "${PYTHON:-}" ] && [ -x /opt/torch/.venv/bin/python3 ] && PY=/opt/torch/.venv/bin/python3
-jobs=$(nproc)
-say() { echo "$*" | tee -a "$out/summary.txt"; }
-say "device_codebooks: $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
-command -v nvidia-smi >/dev/null && nvidia-smi -L | tee -a "$out/summary.txt"
-
-# Configured once; built and installed on every call (ninja redoes only what changed: a warm machine whose
-# $BUILD holds an older build picks up the current kernels; an unchanged tree costs seconds)
-t0=$(date +%s)
-{ [ -f "$B/build.ninja" ] || cmake -S . -B "$B" -G Ninja -DGGML_EXT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DPython3_EXECUTABLE="$(command -v "$PY")" > "$out/build.log" 2>&1; } &&
-    cmake --build "$B" -j "$jobs" --target ggml_ext_all >> "$out/build.log" 2>&1 &&
-    cmake --install "$B" --component ggml_ext --prefix "$B/install" >> "$out/build.log" 2>&1 ||
-    { tail -60 "$out/build.log" | tee -a "$out/summary.txt"; exit 1; }
-say "build (ours, CUDA): $(( $(date +%s) - t0 )) s on $jobs cores"
-P=$B/install/ggml_ext
-BIN=$P/bin
-export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P
-export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+. scripts/device_lib.sh   # from the repository root (cmake -S .)
+device_setup "$top" "device_codebooks"
+device_build_cuda
 
 bench() {  # name file [reps]
     "$BIN/llama-bench" -m "$2" -ngl 99 -p 512 -n 128 -r "${3:-5}" -o md > "$out/bench-$1.log" 2>&1
