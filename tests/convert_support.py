@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -330,3 +331,22 @@ def cached_cb2_file() -> Path:
                     warn=lambda w: None)
         assert any("fall back" in w and "blk.0.attn_q.weight" in w for w in r.warnings), r.warnings
     return cached_default_conversion("smollm2-cb2-4x128", cb2_code_digest(), build)
+
+
+@lru_cache(maxsize=None)
+def real_layer(model_dir: str, index: int, what: tuple[str, ...] = ("hessian",), n_samples: int = 8,
+               seq_len: int = 128) -> dict:
+    """Decoder layer ``index`` of a real model, streamed over wiki-train (the layers before it
+    unquantized): full module name -> (weight float32, {collector: statistic}) for the collectors
+    ``what`` (calibrate/collect.py). Cached per process: the methods' tests share one pass."""
+    from ggml_ext.calibrate.collect import Collector
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.calibrate.stream import LayerStream
+    tok = tokenize(model_dir, "wiki-train", n_samples=n_samples, seq_len=seq_len)
+    col = Collector(what)
+    for i, layer, prefix in LayerStream(model_dir).run(tok.ids, hooks=col.attach, progress=False):
+        got = col.take(prefix)
+        if i == index:
+            return {name: (layer.get_submodule(name[len(prefix) + 1:]).weight.detach().numpy().copy(),
+                           {k: r[k] for k in what}) for name, r in got.items()}
+    raise ValueError(f"{model_dir} has no decoder layer {index}")

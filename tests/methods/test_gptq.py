@@ -17,7 +17,6 @@ costs a few minutes) runs in our llama-perplexity with a finite perplexity below
 """
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -37,25 +36,9 @@ from ggml_ext.methods.grids import GRIDS  # noqa: E402
 TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL")
 
 
-@lru_cache(maxsize=None)
-def _layer(model_dir: str, index: int, n_samples: int = 8, seq_len: int = 128) -> dict:
-    """module name -> (weight float32, Hessian XᵀX float64) of decoder layer ``index``, from the layer
-    stream over wiki-train (the layers before it unquantized)."""
-    from ggml_ext.calibrate.collect import Collector
-    from ggml_ext.calibrate.data import tokenize
-    from ggml_ext.calibrate.stream import LayerStream
-    tok = tokenize(model_dir, "wiki-train", n_samples=n_samples, seq_len=seq_len)
-    st = LayerStream(model_dir)
-    col = Collector(("hessian",))
-    out = {}
-    for i, layer, prefix in st.run(tok.ids, hooks=col.attach, progress=False):
-        got = col.take(prefix)
-        if i == index:
-            for name, r in got.items():
-                w = layer.get_submodule(name[len(prefix) + 1:]).weight.detach().numpy().copy()
-                out[name] = (w, r["hessian"])
-            break
-    return out
+def _layer(model_dir: str, index: int) -> dict:
+    """module name -> (weight float32, Hessian XᵀX float64) of decoder layer ``index`` (cs.real_layer)."""
+    return {name: (w, st["hessian"]) for name, (w, st) in cs.real_layer(model_dir, index).items()}
 
 
 def _default_layer1():

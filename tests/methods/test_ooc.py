@@ -38,24 +38,10 @@ from ggml_ext.methods import ooc as O  # noqa: E402
 from ggml_ext.methods.grids import GRIDS  # noqa: E402
 
 
-@lru_cache(maxsize=None)
-def _layer(model_dir: str, index: int, n_samples: int = 8, seq_len: int = 128) -> dict:
-    """module name -> (weight, Hessian, probe Hessian) of decoder layer ``index`` over wiki-train."""
-    from ggml_ext.calibrate.collect import Collector
-    from ggml_ext.calibrate.data import tokenize
-    from ggml_ext.calibrate.stream import LayerStream
-    tok = tokenize(model_dir, "wiki-train", n_samples=n_samples, seq_len=seq_len)
-    st = LayerStream(model_dir)
-    col = Collector(("hessian", "probe_hessian"))
-    out = {}
-    for i, layer, prefix in st.run(tok.ids, hooks=col.attach, progress=False):
-        got = col.take(prefix)
-        if i == index:
-            for name, r in got.items():
-                w = layer.get_submodule(name[len(prefix) + 1:]).weight.detach().numpy().copy()
-                out[name.rsplit(".", 1)[-1]] = (w, r["hessian"], r["probe_hessian"])
-            break
-    return out
+def _layer(model_dir: str, index: int) -> dict:
+    """module name -> (weight, Hessian, probe Hessian) of decoder layer ``index`` (cs.real_layer)."""
+    return {name.rsplit(".", 1)[-1]: (w, st["hessian"], st["probe_hessian"])
+            for name, (w, st) in cs.real_layer(model_dir, index, ("hessian", "probe_hessian")).items()}
 
 
 def _err(W, Q, H) -> float:
