@@ -338,8 +338,8 @@ hostile("tensors overlap out of order",
         build([], [tinfo("a", [8], 0, 64), tinfo("b", [64], 0, 0)], b"\0" * 256), "overlaps")
 for _tid in (99, 250, -1, 43, 120, 2**31 - 1):
     hostile(f"type id {_tid}", one_tensor(type_id=_tid), "unknown ggml type id")
-hostile("type id 105 (ggml-ext range)", one_tensor(type_id=105), "ggml-ext type id 105, not known to this version")
-hostile("type id 103 (ggml-ext range, unused)", one_tensor(type_id=103), "ggml-ext type id 103")
+hostile("type id 106 (ggml-ext range)", one_tensor(type_id=106), "ggml-ext type id 106, not known to this version")
+hostile("type id 119 (ggml-ext range, unused)", one_tensor(type_id=119), "ggml-ext type id 119")
 hostile("type id 4 (removed Q4_2)", one_tensor(type_id=4), "removed")
 hostile("type id 5 (removed Q4_3)", one_tensor(type_id=5), "removed")
 for _tid, _n in ((31, 4), (32, 4), (33, 8), (36, 4), (37, 4), (38, 8)):
@@ -515,8 +515,8 @@ def test_type_table_helpers():
         ggml_types.tensor_nbytes(14, [32, 4])
     with pytest.raises(ValueError, match="row count 6 is not a multiple of 8"):
         ggml_types.tensor_nbytes(38, [32, 6])
-    with pytest.raises(ValueError, match="ggml-ext type id 105, not known to this version"):
-        ggml_types.type_info(105)
+    with pytest.raises(ValueError, match="ggml-ext type id 106, not known to this version"):
+        ggml_types.type_info(106)
     with pytest.raises(ValueError, match="removed"):
         ggml_types.type_info(4)
     with pytest.raises(ValueError, match="unknown ggml type id 99"):
@@ -525,11 +525,11 @@ def test_type_table_helpers():
         t = ggml_types.type_info(tid)
         assert (t.block_size, t.type_size, t.row_group, t.kind) == (32, 18, n, "legacy")
     # the own range holds the codebook types (100, 101: 256-weight blocks), the any-precision bitplanes
-    # (102: blocks of 32) and nothing else yet
+    # (102: blocks of 32), the KVQuant cache types (103-105: value rows of 64) and nothing else yet
     own = {i: t.name for i, t in ggml_types.TYPES.items() if ggml_types.EXT_ID_MIN <= i <= ggml_types.EXT_ID_MAX}
-    assert own == {100: "CB2", 101: "CB3", 102: "APQ"}
+    assert own == {100: "CB2", 101: "CB3", 102: "APQ", 103: "NUQ4", 104: "NUQ3", 105: "NUQ2"}
     assert {i: (ggml_types.TYPES[i].kind, ggml_types.TYPES[i].block_size) for i in own} == {
-        100: ("ext", 256), 101: ("ext", 256), 102: ("ext", 32)}
+        100: ("ext", 256), 101: ("ext", 256), 102: ("ext", 32), 103: ("ext", 64), 104: ("ext", 64), 105: ("ext", 64)}
 
 
 def _pinned_tree() -> Path | None:
@@ -672,7 +672,7 @@ def test_format_info_direct(model_file):
     assert "output_norm.weight" in format_info(g, show_tensors=True)
 
 
-@pytest.mark.parametrize("name", ["n_tensors 2**60", "key length 2**63", "type id 105 (ggml-ext range)",
+@pytest.mark.parametrize("name", ["n_tensors 2**60", "key length 2**63", "type id 106 (ggml-ext range)",
                                   "wrong magic", "big-endian version", "tensors overlap fully", "empty",
                                   "interleaved 33 rows 12"])
 def test_info_hostile(tmp_path, name):
