@@ -475,7 +475,7 @@ def test_info_cli_subprocess_on_a_few(case_files):
     exe = Path(sys.executable).with_name("ggml-ext")
     if not exe.exists():
         pytest.skip(f"no ggml-ext entry point next to {sys.executable}")
-    for name in ("tokens array count 2**40", "attn_q offset 2**63", "attn_q type 105", "truncated at 50% of the data"):
+    for name in ("tokens array count 2**40", "attn_q offset 2**63", "attn_q type 119", "truncated at 50% of the data"):
         r = subprocess.run([str(exe), "info", str(case_files[name])], capture_output=True, text=True, timeout=60)
         assert r.returncode == 1, (name, r.stderr)
         assert r.stderr.startswith("error: ") and "Traceback" not in r.stderr, (name, r.stderr)
