@@ -363,8 +363,11 @@ def test_split_modes_over_two_devices(files, two_rpc_servers, wiki_test, tool_en
 
     tensor_plain, out = perplexity(files["q4_0"], "tensor")
     assert tensor_plain == pytest.approx(plain, rel=0.01), out[-3000:]
-    refused, out = perplexity(files["Q4_0_8_8"], "tensor")
-    assert refused is None, "split mode tensor ran an interleaved file"
+    for _ in range(3):  # llama.cpp's log thread can lose the last lines when the process exits at once
+        refused, out = perplexity(files["Q4_0_8_8"], "tensor")   # (seen once in a loaded CI run): retry
+        assert refused is None, "split mode tensor ran an interleaved file"
+        if "split mode \"tensor\" cannot cut" in out:
+            break
     errors = "\n".join(ln for ln in out.splitlines() if "error" in ln.lower() or "fail" in ln.lower())
     assert "split mode \"tensor\" cannot cut" in out and "--split-mode layer" in out, errors[-3000:] or out[-3000:]
 
