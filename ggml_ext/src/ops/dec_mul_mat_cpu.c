@@ -28,36 +28,26 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
     const int                   k_chunk = p[0];
     const enum ggml_ext_dec_mode mode   = (enum ggml_ext_dec_mode) p[1];
 
-    const int64_t   M = y->ne[0], K = x->ne[0];
+    const int64_t   K = x->ne[0];
     const uint8_t * rq = (const uint8_t *) r->data;
     const float *   sc = (const float *) s->data;
     const size_t    rs = r->nb[1];
     int32_t *       sel = (int32_t *) params->wdata + params->ith * (K + SLICE_PAD);
 
-    const int64_t n     = ggml_nrows(y) * M;
-    const int64_t per   = (n + params->nth - 1) / params->nth;
-    const int64_t start = per * params->ith;
-    const int64_t end   = start + per < n ? start + per : n;
-    const int64_t ne1 = y->ne[1], ne2 = y->ne[2];
-    for (int64_t e = start; e < end;) {
-        const int64_t row = e / M, m0 = e % M;
-        const int64_t m1 = M - m0 < end - e ? M : m0 + (end - e);
-        const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1 * ne2);
-        const float * xr = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
-        const float * yr = (const float *) ((const char *) y->data + i1 * y->nb[1] + i2 * y->nb[2] + i3 * y->nb[3]);
-        float *       dr = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
-        const int64_t ns = ggml_ext_dec_select(xr, K, k_chunk, mode, b0, b15, sel);
-        for (int64_t m = m0; m < m1; m++) {
+    struct ggml_ext_row_split split = ggml_ext_row_split(params->ith, params->nth, y, x, dst);
+    struct ggml_ext_row_piece pc;
+    while (ggml_ext_row_split_next(&split, &pc)) {
+        const int64_t ns = ggml_ext_dec_select(pc.x, K, k_chunk, mode, b0, b15, sel);
+        for (int64_t m = pc.m0; m < pc.m1; m++) {
             float acc = 0.0f;
             for (int64_t t = 0; t < ns; t++) {
                 const int64_t j = sel[t];
                 const uint8_t b = rq[j * rs + m / 2];
                 const int     q = (int) ((m & 1) ? b >> 4 : b & 15) - 8;
-                acc += (float) q * xr[j];
+                acc += (float) q * pc.x[j];
             }
-            dr[m] = yr[m] + sc[m] * acc;
+            pc.dst[m] = pc.y[m] + sc[m] * acc;
         }
-        e += m1 - m0;
     }
 }
 
