@@ -11,11 +11,7 @@ BITS=${BITS:-3 4 5 6 7 8}
 device_build_cuda
 
 if [ -z "${SKIP_TESTS:-}" ]; then
-    for round in 1 2; do  # two rounds: a result that changes from run to run shows
-        bash scripts/test_cuda.sh "$P" > "$out/test_cuda-$round.log" 2>&1
-        say "make test-cuda (round $round): rc=$? | $(grep -E '^(OK|FAILED|APQ|codebooks:)' "$out/test_cuda-$round.log" | tr '\n' '|')"
-        grep FAIL "$out/test_cuda-$round.log" | head -20 | tee -a "$out/summary.txt"
-    done
+    device_test_cuda '^(OK|FAILED|APQ|codebooks:)' 20
 fi
 
 bench() {  # name file [reps] (GGML_EXT_APQ_BITS from the caller's environment)

@@ -84,11 +84,7 @@ if [ -n "${BIG:-}" ]; then
 fi
 
 if [ -z "${SKIP_TESTS:-}" ]; then
-    for round in 1 2; do  # two rounds: a result that changes from run to run shows
-        bash scripts/test_cuda.sh "$P" > "$out/test_cuda-$round.log" 2>&1
-        say "make test-cuda (round $round): rc=$? | $(grep -E '^(OK|FAILED|codebooks:)' "$out/test_cuda-$round.log" | tr '\n' '|')"
-        grep FAIL "$out/test_cuda-$round.log" | head -10 | tee -a "$out/summary.txt"
-    done
+    device_test_cuda '^(OK|FAILED|codebooks:)' 10
     grep -E '^CUDA0 CB[23] ' "$out/test_cuda-1.log" | tee -a "$out/summary.txt"
     # the f32 mat-vec (GGML_EXT_CB_MMV=f32), kept for comparison, must pass too (F32MMV=0 skips it)
     if [ "${F32MMV:-1}" != 0 ]; then

@@ -7,6 +7,9 @@
 #                           $B/install on every call (ninja redoes only what changed: a warm machine whose $B
 #                           holds an older build picks up the current kernels; an unchanged tree costs seconds);
 #                           exports P (the prefix), BIN, PYTHONPATH, GGML_EXT_PREFIX, LD_LIBRARY_PATH
+#   device_test_cuda PATTERN N  scripts/test_cuda.sh twice (a result that changes from run to run shows) into
+#                           $out/test_cuda-{1,2}.log; the summary keeps rc, the lines matching PATTERN and the
+#                           first N FAIL lines of each round
 device_setup() {
     top=$1
     out=$top/logs
@@ -35,4 +38,13 @@ device_build_cuda() {
     BIN=$P/bin
     export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P
     export LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+device_test_cuda() {
+    local round
+    for round in 1 2; do
+        bash scripts/test_cuda.sh "$P" > "$out/test_cuda-$round.log" 2>&1
+        say "make test-cuda (round $round): rc=$? | $(grep -E "$1" "$out/test_cuda-$round.log" | tr '\n' '|')"
+        grep FAIL "$out/test_cuda-$round.log" | head -"$2" | tee -a "$out/summary.txt"
+    done
 }
