@@ -20,6 +20,8 @@ final step is a hard link, which fails if the name has appeared meanwhile.
 """
 from __future__ import annotations
 
+import numbers
+
 import os
 import struct
 from dataclasses import dataclass
@@ -116,6 +118,27 @@ class GGUFWriter:
             raise ValueError(f"duplicate key {key!r}")
         _encode_value(vtype, value)  # fail early on a bad value
         self._kv[key] = (vtype, value)
+
+    def add_values(self, prefix: str, values: dict[str, Any]) -> None:
+        """``prefix.KEY`` for every item of a flat metadata dict, the GGUF type from the Python value: bool,
+        integer (u32, or i32 when negative), float (f64), str, a list of integers (array[i32]) or of other
+        values (array[str]); anything else is a TypeError naming the key."""
+        for k, v in values.items():
+            key = f"{prefix}.{k}"
+            if isinstance(v, bool):
+                self.add(key, "bool", v)
+            elif isinstance(v, numbers.Integral):
+                self.add(key, "u32" if v >= 0 else "i32", int(v))
+            elif isinstance(v, float):
+                self.add(key, "f64", v)
+            elif isinstance(v, str):
+                self.add(key, "str", v)
+            elif isinstance(v, (list, tuple)) and all(isinstance(e, numbers.Integral) for e in v):
+                self.add(key, "array[i32]", [int(e) for e in v])
+            elif isinstance(v, (list, tuple)):
+                self.add(key, "array[str]", [str(e) for e in v])
+            else:
+                raise TypeError(f"{key}: cannot store {type(v).__name__}")
 
     def set(self, key: str, value: Any) -> None:
         """Change a value after the header was written: only to one of the same encoded size."""

@@ -92,13 +92,7 @@ class DecSideFile:
         w = GGUFWriter(path, force=force)
         w.add("general.type", "str", "qdec")
         w.add("qdec.format_version", "u32", FORMAT_VERSION)
-        for k, v in self.meta.items():
-            if isinstance(v, int):
-                w.add(f"qdec.{k}", "u32", v)
-            elif isinstance(v, str):
-                w.add(f"qdec.{k}", "str", v)
-            else:
-                w.add(f"qdec.{k}", "array[i32]", [int(e) for e in v])
+        w.add_values("qdec", self.meta)
         order = []
         for name in sorted(self.linears):
             d = self.linears[name]

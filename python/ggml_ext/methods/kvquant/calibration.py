@@ -100,21 +100,7 @@ class KVCalibration:
         w = GGUFWriter(path, force=force)
         w.add("general.type", "str", "kvquant")
         w.add("kvquant.format_version", "u32", FORMAT_VERSION)
-        for k, v in self.meta.items():
-            if isinstance(v, bool):
-                w.add(f"kvquant.{k}", "bool", v)
-            elif isinstance(v, int):
-                w.add(f"kvquant.{k}", "u32" if v >= 0 else "i32", v)
-            elif isinstance(v, float):
-                w.add(f"kvquant.{k}", "f64", v)
-            elif isinstance(v, str):
-                w.add(f"kvquant.{k}", "str", v)
-            elif isinstance(v, (list, tuple)) and all(isinstance(e, int) for e in v):
-                w.add(f"kvquant.{k}", "array[i32]", list(v))
-            elif isinstance(v, (list, tuple)):
-                w.add(f"kvquant.{k}", "array[str]", [str(e) for e in v])
-            else:
-                raise TypeError(f"kvquant.{k}: cannot store {type(v).__name__}")
+        w.add_values("kvquant", self.meta)
         order = []
         for i, layer in enumerate(self.layers):
             for name in sorted(layer):
