@@ -112,8 +112,18 @@ GGML_EXT_API const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w
 // Returns 0, or -1 for a value outside 0..8.
 GGML_EXT_API int ggml_ext_llama_set_apq_bits(int bits);
 
-// The precision asked for: the value set above, else GGML_EXT_APQ_BITS, else 0 (each weight's parent);
-// -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
+// The precision of graphs this thread builds from now on, over the process-wide one above: bits in
+// 1..8, or 0 to go back to it. llama-server sets it per batch from the requests' "apq_bits" (patch
+// 0306; requests of different precisions never share a batch). Returns 0, or -1 outside 0..8.
+GGML_EXT_API int ggml_ext_llama_set_apq_bits_local(int bits);
+
+// Whether every any-precision weight loaded so far serves bits: 0, else -1 with why in err (of size n):
+// no APQ weights loaded, or bits outside [the highest seed, the lowest parent] of them. Weights of a model
+// freed since still count (the check errs on the side of refusing).
+GGML_EXT_API int ggml_ext_llama_apq_check(int bits, char * err, size_t n);
+
+// The precision asked for: this thread's value (set_apq_bits_local), else the process-wide one, else
+// GGML_EXT_APQ_BITS, else 0 (each weight's parent); -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
 GGML_EXT_API int ggml_ext_llama_apq_bits(void);
 
 #ifdef __cplusplus

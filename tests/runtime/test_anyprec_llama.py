@@ -8,12 +8,19 @@ file's precision extracted as F32 matrices (``ggml-ext anyprec extract --type f3
 multiplied by llama.cpp's own F32 path) up to summation order; a small batch (``-ub 8``) goes through the
 bitplane GEMV instead of the dequantized blocks and agrees as well; the 8-bit model is near the f16
 model; a precision the file does not serve is refused with a message naming the range, from the flag,
-the environment and llama-cpp-python's ``apq_bits``; ``ggml-ext info`` lists the precisions.
+the environment and llama-cpp-python's ``apq_bits``; ``ggml-ext info`` lists the precisions. llama-server
+serves each request at the precision its ``apq_bits`` field asks for from one copy of the weights (patch
+0306): the same answer as a server started at that precision, concurrent requests of two precisions
+included, and a precision the file does not serve is a 400, not a crash.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -120,3 +127,74 @@ def test_bench_runs_each_precision(apq_file, threads):
                          capture_output=True, text=True, env=tools.tool_env())
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("# --apq-bits") == 2 and out.stdout.count("tg4") == 2, out.stdout
+
+
+def _complete(url: str, **fields) -> dict:
+    body = {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0, "n_probs": 4, "seed": 0,
+            **fields}
+    req = urllib.request.Request(url + "/completion", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def _answer(r: dict) -> tuple[str, list[float]]:
+    """The text and every returned log-probability (chosen and top tokens) of a /completion answer."""
+    probs = [p["logprob"] for step in r["completion_probabilities"] for p in [step, *step["top_logprobs"]]]
+    return r["content"], probs
+
+
+def _same(got, want):
+    return got[0] == want[0] and len(got[1]) == len(want[1]) and max(
+        abs(a - b) for a, b in zip(got[1], want[1])) <= 1e-4
+
+
+def test_server_serves_each_request_at_its_precision(apq_file, threads, tmp_path):
+    from ggml_ext import serve
+
+    def start(extra, name):
+        log = open(tmp_path / name, "w")
+        proc, url = serve.start(apq_file, port=0, ctx_size=512, log=log,
+                                extra=["-t", str(threads), "-np", "2", "--no-webui", *extra])
+        return proc, url, log
+
+    want = {}
+    for bits in (3, 8):  # one server per precision, the process-wide --apq-bits: the reference
+        proc, url, log = start(["--apq-bits", str(bits)], f"ref{bits}.log")
+        try:
+            want[bits] = _answer(_complete(url))
+        finally:
+            serve.stop(proc)
+            log.close()
+    assert want[3][1][0] != pytest.approx(want[8][1][0], abs=1e-3), "3 and 8 bits should not agree"
+
+    proc, url, log = start([], "server.log")
+    try:
+        # one after another on the same prompt: the 8-bit request must not reuse the 3-bit request's KV
+        for bits in (3, 8, 3):
+            assert _same(_answer(_complete(url, apq_bits=bits)), want[bits]), bits
+        assert _same(_answer(_complete(url)), want[8])  # no field: the server's precision (the parent)
+        # two precisions at once on two slots: never one batch
+        got = {}
+        workers = [threading.Thread(target=lambda b=b: got.__setitem__(b, _answer(_complete(url, apq_bits=b))))
+                   for b in (3, 8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert _same(got[3], want[3]) and _same(got[8], want[8])
+        for bad, msg in ((2, "serve 3 to 8 bits"), ("8", "must be an integer")):
+            with pytest.raises(urllib.error.HTTPError) as e:
+                _complete(url, apq_bits=bad)
+            assert e.value.code == 400 and msg in e.value.read().decode(), bad
+        # the OpenAI-style endpoint takes the field too
+        chat = urllib.request.Request(url + "/v1/chat/completions", headers={"Content-Type": "application/json"},
+                                      data=json.dumps({"messages": [{"role": "user", "content": "Hi"}],
+                                                       "max_tokens": 2, "apq_bits": 9}).encode())
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(chat, timeout=300)
+        assert e.value.code == 400 and "serve 3 to 8 bits" in e.value.read().decode()
+        assert proc.poll() is None and _same(_answer(_complete(url, apq_bits=3)), want[3])
+    finally:
+        serve.stop(proc)
+        log.close()

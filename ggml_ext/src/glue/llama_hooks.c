@@ -41,12 +41,14 @@ void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, void * user) 
 struct apq_entry {
     const struct ggml_tensor * w;
     struct ggml_tensor *       tables;
+    int                        seed, parent;  // the precisions it serves (kept: w may be freed since)
 };
 
 static pthread_mutex_t    apq_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct apq_entry * apq_entries;
 static size_t             apq_count, apq_cap;
 static int                apq_bits_set;  // ggml_ext_llama_set_apq_bits; 0: the environment decides
+static _Thread_local int  apq_bits_local;  // ggml_ext_llama_set_apq_bits_local (llama-server: per request)
 
 static struct ggml_tensor * apq_tables_of(const struct ggml_tensor * w) {
     struct ggml_tensor * t = NULL;
@@ -61,7 +63,7 @@ static struct ggml_tensor * apq_tables_of(const struct ggml_tensor * w) {
     return t;
 }
 
-static int apq_remember(const struct ggml_tensor * w, struct ggml_tensor * tables) {
+static int apq_remember(const struct ggml_tensor * w, struct ggml_tensor * tables, int seed, int parent) {
     int ok = 1;
     pthread_mutex_lock(&apq_lock);
     size_t i = 0;
@@ -86,6 +88,8 @@ static int apq_remember(const struct ggml_tensor * w, struct ggml_tensor * table
     if (ok) {
         apq_entries[i].w      = w;
         apq_entries[i].tables = tables;
+        apq_entries[i].seed   = seed;
+        apq_entries[i].parent = parent;
     }
     pthread_mutex_unlock(&apq_lock);
     return ok;
@@ -207,7 +211,39 @@ int ggml_ext_llama_set_apq_bits(int bits) {
     return 0;
 }
 
+int ggml_ext_llama_set_apq_bits_local(int bits) {
+    if (bits < 0 || bits > 8) {
+        return -1;
+    }
+    apq_bits_local = bits;
+    return 0;
+}
+
+int ggml_ext_llama_apq_check(int bits, char * err, size_t n) {
+    int seed = 0, parent = 9, count = 0;
+    pthread_mutex_lock(&apq_lock);
+    for (size_t i = 0; i < apq_count; i++) {
+        seed   = apq_entries[i].seed > seed ? apq_entries[i].seed : seed;
+        parent = apq_entries[i].parent < parent ? apq_entries[i].parent : parent;
+        count++;
+    }
+    pthread_mutex_unlock(&apq_lock);
+    if (count == 0) {
+        snprintf(err, n, "apq_bits=%d asked for, but the loaded model has no any-precision (APQ) weights", bits);
+        return -1;
+    }
+    if (bits < seed || bits > parent) {
+        snprintf(err, n, "apq_bits=%d asked for, but the loaded any-precision weights serve %d to %d bits", bits, seed,
+                 parent);
+        return -1;
+    }
+    return 0;
+}
+
 int ggml_ext_llama_apq_bits(void) {
+    if (apq_bits_local > 0) {
+        return apq_bits_local;
+    }
     if (apq_bits_set > 0) {
         return apq_bits_set;
     }
@@ -260,7 +296,7 @@ const char * ggml_ext_llama_attach_companion(struct ggml_tensor * w, struct ggml
     if (apq_precision(w, seed, ggml_ext_apq_parent_bits((int) w->type), err, sizeof(err)) < 0) {
         return err;
     }
-    if (!apq_remember(w, companion)) {
+    if (!apq_remember(w, companion, seed, ggml_ext_apq_parent_bits((int) w->type))) {
         return "out of memory";
     }
     return NULL;
