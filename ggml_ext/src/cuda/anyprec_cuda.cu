@@ -33,7 +33,8 @@
 //      shared memory (<= 32 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
 //      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
 //   v9, v10 (one token): v4 with the first two super-chunks' loads issued before the prologue (tables, x) and
-//      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel).
+//      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel);
+//   v11, v12: v9, v10 with singles at every b (no pair tables to merge).
 // The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
@@ -541,7 +542,11 @@ static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_
 //   * the launcher does no per-call device queries (v4's asks for the SM count each call).
 // Pairs (b <= 4) as in v4. The block's row sums go through shared memory; one store per row, no atomics.
 // v9: 8 warps per block (as v4); v10: 16 (twice the loads in flight per SM where the rows give fewer blocks
-// than the SMs can hold: 4096 rows are 128 blocks for the H100's 132 SMs).
+// than the SMs can hold: 4096 rows are 128 blocks for the H100's 132 SMs). v11 / v12: v9 / v10 without pair
+// tables (singles at every b, codes in 4-bit lanes): a pair lookup reads 8 bytes per lane, two shared-memory
+// wavefronts, as much as two single lookups, so pairs save only instructions, while their merge is part of
+// the prologue (at 4 bits 8192 float2 per block, ~0.5 us) and their 64 KiB per block (4 bits) limits the
+// blocks per SM.
 
 // byte codes of weights 4m+i (lo) and 16+4m+i (hi), i < 4, of the b planes' words w, m < 4
 template <int B>
@@ -560,11 +565,11 @@ static __device__ __forceinline__ void rl_codes_nib(const uint32_t (&w)[B], int 
     hi = (((t >> 4) & 0x0f0f0f0fu) << (B - BT)) | ((u >> 4) & 0x0f0f0f0fu);
 }
 
-template <int B, int W>
+template <int B, int W, bool PAIRS>
 static __global__ void __launch_bounds__(32 * W)
     apq_gemv_rl9_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
                         int S, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
-    constexpr bool PAIR = B <= 4;
+    constexpr bool PAIR = PAIRS && B <= 4;
     constexpr int  TB   = 1 << B;
     constexpr int  E    = PAIR ? (16 << B) : TB;
     extern __shared__ float4 smem4[];
@@ -669,10 +674,10 @@ static __global__ void __launch_bounds__(32 * W)
     }
 }
 
-template <int B, int W>
+template <int B, int W, bool PAIRS>
 static cudaError_t rl9_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S,
                               const float * x, float * y, cudaStream_t stream) {
-    constexpr bool PAIR = B <= 4;
+    constexpr bool PAIR = PAIRS && B <= 4;
     constexpr int  E    = PAIR ? (16 << B) : (1 << B);
     const size_t   smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * W * 32 + 4u * (size_t) k;
     if (smem > 48 * 1024) {
@@ -683,7 +688,7 @@ static cudaError_t rl9_launch(const uint8_t * rl, const uint16_t * tables, int64
         static size_t attr[64];  // per device: dynamic shared memory allowed so far (raised on demand)
         if (smem > attr[dev]) {
             const cudaError_t e =
-                cudaFuncSetAttribute(apq_gemv_rl9_kernel<B, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+                cudaFuncSetAttribute(apq_gemv_rl9_kernel<B, W, PAIRS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
             if (e != cudaSuccess) {
                 return e;
             }
@@ -691,23 +696,23 @@ static cudaError_t rl9_launch(const uint8_t * rl, const uint16_t * tables, int64
         }
     }
     const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
-    apq_gemv_rl9_kernel<B, W><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
+    apq_gemv_rl9_kernel<B, W, PAIRS><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
         (const uint4 *) rl, (const __half *) tables, n, k, S, plane_u4, x, y);
     return cudaGetLastError();
 }
 
-template <int W>
+template <int W, bool PAIRS>
 static cudaError_t rl9_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
                             const float * x, float * y, cudaStream_t st) {
     switch (b) {
-        case 1: return rl9_launch<1, W>(rl, t, n, k, S, x, y, st);
-        case 2: return rl9_launch<2, W>(rl, t, n, k, S, x, y, st);
-        case 3: return rl9_launch<3, W>(rl, t, n, k, S, x, y, st);
-        case 4: return rl9_launch<4, W>(rl, t, n, k, S, x, y, st);
-        case 5: return rl9_launch<5, W>(rl, t, n, k, S, x, y, st);
-        case 6: return rl9_launch<6, W>(rl, t, n, k, S, x, y, st);
-        case 7: return rl9_launch<7, W>(rl, t, n, k, S, x, y, st);
-        default: return rl9_launch<8, W>(rl, t, n, k, S, x, y, st);
+        case 1: return rl9_launch<1, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 2: return rl9_launch<2, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 3: return rl9_launch<3, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 4: return rl9_launch<4, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 5: return rl9_launch<5, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 6: return rl9_launch<6, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 7: return rl9_launch<7, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        default: return rl9_launch<8, W, PAIRS>(rl, t, n, k, S, x, y, st);
     }
 }
 
@@ -716,7 +721,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 10 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 12 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
@@ -732,8 +737,10 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 7: return rl_bits<1, 8, true, true, 0>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
-        case 9: return rl9_bits<8>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        case 10: return rl9_bits<16>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 9: return rl9_bits<8, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
                 return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
