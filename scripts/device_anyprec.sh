@@ -69,8 +69,8 @@ if command -v cuobjdump >/dev/null; then
     for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELi1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z18apq_gemv_rl_kernelILi3ELi8ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi3ELi8EEvPK5uint4PK6__halfllilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi8ELi8EEvPK5uint4PK6__halfllilPKfPf \
+             _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
+             _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
