@@ -2,14 +2,20 @@
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v8 and the default (row-lane layout made
+//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v12 and the default (row-lane layout made
 //     by ggml_ext_apq_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
 //     dequantize kernel (bit-exact
 //     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
 //     tolerance 1e-3); the max relative error of each shape/precision is printed;
-//   * time (CUDA events, median of 200 launches): each variant at one token against cuBLAS's fp16 GEMV of
-//     the same shape, as a fraction of the bandwidth measured by a device-to-device copy; v2 at 8 tokens,
-//     v8 at 2 and 8 tokens against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens against cuBLAS fp16.
+//   * time: each variant at one token against cuBLAS's fp16 GEMV of the same shape, as a fraction of the
+//     bandwidth measured by a device-to-device copy (a read-only kernel's bandwidth printed beside it); v2 at 8
+//     tokens, v8 at 2 and 8 tokens against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens
+//     against cuBLAS fp16. Every timing is L2-COLD and back to back (b2b_us): 40 launches between two events,
+//     each launch on its own copy of the weights and tables, the copies rotated so that a round reads >= 3 x
+//     the L2 (rounds 1-3 timed one launch between two events on one copy: L2-warm for shapes under the
+//     50 MB L2, and ~8-10 us of host launch time in every figure -- 576x576 took 12-14 us). The best
+//     variant and cuBLAS are also timed in a CUDA graph (graph_us) and alone as in rounds 1-3; an empty kernel
+//     gives the launch floor of each method.
 // Prints markdown tables; exit 1 on any mismatch.
 #include "../../ggml_ext/src/cuda/anyprec_cuda.h"
 
@@ -52,6 +58,10 @@ static uint32_t rnd() {
     return (uint32_t) s;
 }
 
+// The stream every timed launch goes to: a created one (the legacy default stream cannot be captured into a
+// graph), blocking, so that it still orders with the cudaMemset / cudaMemcpy calls of the checks.
+static cudaStream_t st;
+
 template <class F> static float median_us(F f, int iters = 200) {
     cudaEvent_t a, b;
     CK(cudaEventCreate(&a));
@@ -59,9 +69,9 @@ template <class F> static float median_us(F f, int iters = 200) {
     for (int i = 0; i < 10; i++) f();
     std::vector<float> t;
     for (int i = 0; i < iters; i++) {
-        CK(cudaEventRecord(a));
+        CK(cudaEventRecord(a, st));
         f();
-        CK(cudaEventRecord(b));
+        CK(cudaEventRecord(b, st));
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
@@ -71,6 +81,99 @@ template <class F> static float median_us(F f, int iters = 200) {
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return t[t.size() / 2];
+}
+
+// Back-to-back: n launches between one pair of events, f(i) the i-th (the caller rotates over copies of the
+// weights with i, so that each launch reads them from DRAM, not from the L2 the previous one filled); the
+// median over reps of the mean time per launch. This is what a decode step sees when the host runs ahead
+// of the GPU (launch gaps of ~1-2 us, no host round trip per launch).
+template <class F> static float b2b_us(F f, int n = 40, int reps = 7) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 10; i++) f(i);
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a, st));
+        for (int i = 0; i < n; i++) f(r * n + i);
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0f / n);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return t[t.size() / 2];
+}
+
+// The same n launches captured into one CUDA graph (what llama.cpp's CUDA backend does for decode): the
+// median over reps of graph time / n; -1 where the capture fails (reported as "-").
+template <class F> static float graph_us(F f, int n = 40, int reps = 7) {
+    for (int i = 0; i < 4; i++) f(i);
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t     g  = nullptr;
+    cudaGraphExec_t ge = nullptr;
+    if (cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+        cudaGetLastError();
+        return -1.0f;
+    }
+    for (int i = 0; i < n; i++) f(i);
+    if (cudaStreamEndCapture(st, &g) != cudaSuccess || cudaGraphInstantiate(&ge, g, 0) != cudaSuccess) {
+        cudaGetLastError();
+        if (g) cudaGraphDestroy(g);
+        return -1.0f;
+    }
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaGraphLaunch(ge, st));
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(a, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0f / n);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return t[t.size() / 2];
+}
+
+static __global__ void empty_kernel() {}
+
+// read bandwidth: every byte of buf read once (uint4 loads, grid-stride), folded into one word
+static __global__ void read_kernel(const uint4 * __restrict__ p, size_t n, unsigned * out) {
+    unsigned s = 0;
+    for (size_t i = (size_t) blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t) gridDim.x * blockDim.x) {
+        const uint4 v = __ldg(p + i);
+        s ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (s == 0x12345678u) *out = s;  // keeps the loads
+}
+
+// copies of a device buffer (c[0] the original): rotating over them keeps each launch's reads out of L2
+template <class T> static std::vector<T *> make_copies(T * src, size_t bytes, int count) {
+    std::vector<T *> c{ src };
+    for (int i = 1; i < count; i++) {
+        T * d;
+        CK(cudaMalloc(&d, bytes));
+        CK(cudaMemcpy(d, src, bytes, cudaMemcpyDeviceToDevice));
+        c.push_back(d);
+    }
+    return c;
+}
+
+template <class T> static void free_copies(std::vector<T *> & c) {
+    for (size_t i = 1; i < c.size(); i++) cudaFree(c[i]);
+    c.resize(1);
 }
 
 static int bad = 0;
@@ -96,31 +199,51 @@ static double check(const char * what, int64_t n, int64_t k, int b, const std::v
 
 int main() {
     const int S = 3, P = 8, NTB = 16;  // NTB: tokens of the cuBLAS path
+    CK(cudaStreamCreate(&st));
     size_t big = (size_t) 1 << 30;     // bandwidth: device-to-device copy of 1 GiB (reads + writes 2 GiB)
     void * src, * dst;
     CK(cudaMalloc(&src, big));
     CK(cudaMalloc(&dst, big));
     CK(cudaMemset(src, 1, big));
-    const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, big, cudaMemcpyDeviceToDevice)); }, 20);
+    const float copy_us = median_us([&] { CK(cudaMemcpyAsync(dst, src, big, cudaMemcpyDeviceToDevice, st)); }, 20);
     const double bw = 2.0 * (double) big / (copy_us * 1e-6);  // bytes/s
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
-    printf("# %s; measured copy bandwidth %.0f GB/s\n\n", prop.name, bw / 1e9);
+    const float read_us = median_us([&] {
+        read_kernel<<<prop.multiProcessorCount * 8, 512, 0, st>>>((const uint4 *) src, big / 16, (unsigned *) dst);
+    }, 20);
+    const double rbw = (double) big / (read_us * 1e-6);
+    CK(cudaFree(src));
+    CK(cudaFree(dst));
+    // launch floor: an empty kernel, launched alone (host round trip per launch, as rounds 1-3 timed every
+    // kernel), back to back, and from a CUDA graph
+    const float e1 = median_us([&] { empty_kernel<<<1, 32, 0, st>>>(); });
+    const float eb = b2b_us([&](int) { empty_kernel<<<1, 32, 0, st>>>(); });
+    const float eg = graph_us([&](int) { empty_kernel<<<1, 32, 0, st>>>(); });
+    const double l2    = (double) prop.l2CacheSize;
+    const double rot   = 3.0 * l2;  // bytes one rotation over the weight copies reads (at the seed precision)
+    printf("# %s; measured copy bandwidth %.0f GB/s (the %% of bandwidth below divides by it), read-only "
+           "bandwidth %.0f GB/s; L2 %.0f MB\n", prop.name, bw / 1e9, rbw / 1e9, l2 / 1e6);
+    printf("# launch floor (empty kernel): %.2f us alone (event pair around one launch), %.2f us back to back, "
+           "%.2f us in a CUDA graph\n", e1, eb, eg);
+    printf("# timings: 'b2b' = mean of 40 back-to-back launches (median of 7 rounds), each launch reading its "
+           "own copy of the weights and tables (copies rotated so that one round reads >= 3 x L2: every launch "
+           "reads from DRAM); 'graph' = the same 40 launches in one CUDA graph; 'alone' = one launch between two "
+           "events on the same copy (L2-warm when it fits; includes the host's launch time: rounds 1-3's method)\n\n");
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 2;
+    if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) return 2;
     const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 }, { 576, 576 },
                                   { 1000, 1536 } };
     std::string t1 =
-        "## one token (GEMV): latency in us per variant; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | best | % of bandwidth | cuBLAS fp16 | speedup | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "## one token (GEMV): latency in us per variant, L2-cold back to back; % of bandwidth and speedup of the best row-lane variant\n\n"
+        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
-        "## batches: v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
+        "## batches (L2-cold back to back): v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    char line[512];
+    char line[1024];
     for (auto & sh : shapes) {
         const int64_t n = sh[0], k = sh[1];
         const bool    rl_ok = k % 128 == 0;
@@ -155,22 +278,36 @@ int main() {
         // fp16 baselines (weights: whatever the dequantize kernel left there; zeros first)
         CK(cudaMemset(dw16, 0, (size_t) n * k * 2));
         CK(cudaMemset(dx16, 0, NTB * k * 2));
+        // copies for the L2-cold rotation: one round over them reads >= rot bytes at S bits (fp16: all of W)
+        const double seed_bytes = (double) S * n * k / 8;
+        const int    nc   = (int) std::min(1024.0, std::ceil(rot / seed_bytes) + 1);
+        const int    nc16 = (int) std::min(1024.0, std::ceil(rot / (2.0 * n * k)) + 1);
+        std::vector<uint8_t *>  rlc  = make_copies(drl, rl_size, rl_ok ? nc : 1);
+        std::vector<uint8_t *>  dpc  = make_copies(dp, np, nc);
+        std::vector<uint16_t *> dtc  = make_copies(dt, t16.size() * 2, nc);
+        std::vector<uint16_t *> w16c = make_copies(dw16, (size_t) n * k * 2, nc16);
         const __half one = __float2half(1.0f), zero = __float2half(0.0f);
         const float  fone = 1.0f, fzero = 0.0f;
-        auto fp16_gemm = [&](int nt) {
-            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) n, nt, (int) k, &one, dw16, CUDA_R_16F, (int) k, dx16,
-                         CUDA_R_16F, (int) k, &zero, dh16, CUDA_R_16F, (int) n, CUBLAS_COMPUTE_16F,
+        auto fp16_gemm = [&](int nt, int i) {
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) n, nt, (int) k, &one, w16c[i % nc16], CUDA_R_16F, (int) k,
+                         dx16, CUDA_R_16F, (int) k, &zero, dh16, CUDA_R_16F, (int) n, CUBLAS_COMPUTE_16F,
                          CUBLAS_GEMM_DEFAULT);
         };
-        const float f16_us   = median_us([&] { fp16_gemm(1); });
-        const float f16_8us  = median_us([&] { fp16_gemm(8); });
-        const float f16_16us = median_us([&] { fp16_gemm(NTB); });
-        auto deq_gemm = [&](int b) {
-            CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, 0));
-            CK(ggml_ext_apq_f32_to_f16_cuda(dx, dx16, NTB * k, 0));
-            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) n, NTB, (int) k, &fone, dw16, CUDA_R_16F, (int) k, dx16,
+        const float f16_us    = b2b_us([&](int i) { fp16_gemm(1, i); });
+        const float f16_graph = graph_us([&](int i) { fp16_gemm(1, i); });
+        const float f16_alone = median_us([&] { fp16_gemm(1, 0); });
+        const float f16_8us   = b2b_us([&](int i) { fp16_gemm(8, i); });
+        const float f16_16us  = b2b_us([&](int i) { fp16_gemm(NTB, i); });
+        auto deq_gemm = [&](int b, int i) {
+            uint16_t * w = w16c[i % nc16];
+            CK(ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w, st));
+            CK(ggml_ext_apq_f32_to_f16_cuda(dx, dx16, NTB * k, st));
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) n, NTB, (int) k, &fone, w, CUDA_R_16F, (int) k, dx16,
                          CUDA_R_16F, (int) k, &fzero, dyc, CUDA_R_32F, (int) n, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
+        };
+        auto rlv = [&](int b, int v, int nt, int i) {
+            return ggml_ext_apq_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, v, dx, nt, dy, st);
         };
         for (int b = S; b <= P; b++) {
             std::vector<float>  deq((size_t) (n * k)), want((size_t) (NTB * n)), got((size_t) (NTB * n));
@@ -193,19 +330,19 @@ int main() {
                 worst = std::max(worst, check(what, n, k, b, got, want, mag, nt, tol));
             };
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
-            CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0));
+            CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
             run_check("v0", 1, 1e-4);
-            float us[9] = { 0, 0, 0, 0, 0, 0, 0, 0, 0 };
-            us[0] = median_us([&] { ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, 0); });
+            float us[13] = {};
+            us[0] = b2b_us([&](int i) { ggml_ext_apq_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
             int   best_v = 0;
-            float best = 1e30f, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
+            float best = 1e30f, best_graph = -1, best_alone = 0, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
-                for (int v = 1; v <= 8; v++) {
-                    char name[8];
+                for (int v = 1; v <= 12; v++) {
+                    char name[16];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    const cudaError_t e = ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, 1, dy, 0);
+                    const cudaError_t e = rlv(b, v, 1, 0);
                     if (e != cudaSuccess) {  // a launch refused (not a wrong result): reported, the rest go on
                         fprintf(stderr, "%s %lldx%lld bits %d: %s\n", name, (long long) n, (long long) k, b,
                                 cudaGetErrorString(e));
@@ -214,11 +351,15 @@ int main() {
                         continue;
                     }
                     run_check(name, 1, 1e-4);
-                    us[v] = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, 1, dy, 0); });
+                    us[v] = b2b_us([&](int i) { rlv(b, v, 1, i); });
                     if (us[v] < best) {
                         best   = us[v];
                         best_v = v;
                     }
+                }
+                if (best_v) {
+                    best_graph = graph_us([&](int i) { rlv(b, best_v, 1, i); });
+                    best_alone = median_us([&] { rlv(b, best_v, 1, 0); });
                 }
                 for (int nt : { 1, 2, 3, 5, 8 }) {
                     for (int v : { 0, 2, 8 }) {  // 0: the default
@@ -226,15 +367,15 @@ int main() {
                         char name[24];
                         snprintf(name, sizeof name, "v%d x%d", v, nt);
                         CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                        CK(ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, v, dx, nt, dy, 0));
+                        CK(rlv(b, v, nt, 0));
                         run_check(name, nt, 1e-4);
                     }
                 }
-                v2_8 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 2, dx, 8, dy, 0); });
-                v8_2 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 8, dx, 2, dy, 0); });
-                v8_8 = median_us([&] { ggml_ext_apq_gemv_rl_cuda(drl, dt, n, k, S, b, 8, dx, 8, dy, 0); });
+                v2_8 = b2b_us([&](int i) { rlv(b, 2, 8, i); });
+                v8_2 = b2b_us([&](int i) { rlv(b, 8, 2, i); });
+                v8_8 = b2b_us([&](int i) { rlv(b, 8, 8, i); });
                 // dequantize: bit-exact
-                CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, 0));
+                CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
                 CK(cudaDeviceSynchronize());
                 std::vector<__half> w16((size_t) (n * k));
                 CK(cudaMemcpy(w16.data(), dw16, (size_t) n * k * 2, cudaMemcpyDeviceToHost));
@@ -245,21 +386,26 @@ int main() {
                             (long long) k, b, (long long) deq_bad);
                     bad++;
                 }
-                deq_us = median_us([&] { ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, 0); });
-                deq_gemm(b);
+                deq_us = b2b_us([&](int i) {
+                    ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
+                });
+                deq_gemm(b, 0);
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(got.data(), dyc, NTB * n * 4, cudaMemcpyDeviceToHost));
                 worst_c = check("deq+cuBLAS", n, k, b, got, want, mag, NTB, 1e-3);
-                deqg_us = median_us([&] { deq_gemm(b); });
+                deqg_us = b2b_us([&](int i) { deq_gemm(b, i); });
             }
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
             const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
-            snprintf(line, sizeof line, "| %lldx%lld | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %.2f | %.2f | %.2f | %.1e |\n",
-                     (long long) n, (long long) k, b, cell(us[0]).c_str(), cell(us[1]).c_str(), cell(us[2]).c_str(),
-                     cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(), cell(us[6]).c_str(),
-                     cell(us[7]).c_str(), cell(us[8]).c_str(), bus, best_v, 100.0 * bytes / (bus * 1e-6) / bw, f16_us,
-                     f16_us / bus, 16.0 / b, worst);
+            snprintf(line, sizeof line,
+                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
+                     (long long) n, (long long) k, b, 1e6 * bytes / bw, cell(us[0]).c_str(), cell(us[1]).c_str(),
+                     cell(us[2]).c_str(), cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(),
+                     cell(us[6]).c_str(), cell(us[7]).c_str(), cell(us[8]).c_str(), cell(us[9]).c_str(), cell(us[10]).c_str(),
+                     cell(us[11]).c_str(), cell(us[12]).c_str(), bus, best_v,
+                     100.0 * bytes / (bus * 1e-6) / bw, cell(best_graph).c_str(), cell(best_alone).c_str(), f16_us,
+                     cell(f16_graph).c_str(), f16_alone, f16_us / bus, 16.0 / b, worst);
             t1 += line;
             printf("%s", line);
             fflush(stdout);
@@ -273,6 +419,7 @@ int main() {
                 t2 += line;
             }
         }
+        free_copies(rlc); free_copies(dpc); free_copies(dtc); free_copies(w16c);
         cudaFree(dp); cudaFree(drl); cudaFree(dt); cudaFree(dx); cudaFree(dy); cudaFree(dyc); cudaFree(dw16);
         cudaFree(dx16); cudaFree(dh16);
     }

@@ -32,7 +32,11 @@
 //   v8 split-K over contiguous slices of the row: each block stages only its slice of x, all tokens, in
 //      shared memory (<= 32 KiB), so 2..8 tokens read x from shared memory instead of L1/L2 (v2 at 8 tokens
 //      streamed 8 x k floats through an L1 that the weights evict); 1..8 tokens.
-// The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
+//   v9, v10 (one token): v4 with the first two super-chunks' loads issued before the prologue (tables, x) and
+//      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel);
+//   v11, v12: v9, v10 with singles at every b (no pair tables to merge).
+// The default (variant 0) is v9 for one token (v4 until session 8: v9 is v4 with strictly less work in the
+// prologue and, at b >= 5, in the code building; to be confirmed by the next H100 run) and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
 // Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
@@ -524,11 +528,202 @@ static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_
     }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// v9 (one token): v4's block (one block of V9_W warps per 32-row group, x and the tables in shared memory)
+// with three changes aimed at what kept v4 at 16-54% of bandwidth (docs/BENCHMARKS.md, "Any-precision CUDA
+// GEMV on the H100"):
+//   * every lane issues the loads of its first TWO super-chunks (2 x b x 16 bytes) before the table
+//     staging and the x staging, so the DRAM latency of the first round overlaps the block's prologue
+//     (v4 issued one; at 4096 columns a warp has only 4 super-chunks, so the prologue was half its life);
+//   * b >= 5 (singles) build the codes 8 at a time in 4-bit lanes, like the pair path: the top 4 planes
+//     and the b-4 lower ones each give a nibble code per weight (mask 0x11111111), merged into byte codes
+//     with one shift and one and/or per 4 weights. v4 built them 4 at a time (mask 0x01010101), b shift +
+//     and + shift + or per 4 weights. A small cut: the PTX of the inner loop at 8 bits has 12.5
+//     instructions per weight for v4, 11.1 for v9 (the lookup addressing is now the larger part);
+//   * the launcher does no per-call device queries (v4's asks for the SM count each call).
+// Pairs (b <= 4) as in v4. The block's row sums go through shared memory; one store per row, no atomics.
+// v9: 8 warps per block (as v4); v10: 16 (twice the loads in flight per SM where the rows give fewer blocks
+// than the SMs can hold: 4096 rows are 128 blocks for the H100's 132 SMs). v11 / v12: v9 / v10 without pair
+// tables (singles at every b, codes in 4-bit lanes): a pair lookup reads 8 bytes per lane, two shared-memory
+// wavefronts, as much as two single lookups, so pairs save only instructions, while their merge is part of
+// the prologue (at 4 bits 8192 float2 per block, ~0.5 us) and their 64 KiB per block (4 bits) limits the
+// blocks per SM.
+
+// byte codes of weights 4m+i (lo) and 16+4m+i (hi), i < 4, of the b planes' words w, m < 4
+template <int B>
+static __device__ __forceinline__ void rl_codes_nib(const uint32_t (&w)[B], int m, uint32_t & lo, uint32_t & hi) {
+    constexpr int BT = B < 4 ? B : 4;  // planes in the top nibble code
+    uint32_t      t  = 0, u = 0;
+#pragma unroll
+    for (int kk = 0; kk < BT; kk++) {
+        t |= ((w[kk] >> m) & 0x11111111u) << (BT - 1 - kk);
+    }
+#pragma unroll
+    for (int kk = BT; kk < B; kk++) {
+        u |= ((w[kk] >> m) & 0x11111111u) << (B - 1 - kk);
+    }
+    lo = ((t & 0x0f0f0f0fu) << (B - BT)) | (u & 0x0f0f0f0fu);
+    hi = (((t >> 4) & 0x0f0f0f0fu) << (B - BT)) | ((u >> 4) & 0x0f0f0f0fu);
+}
+
+template <int B, int W, bool PAIRS>
+static __global__ void __launch_bounds__(32 * W)
+    apq_gemv_rl9_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                        int S, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
+    constexpr bool PAIR = PAIRS && B <= 4;
+    constexpr int  TB   = 1 << B;
+    constexpr int  E    = PAIR ? (16 << B) : TB;
+    extern __shared__ float4 smem4[];
+    float *        sm   = (float *) smem4;
+    const int      lane = threadIdx.x & 31;
+    const int      warp = threadIdx.x >> 5;
+    const int64_t  g    = blockIdx.x;
+    const int64_t  r0   = 32 * g;
+    const int64_t  Q    = k / 128;
+    const uint4 *  base = rl + g * Q * 32 + lane;
+    int64_t        q    = warp;
+    uint4          cur[B], nxt[B];
+    if (q < Q) {
+        rl_load<B>(cur, base + q * 32, plane_u4);
+    }
+    if (q + W < Q) {
+        rl_load<B>(nxt, base + (q + W) * 32, plane_u4);
+    }
+    const __half * tab = tables + n * (TB - (1 << S));
+    float *        ts  = PAIR ? sm + 2 * E * 32 : sm;
+    stage_tables<TB>(ts, tab, r0, n, S, 32 * W);
+    float * red = sm + (PAIR ? 2 * E * 32 + TB * 32 : E * 32);
+    float * xs  = red + W * 32;
+    for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+        ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+    }
+    if constexpr (PAIR) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < E * 32; idx += 32 * W) {
+            const int l = idx & 31, e = idx >> 5;
+            const int lo = e & 15, hi = e >> 4;
+            ((float2 *) sm)[idx] = lo < TB ? make_float2(ts[lo * 32 + l], ts[hi * 32 + l]) : make_float2(0.0f, 0.0f);
+        }
+    }
+    __syncthreads();
+    const float2 * lp   = (const float2 *) sm + lane;
+    const float *  ls   = sm + lane;
+    float          a0   = 0.0f, a1 = 0.0f;
+    for (; q < Q; q += W) {
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            uint32_t w[B];
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                w[kk] = rl_word(cur[kk], t);
+            }
+            const float * xq = xs + q * 128 + 32 * t;
+#pragma unroll
+            for (int m = 0; m < 4; m++) {
+                const float4 xl = *(const float4 *) (xq + 4 * m);
+                const float4 xh = *(const float4 *) (xq + 4 * m + 16);
+                if constexpr (PAIR) {
+                    const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
+                    float2         v[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        v[i] = lp[((o >> (8 * i)) & 0xff) * 32];
+                    }
+                    a0 = fmaf(v[0].x, xl.x, a0);
+                    a1 = fmaf(v[0].y, xh.x, a1);
+                    a0 = fmaf(v[1].x, xl.y, a0);
+                    a1 = fmaf(v[1].y, xh.y, a1);
+                    a0 = fmaf(v[2].x, xl.z, a0);
+                    a1 = fmaf(v[2].y, xh.z, a1);
+                    a0 = fmaf(v[3].x, xl.w, a0);
+                    a1 = fmaf(v[3].y, xh.w, a1);
+                } else {
+                    uint32_t lo, hi;
+                    rl_codes_nib<B>(w, m, lo, hi);
+                    a0 = fmaf(ls[(lo & 0xff) * 32], xl.x, a0);
+                    a1 = fmaf(ls[(hi & 0xff) * 32], xh.x, a1);
+                    a0 = fmaf(ls[((lo >> 8) & 0xff) * 32], xl.y, a0);
+                    a1 = fmaf(ls[((hi >> 8) & 0xff) * 32], xh.y, a1);
+                    a0 = fmaf(ls[((lo >> 16) & 0xff) * 32], xl.z, a0);
+                    a1 = fmaf(ls[((hi >> 16) & 0xff) * 32], xh.z, a1);
+                    a0 = fmaf(ls[(lo >> 24) * 32], xl.w, a0);
+                    a1 = fmaf(ls[(hi >> 24) * 32], xh.w, a1);
+                }
+            }
+        }
+        // shift the prefetch window: cur <- nxt, nxt <- the super-chunk after it (if any)
+#pragma unroll
+        for (int kk = 0; kk < B; kk++) {
+            cur[kk] = nxt[kk];
+        }
+        if (q + 2 * W < Q) {
+            rl_load<B>(nxt, base + (q + 2 * W) * 32, plane_u4);
+        }
+    }
+    red[warp * 32 + lane] = a0 + a1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int64_t r = r0 + threadIdx.x;
+        float         s = 0.0f;
+#pragma unroll
+        for (int ww = 0; ww < W; ww++) {
+            s += red[ww * 32 + threadIdx.x];
+        }
+        if (r < n) {
+            y[r] = s;
+        }
+    }
+}
+
+template <int B, int W, bool PAIRS>
+static cudaError_t rl9_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S,
+                              const float * x, float * y, cudaStream_t stream) {
+    constexpr bool PAIR = PAIRS && B <= 4;
+    constexpr int  E    = PAIR ? (16 << B) : (1 << B);
+    const size_t   smem = (size_t) (PAIR ? 8 * E * 32 + 4 * 32 * (1 << B) : 4 * E * 32) + 4u * W * 32 + 4u * (size_t) k;
+    if (smem > 48 * 1024) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+            return cudaErrorInvalidDevice;
+        }
+        static size_t attr[64];  // per device: dynamic shared memory allowed so far (raised on demand)
+        if (smem > attr[dev]) {
+            const cudaError_t e =
+                cudaFuncSetAttribute(apq_gemv_rl9_kernel<B, W, PAIRS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+            if (e != cudaSuccess) {
+                return e;
+            }
+            attr[dev] = smem;
+        }
+    }
+    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    apq_gemv_rl9_kernel<B, W, PAIRS><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
+        (const uint4 *) rl, (const __half *) tables, n, k, S, plane_u4, x, y);
+    return cudaGetLastError();
+}
+
+template <int W, bool PAIRS>
+static cudaError_t rl9_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
+                            const float * x, float * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return rl9_launch<1, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 2: return rl9_launch<2, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 3: return rl9_launch<3, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 4: return rl9_launch<4, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 5: return rl9_launch<5, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 6: return rl9_launch<6, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        case 7: return rl9_launch<7, W, PAIRS>(rl, t, n, k, S, x, y, st);
+        default: return rl9_launch<8, W, PAIRS>(rl, t, n, k, S, x, y, st);
+    }
+}
+
+
 extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 8 || (variant >= 3 && variant <= 7 && n_tokens != 1) ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 12 ||
+        (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
     }
@@ -543,9 +738,13 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 5: return rl_bits<1, 8, true, false, 2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 6: return rl_bits<1, 8, true, false, 4>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
         case 7: return rl_bits<1, 8, true, true, 0>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
-        case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
+        case 9: return rl9_bits<8, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 0:  // the default: v9 for one token (v4 until session 8), v8 for 2..8 (docs/BENCHMARKS.md)
             if (nt == 1) {
-                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+                return rl9_bits<8, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
             }
             [[fallthrough]];
         case 8:
