@@ -53,7 +53,7 @@ if [ "${BIG:-}" != only ] && [ -d "$hf" ]; then
         CUDA_VISIBLE_DEVICES= ppl apq4-cpu $m/apq.gguf --apq-bits 4 -ngl 0 -t "$jobs"
         ppl apq4-ngl99 $m/apq.gguf --apq-bits 4 -ngl 99
         ppl apq4-ngl99-ub8 $m/apq.gguf --apq-bits 4 -ngl 99 -ub 8  # every batch through the GEMVs (v8)
-        ppl apq4-ngl99-ub1 $m/apq.gguf --apq-bits 4 -ngl 99 -ub 1 --chunks 1  # one token at a time (v9)
+        ppl apq4-ngl99-ub1 $m/apq.gguf --apq-bits 4 -ngl 99 -ub 1 --chunks 1  # one token at a time (v4)
         CUDA_VISIBLE_DEVICES= ppl apq4-cpu-1chunk $m/apq.gguf --apq-bits 4 -ngl 0 -t "$jobs" --chunks 1
         for b in 3 8; do
             ppl apq$b-ngl99 $m/apq.gguf --apq-bits $b -ngl 99

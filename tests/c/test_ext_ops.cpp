@@ -280,7 +280,7 @@ static const apq_case k_apq_cases[] = {
     { 96, 3, 4, 6, 7 },      // seed 6, fewer rows than threads
 };
 
-// Every precision 3..8 at every path of the CUDA op (src/cuda/apq_mul_mat.cu): 1 token (v9 GEMV), 2 / 5 / 8
+// Every precision 3..8 at every path of the CUDA op (src/cuda/apq_mul_mat.cu): 1 token (v4 GEMV), 2 / 5 / 8
 // (v8), 9 / 33 (dequantize + cuBLAS); row counts not a multiple of the 32-row group, row lengths a multiple
 // of 128 (1536) and not (576, 352: the row-lane layout pads them), seeds 3 and 4.
 static std::vector<apq_case> apq_sweep() {

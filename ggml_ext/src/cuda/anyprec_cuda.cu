@@ -35,8 +35,7 @@
 //   v9, v10 (one token): v4 with the first two super-chunks' loads issued before the prologue (tables, x) and
 //      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel);
 //   v11, v12: v9, v10 with singles at every b (no pair tables to merge).
-// The default (variant 0) is v9 for one token (v4 until session 8: v9 is v4 with strictly less work in the
-// prologue and, at b >= 5, in the code building; to be confirmed by the next H100 run) and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
+// The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
 // Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
@@ -742,9 +741,9 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        case 0:  // the default: v9 for one token (v4 until session 8), v8 for 2..8 (docs/BENCHMARKS.md)
+        case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
-                return rl9_bits<8, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
             }
             [[fallthrough]];
         case 8:

@@ -2,7 +2,7 @@
 // the kernels of anyprec_cuda.cu, checked against the CPU backend (src/ops/apq_mul_mat_cpu.c) by
 // tests/c/test_ext_ops.cpp.
 //
-// Where the weight's bytes live. The fast kernels (the v9 / v8 GEMVs and the dequantizer) read the
+// Where the weight's bytes live. The fast kernels (the v4 / v8 GEMVs and the dequantizer) read the
 // "row-lane" layout of anyprec_cuda.h, not the file's plane-major rows: lane l of a warp owns row 32 g + l,
 // so a warp's load of one plane is 512 contiguous bytes and its table lookups never conflict. The file
 // layout has one reader only, the first GEMV (v0: one token, several times slower). So an APQ weight in a
@@ -18,8 +18,7 @@
 // (patch 0420 asks ggml_ext_cuda_apq_alloc_size for the room), the padding's codes zero (written with the
 // last row / last word they pad), and the forward pads x with zeros to Kp, so padded weights add nothing.
 //
-// Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the v9 GEMV (v4 until
-// session 8), 2..8 tokens v8
+// Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the v4 GEMV, 2..8 tokens v8
 // (split-K, atomics: its last bits vary from run to run), more tokens the weight dequantized to fp16 at
 // precision b and multiplied by cuBLAS (cublasGemmEx through ggml-cuda's handle, fp32 accumulation), the
 // activations rounded to fp16 as ggml-cuda's own cuBLAS path does for quantized weights.
@@ -255,7 +254,7 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
         xc = xpad.get();
     }
 
-    if (T <= GEMV_MAX_TOKENS) {  // variant 0: v9 for one token, v8 for 2..8
+    if (T <= GEMV_MAX_TOKENS) {  // variant 0: v4 for one token, v8 for 2..8
         CUDA_CHECK(ggml_ext_apq_gemv_rl_cuda(rl, tables, N, Kp, S, b, 0, xc, T, y, stream));
         return;
     }
