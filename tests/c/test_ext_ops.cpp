@@ -5,7 +5,9 @@
 //   GPU devices       every GPU the ggml registry lists (CUDA with GGML_EXT_CUDA=ON): normalised mean
 //                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound; APQ_MUL_MAT
 //                     above 8 tokens, f16 activations into cuBLAS: 5e-4, test-backend-ops' MUL_MAT bound),
-//                     APQ weights uploaded and read back in uneven pieces
+//                     APQ weights uploaded and read back in uneven pieces; DEC_MUL_MAT's residual term alone
+//                     (dst - y), r in GPU memory and in the device's pinned host buffer (zero-copy), the
+//                     cooperative and the two-kernel launch, plus Llama-3-8B shapes run only with a GPU
 //   --require-gpu     exit 77 (skip) when there is no GPU device
 // Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
 // Built and run by tests/kernels/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
@@ -659,11 +661,12 @@ int main(int argc, char ** argv) {
     for (ggml_backend_t b : others) {
         dec_check_buckets_and_refusal(b);
     }
-    int dec_runs = 0, dec_gpu_runs = 0;
+    int dec_runs = 0, dec_gpu_runs = 0, dec_cases = 0;
     for (const dec_case & c : k_dec_cases) {
         if (c.gpu_only && n_gpu == 0) {
             continue;
         }
+        dec_cases++;
         const dec_inputs    in = dec_make(c, 7 + c.K * 3 + c.M);
         std::vector<double> ref, mag;
         dec_reference(c, in, ref, mag);
@@ -716,10 +719,10 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    std::printf("DEC: %d runs of %zu cases\n", dec_runs, sizeof(k_dec_cases) / sizeof(k_dec_cases[0]));
+    std::printf("DEC: %d runs of %d cases\n", dec_runs, dec_cases);
     if (n_gpu) {
-        std::printf("DEC GPU: %d runs (r in GPU and pinned host memory, cooperative and two-kernel launch)\n",
-                    dec_gpu_runs);
+        std::printf("DEC GPU: %d runs of %d cases (r in GPU and pinned host memory, cooperative and two-kernel "
+                    "launch)\n", dec_gpu_runs, dec_cases);
     } else {
         std::printf("DEC GPU: skipped (no GPU device), the large shapes with it\n");
     }
