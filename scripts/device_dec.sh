@@ -8,7 +8,7 @@
 #   bench   base GEMV + DEC time normalised to the base GEMV alone (scripts/bench_dec_cuda.cpp) for the
 #           Llama-3-8B shapes 4096x4096, 1024x4096, 14336x4096, 4096x14336 (Q4_0 base weights, one token),
 #           over k_chunk (K_LIST, default 0,8,16,32,64,128) and n_tb (NTB_LIST, default 0 = one per SM,
-#           and 33,66,132,264); residuals in pinned host memory (zero-copy over PCIe); then the same with
+#           and 8,16,33,66,132,264); residuals in pinned host memory (zero-copy over PCIe); then the same with
 #           the residuals in GPU memory (the HBM side of the bandwidth argument, docs/QDEC.md), the
 #           cooperative and the two-kernel launch without CUDA graphs, and the exact top-k.
 #           Writes $OUT/dec_bench.md (the markdown table) and the summary.
@@ -30,7 +30,7 @@ fi
 
 SHAPES=${SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336}
 K_LIST=${K_LIST:-0,8,16,32,64,128}
-NTB_LIST=${NTB_LIST:-0,33,66,132,264}
+NTB_LIST=${NTB_LIST:-0,8,16,33,66,132,264}
 bench_bin=$B/bench-dec-cuda
 "${CXX:-g++}" -O2 -std=c++17 scripts/bench_dec_cuda.cpp -I"$P/include" -L"$P/lib" -lggml -lggml-base \
     -Wl,-rpath,"$P/lib" -o "$bench_bin" > "$out/bench-build.log" 2>&1 ||

@@ -14,7 +14,8 @@
 //   2. residual GEMV: n_tb blocks; thread (piece p, lane c) reads 16 bytes (32 outputs) of each selected
 //      channel's residual row c, c + C, ... straight from r (zero-copy when r is pinned, mapped host memory:
 //      a warp's loads are one contiguous run of a row), sums q * x in registers and adds scale * sum
-//      atomically into dst.
+//      atomically into dst. The lanes C = n_tb * 256 / pieces trade loads in flight (more lanes) against
+//      atomics (min(C, n_sel) * M per row): what n_tb tunes.
 // Between them a grid-wide sync: cooperative groups' grid.sync() in one cooperative launch on ggml's stream
 // (the grid is n_tb blocks, all resident; phase 1's items are looped over), also while ggml-cuda captures
 // the stream into a CUDA graph (CUDA 12 captures cooperative launches; upstream's soft_max launches its
@@ -270,6 +271,8 @@ template <bool VEC> static __device__ void phase_gemv(const dec_args & a) {
             for (int i = 0; i < 2 * DEC_PIECE; i++) {
                 acc[i] = 0.0f;
             }
+            // unrolled: a thread keeps several zero-copy loads in flight (PCIe latency is ~1 us)
+#pragma unroll 4
             for (int64_t s = c; s < a.n_sel; s += C) {
                 const uint8_t * rr = a.r + (size_t) idx[s] * a.rs + p * DEC_PIECE;
                 const float     xv = xs[s];
