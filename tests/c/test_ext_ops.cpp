@@ -9,6 +9,7 @@
 //                     (dst - y), r in GPU memory and in the device's pinned host buffer (zero-copy), the
 //                     cooperative and the two-kernel launch, plus Llama-3-8B shapes run only with a GPU
 //   --require-gpu     exit 77 (skip) when there is no GPU device
+//   --large           DEC_MUL_MAT's large (GPU-only) shapes on the CPU too
 // Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
 // Built and run by tests/kernels/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
 #include "backend_test.h"
@@ -534,13 +535,16 @@ static const sidecar_case k_cases[] = {
 int main(int argc, char ** argv) {
     const char * rpc         = nullptr;
     bool         require_gpu = false;
+    bool         large       = false;  // DEC's GPU-only shapes on the CPU too (without a GPU)
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--rpc") && i + 1 < argc) {
             rpc = argv[++i];
         } else if (!std::strcmp(argv[i], "--require-gpu")) {
             require_gpu = true;
+        } else if (!std::strcmp(argv[i], "--large")) {
+            large = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT] [--require-gpu]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT] [--require-gpu] [--large]\n", argv[0]);
             return 2;
         }
     }
@@ -663,7 +667,7 @@ int main(int argc, char ** argv) {
     }
     int dec_runs = 0, dec_gpu_runs = 0, dec_cases = 0;
     for (const dec_case & c : k_dec_cases) {
-        if (c.gpu_only && n_gpu == 0) {
+        if (c.gpu_only && n_gpu == 0 && !large) {
             continue;
         }
         dec_cases++;
