@@ -728,7 +728,7 @@ int main(int argc, char ** argv) {
         std::printf("DEC GPU: %d runs of %d cases (r in GPU and pinned host memory, cooperative and two-kernel "
                     "launch)\n", dec_gpu_runs, dec_cases);
     } else {
-        std::printf("DEC GPU: skipped (no GPU device), the large shapes with it\n");
+        std::printf("DEC GPU: skipped (no GPU device)%s\n", large ? "" : ", the large shapes with it");
     }
 
     for (ggml_backend_t b : others) {
