@@ -72,6 +72,11 @@ GGML_EXT_API int ggml_ext_dec_bucket(float v, float b0, float b15);
 GGML_EXT_API int64_t ggml_ext_dec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_dec_mode mode,
                                          float b0, float b15, int32_t * sel);
 
+// The thread blocks of the CUDA kernel's residual GEMV (the paper's n_tb; op param 4): 0 (the default)
+// lets the backend choose (one per SM). The CPU ignores it. n_tb >= 0.
+GGML_EXT_API void ggml_ext_dec_mul_mat_set_n_tb(struct ggml_tensor * dst, int n_tb);
+GGML_EXT_API int  ggml_ext_dec_mul_mat_n_tb(const struct ggml_tensor * dst);
+
 // NULL when a GGML_OP_DEC_MUL_MAT node is usable (types, shapes, op params), else a static message.
 GGML_EXT_API const char * ggml_ext_dec_mul_mat_check(const struct ggml_tensor * dst);
 

@@ -5,8 +5,11 @@
 //   GPU devices       every GPU the ggml registry lists (CUDA with GGML_EXT_CUDA=ON): normalised mean
 //                     squared error against the CPU at most 1e-7 (test-backend-ops' default bound; APQ_MUL_MAT
 //                     above 8 tokens, f16 activations into cuBLAS: 5e-4, test-backend-ops' MUL_MAT bound),
-//                     APQ weights uploaded and read back in uneven pieces
+//                     APQ weights uploaded and read back in uneven pieces; DEC_MUL_MAT's residual term alone
+//                     (dst - y), r in GPU memory and in the device's pinned host buffer (zero-copy), the
+//                     cooperative and the two-kernel launch, plus Llama-3-8B shapes run only with a GPU
 //   --require-gpu     exit 77 (skip) when there is no GPU device
+//   --large           DEC_MUL_MAT's large (GPU-only) shapes on the CPU too
 // Also: the op's id, name and symbol, and supports_op refusing a malformed node on each backend.
 // Built and run by tests/kernels/test_ext_ops.py and scripts/test_cuda.sh (make test-cuda).
 #include "backend_test.h"
@@ -20,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iterator>
@@ -303,19 +307,25 @@ static std::vector<apq_case> apq_sweep() {
 struct dec_case {
     int64_t M, K, T;
     int     k_chunk, mode;  // GGML_EXT_DEC_APPROX / GGML_EXT_DEC_EXACT
+    int     n_tb     = 0;      // the CUDA kernel's GEMV blocks (0: the backend's choice)
+    bool    gpu_only = false;  // a large shape: only where a GPU runs it too (keeps the CPU-only run fast)
 
     std::string name() const {
         char s[112];
         std::snprintf(s, sizeof(s), "dec_mul_mat M=%lld K=%lld T=%lld k_chunk=%d %s", (long long) M, (long long) K,
                       (long long) T, k_chunk, mode == GGML_EXT_DEC_EXACT ? "exact" : "approx");
-        return s;
+        std::string n = s;
+        if (n_tb) {
+            n += " n_tb=" + std::to_string(n_tb);
+        }
+        return n;
     }
 };
 
 struct dec_inputs {
     std::vector<float>   y, x, scales;  // x: T rows of K
     std::vector<uint8_t> r;             // K rows of (M+1)/2 bytes
-    std::vector<int>     q;             // M x K codes, -7..7
+    std::vector<int8_t>  q;             // M x K codes, -7..7
     float                b0, b15;
 };
 
@@ -341,7 +351,7 @@ static dec_inputs dec_make(const dec_case & c, uint64_t seed) {
     for (int64_t m = 0; m < c.M; m++) {
         for (int64_t j = 0; j < c.K; j++) {
             const int q = (int) std::lround(g.next() * 7.0f);
-            in.q[m * c.K + j] = q;
+            in.q[m * c.K + j] = (int8_t) q;
             uint8_t & b       = in.r[j * rb + m / 2];
             b = (m & 1) ? (uint8_t) ((b & 0x0f) | ((q + 8) << 4)) : (uint8_t) ((b & 0xf0) | (q + 8));
         }
@@ -419,21 +429,39 @@ static void dec_reference(const dec_case & c, const dec_inputs & in, std::vector
     }
 }
 
-static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs & in, std::vector<float> & out) {
-    ggml_init_params ip  = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
-    ggml_context *   ctx = ggml_init(ip);
-    ggml_tensor *    y   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.M, c.T);
-    ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
-    ggml_tensor *    r   = ggml_new_tensor_2d(ctx, GGML_TYPE_I8, (c.M + 1) / 2, c.K);
-    ggml_tensor *    s   = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.M);
+// One run of c on `backend`. host_r: the residual r in the device's host buffer (for CUDA: pinned host
+// memory the kernel reads zero-copy, as at run time) instead of the backend's own memory.
+static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs & in, std::vector<float> & out,
+                    bool host_r = false) {
+    ggml_init_params ip    = { 8 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_context *   ctx   = ggml_init(ip);
+    ggml_context *   ctx_r = ggml_init(ip);
+    ggml_tensor *    y     = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.M, c.T);
+    ggml_tensor *    x     = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
+    ggml_tensor *    r     = ggml_new_tensor_2d(host_r ? ctx_r : ctx, GGML_TYPE_I8, (c.M + 1) / 2, c.K);
+    ggml_tensor *    s     = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.M);
     ggml_tensor * d  = ggml_ext_dec_mul_mat(ctx, y, x, r, s, c.k_chunk, (ggml_ext_dec_mode) c.mode, in.b0, in.b15);
+    ggml_ext_dec_mul_mat_set_n_tb(d, c.n_tb);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, d);
     if (!ggml_backend_supports_op(backend, d)) {
         ggml_free(ctx);
+        ggml_free(ctx_r);
         return false;
     }
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    ggml_backend_buffer_t buf   = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    ggml_backend_buffer_t buf_r = nullptr;
+    if (host_r) {
+        ggml_backend_buffer_type_t hb = ggml_backend_dev_host_buffer_type(ggml_backend_get_device(backend));
+        CHECK(hb != nullptr, "%s: %s has no host buffer type", c.name().c_str(), ggml_backend_name(backend));
+        if (!hb) {
+            ggml_backend_buffer_free(buf);
+            ggml_free(ctx);
+            ggml_free(ctx_r);
+            return false;
+        }
+        buf_r = ggml_backend_alloc_ctx_tensors_from_buft(ctx_r, hb);
+    }
     ggml_backend_tensor_set(y, in.y.data(), 0, in.y.size() * sizeof(float));
     ggml_backend_tensor_set(x, in.x.data(), 0, in.x.size() * sizeof(float));
     ggml_backend_tensor_set(r, in.r.data(), 0, in.r.size());
@@ -442,7 +470,11 @@ static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs
     out.resize(ggml_nelements(d));
     ggml_backend_tensor_get(d, out.data(), 0, out.size() * sizeof(float));
     ggml_backend_buffer_free(buf);
+    if (buf_r) {
+        ggml_backend_buffer_free(buf_r);
+    }
     ggml_free(ctx);
+    ggml_free(ctx_r);
     return true;
 }
 
@@ -476,6 +508,19 @@ static const dec_case k_dec_cases[] = {
     { 64, 2500, 2, 64, GGML_EXT_DEC_EXACT },     // the exact top-k, three chunks, the last 452 wide
     { 96, 96, 5, 200, GGML_EXT_DEC_APPROX },     // k_chunk past the chunk: every channel
     { 32, 48, 2, 0, GGML_EXT_DEC_EXACT },        // k_chunk 0: dst = y
+    { 4096, 4096, 1, 16, GGML_EXT_DEC_APPROX, 0, true },  // Llama-3-8B's q/o at one token (decode)
+    { 4096, 4096, 1, 16, GGML_EXT_DEC_EXACT, 0, true },
+    { 1024, 4096, 1, 8, GGML_EXT_DEC_APPROX, 0, true },   // its k/v
+    { 1024, 4096, 1, 64, GGML_EXT_DEC_EXACT, 0, true },
+    { 14336, 4096, 1, 64, GGML_EXT_DEC_APPROX, 0, true },  // gate/up
+    { 14336, 4096, 1, 8, GGML_EXT_DEC_EXACT, 1, true },    // one GEMV block: a lane walks the 448 pieces
+    { 4096, 14336, 1, 16, GGML_EXT_DEC_APPROX, 0, true },  // down: 14 chunks
+    { 4096, 14336, 1, 64, GGML_EXT_DEC_EXACT, 0, true },
+    { 4096, 14336, 1, 0, GGML_EXT_DEC_APPROX, 0, true },   // k_chunk 0 at a large shape: dst = y
+    { 4095, 4100, 1, 16, GGML_EXT_DEC_APPROX, 7, true },   // odd M (last nibble unused), a 4-wide last chunk
+    { 1000, 3000, 1, 64, GGML_EXT_DEC_APPROX, 3, true },   // rows of 500 bytes: the byte-wise loads
+    { 1000, 3000, 3, 8, GGML_EXT_DEC_EXACT, 0, true },     // a few tokens
+    { 301, 1536, 2, 16, GGML_EXT_DEC_EXACT, 2, true },
 };
 
 static const sidecar_case k_cases[] = {
@@ -490,13 +535,16 @@ static const sidecar_case k_cases[] = {
 int main(int argc, char ** argv) {
     const char * rpc         = nullptr;
     bool         require_gpu = false;
+    bool         large       = false;  // DEC's GPU-only shapes on the CPU too (without a GPU)
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--rpc") && i + 1 < argc) {
             rpc = argv[++i];
         } else if (!std::strcmp(argv[i], "--require-gpu")) {
             require_gpu = true;
+        } else if (!std::strcmp(argv[i], "--large")) {
+            large = true;
         } else {
-            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT] [--require-gpu]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--rpc HOST:PORT] [--require-gpu] [--large]\n", argv[0]);
             return 2;
         }
     }
@@ -617,8 +665,12 @@ int main(int argc, char ** argv) {
     for (ggml_backend_t b : others) {
         dec_check_buckets_and_refusal(b);
     }
-    int dec_runs = 0;
+    int dec_runs = 0, dec_gpu_runs = 0, dec_cases = 0;
     for (const dec_case & c : k_dec_cases) {
+        if (c.gpu_only && n_gpu == 0 && !large) {
+            continue;
+        }
+        dec_cases++;
         const dec_inputs    in = dec_make(c, 7 + c.K * 3 + c.M);
         std::vector<double> ref, mag;
         dec_reference(c, in, ref, mag);
@@ -636,16 +688,48 @@ int main(int argc, char ** argv) {
             same_as_one_thread(c.name(), nth, got, first);
         }
         for (ggml_backend_t b : others) {
-            if (!dec_run(c, b, in, got)) {
-                CHECK(!ggml_backend_is_rpc(b), "%s: RPC refuses it", c.name().c_str());
-                continue;  // a GPU: no CUDA kernel yet (NO_CUDA), the scheduler keeps it on the CPU
+            if (ggml_backend_is_rpc(b)) {
+                CHECK(dec_run(c, b, in, got), "%s: RPC refuses it", c.name().c_str());
+                dec_runs++;
+                CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)),
+                      "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+                continue;
             }
-            dec_runs++;
-            CHECK(!memcmp(first.data(), got.data(), got.size() * sizeof(float)) || !ggml_backend_is_rpc(b),
-                  "%s: %s differs from the local CPU backend", c.name().c_str(), ggml_backend_name(b));
+            // GPU (src/cuda/dec_mul_mat.cu): r in GPU memory and in pinned host memory (zero-copy), each with
+            // the cooperative (grid.sync) and the two-kernel launch. The residual term alone (dst - y) is
+            // compared: a channel selected other than the CPU's shows there, not hidden under y. The sums
+            // differ from the CPU's only in order (atomics): test-backend-ops' default bound.
+            for (int host_r = 0; host_r <= 1; host_r++) {
+                for (const char * launch : { "coop", "split" }) {
+                    setenv("GGML_EXT_DEC_LAUNCH", launch, 1);
+                    const bool ok = dec_run(c, b, in, got, host_r != 0);
+                    unsetenv("GGML_EXT_DEC_LAUNCH");
+                    CHECK(ok, "%s: %s refuses it", c.name().c_str(), ggml_backend_name(b));
+                    if (!ok) {
+                        continue;
+                    }
+                    dec_runs++;
+                    dec_gpu_runs++;
+                    double err = 0, norm = 0;
+                    for (size_t i = 0; i < got.size(); i++) {
+                        const double want = (double) first[i] - in.y[i], have = (double) got[i] - in.y[i];
+                        err += (have - want) * (have - want);
+                        norm += want * want;
+                    }
+                    const double nmse = norm > 0 ? err / norm : err;
+                    CHECK(nmse <= 1e-7, "%s: %s (r in %s memory, %s launch) residual NMSE %.3g against the CPU",
+                          c.name().c_str(), ggml_backend_name(b), host_r ? "pinned host" : "GPU", launch, nmse);
+                }
+            }
         }
     }
-    std::printf("DEC: %d runs of %zu cases\n", dec_runs, sizeof(k_dec_cases) / sizeof(k_dec_cases[0]));
+    std::printf("DEC: %d runs of %d cases\n", dec_runs, dec_cases);
+    if (n_gpu) {
+        std::printf("DEC GPU: %d runs of %d cases (r in GPU and pinned host memory, cooperative and two-kernel "
+                    "launch)\n", dec_gpu_runs, dec_cases);
+    } else {
+        std::printf("DEC GPU: skipped (no GPU device)%s\n", large ? "" : ", the large shapes with it");
+    }
 
     for (ggml_backend_t b : others) {
         std::printf("backend: %s\n", ggml_backend_name(b));

@@ -34,6 +34,13 @@ struct ggml_ext_cuda_op {
 #undef GGML_EXT_CUDA_DECL_CUDA
 #undef GGML_EXT_CUDA_DECL_NO_CUDA
 
+// ---- QDEC's residuals in pinned, mapped host memory (dec_mul_mat.cu) ----
+// cudaHostRegister (mapped, read-only where the device can) of a host range holding residuals (the
+// loader's mapping of the side file), so DEC_MUL_MAT reads them zero-copy; unpin undoes it. A CUDA host
+// buffer (ggml_backend_cuda_host_buffer_type) needs neither.
+void ggml_ext_cuda_dec_pin(void * ptr, size_t size);
+void ggml_ext_cuda_dec_unpin(void * ptr);
+
 // ---- tensors held on the GPU in a layout of their own (device_layout.cu, patches 0400 and 0420) ----
 // The file's bytes stay what every caller writes and reads back; only GPU memory holds the other layout:
 // a registered type with a stock twin its base layout (interleaved4_cuda.cu, below), an any-precision APQ

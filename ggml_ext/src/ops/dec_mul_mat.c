@@ -133,8 +133,8 @@ const char * ggml_ext_dec_mul_mat_check(const struct ggml_tensor * dst) {
     float           b0, b15;
     memcpy(&b0, p + 2, sizeof(float));
     memcpy(&b15, p + 3, sizeof(float));
-    if (p[0] < 0 || (p[1] != GGML_EXT_DEC_APPROX && p[1] != GGML_EXT_DEC_EXACT)) {
-        return "dec_mul_mat: k_chunk >= 0, mode approximate or exact";
+    if (p[0] < 0 || (p[1] != GGML_EXT_DEC_APPROX && p[1] != GGML_EXT_DEC_EXACT) || p[4] < 0) {
+        return "dec_mul_mat: k_chunk >= 0, mode approximate or exact, n_tb >= 0";
     }
     if (p[1] == GGML_EXT_DEC_APPROX && !(b15 > 0.0f && b0 >= b15 && isfinite(b0))) {
         return "dec_mul_mat: the approximate top-k needs finite 0 < b15 <= b0";
@@ -161,4 +161,13 @@ struct ggml_tensor * ggml_ext_dec_mul_mat(struct ggml_context * ctx, struct ggml
         GGML_ABORT("%s", err);
     }
     return result;
+}
+
+void ggml_ext_dec_mul_mat_set_n_tb(struct ggml_tensor * dst, int n_tb) {
+    GGML_ASSERT(dst->op == GGML_OP_DEC_MUL_MAT && n_tb >= 0);
+    ((int32_t *) dst->op_params)[4] = n_tb;
+}
+
+int ggml_ext_dec_mul_mat_n_tb(const struct ggml_tensor * dst) {
+    return ((const int32_t *) dst->op_params)[4];
 }

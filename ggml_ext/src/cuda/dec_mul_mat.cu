@@ -1,0 +1,488 @@
+// GGML_OP_DEC_MUL_MAT on CUDA: QDEC's fused kernel (docs/QDEC.md, "The CUDA kernel"), checked against the
+// CPU reference (ggml_ext/src/ops/dec_mul_mat_cpu.c) by tests/c/test_ext_ops.cpp.
+//
+//   dst[m, r] = y[m, r] + scales[m] * sum_{j in sel(x_r)} q[j][m] * x[j, r]
+//
+// y is the base GEMV's output (ggml's own mul_mat of the base weight, an earlier node); this op adds the
+// residual term. Two phases:
+//   1. selection: one thread block (256 threads, 4 channels each, in index order) per (row, 1024-channel
+//      chunk) picks the chunk's k channels exactly as ggml_ext_dec_select does (approximate: 32 bucket
+//      counters in shared memory, whole buckets from the top, the overflowing bucket's first channels in
+//      index order by a block scan; exact: each channel's rank by (|x| descending, index)), and writes
+//      their indices and x values to a small scratch list (the only GPU memory QDEC takes); every block
+//      also copies y into dst.
+//   2. residual GEMV: n_tb blocks; thread (piece p, lane c) reads 16 bytes (32 outputs) of each selected
+//      channel's residual row c, c + C, ... straight from r (zero-copy when r is pinned, mapped host memory:
+//      a warp's loads are one contiguous run of a row), sums q * x in registers and adds scale * sum
+//      atomically into dst. The lanes C = n_tb * 256 / pieces trade loads in flight (more lanes) against
+//      atomics (min(C, n_sel) * M per row): what n_tb tunes.
+// Between them a grid-wide sync: cooperative groups' grid.sync() in one cooperative launch on ggml's stream
+// (the grid is n_tb blocks, all resident; phase 1's items are looped over), also while ggml-cuda captures
+// the stream into a CUDA graph (CUDA 12 captures cooperative launches; upstream's soft_max launches its
+// cooperative kernel the same way). When the device has no cooperative launch or n_tb blocks cannot all
+// be resident: two kernels on the same stream (the stream orders them; one launch more).
+// GGML_EXT_DEC_LAUNCH=coop|split forces one (the tests run both, the benchmark compares them).
+//
+// Where r lives: the op reads r->data as a device pointer. In a CUDA buffer (the tests' first run) that is
+// GPU memory; in pinned host memory (ggml's CUDA host buffer, cudaHostAlloc(..., cudaHostAllocMapped), or a
+// loader's mapping registered with ggml_ext_cuda_dec_pin below) the pointer CUDA maps it to is used and
+// every residual byte crosses PCIe at each use - never copied to GPU memory. Unregistered host memory is
+// refused with a clear message (a kernel cannot read it).
+//
+// Bucket arithmetic: ggml-cuda builds with -use_fast_math, whose division is approximate; the bucket is
+// computed with the _rn intrinsics (IEEE round-to-nearest, as the C reference) so both pick the same
+// channels bit for bit. Results differ from the CPU's only by the summation order of the atomics.
+#include "ggml-cuda/common.cuh"
+
+#include "ggml-ext-cuda.cuh"
+#include "ggml-ext-ops.h"
+
+#include <cooperative_groups.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace cg = cooperative_groups;
+
+#define DEC_THREADS 256                                    // every kernel's block
+#define DEC_PER_THREAD (GGML_EXT_DEC_CHUNK / DEC_THREADS)  // channels of a chunk per thread, consecutive
+#define DEC_PIECE 16                                       // residual bytes a thread reads per channel
+
+static_assert(GGML_EXT_DEC_CHUNK == DEC_THREADS * DEC_PER_THREAD, "a chunk is one block's channels");
+
+struct dec_args {
+    const char *    y;
+    const char *    x;
+    const uint8_t * r;   // device pointer of the residual (GPU memory or mapped host memory)
+    const float *   sc;  // scales [M]
+    char *          dst;
+    int32_t *       idx;  // [rows, n_sel] selected channel per slot
+    float *         xs;   // [rows, n_sel] its activation
+    int64_t         M, K, rows, ne1, ne2;
+    size_t          y_nb1, y_nb2, y_nb3, x_nb1, x_nb2, x_nb3, d_nb1, d_nb2, d_nb3;
+    size_t          rs;      // bytes of one residual row ((M + 1) / 2)
+    int64_t         pieces;  // DEC_PIECE-byte pieces of a row
+    int             kk;      // min(k_chunk, GGML_EXT_DEC_CHUNK): chunk c's slots start at c * kk
+    int             n_sel;   // slots of a row
+    int             n_chunks;
+    int             exact;
+    float           b0, b15;
+};
+
+static __device__ __forceinline__ const float * row_ptr(const char * base, int64_t r, int64_t ne1, int64_t ne2,
+                                                        size_t nb1, size_t nb2, size_t nb3) {
+    const int64_t i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+    return (const float *) (base + i1 * nb1 + i2 * nb2 + i3 * nb3);
+}
+
+// ggml_ext_dec_bucket in IEEE round-to-nearest arithmetic whatever the fast-math flags
+static __device__ __forceinline__ int dec_bucket(float v, float b0, float b15) {
+    if (!(v > 0.0f)) {
+        return 31;
+    }
+    if (v >= b15) {
+        if (!(b0 > b15)) {
+            return 0;
+        }
+        const float t = __fmul_rn(__fdiv_rn(__fsub_rn(v, b15), __fsub_rn(b0, b15)), 16.0f);
+        const int   i = t >= 15.0f ? 15 : (int) t;
+        return 15 - i;
+    }
+    const float t = __fmul_rn(__fdiv_rn(v, b15), 16.0f);
+    const int   i = t >= 15.0f ? 15 : (int) t;
+    return 31 - i;
+}
+
+// exclusive prefix sum of v over the block (DEC_THREADS threads, thread order); *total the sum
+static __device__ int block_scan(int v, int * total) {
+    __shared__ int warp_sum[DEC_THREADS / WARP_SIZE + 1];
+    const int      lane = threadIdx.x % WARP_SIZE, w = threadIdx.x / WARP_SIZE;
+    int            inc  = v;
+#pragma unroll
+    for (int o = 1; o < WARP_SIZE; o <<= 1) {
+        const int n = __shfl_up_sync(0xffffffff, inc, o);
+        inc += lane >= o ? n : 0;
+    }
+    if (lane == WARP_SIZE - 1) {
+        warp_sum[w] = inc;
+    }
+    __syncthreads();
+    if (w == 0) {
+        const int s  = lane < DEC_THREADS / WARP_SIZE ? warp_sum[lane] : 0;
+        int       si = s;
+#pragma unroll
+        for (int o = 1; o < WARP_SIZE; o <<= 1) {
+            const int n = __shfl_up_sync(0xffffffff, si, o);
+            si += lane >= o ? n : 0;
+        }
+        if (lane < DEC_THREADS / WARP_SIZE) {
+            warp_sum[lane] = si - s;
+        }
+        if (lane == DEC_THREADS / WARP_SIZE - 1) {
+            warp_sum[DEC_THREADS / WARP_SIZE] = si;
+        }
+    }
+    __syncthreads();
+    const int ex = warp_sum[w] + inc - v;
+    *total       = warp_sum[DEC_THREADS / WARP_SIZE];
+    __syncthreads();  // warp_sum is reused by the next call
+    return ex;
+}
+
+// phase 1 for one (row, chunk): the chunk's selected channels into idx / xs at slots c * kk + 0..k-1
+static __device__ void select_chunk(const dec_args & a, int64_t row, int c) {
+    __shared__ int   cnt[32];
+    __shared__ int   cut[2];  // the last bucket taken, how many of its channels
+    __shared__ float mags[GGML_EXT_DEC_CHUNK];
+
+    const float * xr = row_ptr(a.x, row, a.ne1, a.ne2, a.x_nb1, a.x_nb2, a.x_nb3) + (int64_t) c * GGML_EXT_DEC_CHUNK;
+    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_DEC_CHUNK;
+    const int     L  = Ll < GGML_EXT_DEC_CHUNK ? (int) Ll : GGML_EXT_DEC_CHUNK;
+    const int     k  = a.kk < L ? a.kk : L;
+    const int     j0 = threadIdx.x * DEC_PER_THREAD;
+
+    float v[DEC_PER_THREAD];
+    bool  sel[DEC_PER_THREAD];
+#pragma unroll
+    for (int e = 0; e < DEC_PER_THREAD; e++) {
+        v[e]   = j0 + e < L ? xr[j0 + e] : 0.0f;
+        sel[e] = false;
+    }
+
+    if (a.exact) {
+        // rank by (|x| descending, index), NaN as 0: the k of rank < k
+#pragma unroll
+        for (int e = 0; e < DEC_PER_THREAD; e++) {
+            if (j0 + e < L) {
+                mags[j0 + e] = v[e] == v[e] ? fabsf(v[e]) : 0.0f;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < DEC_PER_THREAD; e++) {
+            const int j = j0 + e;
+            if (j < L) {
+                const float m    = mags[j];
+                int         rank = 0;
+                for (int i = 0; i < L && rank < k; i++) {
+                    const float o = mags[i];
+                    rank += o > m || (o == m && i < j);
+                }
+                sel[e] = rank < k;
+            }
+        }
+        __syncthreads();  // mags is reused by the block's next chunk
+    } else {
+        int b[DEC_PER_THREAD];
+        if (threadIdx.x < 32) {
+            cnt[threadIdx.x] = 0;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < DEC_PER_THREAD; e++) {
+            b[e] = j0 + e < L ? dec_bucket(fabsf(v[e]), a.b0, a.b15) : 32;
+            if (b[e] < 32) {
+                atomicAdd(&cnt[b[e]], 1);
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int last = 0, before = 0;
+            while (last < 31 && before + cnt[last] < k) {
+                before += cnt[last++];
+            }
+            cut[0] = last;
+            cut[1] = k - before;
+        }
+        __syncthreads();
+        const int last = cut[0], take = cut[1];
+        int       n_last = 0;
+#pragma unroll
+        for (int e = 0; e < DEC_PER_THREAD; e++) {
+            n_last += b[e] == last;
+        }
+        int total;
+        int before = block_scan(n_last, &total);  // channels of bucket `last` at lower indices
+#pragma unroll
+        for (int e = 0; e < DEC_PER_THREAD; e++) {
+            if (b[e] < last) {
+                sel[e] = true;
+            } else if (b[e] == last) {
+                sel[e] = before++ < take;
+            }
+        }
+    }
+
+    int n = 0;
+#pragma unroll
+    for (int e = 0; e < DEC_PER_THREAD; e++) {
+        n += sel[e];
+    }
+    int       total;
+    int       pos  = block_scan(n, &total);
+    const int slot = (int) (row * a.n_sel) + c * a.kk;
+#pragma unroll
+    for (int e = 0; e < DEC_PER_THREAD; e++) {
+        if (sel[e]) {
+            a.idx[slot + pos] = c * GGML_EXT_DEC_CHUNK + j0 + e;
+            a.xs[slot + pos]  = v[e];
+            pos++;
+        }
+    }
+}
+
+// phase 1 over the grid: dst = y, and every (row, chunk) selected by some block
+static __device__ void phase_select(const dec_args & a) {
+    const int64_t n_out = a.M * a.rows;
+    for (int64_t i = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; i < n_out; i += (int64_t) gridDim.x * blockDim.x) {
+        const int64_t r = i / a.M, m = i % a.M;
+        float *       d = (float *) row_ptr(a.dst, r, a.ne1, a.ne2, a.d_nb1, a.d_nb2, a.d_nb3);
+        d[m]            = row_ptr(a.y, r, a.ne1, a.ne2, a.y_nb1, a.y_nb2, a.y_nb3)[m];
+    }
+    if (a.n_sel == 0) {
+        return;
+    }
+    const int64_t items = a.rows * a.n_chunks;
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        select_chunk(a, it / a.n_chunks, (int) (it % a.n_chunks));
+    }
+}
+
+// phase 2: the residual GEMV over the selected channels, added atomically into dst
+template <bool VEC> static __device__ void phase_gemv(const dec_args & a) {
+    const int64_t nthreads = (int64_t) gridDim.x * blockDim.x;
+    const int64_t gt       = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+    // thread -> (piece p, lane c); lanes C split the selected channels; when a row has more pieces than the
+    // grid has threads, one lane walks the pieces instead
+    const int64_t C  = nthreads >= a.pieces ? nthreads / a.pieces : 1;
+    const int64_t c  = nthreads >= a.pieces ? gt / a.pieces : 0;
+    const int64_t p0 = nthreads >= a.pieces ? gt % a.pieces : gt;
+    const int64_t dp = nthreads >= a.pieces ? a.pieces : nthreads;
+    if (c >= C || c >= a.n_sel) {
+        return;
+    }
+    for (int64_t p = p0; p < a.pieces; p += dp) {
+        const int64_t m0 = p * 2 * DEC_PIECE;
+        for (int64_t row = 0; row < a.rows; row++) {
+            const int32_t * idx = a.idx + row * a.n_sel;
+            const float *   xs  = a.xs + row * a.n_sel;
+            float           acc[2 * DEC_PIECE];
+#pragma unroll
+            for (int i = 0; i < 2 * DEC_PIECE; i++) {
+                acc[i] = 0.0f;
+            }
+            // unrolled: a thread keeps several zero-copy loads in flight (PCIe latency is ~1 us)
+#pragma unroll 4
+            for (int64_t s = c; s < a.n_sel; s += C) {
+                const uint8_t * rr = a.r + (size_t) idx[s] * a.rs + p * DEC_PIECE;
+                const float     xv = xs[s];
+                uint8_t         q[DEC_PIECE];
+                if (VEC) {
+                    const uint4 w = *(const uint4 *) rr;
+                    memcpy(q, &w, DEC_PIECE);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < DEC_PIECE; i++) {
+                        q[i] = p * DEC_PIECE + i < (int64_t) a.rs ? rr[i] : 0x88;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < DEC_PIECE; i++) {
+                    acc[2 * i] += (float) ((int) (q[i] & 15) - 8) * xv;
+                    acc[2 * i + 1] += (float) ((int) (q[i] >> 4) - 8) * xv;
+                }
+            }
+            float * d = (float *) row_ptr(a.dst, row, a.ne1, a.ne2, a.d_nb1, a.d_nb2, a.d_nb3);
+#pragma unroll
+            for (int i = 0; i < 2 * DEC_PIECE; i++) {
+                if (m0 + i < a.M) {
+                    atomicAdd(d + m0 + i, a.sc[m0 + i] * acc[i]);
+                }
+            }
+        }
+    }
+}
+
+static __global__ void __launch_bounds__(DEC_THREADS) k_dec_select(const dec_args a) {
+    phase_select(a);
+}
+
+template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_gemv(const dec_args a) {
+    phase_gemv<VEC>(a);
+}
+
+// the fused kernel: a cooperative launch of n_tb blocks, all resident
+template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_fused(const dec_args a) {
+    phase_select(a);
+    if (a.n_sel == 0) {
+        return;  // uniform over the grid: no block waits at the sync
+    }
+    __threadfence();
+    cg::this_grid().sync();
+    phase_gemv<VEC>(a);
+}
+
+// r->data as a pointer the kernel can read: GPU memory as is, registered/pinned host memory through its
+// mapping (zero-copy), anything else refused by name
+static const uint8_t * residual_device_ptr(const ggml_tensor * r) {
+    cudaPointerAttributes at;
+    const cudaError_t     e = cudaPointerGetAttributes(&at, r->data);
+    if (e != cudaSuccess) {
+        (void) cudaGetLastError();
+        GGML_ABORT("dec_mul_mat: cannot tell where the residual '%s' lives (%s)", r->name, cudaGetErrorString(e));
+    }
+    if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) {
+        return (const uint8_t *) r->data;
+    }
+    if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) {
+        return (const uint8_t *) at.devicePointer;
+    }
+    GGML_ABORT(
+        "dec_mul_mat: the residual '%s' is in host memory CUDA cannot map: put it in a CUDA host buffer or "
+        "register it with ggml_ext_cuda_dec_pin",
+        r->name);
+}
+
+void ggml_ext_cuda_dec_pin(void * ptr, size_t size) {
+    cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+        (void) cudaGetLastError();  // a device without read-only registration
+        e = cudaHostRegister(ptr, size, cudaHostRegisterMapped);
+    }
+    if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
+        GGML_ABORT("dec_mul_mat: cudaHostRegister of %zu bytes of residuals: %s", size, cudaGetErrorString(e));
+    }
+    (void) cudaGetLastError();
+}
+
+void ggml_ext_cuda_dec_unpin(void * ptr) {
+    (void) cudaHostUnregister(ptr);
+    (void) cudaGetLastError();
+}
+
+// resident blocks of the fused kernel on `device` (cooperative launch's limit), cached; 0: no cooperative launch
+static int fused_capacity(int device, bool vec) {
+    static int cache[GGML_CUDA_MAX_DEVICES][2];
+    int &      c = cache[device][vec];
+    if (c == 0) {
+        int coop = 0, per_sm = 0;
+        CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, device));
+        if (vec) {
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_dec_fused<true>, DEC_THREADS, 0));
+        } else {
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k_dec_fused<false>, DEC_THREADS, 0));
+        }
+        c = coop ? per_sm * ggml_cuda_info().devices[device].nsm : -1;
+    }
+    return c > 0 ? c : 0;
+}
+
+// GGML_EXT_DEC_LAUNCH: "coop" / "split" forces the launch; unset or anything else: automatic. Read at each
+// launch (the tests and the benchmark switch it between runs of one process).
+static int launch_mode() {
+    const char * s = std::getenv("GGML_EXT_DEC_LAUNCH");
+    return s && !std::strcmp(s, "coop") ? 1 : s && !std::strcmp(s, "split") ? 2 : 0;
+}
+
+static bool supports(int device, const ggml_tensor * op) {
+    GGML_UNUSED(device);
+    if (ggml_ext_dec_mul_mat_check(op) != nullptr) {
+        return false;
+    }
+    // slots are int32 and idx values are channels
+    const int64_t kk = std::min<int64_t>(((const int32_t *) op->op_params)[0], GGML_EXT_DEC_CHUNK);
+    return op->src[1]->ne[0] <= INT32_MAX && ggml_nrows(op) * op->src[1]->ne[0] <= INT32_MAX &&
+           ggml_nrows(op) * kk * ((op->src[1]->ne[0] + GGML_EXT_DEC_CHUNK - 1) / GGML_EXT_DEC_CHUNK) <= INT32_MAX;
+}
+
+static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    const char * err = ggml_ext_dec_mul_mat_check(dst);
+    if (err) {
+        GGML_ABORT("%s", err);
+    }
+    const ggml_tensor * y = dst->src[0];
+    const ggml_tensor * x = dst->src[1];
+    const ggml_tensor * r = dst->src[2];
+    const ggml_tensor * s = dst->src[3];
+    const int32_t *     p = (const int32_t *) dst->op_params;
+    if (ggml_nelements(dst) == 0) {
+        return;
+    }
+
+    dec_args a;
+    a.y     = (const char *) y->data;
+    a.x     = (const char *) x->data;
+    a.sc    = (const float *) s->data;
+    a.dst   = (char *) dst->data;
+    a.M     = y->ne[0];
+    a.K     = x->ne[0];
+    a.rows  = ggml_nrows(y);
+    a.ne1   = y->ne[1];
+    a.ne2   = y->ne[2];
+    a.y_nb1 = y->nb[1], a.y_nb2 = y->nb[2], a.y_nb3 = y->nb[3];
+    a.x_nb1 = x->nb[1], a.x_nb2 = x->nb[2], a.x_nb3 = x->nb[3];
+    a.d_nb1 = dst->nb[1], a.d_nb2 = dst->nb[2], a.d_nb3 = dst->nb[3];
+    a.rs       = r->nb[1];
+    a.pieces   = (int64_t) ((a.rs + DEC_PIECE - 1) / DEC_PIECE);
+    a.n_chunks = (int) ((a.K + GGML_EXT_DEC_CHUNK - 1) / GGML_EXT_DEC_CHUNK);
+    a.kk       = std::min(p[0], GGML_EXT_DEC_CHUNK);
+    const int64_t last = a.K - (int64_t) (a.n_chunks - 1) * GGML_EXT_DEC_CHUNK;
+    a.n_sel            = a.kk == 0 ? 0 : (a.n_chunks - 1) * a.kk + (int) std::min<int64_t>(a.kk, last);
+    a.exact            = p[1] == GGML_EXT_DEC_EXACT;
+    memcpy(&a.b0, p + 2, sizeof(float));
+    memcpy(&a.b15, p + 3, sizeof(float));
+
+    cudaStream_t                  stream = ctx.stream();
+    ggml_cuda_pool_alloc<int32_t> idx(ctx.pool(), std::max<int64_t>(1, a.rows * a.n_sel));
+    ggml_cuda_pool_alloc<float>   xs(ctx.pool(), std::max<int64_t>(1, a.rows * a.n_sel));
+    a.idx = idx.get();
+    a.xs  = xs.get();
+    a.r   = a.n_sel ? residual_device_ptr(r) : (const uint8_t *) r->data;
+
+    const int n_sm = ggml_cuda_info().devices[ctx.device].nsm;
+    if (a.n_sel == 0) {
+        const int64_t blocks = std::min<int64_t>((a.M * a.rows + DEC_THREADS - 1) / DEC_THREADS, 4 * n_sm);
+        k_dec_select<<<(unsigned) blocks, DEC_THREADS, 0, stream>>>(a);
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
+    // the 16-byte loads need every residual row 16-byte aligned
+    const bool vec  = a.rs % DEC_PIECE == 0 && (uintptr_t) a.r % DEC_PIECE == 0;
+    const int  n_tb = ggml_ext_dec_mul_mat_n_tb(dst) > 0 ? ggml_ext_dec_mul_mat_n_tb(dst) : n_sm;
+
+    const int  mode = launch_mode();
+    const int  cap  = fused_capacity(ctx.device, vec);
+    const bool coop = cap > 0 && n_tb <= cap && mode != 2;
+    if (mode == 1 && !coop) {
+        GGML_ABORT("dec_mul_mat: GGML_EXT_DEC_LAUNCH=coop, but %d blocks are not all resident (at most %d)", n_tb, cap);
+    }
+    if (coop) {
+        cudaLaunchConfig_t   cfg = {};
+        cudaLaunchAttribute  attr[1];
+        attr[0].id              = cudaLaunchAttributeCooperative;
+        attr[0].val.cooperative = 1;
+        cfg.gridDim             = dim3((unsigned) n_tb);
+        cfg.blockDim            = dim3(DEC_THREADS);
+        cfg.dynamicSmemBytes    = 0;
+        cfg.stream              = stream;
+        cfg.attrs               = attr;
+        cfg.numAttrs            = 1;
+        if (vec) {
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_dec_fused<true>, a));
+        } else {
+            CUDA_CHECK(cudaLaunchKernelEx(&cfg, k_dec_fused<false>, a));
+        }
+        return;
+    }
+    const int64_t sel_blocks = std::max<int64_t>(a.rows * a.n_chunks, std::min<int64_t>((a.M * a.rows + DEC_THREADS - 1) / DEC_THREADS, n_sm));
+    k_dec_select<<<(unsigned) std::min<int64_t>(sel_blocks, INT32_MAX), DEC_THREADS, 0, stream>>>(a);
+    CUDA_CHECK(cudaGetLastError());
+    if (vec) {
+        k_dec_gemv<true><<<n_tb, DEC_THREADS, 0, stream>>>(a);
+    } else {
+        k_dec_gemv<false><<<n_tb, DEC_THREADS, 0, stream>>>(a);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+extern const ggml_ext_cuda_op ggml_ext_cuda_op_dec_mul_mat = { supports, forward };
