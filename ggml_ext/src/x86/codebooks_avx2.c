@@ -76,7 +76,9 @@ static void build_tabs(const int bits, struct tabs * t) {
 // sub-group's high bit at bit 2 (p & 3)); cb: the block's 4 codebook bytes as one word.
 GGML_EXT_INLINE __m256i decode_pair(const int bits, const struct tabs * t, const __m256i x, const __m256i hm,
                                     const uint32_t cb, const int p) {
-    const __m256i tab = _mm256_load_si256(&t->pair[(cb >> (4 * p)) & 15]);  // trick 1
+    // trick 1: the byte offset 32 * ((cb >> 4p) & 15) in two integer operations
+    const __m256i tab = _mm256_load_si256(
+        (const __m256i *) ((const char *) t->pair + ((((uint64_t) cb << 5) >> (4 * p)) & (15 << 5))));
     if (bits == 2) {  // trick 2: the pair's nibble indexes both lanes' tables
         const __m256i m15 = _mm256_set1_epi8(15);
         const __m256i nib = (p & 1) ? _mm256_and_si256(_mm256_srli_epi16(x, 4), m15) : _mm256_and_si256(x, m15);
@@ -132,7 +134,8 @@ GGML_EXT_INLINE void mm_rows(const int bits, const int RN, const int ABS, const 
                         _mm256_set_epi64x(1, 1, 0, 0));
                 }
                 const __m256i w  = decode_pair(bits, t, x, hm, cb, p);
-                const __m256i mv = _mm256_load_si256(&t->mul[y->scales[p]]);  // trick 3
+                const __m256i mv =  // trick 3
+                    _mm256_load_si256((const __m256i *) ((const char *) t->mul + ((size_t) y->scales[p] << 5)));
                 if (ABS) {  // trick 4, one row: |a| precomputed
                     const __m256i a  = _mm256_loadu_si256((const __m256i *) (ay[b].qs + 32 * p));
                     const __m256i aa = _mm256_loadu_si256((const __m256i *) (absa + (size_t) b * GGML_EXT_QK_CB + 32 * p));
