@@ -23,9 +23,18 @@
 //     2 x 127 x 121 per int16 pair, no saturation.
 //  5. Sums: vpmaddwd by the multipliers into int32 per block, one float FMA per block by d_w * d_a.
 //
-// CB2 per pair: 1.5 (code nibble) + pshufb + psign + vpmaddubsw + vpmaddwd + add = 6.5 operations, and
-// 3 loads (table, multipliers, |a|) that the load ports absorb; CB3 adds the high code bit (shift, mask,
-// OR) and cannot use nibble tables (3-bit codes: one code per lane index).
+// CB2 per pair: 1.5 (code nibble) + pshufb + psign + vpmaddubsw + vpmaddwd + add = 6.5 vector operations
+// (the previous kernel: 11), 4 loads (table, multipliers, a, |a|) and ~5 integer operations for the two
+// table offsets; ggml's Q2_K: ~5.75 vector operations. CB3 adds the high code bit (vpsrlvq, shift, mask,
+// OR) and cannot use nibble tables (3-bit codes: one code per lane index), but needs no blend any more.
+//
+// Measured on the 2-core Zen 1 EPYC (scripts/bench_codebooks_kernels.py, docs/BENCHMARKS.md): CB2 GEMV
+// ~0.9x ggml's Q2_K (was ~0.57x), CB3 ~0.63x (was ~0.35x). Tried and not kept (same run, same machine):
+// multipliers by a pshufb of the block's unpacked scales instead of trick 3 (no faster); abs + sign per
+// pair instead of the |a| buffer (slower); two weight rows per pass sharing the activation loads (no
+// faster); 32-byte code loads (0.75 operations per pair for the codes) with activations permuted once
+// per call to (8h + i, 8h + 4 + i) lane pairs: correct but slower, because each pair's table and
+// multiplier offsets then gather bits from two bytes (~12 integer operations per pair).
 #include "common/simd.h"
 #include "formats/codebooks/codebooks.h"
 
