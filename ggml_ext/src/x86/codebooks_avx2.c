@@ -29,7 +29,7 @@
 // OR) and cannot use nibble tables (3-bit codes: one code per lane index), but needs no blend any more.
 //
 // Measured on the 2-core Zen 1 EPYC (scripts/bench_codebooks_kernels.py, docs/BENCHMARKS.md): CB2 GEMV
-// ~0.9x ggml's Q2_K (was ~0.57x), CB3 ~0.63x (was ~0.35x). Tried and not kept (same run, same machine):
+// ~0.93x ggml's Q2_K (was ~0.59x), CB3 ~0.63x (was ~0.35x). Tried and not kept (same run, same machine):
 // multipliers by a pshufb of the block's unpacked scales instead of trick 3 (no faster); abs + sign per
 // pair instead of the |a| buffer (slower); two weight rows per pass sharing the activation loads (no
 // faster); 32-byte code loads (0.75 operations per pair for the codes) with activations permuted once
