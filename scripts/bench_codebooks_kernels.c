@@ -5,7 +5,11 @@
 // the kernel can do. Built and run by scripts/bench_codebooks_kernels.py (speed only: the weights are
 // random bytes with a sane fp16 scale, not a quantized matrix).
 //
-//   bench_codebooks_kernels [--rows M] [--cols K] [--reps R]     (defaults: 4096 x 4096, 30 reps)
+//   bench_codebooks_kernels [--rows M] [--cols K] [--reps R] [--act-rows N]   (defaults: 4096 x 4096, 30 reps, N = 1)
+//
+// --act-rows N > 1 times the product with N activation rows (a prompt's GEMM): our kernels take all N rows
+// in one call, ggml's stock types run their vec_dot once per (activation row, weight row), as ggml-cpu's
+// mul_mat does for them on AVX2.
 #define _GNU_SOURCE
 #include "formats/codebooks/codebooks.h"
 #include "ggml-cpu.h"
@@ -57,14 +61,15 @@ struct kernel {
 };
 
 int main(int argc, char ** argv) {
-    int M = 4096, K = 4096, R = 30;
+    int M = 4096, K = 4096, R = 30, N = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--rows")) M = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cols")) K = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) R = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--act-rows")) N = atoi(argv[i + 1]);
         else { fprintf(stderr, "unknown argument %s\n", argv[i]); return 2; }
     }
-    if (K % 256 || M < 1 || R < 1) {
+    if (K % 256 || M < 1 || R < 1 || N < 1) {
         fprintf(stderr, "--cols must be a multiple of 256\n");
         return 2;
     }
@@ -77,13 +82,14 @@ int main(int argc, char ** argv) {
     uint8_t * q2 = blocks(nb, ggml_type_size(GGML_TYPE_Q2_K), dq2, 2, &seed);
     uint8_t * q3 = blocks(nb, ggml_type_size(GGML_TYPE_Q3_K), dq3, 1, &seed);
 
-    float * x = malloc(sizeof(float) * K);
-    for (int i = 0; i < K; i++) {
+    float * x = malloc(sizeof(float) * K * N);
+    for (int i = 0; i < K * N; i++) {
         x[i] = (float) (rand_r(&seed) % 2001 - 1000) / 1000.0f;
     }
-    void * a = malloc(ggml_row_size(GGML_TYPE_Q8_K, K));
-    ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x, a, K);
-    float * y = malloc(sizeof(float) * M);
+    const size_t arow = ggml_row_size(GGML_TYPE_Q8_K, K);
+    char *       a    = malloc(arow * N);
+    ggml_get_type_traits_cpu(GGML_TYPE_Q8_K)->from_float(x, a, (int64_t) K * N);
+    float * y = malloc(sizeof(float) * M * N);
 
     struct kernel ks[8];
     int n = 0;
@@ -106,12 +112,14 @@ int main(int argc, char ** argv) {
         for (int k = 0; k < n; k++) {
             const double t0 = now();
             if (ks[k].kind == 0) {
-                ks[k].impl->mm[ks[k].bits - 2](K, y, M, ks[k].w, a, 1, M);
+                ks[k].impl->mm[ks[k].bits - 2](K, y, M, ks[k].w, a, N, M);
             } else {
                 const ggml_vec_dot_t vd = ggml_get_type_traits_cpu(ks[k].type)->vec_dot;
                 const size_t         rs = ggml_row_size(ks[k].type, K);
-                for (int m = 0; m < M; m++) {
-                    vd(K, y + m, 0, ks[k].w + m * rs, 0, a, 0, 1);
+                for (int r = 0; r < N; r++) {
+                    for (int m = 0; m < M; m++) {
+                        vd(K, y + (size_t) r * M + m, 0, ks[k].w + m * rs, 0, a + r * arow, 0, 1);
+                    }
                 }
             }
             const double dt = now() - t0;
@@ -119,7 +127,7 @@ int main(int argc, char ** argv) {
         }
     }
     const double q2best = ks[n - 2].best;
-    printf("| kernel | %d x %d GEMV, 1 thread: best ms | GB/s of weights | weights/ns | vs Q2_K |\n", M, K);
+    printf("| kernel | %d x %d x %d activation row(s), 1 thread: best ms | GB/s of weights | weights/ns | vs Q2_K |\n", M, K, N);
     printf("| --- | --- | --- | --- | --- |\n");
     for (int k = 0; k < n; k++) {
         char name[64];
@@ -129,7 +137,7 @@ int main(int argc, char ** argv) {
             snprintf(name, sizeof(name), "%s", ks[k].name);
         }
         printf("| %s | %.3f | %.2f | %.2f | %.2fx |\n", name, 1e3 * ks[k].best, ks[k].bytes / ks[k].best / 1e9,
-               (double) M * K / ks[k].best / 1e9, q2best / ks[k].best);
+               (double) M * K * N / ks[k].best / 1e9, q2best / ks[k].best);
     }
     return 0;
 }

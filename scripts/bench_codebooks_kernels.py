@@ -4,6 +4,7 @@ Q8_K with every SIMD implementation compiled in, against ggml's own Q2_K / Q3_K 
 1-token decode product of one weight matrix, timed interleaved (best of --reps).
 
     python3 scripts/bench_codebooks_kernels.py [--old REF] [--march native] [-- --rows 4096 --cols 11008 --reps 30]
+    python3 scripts/bench_codebooks_kernels.py --old REF -- --rows 512 --act-rows 16   # a 16-row GEMM instead
 
 Compiles ggml_ext's codebook sources with the benchmark (gcc -O3 -DNDEBUG) and links ggml (ggml-base,
 ggml-cpu) of the installed build (GGML_EXT_PREFIX, else the installed package): the stock types run ggml's
