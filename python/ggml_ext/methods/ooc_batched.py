@@ -25,9 +25,12 @@ checks they are identical). The probe losses are computed on the device for all 
 (float64 ``sum((ΔW H_probe) ∘ ΔW)``); they equal the reference's numpy losses to rounding, so the chosen
 group is the same unless two candidates tie to ~1e-12.
 
-What it saves: one sweep's thousands of small per-column kernels and host round trips (the block
-scales go through ggml's quantizer on the host, now one call for all candidates' rows per block) instead
-of one per candidate; the work per column grows with B but stays far from filling a GPU.
+Block scales: Q4_0's are chosen on the device (:mod:`.scales_torch`, ggml's rule bit for bit, no host
+round trip); the other types' go through ggml's quantizer on the host, one call for all candidates' rows
+per block.
+
+What it saves: one sweep's thousands of small per-column kernels and host round trips instead of one
+per candidate; the work per column grows with B but stays far from filling a GPU.
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ import numpy as np
 
 from .gptq import Clear, GPTQError, GPTQResult, _block_scales, clear_scale, prepare, round_symmetric
 from .grids import grid as _grid
+from .scales_torch import q4_0_scales
 
 __all__ = ["gptq_candidates", "gptq_hlps_batched"]
 
@@ -44,10 +48,12 @@ __all__ = ["gptq_candidates", "gptq_hlps_batched"]
 def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[Clear | None], *,
                     percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, block_size: int = 128,
                     scale_importance: str = "hessian", quantizer: dict | None = None, device: str = "cpu",
-                    dtype: str = "float64", name: str = "matrix") -> list[GPTQResult]:
+                    dtype: str = "float64", device_scales: bool = True, name: str = "matrix") -> list[GPTQResult]:
     """One GPTQ sweep (dynamic scales) for every entry of ``clears`` (a :class:`Clear` or None: no clear
     column) over B stacked copies of ``W``; the results, in order, are those of
-    ``gptq(W, H, type_name, clear=clears[c], ...)``."""
+    ``gptq(W, H, type_name, clear=clears[c], ...)``. ``device_scales``: Q4_0's block scales chosen on
+    ``device`` by :func:`.scales_torch.q4_0_scales` (ggml's rule, bit for bit) instead of ggml's quantizer
+    on the host; the other types always use the host quantizer."""
     import torch
     if not clears:
         raise GPTQError(f"{name}: no candidate to quantize")
@@ -60,7 +66,8 @@ def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[C
     dev, dt = torch.device(device), getattr(torch, dtype)
     Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt).repeat(1, B)   # cols x N: copy c in columns c*R..(c+1)*R
     U = torch.from_numpy(p.U).to(dev, dt)
-    scales = np.zeros((N, nb, g.nparams), dtype=np.float32)
+    scales = torch.zeros((N, nb, g.nparams), dtype=torch.float32, device=dev)
+    on_device = device_scales and g.name == "Q4_0"
     states: dict = {}
     K = torch.empty((cols, N), dtype=dt, device=dev)    # grid indices, by position
     Qt = torch.empty((cols, N), dtype=dt, device=dev)   # ggml's values (0's grid value at clear columns)
@@ -110,8 +117,12 @@ def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[C
                     zero = Mdev[:, lo:hi].T.repeat_interleave(R, dim=1)
                     cur = torch.where(zero, torch.zeros_like(cur), cur)
                 imp = p.importance[lo:hi] if scale_importance == "hessian" else None
-                scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
-                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+                if on_device:
+                    scales[:, b, 0] = q4_0_scales(cur.T.to(torch.float32),
+                                                  None if imp is None else torch.from_numpy(imp.astype(np.float32)))
+                else:
+                    scales[:, b] = torch.from_numpy(_block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {}))
+                states[b] = g.state(scales[:, b], dt)
             for cand in first.get(j, ()):   # candidates reaching their first clear column: their h-bit scale
                 sl = slice(cand * R, (cand + 1) * R)
                 dclear[sl] = clear_scale(current(clear_pos[cand], i1, i2, j, W1, E1, sl), int(bits[cand]))
@@ -138,6 +149,7 @@ def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[C
     inv = torch.from_numpy(p.pos).to(dev)
     idx = K[inv].T.to(torch.int64).cpu().numpy()
     Q = Qt[inv].T.to(torch.float32).cpu().numpy()
+    scales = scales.cpu().numpy()
     out = []
     for c in range(B):
         sl = slice(c * R, (c + 1) * R)
