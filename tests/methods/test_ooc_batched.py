@@ -62,8 +62,8 @@ def test_one_sweep_gives_each_candidate_its_own_sweep_on_a_real_layer():
 
 @pytest.mark.parametrize("type_name", ["Q4_0", "Q4_K"])
 def test_dead_columns_mixed_bits_and_no_act_order(type_name):
-    W, H, _ = _synthetic(cols=512)
-    clears = [G.Clear(np.array([5, 7, 30]), 8), None, G.Clear(np.array([100, 101, 300, 511]), 3),
+    W, H, _ = _synthetic(rows=32, cols=256)
+    clears = [G.Clear(np.array([5, 7, 30]), 8), None, G.Clear(np.array([100, 101, 200, 255]), 3),
               G.Clear(np.array([7, 100]), 4)]   # overlapping candidates, the dead column 7 clear in two
     with G._torch_threads(1):
         for act_order in (True, False):
@@ -99,3 +99,38 @@ def test_the_method_writes_the_same_bytes_and_sidecar_either_way():
     assert np.array_equal(b1, b2) and np.array_equal(i1, i2) and np.array_equal(s1, s2) and g1 == g2
     with pytest.raises(MethodError, match="implementation"):
         methods.create("ooc", implementation="parallel")
+
+
+def test_q4_0_scales_on_the_device_are_ggml_s():
+    """scales_torch.q4_0_scales against ggml's quantizer (Grid.scales) on random blocks with outliers,
+    grid-aligned ties, all-zero and one-entry blocks, sign flips, and importances spanning six decades
+    (some zero); without importances too."""
+    from ggml_ext.methods.scales_torch import q4_0_scales
+    g = GRIDS["Q4_0"]
+    rng = np.random.default_rng(3)
+    x = rng.normal(0, 0.02, (3000, 32)).astype(np.float32)
+    x[::7, rng.integers(0, 32)] *= 30
+    x[::11] = np.round(x[::11] * 400) / 400
+    x[5] = 0
+    x[6] = 0
+    x[6, 3] = 1e-3
+    x[8, :2] = [0.5, -0.5]
+    x[1::2] = -x[1::2]
+    for imp in (None, (rng.random(32) * 10 ** rng.uniform(-3, 3, 32)).astype(np.float32)):
+        if imp is not None:
+            imp[:3] = 0
+        want = g.scales(x, imp)[:, 0]
+        got = q4_0_scales(torch.from_numpy(x), None if imp is None else torch.from_numpy(imp)).numpy()
+        assert np.array_equal(want, got), int((want != got).sum())
+
+
+def test_host_and_device_scales_give_the_same_sweep():
+    W, H, _ = _synthetic(rows=32, cols=256, seed=2)
+    clears = [G.Clear(np.array([3, 64]), 8), None]
+    with G._torch_threads(1):
+        for imp in ("hessian", "none"):
+            a = OB.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=True)
+            b = OB.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=False)
+            for cl, x, y in zip(clears, a, b):
+                _same(x, y, "Q4_0")
+                _same(G.gptq(W, H, "Q4_0", clear=cl, scale_importance=imp), x, "Q4_0")
