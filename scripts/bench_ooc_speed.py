@@ -14,7 +14,8 @@ warm-up:
 * ``both flows, sequential`` (gptq + ooc sequential, as the double workflow runs a layer whose two flows
   share the Hessian) vs ``both flows, batched`` (the plain flow as one more copy in the batched sweep).
 
-``--check`` shapes: the batched and the sequential OOC must agree (chosen group, bytes of W_l, side-car
+``--check`` shapes: Q4_0's block scales chosen on the device must be ggml's (200k random blocks), and
+the batched and the sequential OOC must agree (chosen group, bytes of W_l, side-car
 idx and S, plain flow's bytes); the script exits 1 if they do not. ``--model-layer N``: the same timings
 on the CPU for the 7 matrices of decoder layer N of the default model (SmolLM2-135M, 8 x 128 wiki-train
 tokens), per matrix and for the layer. ``--json FILE``: the rows as JSON too.
@@ -84,6 +85,22 @@ def agree(W, H, Hp, type_name, opts, device) -> tuple[bool, str]:
     return not diffs, ", ".join(diffs) or f"identical (group {bat.group} of {len(bat.candidates)} candidates)"
 
 
+def scales_agree(device: str, n: int = 200_000) -> tuple[bool, str]:
+    """Q4_0 block scales chosen on ``device`` (scales_torch) vs ggml's quantizer on the host, on ``n``
+    random blocks (outliers, grid-aligned ties), with importances spanning six decades and without."""
+    from ggml_ext.methods.scales_torch import q4_0_scales
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 0.02, (n, 32)).astype(np.float32)
+    x[::7, rng.integers(0, 32)] *= 30
+    x[::11] = np.round(x[::11] * 400) / 400
+    bad = []
+    for imp in (None, (rng.random(32) * 10 ** rng.uniform(-3, 3, 32)).astype(np.float32)):
+        want = grid("Q4_0").scales(x, imp)[:, 0]
+        got = q4_0_scales(torch.from_numpy(x).to(device), None if imp is None else torch.from_numpy(imp).to(device))
+        bad.append(int((want != got.cpu().numpy()).sum()))
+    return not any(bad), f"{n} blocks, {bad[0]} differ without importances, {bad[1]} with"
+
+
 def time_one(W, H, Hp, type_name, opts, device, repeat) -> dict:
     """Seconds of each way of quantizing one matrix (module docstring)."""
     t = {"gptq": timed(lambda: gptq(W, H, type_name, device=device), repeat),
@@ -129,6 +146,11 @@ def main() -> int:
     ok = True
     ctx = _torch_threads(threads)
     with ctx:
+        if a.check and type_name == "Q4_0":
+            same, what = scales_agree(a.device)
+            ok &= same
+            out.append({"check": "q4_0 scales", "identical": same, "what": what})
+            print(f"check Q4_0 scales on {a.device} vs ggml's quantizer: {what}", flush=True)
         for rows, cols in shapes(a.check):
             W, H, Hp = problem(rows, cols, 1, a.device)
             same, what = agree(W, H, Hp, type_name, dict(h=a.h, p=a.p, s=max(svals)), a.device)
