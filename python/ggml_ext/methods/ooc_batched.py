@@ -25,7 +25,7 @@ checks they are identical). The probe losses are computed on the device for all 
 (float64 ``sum((ΔW H_probe) ∘ ΔW)``); they equal the reference's numpy losses to rounding, so the chosen
 group is the same unless two candidates tie to ~1e-12.
 
-Block scales: Q4_0's are chosen on the device (:mod:`.scales_torch`, ggml's rule bit for bit, no host
+Block scales: on a GPU, Q4_0's are chosen on the device (:mod:`.scales_torch`, ggml's rule bit for bit, no host
 round trip); the other types' go through ggml's quantizer on the host, one call for all candidates' rows
 per block.
 
@@ -48,12 +48,13 @@ __all__ = ["gptq_candidates", "gptq_hlps_batched"]
 def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[Clear | None], *,
                     percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, block_size: int = 128,
                     scale_importance: str = "hessian", quantizer: dict | None = None, device: str = "cpu",
-                    dtype: str = "float64", device_scales: bool = True, name: str = "matrix") -> list[GPTQResult]:
+                    dtype: str = "float64", device_scales: bool | None = None, name: str = "matrix") -> list[GPTQResult]:
     """One GPTQ sweep (dynamic scales) for every entry of ``clears`` (a :class:`Clear` or None: no clear
     column) over B stacked copies of ``W``; the results, in order, are those of
     ``gptq(W, H, type_name, clear=clears[c], ...)``. ``device_scales``: Q4_0's block scales chosen on
     ``device`` by :func:`.scales_torch.q4_0_scales` (ggml's rule, bit for bit) instead of ggml's quantizer
-    on the host; the other types always use the host quantizer."""
+    on the host (None: on any device but the CPU, where the host quantizer is faster: 2.9 s vs 3.8 s for
+three 576x576 candidates on one thread); the other types always use the host quantizer."""
     import torch
     if not clears:
         raise GPTQError(f"{name}: no candidate to quantize")
@@ -67,6 +68,8 @@ def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[C
     Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt).repeat(1, B)   # cols x N: copy c in columns c*R..(c+1)*R
     U = torch.from_numpy(p.U).to(dev, dt)
     scales = torch.zeros((N, nb, g.nparams), dtype=torch.float32, device=dev)
+    if device_scales is None:
+        device_scales = torch.device(device).type != "cpu"
     on_device = device_scales and g.name == "Q4_0"
     states: dict = {}
     K = torch.empty((cols, N), dtype=dt, device=dev)    # grid indices, by position
