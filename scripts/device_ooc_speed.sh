@@ -8,10 +8,15 @@
 #   GGML_EXT_PREFIX=...  an installed build; unset: a CPU-only build of ours is made in $BUILD_DIR
 #     (the non-Q4_0 scale choice and the checks call ggml's quantizer on the host; no CUDA build needed)
 #   S (0.1)  scanned fractions, comma-separated; SHAPES (4096x4096,11008x4096,4096x11008); TYPE (q4_0)
+#   CHECK (576x1536,2048x2048)  shapes checked batched vs sequential on the GPU; CHECK= skips the checks
 #   SIZE=tiny  CPU-only smoke run at small shapes
 # Writes OUTDIR/ooc-speed.md (the table), OUTDIR/ooc-speed.json and OUTDIR/summary.txt.
-# Runtime on the H100 (estimate from the GPTQ timings, not yet measured): build ~3 min (skipped with a
-# prefix), checks ~20 s, timings at S=0.1 ~3-4 min; 4096x11008 at S=0.1 scans 9 groups.
+# Runtime on the H100 (estimated from the GPTQ timings, not yet measured): build ~3-4 min (skipped with a
+# prefix), checks ~30 s, timings at S=0.1: 4096x4096 ~30 s, 11008x4096 ~50 s, 4096x11008 (9 candidates,
+# the sequential OOC ~2 min of it) ~2.5 min. If one call risks the 10 minutes, split it: first
+#   SHAPES=4096x4096,11008x4096 bash scripts/device_ooc_speed.sh "$OUT"
+# then on the warm machine (the build kept in /tmp/ggml-ext-ooc-speed)
+#   GGML_EXT_PREFIX=/tmp/ggml-ext-ooc-speed/install/ggml_ext CHECK= SHAPES=4096x11008 bash scripts/device_ooc_speed.sh "$OUT"
 set -euo pipefail
 out=${1:-${OUT:?give OUTDIR or set OUT}}
 mkdir -p "$out"
@@ -31,7 +36,7 @@ export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if [ "${SIZE:-full}" = tiny ]; then
   device=cpu check=64x256 shapes=128x512,256x256
 else
-  device=cuda check=576x1536,2048x2048 shapes=${SHAPES:-4096x4096,11008x4096,4096x11008}
+  device=cuda check=${CHECK-576x1536,2048x2048} shapes=${SHAPES:-4096x4096,11008x4096,4096x11008}
 fi
 t0=$(date +%s)
 rc=0
