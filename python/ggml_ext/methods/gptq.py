@@ -74,7 +74,7 @@ import numpy as np
 from . import MethodError, register
 from .grids import GRIDS, Grid, grid as _grid
 
-__all__ = ["Clear", "GPTQ", "GPTQResult", "round_symmetric", "GPTQError", "prepare", "gptq", "gptq_reference"]
+__all__ = ["Clear", "GPTQ", "GPTQResult", "clear_scale", "round_symmetric", "GPTQError", "prepare", "gptq", "gptq_reference"]
 
 log = logging.getLogger("ggml_ext.methods.gptq")
 
@@ -113,6 +113,15 @@ def round_symmetric(x, bits: int, d):
     qmax = 2 ** (bits - 1) - 1
     safe = torch.where(d == 0, torch.full_like(d, float("inf")), d)
     return (x / safe).round_().clamp_(-qmax, qmax) * d
+
+
+def clear_scale(values, bits: int):
+    """The clear columns' per-row h-bit scale (torch, rows), from their current values (k x rows, the
+    error-updated weights when the sweep reaches the first of them): ``fp16(max|w| / (2^(bits-1) - 1))``.
+    Both OOC sweeps (:func:`gptq` per candidate, :mod:`.ooc_batched` all candidates at once) call it."""
+    import torch
+    amax = values.abs().amax(dim=0)
+    return (amax / (2 ** (bits - 1) - 1)).to(torch.float16).to(values.dtype)
 
 
 @dataclass
@@ -294,8 +303,7 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
             w = W1[i]
             if is_clear[perm[j]]:
                 if dclear is None:   # the clear columns' per-row h-bit scale, from their current values
-                    amax = current(clear_pos, i1, i2, j, W1, E1).abs().amax(dim=0)
-                    dclear = (amax / (2 ** (clear.bits - 1) - 1)).to(torch.float16).to(dt)
+                    dclear = clear_scale(current(clear_pos, i1, i2, j, W1, E1), clear.bits)
                 K[j], Qt[j] = g.round(torch.zeros_like(w), states[b], c % g.block)
                 q = round_symmetric(w, clear.bits, dclear)
                 CV[slot[j]] = q

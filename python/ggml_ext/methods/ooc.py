@@ -37,7 +37,9 @@ with the weight and adds the col side-car to the weight's matmul.
 Options (``methods.create("ooc", ...)``, CLI ``--ooc-h/--ooc-p/--ooc-s``): ``h`` (8), ``p`` (0.1), ``s``
 (0.1), ``group`` (128), ``sidecar_type`` ("F32"), ``validation_samples`` (4: held-out windows for
 the flow choice), ``flow`` ("both": the double workflow | "ooc": only GPTQ(h,l,p,s) -- for measurements),
-and GPTQ's own (percdamp, act_order, block_size, device, dtype).
+``implementation`` ("batched": all candidate groups in one GPTQ sweep, :mod:`.ooc_batched` |
+"reference": :func:`gptq_hlps`, one sweep per candidate; same bytes, same choice), and GPTQ's own
+(percdamp, act_order, block_size, device, dtype).
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ import numpy as np
 from . import MethodError, register
 from .gptq import GPTQ, Clear, GPTQResult, _torch_threads, gptq
 from .grids import GRIDS, grid as _grid
+from .ooc_batched import gptq_hlps_batched
 
 __all__ = ["OOC", "OOCResult", "SidecarError", "salient_scores", "clear_columns", "probe_loss", "gptq_hlps",
            "FORMAT_VERSION"]
@@ -165,7 +168,7 @@ class OOC:
 
     def __init__(self, h: int = 8, p: float = 0.1, s: float = 0.1, group: int = 128, sidecar_type: str = "F32",
                  validation_samples: int = 4, flow: str = "both", percdamp: float = 0.01, act_order: bool = True,
-                 block_size: int = 128, device: str = "cpu", dtype: str = "float64"):
+                 block_size: int = 128, device: str = "cpu", dtype: str = "float64", implementation: str = "batched"):
         if not (2 <= int(h) <= 16):
             raise MethodError(f"ooc h={h}: the clear columns' bits must be 2..16")
         if not (0 < p <= 1):
@@ -180,6 +183,9 @@ class OOC:
             raise MethodError(f"ooc validation_samples={validation_samples}: need at least one")
         if flow not in ("both", "ooc", "gptq"):
             raise MethodError(f"ooc flow {flow!r}: choose 'both', 'ooc' or 'gptq'")
+        if implementation not in ("batched", "reference"):
+            raise MethodError(f"ooc implementation {implementation!r}: choose 'batched' or 'reference'")
+        self.implementation = implementation
         self.h, self.p, self.s, self.group = int(h), float(p), float(s), int(group)
         self.sidecar_type = sidecar_type.upper()
         self.validation_samples = validation_samples
@@ -209,7 +215,8 @@ class OOC:
         if Hp is None:
             raise MethodError(f"ooc needs the probe input of {tensor_name} (collector 'probe_hessian')")
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
-            r = gptq_hlps(rows, H, Hp, type_name, h=self.h, p=self.p, s=self.s, group=self.group,
+            hlps = gptq_hlps if self.implementation == "reference" else gptq_hlps_batched
+            r = hlps(rows, H, Hp, type_name, h=self.h, p=self.p, s=self.s, group=self.group,
                           sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
         check_sidecar(tensor_name, rows.shape[0], rows.shape[1], r.idx, r.S)
         b = r.base.pack(_grid(type_name)).reshape(-1)
