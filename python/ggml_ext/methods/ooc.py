@@ -53,7 +53,7 @@ from . import MethodError, register
 from .gptq import GPTQ, Clear, GPTQResult, _torch_threads, gptq
 from .grids import GRIDS, grid as _grid
 
-__all__ = ["OOC", "OOCResult", "SidecarError", "salient_scores", "clear_columns", "probe_loss", "gptq_hlps",
+__all__ = ["OOC", "OOCResult", "SidecarError", "clear_bits", "salient_scores", "clear_columns", "probe_loss", "gptq_hlps",
            "FORMAT_VERSION"]
 
 log = logging.getLogger("ggml_ext.methods.ooc")
@@ -78,6 +78,15 @@ class OOCResult:
     def effective(self) -> np.ndarray:
         """The matrix the side-car file computes with: W_l plus S at the clear columns."""
         return apply_sidecar(self.base.Q, self.idx, self.S)
+
+
+def clear_bits(h: int, type_name: str) -> int:
+    """The clear columns' bits in a matrix of ggml type ``type_name``: h, but never fewer than the type's own
+    quant bits (bits.QUANT_BITS). A type policy gives some matrices a wider type than the file's (--type q2_k
+    keeps Q4_0 where the rows are not a multiple of 256): 2-bit clear columns there would be coarser than
+    the columns around them, so OOC(2, 2, p, s) clears them at 4 bits -- h = l for that matrix."""
+    from ggml_ext.bits import QUANT_BITS
+    return max(int(h), int(QUANT_BITS.get(type_name.upper(), 0)))
 
 
 def salient_scores(W: np.ndarray, H: np.ndarray, group: int) -> np.ndarray:
@@ -209,7 +218,7 @@ class OOC:
         if Hp is None:
             raise MethodError(f"ooc needs the probe input of {tensor_name} (collector 'probe_hessian')")
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
-            r = gptq_hlps(rows, H, Hp, type_name, h=self.h, p=self.p, s=self.s, group=self.group,
+            r = gptq_hlps(rows, H, Hp, type_name, h=clear_bits(self.h, type_name), p=self.p, s=self.s, group=self.group,
                           sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
         check_sidecar(tensor_name, rows.shape[0], rows.shape[1], r.idx, r.S)
         b = r.base.pack(_grid(type_name)).reshape(-1)
