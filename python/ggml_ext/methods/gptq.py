@@ -112,7 +112,7 @@ class Clear:
 #: the clear grid's search, starting points: each end of a row's [min, max] range moved inwards by these
 #: fractions of it (all pairs), and the scale range / (levels + delta) from the minimum, delta in CLEAR_DELTA
 #: (ggml's make_qkx search); each refitted CLEAR_REFITS times by weighted least squares
-CLEAR_SHRINK = tuple(i / 40 for i in range(13))   # 0 .. 0.3
+CLEAR_SHRINK = tuple(i / 20 for i in range(7))   # 0 .. 0.3
 CLEAR_DELTA = tuple(i / 10 for i in range(-10, 11))
 CLEAR_REFITS = 2
 #: a clear column's importance in its ggml block's scale choice, relative to its own: almost none, the
