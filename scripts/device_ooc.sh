@@ -10,6 +10,7 @@
 # Environment: PYTHON (default python3), DEVICE (cuda), MODEL (smollm2 | gemma3: which model HF_DIR is),
 #   CONFIGS (q4_0:8,q2_k:2; TYPE:H), S (0.1,0.2,0.5,1), GPTQ (1: with the GPTQ(l) rows; 0: OOC rows only,
 #   for a sweep split over calls), CALIB (16x512), CHUNKS (20), FLOW (both).
+#   PART=build: only the build (a fresh machine's first call; later calls on the warm machine reuse it).
 #   PART=baseline: instead, GPTQ into TYPES (q3_k,q2_k) against rtn, rtn + imatrix and llama-quantize +
 #   imatrix, the imatrix from the same CALIB tokens of WIKI_TRAIN (scripts/device_gptq.sh MODE=ppl for MODEL).
 # One call must fit the device's 10 minutes: docs/GPTQ.md "OOC" lists the calls of the full sweep.
@@ -27,6 +28,7 @@ if [ -z "${GGML_EXT_PREFIX:-}" ]; then
   export GGML_EXT_PREFIX=$build/install/ggml_ext
 fi
 export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ "${PART:-ooc}" = build ] && { echo "built: $GGML_EXT_PREFIX" | tee -a "$out/summary.txt"; exit 0; }
 CALIB=${CALIB:-16x512}
 if [ "${PART:-ooc}" = baseline ]; then
   var=$(echo "$MODEL" | tr a-z A-Z)_HF

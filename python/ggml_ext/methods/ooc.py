@@ -9,8 +9,10 @@ The K-OOC paper (shared/papers/003, section 3.2; FORMATS.md "OOC and bit familie
         for each candidate group G:
             C       <- the round(p * |G|) columns of G with the largest H_ii Σ_j W_ji²  (at least 1)
             W_q(G)  <- GPTQ at l bits (the target ggml type's grid, gptq.py), except the columns C,
-                       which get h-bit symmetric rounding with one scale per row (the second scale set);
-                       every column's error, C's included, is compensated by the later columns
+                       which get h-bit rounding on their own grid: a scale and a min per row over C (the
+                       second {scale, zero-point} set, gptq.clear_grid), searched with the Hessian
+                       importances; C weighs ~nothing in its ggml blocks' scale choice; every column's
+                       error, C's included, is compensated by the later columns
             L(G)    <- ||(W - W_q(G)) X_probe^T||² = tr(ΔW H_probe ΔWᵀ)  (the probe: the last calibration sample)
         return the W_q(G) of least L(G)
 
@@ -33,6 +35,9 @@ The tensors are ``<weight>.ooc_idx`` and ``<weight>.ooc_s`` next to the weight; 
 ``ggml_ext.ooc.version`` marks the file. Stock llama.cpp refuses it (its loader finds more tensors than
 the architecture asks for: "wrong number of tensors"); ggml-ext's patched llama.cpp loads the side-cars
 with the weight and adds the col side-car to the weight's matmul.
+
+h per matrix is :func:`clear_bits` (h, never below the matrix type's own bits: a type policy that keeps a
+wider type for some matrices, as ``--type q2_k`` keeps Q4_0 on rows not a multiple of 256, gets h = l there).
 
 Options (``methods.create("ooc", ...)``, CLI ``--ooc-h/--ooc-p/--ooc-s``): ``h`` (8), ``p`` (0.1), ``s``
 (0.1), ``group`` (128), ``sidecar_type`` ("F32"), ``validation_samples`` (4: held-out windows for
