@@ -88,6 +88,10 @@ def test_clear_grid_is_as_fine_as_the_k_quant_grid_it_replaces():
             deq = quants.dequantize(quants.quantize(rows, t, imatrix=imp).reshape(-1), t, 256)
             theirs = float((imp * (deq.astype(np.float64) - rows) ** 2).sum()) / 16
             assert ours <= theirs, (g, t, ours, theirs)
+    # a row of equal values (range 0) and a two-valued row are represented exactly at fp16, any importance
+    x = torch.tensor([[0.5, -1.0], [0.5, 2.0], [0.5, 2.0]], dtype=torch.float64)
+    d, m = G.clear_grid(x, 2, None)
+    assert torch.equal(G.round_clear(x, 2, d, m), x) and d[0] == 0
 
 
 def test_ooc_at_two_bits_beats_gptq_on_q2_k():

@@ -58,8 +58,8 @@ from . import MethodError, register
 from .gptq import GPTQ, Clear, GPTQResult, _torch_threads, gptq
 from .grids import GRIDS, grid as _grid
 
-__all__ = ["OOC", "OOCResult", "SidecarError", "clear_bits", "salient_scores", "clear_columns", "probe_loss", "gptq_hlps",
-           "FORMAT_VERSION"]
+__all__ = ["OOC", "OOCResult", "SidecarError", "clear_bits", "salient_scores", "clear_columns", "probe_loss",
+           "gptq_hlps", "FORMAT_VERSION"]
 
 log = logging.getLogger("ggml_ext.methods.ooc")
 
@@ -223,8 +223,8 @@ class OOC:
         if Hp is None:
             raise MethodError(f"ooc needs the probe input of {tensor_name} (collector 'probe_hessian')")
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
-            r = gptq_hlps(rows, H, Hp, type_name, h=clear_bits(self.h, type_name), p=self.p, s=self.s, group=self.group,
-                          sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
+            r = gptq_hlps(rows, H, Hp, type_name, h=clear_bits(self.h, type_name), p=self.p, s=self.s,
+                          group=self.group, sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
         check_sidecar(tensor_name, rows.shape[0], rows.shape[1], r.idx, r.S)
         b = r.base.pack(_grid(type_name)).reshape(-1)
         if out.nbytes < b.nbytes:
