@@ -3,7 +3,7 @@
 
   scripts/bench_ooc.py [--models smollm2] [--configs q4_0:8,q2_k:2] [--p 0.1] [--s 0.1,0.2,0.5,1]
                        [--calib-samples 16] [--calib-seq-len 512] [--validation-samples 4] [--chunks 20]
-                       [--device cpu|cuda] [--flow both|ooc] [--threads N] [--json OUT]
+                       [--device cpu|cuda] [--flow both|ooc] [--no-gptq] [--threads N] [--json OUT]
 
 For each model and config ``TYPE:H`` (l bits = the ggml type's grid, h = H bits for the clear columns), all
 by ``ggml-ext convert`` of the HF folder with the same calibration text and sampling:
@@ -15,9 +15,10 @@ by ``ggml-ext convert`` of the HF folder with the same calibration text and samp
   whatever the validation says (its own perplexity). Rows say which flow won, both validation losses, and
   the decoder-layer matrices' bit family (``ggml-ext bits``: their mean A, the worst A_max, A_lim).
 
-The paper's configs are ``q2_k:2`` (OOC(2,2,0.1,s) vs GPTQ(2)) and ``q4_0:8`` (OOC(8,4,0.1,s) vs GPTQ(4)).
-A type GPTQ has no grid for (Q2_K until the K-quant grids are merged: methods/grids.py) is reported as
-skipped, not run.
+The paper's configs are ``q2_k:2`` (OOC(2,2,0.1,s) vs GPTQ(2)) and ``q4_0:8`` (OOC(8,4,0.1,s) vs GPTQ(4));
+``q4_0:4`` is OOC(4,4,0.1,s). A matrix the type policy keeps wider than TYPE (q2_k: Q4_0 where the rows are
+not a multiple of 256) has its clear columns at max(H, its type's bits) (methods/ooc.py ``clear_bits``). A
+type GPTQ has no grid for is reported as skipped, not run.
 
 On the device machine (no assets): ``--hf smollm2=/tmp/assets/smollm2-hf --train WIKI_TRAIN --test
 WIKI_TEST --device cuda`` (calibration layers, GPTQ and OOC on the GPU; perplexity by our CPU
@@ -60,6 +61,8 @@ def main() -> int:
     ap.add_argument("--device", default="cpu", help="where the layers, GPTQ and OOC run (cpu, cuda)")
     ap.add_argument("--flow", default="both", choices=("both", "ooc"),
                     help="both: OOC's double workflow (the default); ooc: always write the GPTQ(h,l,p,s) flow")
+    ap.add_argument("--no-gptq", action="store_true",
+                    help="leave out the GPTQ(l) rows (a sweep split over several device calls: one of them has them)")
     ap.add_argument("--hf", action="append", default=[], metavar="MODEL=DIR")
     ap.add_argument("--train", default=None, help="calibration text (default: the wiki-train asset)")
     ap.add_argument("--test", default=None, help="perplexity text (default: the wiki-test asset)")
@@ -86,7 +89,7 @@ def main() -> int:
                           file=sys.stderr)
                     rows.append({"model": model, "type": t, "method": "skipped", "reason": "no GPTQ grid"})
                     continue
-                runs = [("gptq", "gptq", {"device": a.device})]
+                runs = [] if a.no_gptq else [("gptq", "gptq", {"device": a.device})]
                 lbits = bits.QUANT_BITS.get(t.upper(), t)
                 runs += [(f"ooc({h},{lbits},{a.p:g},{s:g})", "ooc",
                           {"device": a.device, "h": int(h), "p": a.p, "s": s, "flow": a.flow,

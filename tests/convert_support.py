@@ -335,14 +335,15 @@ def cached_cb2_file() -> Path:
 
 @lru_cache(maxsize=None)
 def real_layer(model_dir: str, index: int, what: tuple[str, ...] = ("hessian",), n_samples: int = 8,
-               seq_len: int = 128) -> dict:
-    """Decoder layer ``index`` of a real model, streamed over wiki-train (the layers before it
+               seq_len: int = 128, text: str = "wiki-train") -> dict:
+    """Decoder layer ``index`` of a real model, streamed over ``text`` (an asset name; the layers before it
     unquantized): full module name -> (weight float32, {collector: statistic}) for the collectors
-    ``what`` (calibrate/collect.py). Cached per process: the methods' tests share one pass."""
+    ``what`` (calibrate/collect.py). Cached per process: the methods' tests share one pass. Another
+    ``text`` (wiki-test) gives held-out statistics of the same layer."""
     from ggml_ext.calibrate.collect import Collector
     from ggml_ext.calibrate.data import tokenize
     from ggml_ext.calibrate.stream import LayerStream
-    tok = tokenize(model_dir, "wiki-train", n_samples=n_samples, seq_len=seq_len)
+    tok = tokenize(model_dir, text, n_samples=n_samples, seq_len=seq_len)
     col = Collector(what)
     for i, layer, prefix in LayerStream(model_dir).run(tok.ids, hooks=col.attach, progress=False):
         got = col.take(prefix)

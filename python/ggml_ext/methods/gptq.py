@@ -74,7 +74,7 @@ import numpy as np
 from . import MethodError, register
 from .grids import GRIDS, Grid, grid as _grid
 
-__all__ = ["Clear", "GPTQ", "GPTQResult", "clear_scale", "round_symmetric", "GPTQError", "prepare", "gptq", "gptq_reference"]
+__all__ = ["Clear", "GPTQ", "GPTQResult", "clear_grid", "round_clear", "GPTQError", "prepare", "gptq", "gptq_reference"]
 
 log = logging.getLogger("ggml_ext.methods.gptq")
 
@@ -98,30 +98,87 @@ class Prepared:
 @dataclass(frozen=True)
 class Clear:
     """Columns quantized at higher precision (K-OOC's clear columns): ``cols`` (original column indices)
-    get ``bits``-bit symmetric round-to-nearest with one scale per row over these columns (the paper's
-    second scale set: ``d = fp16(max|w| / (2^(bits-1) - 1))``, chosen when the sweep reaches the first of
-    them, from their error-updated values), and their rounding error is compensated like any other column's.
-    In the ggml blocks these columns count as zero: the block scales are chosen with them set to 0 and
-    their entries hold the grid value nearest 0 (exactly 0 for Q4_0/Q5_0/Q8_0/IQ4_NL's nearest)."""
+    get ``bits``-bit rounding on their own grid, one scale and one minimum per row over these columns (the
+    paper's f_GPTQ(h) for the clear part of the odd group: its second {scale, zero-point} set, see
+    :func:`clear_grid`), chosen when the sweep reaches the first of them, from their error-updated values;
+    their rounding error is compensated like any other column's. In the ggml blocks these columns count as
+    zero: the block scales are chosen with them set to 0 and (with the Hessian importances) weighing almost
+    nothing (:data:`CLEAR_IN_BLOCK`: the side-car corrects their entries, so they should not bind the block's
+    grid), and their entries hold the grid value nearest 0 (exactly 0 for Q4_0/Q5_0/Q8_0/IQ4_NL's nearest)."""
     cols: np.ndarray
     bits: int
 
 
-def round_symmetric(x, bits: int, d):
-    """``bits``-bit symmetric rounding of ``x`` under per-entry scale ``d`` (torch): d * clamp(round(x / d))."""
+#: the clear grid's search, starting points: each end of a row's [min, max] range moved inwards by these
+#: fractions of it (all pairs), and the scale range / (levels + delta) from the minimum, delta in CLEAR_DELTA
+#: (ggml's make_qkx search); each refitted CLEAR_REFITS times by weighted least squares
+CLEAR_SHRINK = tuple(i / 20 for i in range(7))   # 0 .. 0.3
+CLEAR_DELTA = tuple(i / 10 for i in range(-10, 11))
+CLEAR_REFITS = 2
+#: a clear column's importance in its ggml block's scale choice, relative to its own: almost none, the
+#: side-car corrects whatever W_l holds there (not 0: ggml's weighted searches divide by the weights' sum)
+CLEAR_IN_BLOCK = 1e-6
+
+
+def round_clear(x, bits: int, d, m):
+    """``bits``-bit asymmetric rounding (torch): ``m + d * clamp(round((x - m) / d), 0, 2^bits - 1)``, the
+    clear columns' grid; ``d`` and ``m`` broadcast against ``x`` (per row). Where d = 0 every value is m."""
     import torch
-    qmax = 2 ** (bits - 1) - 1
     safe = torch.where(d == 0, torch.full_like(d, float("inf")), d)
-    return (x / safe).round_().clamp_(-qmax, qmax) * d
+    return ((x - m) / safe).round_().clamp_(0, 2 ** bits - 1) * d + m
 
 
-def clear_scale(values, bits: int):
-    """The clear columns' per-row h-bit scale (torch, rows), from their current values (k x rows, the
-    error-updated weights when the sweep reaches the first of them): ``fp16(max|w| / (2^(bits-1) - 1))``.
-    Both OOC sweeps (:func:`gptq` per candidate, :mod:`.ooc_batched` all candidates at once) call it."""
+def clear_grid(x, bits: int, importance=None):
+    """The clear columns' per-row grid: scale ``d`` and minimum ``m`` (torch, each shape x.shape[1:], exact
+    fp16 values in x's dtype) for the current values ``x`` (k x n: k clear columns, n rows) at ``bits`` bits,
+    so that :func:`round_clear` has the least importance-weighted squared error Σ_i w_i (x_i - q_i)² per row.
+
+    GPTQ's quantizer is asymmetric (a half-float scale and a b-bit zero point per row and group; the paper's
+    flags f): so is this, with a search that makes it at least as fine as a ggml K-quant's sub-block grid on
+    the same values (Q2_K: a 4-bit scale and min per 16 weights). Starting points (:data:`CLEAR_SHRINK`,
+    :data:`CLEAR_DELTA`): the row's range with its ends moved inwards (clipping an outlier can pay at 2
+    bits) and the min-anchored scales ggml's make_qkx tries; each refitted :data:`CLEAR_REFITS` times by
+    weighted least squares of (m, d) for the indices it gives (never worse than the indices it came from).
+    Every start and refit is rounded to fp16 and scored under the values it would be stored with; the best
+    is kept. ``importance`` (k, or k x n; None: uniform): the weight of each column's error -- the sweep
+    passes 1 / U_jj², the cost GPTQ's objective gives an error left in column j, as for the block scales."""
     import torch
-    amax = values.abs().amax(dim=0)
-    return (amax / (2 ** (bits - 1) - 1)).to(torch.float16).to(values.dtype)
+    levels = 2 ** bits - 1
+    w = torch.ones_like(x) if importance is None else \
+        torch.as_tensor(importance, dtype=x.dtype, device=x.device).reshape(x.shape[0], -1).expand_as(x)
+    lo, hi = x.amin(dim=0), x.amax(dim=0)                     # n
+    f = torch.tensor(CLEAR_SHRINK, dtype=x.dtype, device=x.device)
+    fa, fb = (t.reshape(-1) for t in torch.meshgrid(f, f, indexing="ij"))
+    delta = torch.tensor(CLEAR_DELTA, dtype=x.dtype, device=x.device)
+    # start c: (d, m) = ((hi - lo) * span_c, lo + (hi - lo) * at_c)
+    span = torch.cat([(1 - fa - fb).clamp(min=0) / levels, 1 / (levels + delta)])[:, None]
+    at = torch.cat([fa, torch.zeros_like(delta)])[:, None]
+    sw, sx = w.sum(0), (w * x).sum(0)
+    best = (torch.full_like(lo, float("inf")), torch.zeros_like(lo), lo.clone())   # error, d, m
+
+    def keep(best, d, m):
+        d, m = d.to(torch.float16).to(x.dtype), m.to(torch.float16).to(x.dtype)   # as stored
+        e = (w * (round_clear(x, bits, d[:, None], m[:, None]) - x) ** 2).sum(1)
+        e, c = e.min(dim=0)
+        better = e < best[0]
+        pick = lambda t: t.gather(0, c[None])[0]  # noqa: E731
+        return (torch.where(better, e, best[0]), torch.where(better, pick(d), best[1]),
+                torch.where(better, pick(m), best[2]))
+
+    for sp, a in zip(span.split(16), at.split(16)):          # starts in chunks (memory: 16 x k x n)
+        d, m = (hi - lo) * sp, lo + (hi - lo) * a
+        best = keep(best, d, m)
+        for _ in range(CLEAR_REFITS):   # weighted least squares of x ~ m + d q for the indices q of (d, m)
+            q = ((x - m[:, None]) / torch.where(d == 0, torch.inf, d)[:, None]).round_().clamp_(0, levels)
+            sq, sqq, sqx = (w * q).sum(1), (w * q * q).sum(1), (w * q * x).sum(1)
+            det = sw * sqq - sq * sq
+            ok = det > 1e-12 * sw * sqq
+            det = torch.where(ok, det, torch.ones_like(det))
+            d1, m1 = (sw * sqx - sq * sx) / det, (sqq * sx - sq * sqx) / det
+            ok &= d1 > 0
+            d, m = torch.where(ok, d1, d), torch.where(ok, m1, m)
+            best = keep(best, d, m)
+    return best[1], best[2]
 
 
 @dataclass
@@ -298,14 +355,17 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
                 zero = torch.from_numpy(is_clear[b * g.block:(b + 1) * g.block]).to(dev)
                 cur = torch.where(zero[:, None], torch.zeros_like(cur), cur)   # clear columns count as 0
                 imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
+                if imp is not None and clear is not None:   # the side-car holds them: they do not bind the scales
+                    imp = np.where(is_clear[b * g.block:(b + 1) * g.block], imp * CLEAR_IN_BLOCK, imp)
                 scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
                 states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
             w = W1[i]
             if is_clear[perm[j]]:
-                if dclear is None:   # the clear columns' per-row h-bit scale, from their current values
-                    dclear = clear_scale(current(clear_pos, i1, i2, j, W1, E1), clear.bits)
+                if dclear is None:   # the clear columns' per-row h-bit grid, from their current values
+                    imp = p.importance[clear.cols] if scale_importance == "hessian" else None
+                    dclear, mclear = clear_grid(current(clear_pos, i1, i2, j, W1, E1), clear.bits, imp)
                 K[j], Qt[j] = g.round(torch.zeros_like(w), states[b], c % g.block)
-                q = round_symmetric(w, clear.bits, dclear)
+                q = round_clear(w, clear.bits, dclear, mclear)
                 CV[slot[j]] = q
             else:
                 k, q = g.round(w, states[b], c % g.block)

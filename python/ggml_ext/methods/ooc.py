@@ -9,8 +9,10 @@ The K-OOC paper (shared/papers/003, section 3.2; FORMATS.md "OOC and bit familie
         for each candidate group G:
             C       <- the round(p * |G|) columns of G with the largest H_ii Σ_j W_ji²  (at least 1)
             W_q(G)  <- GPTQ at l bits (the target ggml type's grid, gptq.py), except the columns C,
-                       which get h-bit symmetric rounding with one scale per row (the second scale set);
-                       every column's error, C's included, is compensated by the later columns
+                       which get h-bit rounding on their own grid: a scale and a min per row over C (the
+                       second {scale, zero-point} set, gptq.clear_grid), searched with the Hessian
+                       importances; C weighs ~nothing in its ggml blocks' scale choice; every column's
+                       error, C's included, is compensated by the later columns
             L(G)    <- ||(W - W_q(G)) X_probe^T||² = tr(ΔW H_probe ΔWᵀ)  (the probe: the last calibration sample)
         return the W_q(G) of least L(G)
 
@@ -34,6 +36,9 @@ The tensors are ``<weight>.ooc_idx`` and ``<weight>.ooc_s`` next to the weight; 
 the architecture asks for: "wrong number of tensors"); ggml-ext's patched llama.cpp loads the side-cars
 with the weight and adds the col side-car to the weight's matmul.
 
+h per matrix is :func:`clear_bits` (h, never below the matrix type's own bits: a type policy that keeps a
+wider type for some matrices, as ``--type q2_k`` keeps Q4_0 on rows not a multiple of 256, gets h = l there).
+
 Options (``methods.create("ooc", ...)``, CLI ``--ooc-h/--ooc-p/--ooc-s``): ``h`` (8), ``p`` (0.1), ``s``
 (0.1), ``group`` (128), ``sidecar_type`` ("F32"), ``validation_samples`` (4: held-out windows for
 the flow choice), ``flow`` ("both": the double workflow | "ooc": only GPTQ(h,l,p,s) -- for measurements),
@@ -56,8 +61,8 @@ from .gptq import GPTQ, Clear, GPTQResult, _torch_threads, gptq
 from .grids import GRIDS, grid as _grid
 from .ooc_batched import gptq_hlps_batched
 
-__all__ = ["OOC", "OOCResult", "SidecarError", "salient_scores", "clear_columns", "probe_loss", "gptq_hlps",
-           "FORMAT_VERSION"]
+__all__ = ["OOC", "OOCResult", "SidecarError", "clear_bits", "salient_scores", "clear_columns", "probe_loss",
+           "gptq_hlps", "FORMAT_VERSION"]
 
 log = logging.getLogger("ggml_ext.methods.ooc")
 
@@ -81,6 +86,15 @@ class OOCResult:
     def effective(self) -> np.ndarray:
         """The matrix the side-car file computes with: W_l plus S at the clear columns."""
         return apply_sidecar(self.base.Q, self.idx, self.S)
+
+
+def clear_bits(h: int, type_name: str) -> int:
+    """The clear columns' bits in a matrix of ggml type ``type_name``: h, but never fewer than the type's own
+    quant bits (bits.QUANT_BITS). A type policy gives some matrices a wider type than the file's (--type q2_k
+    keeps Q4_0 where the rows are not a multiple of 256): 2-bit clear columns there would be coarser than
+    the columns around them, so OOC(2, 2, p, s) clears them at 4 bits -- h = l for that matrix."""
+    from ggml_ext.bits import QUANT_BITS
+    return max(int(h), int(QUANT_BITS.get(type_name.upper(), 0)))
 
 
 def salient_scores(W: np.ndarray, H: np.ndarray, group: int) -> np.ndarray:
@@ -216,8 +230,8 @@ class OOC:
             raise MethodError(f"ooc needs the probe input of {tensor_name} (collector 'probe_hessian')")
         with _torch_threads(1) if self.device == "cpu" else contextlib.nullcontext():
             hlps = gptq_hlps if self.implementation == "reference" else gptq_hlps_batched
-            r = hlps(rows, H, Hp, type_name, h=self.h, p=self.p, s=self.s, group=self.group,
-                          sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
+            r = hlps(rows, H, Hp, type_name, h=clear_bits(self.h, type_name), p=self.p, s=self.s, group=self.group,
+                     sidecar_type=self.sidecar_type, name=tensor_name, **self.gptq_options)
         check_sidecar(tensor_name, rows.shape[0], rows.shape[1], r.idx, r.S)
         b = r.base.pack(_grid(type_name)).reshape(-1)
         if out.nbytes < b.nbytes:

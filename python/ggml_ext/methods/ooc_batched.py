@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from .gptq import Clear, GPTQError, GPTQResult, _block_scales, clear_scale, prepare, round_symmetric
+from .gptq import CLEAR_IN_BLOCK, Clear, GPTQError, GPTQResult, _block_scales, clear_grid, prepare, round_clear
 from .grids import grid as _grid
 from .scales_torch import q4_0_scales
 
@@ -91,7 +91,8 @@ three 576x576 candidates on one thread); the other types always use the host qua
     CV = {c: torch.empty((len(clear_pos[c]), R), dtype=dt, device=dev) for c in clear_pos}
     Mdev = torch.from_numpy(M).to(dev)
     any_clear = M.any(axis=0)                        # by ORIGINAL column
-    dclear = torch.zeros(N, dtype=dt, device=dev)    # each row's clear scale, set when its candidate reaches one
+    dclear = torch.zeros(N, dtype=dt, device=dev)    # each row's clear grid (scale, minimum), set when its
+    mclear = torch.zeros(N, dtype=dt, device=dev)    # candidate reaches its first clear column
     hbits = torch.from_numpy(np.repeat(bits, R)).to(dev)
 
     def rows_of(mask_b):   # B bools (torch) -> N bools: every row of those candidates
@@ -120,15 +121,25 @@ three 576x576 candidates on one thread); the other types always use the host qua
                     zero = Mdev[:, lo:hi].T.repeat_interleave(R, dim=1)
                     cur = torch.where(zero, torch.zeros_like(cur), cur)
                 imp = p.importance[lo:hi] if scale_importance == "hessian" else None
-                if on_device:
-                    scales[:, b, 0] = q4_0_scales(cur.T.to(torch.float32),
-                                                  None if imp is None else torch.from_numpy(imp.astype(np.float32)))
-                else:
-                    scales[:, b] = torch.from_numpy(_block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {}))
+                # rows sharing one importance vector: all copies, or (as gptq() does) each copy with clear columns
+                # in this block on its own, its clear columns' importance scaled by CLEAR_IN_BLOCK
+                groups = [(slice(None), imp)]
+                if imp is not None and M[:, lo:hi].any():
+                    groups = [(slice(c * R, (c + 1) * R), np.where(M[c, lo:hi], imp * CLEAR_IN_BLOCK, imp))
+                              for c in range(B)]
+                for sl, im in groups:
+                    if on_device:
+                        scales[sl, b, 0] = q4_0_scales(cur[:, sl].T.to(torch.float32),
+                                                       None if im is None else torch.from_numpy(im.astype(np.float32)))
+                    else:
+                        scales[sl, b] = torch.from_numpy(_block_scales(g, cur[:, sl].T.cpu().numpy(), im,
+                                                                       quantizer or {}))
                 states[b] = g.state(scales[:, b], dt)
-            for cand in first.get(j, ()):   # candidates reaching their first clear column: their h-bit scale
+            for cand in first.get(j, ()):   # candidates reaching their first clear column: their h-bit grid
                 sl = slice(cand * R, (cand + 1) * R)
-                dclear[sl] = clear_scale(current(clear_pos[cand], i1, i2, j, W1, E1, sl), int(bits[cand]))
+                cimp = p.importance[clears[cand].cols] if scale_importance == "hessian" else None
+                dclear[sl], mclear[sl] = clear_grid(current(clear_pos[cand], i1, i2, j, W1, E1, sl), int(bits[cand]),
+                                                    cimp)
             w = W1[i]
             k, q = g.round(w, states[b], c % g.block)
             if any_clear[c]:
@@ -137,7 +148,7 @@ three 576x576 candidates on one thread); the other types always use the host qua
                 qc = torch.zeros_like(w)
                 for hb in np.unique(bits[M[:, c]]):   # one rounding per clear bit width present
                     sel = m & (hbits == int(hb))
-                    qc = torch.where(sel, round_symmetric(w, int(hb), dclear), qc)
+                    qc = torch.where(sel, round_clear(w, int(hb), dclear, mclear), qc)
                 K[j] = torch.where(m, k0, k)
                 Qt[j] = torch.where(m, q0, q)
                 for cand in np.flatnonzero(M[:, c]):
