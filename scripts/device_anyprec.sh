@@ -54,7 +54,7 @@
 #   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
 #   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
 #   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
-# MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 2) Llama-2-7B-shaped
+# MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 1) Llama-2-7B-shaped
 #   random decoder layers at refinement depths REFINES (default 0,2), extrapolated to 32 layers
 #   (scripts/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
 if [ "${MODE:-kernels}" = op ]; then
@@ -77,7 +77,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
     if [ "$MODE" = qtime ]; then
         PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" \
-            --layers-7b "${LAYERS_7B:-2}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
+            --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
         exit "${PIPESTATUS[0]}"
     fi
     calib=${CALIB:-16x256}

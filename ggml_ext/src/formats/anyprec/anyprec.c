@@ -7,7 +7,9 @@
 // optimum of weighted 1-D k-means (dynamic programming over split points; the optimal split
 // points move right as the prefix grows, so each of the k passes is a divide-and-conquer over
 // positions, O(k n log n)); each upscaling step splits every range at its exact weighted 2-means
-// optimum (a scan over its split points). A weight's P-bit code is the index of its final range:
+// optimum (a scan over its split points). With refine R > 0 (the default, GGML_EXT_APQ_REFINE), the seed
+// and the first R splits are then moved together by coordinate descent on the summed weighted error of
+// precisions S..S+R (apq_refine), still nested. A weight's P-bit code is the index of its final range:
 // splitting a range gives its children codes 2c and 2c + 1, so the top b bits are the b-bit code.
 #include "formats/anyprec/anyprec.h"
 
