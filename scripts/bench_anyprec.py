@@ -5,6 +5,7 @@ independently quantized k-means files and stock llama-quantize types; quantizati
   scripts/bench_anyprec.py [--models smollm2,gemma3] [--bits 3-8] [--independent 4,5]
                            [--stock q3_k,q4_k,q5_k,q6_k,q8_0] [--calib-samples 16] [--calib-seq-len 256]
                            [--chunks 20] [--threads N] [--via op|extract] [--keep DIR] [--json OUT]
+                           [--refine R] [--baseline-refine 0]
 
 Per model (the HF folders ``smollm2-hf``, ``gemma3-hf`` of the assets):
 
@@ -16,6 +17,8 @@ Per model (the HF folders ``smollm2-hf``, ``gemma3-hf`` of the assets):
 * ``k-means b`` (``--independent``): the same method with ``--bits b-b``: the b-bit Fisher-weighted
   k-means optimum of each row directly (no upscaling: the paper's "independently quantized" SqueezeLLM
   baseline), extracted at b;
+* ``--baseline-refine R0`` (e.g. 0, the paper's greedy upscaling): a second one-file model with the
+  refinement depth R0 instead of ``--refine``, scored at every precision in the same run;
 * stock: our ``llama-quantize`` from the f16 file to each ``--stock`` type (no imatrix).
 
 Matrices outside the decoder layers are Q8_0 in the anyprec and k-means files (the method's default
@@ -53,7 +56,8 @@ from bench_convert import cpu_name  # noqa: E402
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
 
 
-def quantization_seconds(hf: Path, st, seed: int, parent: int, threads: int | None) -> tuple[float, int]:
+def quantization_seconds(hf: Path, st, seed: int, parent: int, threads: int | None,
+                         refine: int = ap.REFINE) -> tuple[float, int]:
     """Wall seconds of seed + upscaling over every decoder-layer matrix (weights and Fisher already loaded)."""
     pl = plan(hf, "q8_0", has_imatrix=True)
     fisher = _FisherSource(pl, st)
@@ -64,7 +68,7 @@ def quantization_seconds(hf: Path, st, seed: int, parent: int, threads: int | No
         W = np.ascontiguousarray(pl.checkpoint.load(p.hf_name), dtype=np.float32)
         F = fisher(p)
         t0 = time.perf_counter()
-        seed_and_upscale(W, F, seed, parent, threads, p.gguf_name)
+        seed_and_upscale(W, F, seed, parent, threads, p.gguf_name, refine)
         total += time.perf_counter() - t0
         n += W.size
     pl.checkpoint.close()
@@ -93,6 +97,10 @@ def main() -> int:
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
                    help="keep each model's bitplane file in DIR (for scripts/bench_anyprec_speed.py)")
     p.add_argument("--json", default=None)
+    p.add_argument("--refine", type=int, default=ap.REFINE,
+                   help=f"precisions above the seed refined jointly with it (default {ap.REFINE}; 0: the paper's greedy)")
+    p.add_argument("--baseline-refine", type=int, default=None, metavar="R0",
+                   help="also score a one-file model with refinement depth R0 (0: the paper's greedy) in the same run")
     p.add_argument("--hf", action="append", default=[], metavar="MODEL=DIR",
                    help="the model's HF folder (default: the asset); the device has no asset cache")
     p.add_argument("--train", type=Path, default=None, help="calibration text (default: the wiki-train asset)")
@@ -128,11 +136,18 @@ def main() -> int:
                 st = stats.collect(hf, text=str(train), what=("fisher",), n_samples=a.calib_samples,
                                    seq_len=a.calib_seq_len, progress=False, device=a.device)
                 t_fisher = time.time() - t0
-                secs, n_weights = quantization_seconds(hf, st, seed, parent, a.threads)
+                secs, n_weights = quantization_seconds(hf, st, seed, parent, a.threads, a.refine)
                 add(model=model, file="timing", fisher_seconds_or_cached=t_fisher, seed_upscale_seconds=secs,
-                    weights=n_weights, threads=a.threads or os.cpu_count())
+                    weights=n_weights, threads=a.threads or os.cpu_count(), refine=a.refine)
                 parent_file = d / f"{model}-anyprec.gguf"
-                convert(hf, parent_file, method_options={"bits": a.bits}, **opts)
+                convert(hf, parent_file, method_options={"bits": a.bits, "refine": a.refine}, **opts)
+            if a.baseline_refine is not None:
+                base_file = d / f"{model}-anyprec-r{a.baseline_refine}.gguf"
+                convert(hf, base_file, method_options={"bits": a.bits, "refine": a.baseline_refine}, **opts)
+                for b in range(seed, parent + 1):
+                    add(model=model, file=f"anyprec {a.bits} refine {a.baseline_refine}", bits=b,
+                        ppl=ppl(base_file, test, a, apq_bits=b), size=base_file.stat().st_size)
+                base_file.unlink()
             info = X.open_file(parent_file)
             g = info.gguf
             runnable = all(g.tensor(m).type_name != "I8" for m in info.matrices)
@@ -145,12 +160,12 @@ def main() -> int:
                     e = X.extract(parent_file, b, d / f"{model}-ap{b}.gguf", force=True)
                     r = ppl(e, test, a)
                     e.unlink()
-                add(model=model, file=f"anyprec {a.bits}" + ("" if a.via == "op" and runnable else " (extracted)"),
+                add(model=model, file=f"anyprec {a.bits} refine {a.refine}" + ("" if a.via == "op" and runnable else " (extracted)"),
                     bits=b, ppl=r, size=parent_file.stat().st_size, matrix_bytes_read=read)
             for b in [int(x) for x in a.independent.split(",") if x]:
                 f = d / f"{model}-km{b}.gguf"
                 t0 = time.time()
-                convert(hf, f, method_options={"bits": f"{b}-{b}"}, **opts)
+                convert(hf, f, method_options={"bits": f"{b}-{b}", "refine": 0}, **opts)
                 e = X.extract(f, b, d / f"{model}-km{b}-x.gguf", force=True)
                 add(model=model, file="k-means", bits=b, ppl=ppl(e, test, a), size=f.stat().st_size,
                     convert_seconds=time.time() - t0)

@@ -47,8 +47,58 @@
 # Writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, PPL=0, BENCH=0, BIG, TEMPLATE,
 # BITS, CHUNKS (perplexity chunks, 8), CALIB_SAMPLES (8), ROUNDS, PYTHON (default /opt/torch/.venv/bin/python3
 # where it exists). See docs/formats/anyprec.md, "CUDA op".
+#
+# MODE=ppl: the quantizer's quality (no GPU kernel involved; the Fisher pass runs on the GPU): one model per
+#   call (MODELS: smollm2 or gemma3), scripts/bench_anyprec.py: the one file (--bits 3-8, refinement depth
+#   REFINE, default the method's) scored by our CPU llama-perplexity at every precision 3..8 (--apq-bits), the
+#   same with BASELINE_REFINE (default 0: the paper's greedy upscaling; '' skips it), and the independent
+#   Fisher-weighted k-means file at each width of INDEPENDENT (default 3,4,5,6,7,8), all on the same CALIB
+#   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too.
+#   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
+#   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
+#   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
+# MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 1) Llama-2-7B-shaped
+#   random decoder layers at refinement depths REFINES (default 0,2), extrapolated to 32 layers
+#   (scripts/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
 if [ "${MODE:-kernels}" = op ]; then
     exec bash "$(dirname "$0")/device_anyprec_op.sh" "$@"
+fi
+if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
+    set -euo pipefail
+    cd "$(dirname "$0")/.."
+    out=${1:-${OUT:?give OUTDIR or set OUT}}
+    mkdir -p "$out"
+    PY=${PYTHON:-$( [ -x /opt/torch/.venv/bin/python3 ] && echo /opt/torch/.venv/bin/python3 || echo python3)}
+    if [ -z "${GGML_EXT_PREFIX:-}" ]; then
+        build=${BUILD_DIR:-/tmp/ggml-ext-apq-cpu}
+        cmake -S . -B "$build" -G Ninja -DPython3_EXECUTABLE="$(command -v "$PY")" >"$out/configure.log" 2>&1
+        cmake --build "$build" -j "$(nproc)" --target ggml_ext_all >"$out/build.log" 2>&1
+        cmake --install "$build" --component ggml_ext --prefix "$build/install" >/dev/null
+        export GGML_EXT_PREFIX=$build/install/ggml_ext
+    fi
+    export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
+    if [ "$MODE" = qtime ]; then
+        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" \
+            --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
+        exit "${PIPESTATUS[0]}"
+    fi
+    calib=${CALIB:-16x256}
+    m=${MODELS:-smollm2}
+    case $m in smollm2) hf=${SMOLLM2_HF:?set SMOLLM2_HF} ;; gemma3) hf=${GEMMA3_HF:?set GEMMA3_HF} ;;
+        *) echo "MODELS: one of smollm2, gemma3 per call, got $m" >&2; exit 2 ;; esac
+    br=${BASELINE_REFINE-0}
+    t0=$(date +%s)
+    rc=0
+    PYTHONPATH=python "$PY" scripts/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
+        ${REFINE:+--refine "$REFINE"} ${br:+--baseline-refine "$br"} \
+        --independent "${INDEPENDENT-3,4,5,6,7,8}" --stock "${STOCK:-}" \
+        --calib-samples "${calib%x*}" --calib-seq-len "${calib#*x}" --chunks "${CHUNKS:-20}" --threads "$(nproc)" \
+        --train "${TRAIN:?set TRAIN}" --test "${TEST:?set TEST}" --device "${DEVICE:-cuda}" \
+        --json "$out/ppl-$m.json" >"$out/ppl-$m.md" 2>"$out/ppl-$m.log" || rc=$?
+    { echo "== anyprec $m: exit $rc, $(( $(date +%s) - t0 )) s"; cat "$out/ppl-$m.md"; } | tee -a "$out/summary.txt"
+    [ $rc -eq 0 ] || tail -n 20 "$out/ppl-$m.log" | tee -a "$out/summary.txt"
+    exit $rc
 fi
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -59,9 +59,10 @@ def _wsse(x, w, centroids, labels) -> float:
 
 
 def test_seed_and_upscaling_match_or_beat_sklearn_on_real_rows():
+    """The paper's algorithm (refine=0): the optimal seed, then greedy optimal 2-means splits."""
     for mod, (W, F) in _real_rows().items():
         assert (F > 0).mean() > 0.5, "the Fisher of a real layer should be mostly non-zero"
-        codes, tables = ap.quantize(W, F, threads=2)
+        codes, tables = ap.quantize(W, F, threads=2, refine=0)
         for r in range(W.shape[0]):
             x, w = W[r], F[r]
             km = sklearn_cluster.KMeans(8, n_init=3, random_state=0).fit(x.reshape(-1, 1).astype(np.float64),
@@ -99,11 +100,50 @@ def test_seed_and_upscaling_match_or_beat_sklearn_on_real_rows():
                     assert ours_c <= ref_c * (1 + 1e-6) + 1e-18, (mod, r, b, c, ours_c, ref_c)
 
 
+def _check_nested(x, w, codes, tables):
+    """Every precision's clusters are the top b bits of the 8-bit codes, unions of the finer ones, and
+    every table entry is its cluster's weighted mean (fp32 of the double)."""
+    for b in range(3, 9):
+        lab = codes >> (8 - b)
+        t = ap.table(tables[None], b)[0]
+        for c in np.unique(lab):
+            m = lab == c
+            mean = np.sum(w[m] * x[m].astype(np.float64)) / np.sum(w[m].astype(np.float64))
+            assert abs(t[c] - mean) <= 1e-5 * max(1.0, abs(mean)), (b, c)
+
+
+def test_refinement_keeps_nesting_and_beats_the_greedy_upscaling_on_real_rows():
+    """The joint refinement of precisions 3..5 (the default, refine=2): the codes still nest, the summed
+    weighted error of the refined precisions is never above the paper's greedy upscaling of the optimal
+    seed on any row, and the 4-bit error falls over the real rows while the seed gives up little."""
+    tot = {r: np.zeros(6) for r in (0, 2)}
+    for mod, (W, F) in _real_rows().items():
+        c0, t0 = ap.quantize(W, F, threads=1, refine=0)
+        c2, t2 = ap.quantize(W, F, threads=1, refine=2)
+        assert np.array_equal(c2, ap.quantize(W, F, threads=1)[0]), "refine=2 is the default"
+        for r in range(W.shape[0]):
+            x, w = W[r], F[r]
+            _check_nested(x, w, c2[r], t2[r])
+            e0 = np.array([ap.sse(x[None], w[None], c0[r:r + 1], t0[r:r + 1], b)[0] for b in range(3, 9)])
+            e2 = np.array([ap.sse(x[None], w[None], c2[r:r + 1], t2[r:r + 1], b)[0] for b in range(3, 9)])
+            assert e2[:3].sum() <= e0[:3].sum() * (1 + 1e-9), (mod, r, e0, e2)
+            assert np.all(np.diff(e2) <= 1e-9 * e2[:-1]), (mod, r, e2)  # error falls with every bit
+            tot[0] += e0
+            tot[2] += e2
+    assert tot[2][1] < 0.99 * tot[0][1], tot          # 4 bits: clearly better
+    assert tot[2][0] < 1.02 * tot[0][0], tot          # 3 bits: the seed gives up little
+    # refine=1 is a different, also valid tree; refine=0 is exactly the greedy upscaling (no refinement)
+    W, F = _real_rows()["self_attn.q_proj"]
+    c1, t1 = ap.quantize(W, F, threads=1, refine=1)
+    _check_nested(W[0], F[0], c1[0], t1[0])
+
+
 def test_quantize_is_deterministic_and_thread_independent():
     W, F = _real_rows()["mlp.down_proj"]
-    a = ap.quantize(W, F, threads=1)
-    b = ap.quantize(W, F, threads=3)
-    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    for refine in (0, 2):
+        a = ap.quantize(W, F, threads=1, refine=refine)
+        b = ap.quantize(W, F, threads=3, refine=refine)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
 def test_bytes_twins_and_reads_only_its_planes_and_table():
@@ -147,6 +187,10 @@ def test_bad_input_is_refused_clearly():
         ap.pack(np.zeros((2, 40), np.uint8), name="blk.1.y")
     with pytest.raises(methods.MethodError, match="seed"):
         methods.create("anyprec", bits="2-9")
+    with pytest.raises(ap.AnyPrecError, match="blk.0.x: refine"):
+        ap.quantize(x, refine=-1, name="blk.0.x")
+    with pytest.raises(methods.MethodError, match="refine"):
+        methods.create("anyprec", refine=-2)
     m = methods.create("anyprec")
     with pytest.raises(methods.MethodError, match="needs the Fisher information of blk.0.attn_q.weight"):
         m.quantize("blk.0.attn_q.weight", "Q8_0", np.zeros((4, 64), np.float32), np.empty(4096, np.uint8))

@@ -7,7 +7,9 @@
 // optimum of weighted 1-D k-means (dynamic programming over split points; the optimal split
 // points move right as the prefix grows, so each of the k passes is a divide-and-conquer over
 // positions, O(k n log n)); each upscaling step splits every range at its exact weighted 2-means
-// optimum (a scan over its split points). A weight's P-bit code is the index of its final range:
+// optimum (a scan over its split points). With refine R > 0 (the default, GGML_EXT_APQ_REFINE), the seed
+// and the first R splits are then moved together by coordinate descent on the summed weighted error of
+// precisions S..S+R (apq_refine), still nested. A weight's P-bit code is the index of its final range:
 // splitting a range gives its children codes 2c and 2c + 1, so the top b bits are the b-bit code.
 #include "formats/anyprec/anyprec.h"
 
@@ -106,8 +108,97 @@ static int apq_bits_ok(int seed_bits, int parent_bits) {
     return seed_bits >= GGML_EXT_APQ_MIN_BITS && seed_bits <= parent_bits && parent_bits <= GGML_EXT_APQ_MAX_BITS;
 }
 
+// The split of sorted items [l, r) at its exact weighted 2-means optimum (a scan over the split
+// points; equal values stay together); r when the range cannot be split (empty, one value).
+static int64_t apq_best_split(const apq_prefix * p, const apq_item * it, int64_t l, int64_t r) {
+    int64_t s = r;
+    double  best = INFINITY;
+    for (int64_t m = l + 1; m < r; m++) {
+        if (it[m].x == it[m - 1].x) {
+            continue;
+        }
+        const double v = apq_cost(p, l, m) + apq_cost(p, m, r);
+        if (v < best) {
+            best = v;
+            s    = m;
+        }
+    }
+    return s;
+}
+
+// Upscaling by one bit: every range of bounds (nr ranges) split at its optimal 2-means point;
+// range c's children are 2c and 2c + 1 (nbounds: 2 nr + 1 entries).
+static void apq_split_all(const apq_prefix * p, const apq_item * it, const int64_t * bounds, int nr, int64_t * nbounds) {
+    for (int c = 0; c < nr; c++) {
+        nbounds[2 * c]     = bounds[c];
+        nbounds[2 * c + 1] = apq_best_split(p, it, bounds[c], bounds[c + 1]);
+    }
+    nbounds[2 * nr] = bounds[nr];
+}
+
+// Joint refinement of precisions S..L (L > S): bounds holds the K = 2^L ranges of precision L, and
+// precision b's ranges are unions of 2^(L-b) consecutive ones (the nesting). Coordinate descent on
+// the sum over b = S..L of precision b's weighted squared error: each boundary i moves to the best
+// position between its neighbours i - 1 and i + 1, counting the two ranges it separates at every
+// precision where it is a boundary (precision b >= the coarsest one, L - min(ctz(i), L - S)). Every
+// move lowers the sum strictly, so it ends no worse than the greedy splits it starts from; each
+// sweep costs O(n (L - S + 1)), small next to the seed's dynamic programming.
+static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, int S, int L, int64_t n) {
+    const int K = 1 << L;
+    for (int sweep = 0; sweep < GGML_EXT_APQ_REFINE_SWEEPS; sweep++) {
+        int moved = 0;
+        for (int i = 1; i < K; i++) {
+            int tz = 0;
+            while (!((i >> tz) & 1)) {
+                tz++;
+            }
+            const int     coarse = L - (tz < L - S ? tz : L - S);
+            const int64_t lo = B[i - 1], hi = B[i + 1];
+            double        cur = 0.0;
+            for (int b = coarse; b <= L; b++) {
+                const int st = 1 << (L - b);
+                cur += apq_cost(p, B[i - st], B[i]) + apq_cost(p, B[i], B[i + st]);
+            }
+            double  best = cur - 1e-12 * cur;  // only strict improvements: no cycling on ties
+            int64_t bm   = B[i];
+            for (int64_t m = lo; m <= hi; m++) {
+                if (m == B[i] || (m > 0 && m < n && it[m].x == it[m - 1].x)) {
+                    continue;
+                }
+                double v = 0.0;
+                for (int b = coarse; b <= L; b++) {
+                    const int st = 1 << (L - b);
+                    v += apq_cost(p, B[i - st], m) + apq_cost(p, m, B[i + st]);
+                }
+                if (v < best) {
+                    best = v;
+                    bm   = m;
+                }
+            }
+            if (bm != B[i]) {
+                B[i]  = bm;
+                moved = 1;
+            }
+        }
+        if (!moved) {
+            break;
+        }
+    }
+}
+
+// Precision b's centroids from the 2^b ranges bounds[c*st] .. bounds[(c+1)*st] (st = 2^(L-b)):
+// weighted means, an empty range repeating its parent's centroid (par: precision b-1's, or NULL
+// at the seed: the row's mean).
+static void apq_centroids(const apq_prefix * p, const int64_t * bounds, int b, int L, const double * par,
+                          double row_mean, double * cent) {
+    const int st = 1 << (L - b);
+    for (int c = 0; c < (1 << b); c++) {
+        cent[c] = apq_mean(p, bounds[c * st], bounds[(c + 1) * st], par ? par[c >> 1] : row_mean);
+    }
+}
+
 // One row: x, w (n) -> codes (n), tables (row_table_len floats). Work buffers passed in.
-static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, uint8_t * codes,
+static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, int refine, uint8_t * codes,
                              float * tables, apq_item * it, apq_prefix * p, double * dp, int64_t * arg,
                              int64_t * bounds, int64_t * nbounds) {
     for (int64_t j = 0; j < n; j++) {
@@ -152,52 +243,33 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
     }
     bounds[0] = 0;
 
-    // Tables of the seed, then upscaling: split every range at its optimal 2-means point.
-    const double row_mean = apq_mean(p, 0, n, 0.0);
-    int          nr       = K;
-    float *      tab      = tables;
-    double       parent_c[256];
-    for (int c = 0; c < nr; c++) {
-        parent_c[c] = apq_mean(p, bounds[c], bounds[c + 1], row_mean);
-        tab[c]      = (float) (parent_c[c] + c0);
-    }
-    tab += nr;
-    for (int b = S + 1; b <= P; b++) {
-        double child_c[256];
-        for (int c = 0; c < nr; c++) {
-            const int64_t l = bounds[c], r = bounds[c + 1];
-            int64_t       s = l;  // an empty or single-valued range: everything to the left child
-            if (r - l >= 2) {
-                double best = INFINITY;
-                for (int64_t m = l + 1; m < r; m++) {
-                    if (it[m].x == it[m - 1].x) {
-                        continue;  // equal values stay together
-                    }
-                    const double v = apq_cost(p, l, m) + apq_cost(p, m, r);
-                    if (v < best) {
-                        best = v;
-                        s    = m;
-                    }
-                }
-                if (s == l) {
-                    s = r;
-                }
-            } else {
-                s = r;
-            }
-            nbounds[2 * c]     = l;
-            nbounds[2 * c + 1] = s;
-            child_c[2 * c]     = apq_mean(p, l, s, parent_c[c]);
-            child_c[2 * c + 1] = apq_mean(p, s, r, parent_c[c]);
-        }
+    // Upscaling: split every range at its optimal 2-means point, one bit at a time. The first
+    // `refine` splits are then refined jointly with the seed (apq_refine), the rest stay greedy.
+    const int L = S + refine < P ? S + refine : P;
+    int       nr = K;
+    for (int b = S + 1; b <= L; b++) {
+        apq_split_all(p, it, bounds, nr, nbounds);
         nr *= 2;
-        nbounds[nr] = n;
         memcpy(bounds, nbounds, sizeof(*bounds) * (size_t) (nr + 1));
-        for (int c = 0; c < nr; c++) {
-            parent_c[c] = child_c[c];
-            tab[c]      = (float) (child_c[c] + c0);
+    }
+    if (L > S) {
+        apq_refine(p, it, bounds, S, L, n);
+    }
+    const double row_mean = apq_mean(p, 0, n, 0.0);
+    float *      tab      = tables;
+    double       par[256], cent[256];
+    for (int b = S; b <= P; b++) {
+        if (b > L) {
+            apq_split_all(p, it, bounds, nr, nbounds);
+            nr *= 2;
+            memcpy(bounds, nbounds, sizeof(*bounds) * (size_t) (nr + 1));
         }
-        tab += nr;
+        apq_centroids(p, bounds, b, b > L ? b : L, b == S ? NULL : par, row_mean, cent);
+        for (int c = 0; c < (1 << b); c++) {
+            par[c] = cent[c];
+            tab[c] = (float) (cent[c] + c0);
+        }
+        tab += 1 << b;
     }
     for (int c = 0; c < nr; c++) {
         for (int64_t i = bounds[c]; i < bounds[c + 1]; i++) {
@@ -206,9 +278,9 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
     }
 }
 
-int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                          int parent_bits, uint8_t * codes, float * tables) {
-    if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_rows < 0 || !x || !codes || !tables) {
+int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                                  int parent_bits, int refine, uint8_t * codes, float * tables) {
+    if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_rows < 0 || !x || !codes || !tables || refine < 0) {
         return -1;
     }
     const int64_t n = n_per_row;
@@ -225,7 +297,7 @@ int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int6
         apq_prefix p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
         const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
         for (int64_t r = 0; r < n_rows; r++) {
-            apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, codes + r * n,
+            apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, refine, codes + r * n,
                              tables + r * tl, it, &p, dp, arg, bounds, nbounds);
         }
     }
@@ -234,6 +306,12 @@ int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int6
     free(dp);
     free(arg);
     return rc;
+}
+
+int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                          int parent_bits, uint8_t * codes, float * tables) {
+    return ggml_ext_apq_quantize_refined(x, w, n_rows, n_per_row, seed_bits, parent_bits, GGML_EXT_APQ_REFINE,
+                                         codes, tables);
 }
 
 double ggml_ext_apq_row_sse(const float * x, const float * w, int64_t n_per_row, const uint8_t * codes,

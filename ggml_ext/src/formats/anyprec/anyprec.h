@@ -9,6 +9,11 @@
 //              partition of the sorted row, dynamic programming with divide-and-conquer);
 //   upscaling: each cluster of precision b split in two by the optimal weighted 2-means of its
 //              values, giving precision b + 1 (the new bit is 1 for the upper half);
+//   refinement (ours, beyond the paper): the seed and the first R splits (default
+//              GGML_EXT_APQ_REFINE) are then adjusted together, keeping the nesting, by coordinate
+//              descent on the sum of the weighted squared errors of precisions S..S+R: the seed
+//              gives up a little of its optimum so that its clusters split better (the greedy
+//              split of an optimal 3-bit partition lands well above the 4-bit optimum);
 //
 // The codes are stored as P bitplanes, tensor-wide plane-major so that precision b reads one
 // contiguous prefix of the tensor (the first b planes):
@@ -30,6 +35,8 @@
 #define GGML_EXT_APQ_MIN_BITS 1
 #define GGML_EXT_APQ_MAX_BITS 8
 #define GGML_EXT_APQ_QK       32   // n_per_row must be a multiple of this
+#define GGML_EXT_APQ_REFINE   2    // precisions above the seed refined jointly with it (0: the paper's greedy)
+#define GGML_EXT_APQ_REFINE_SWEEPS 8  // at most this many coordinate-descent sweeps per row
 
 #ifdef __cplusplus
 extern "C" {
@@ -44,6 +51,11 @@ extern "C" {
 // (1 <= seed <= parent <= 8, n_per_row >= 1). Single-threaded: callers split rows.
 GGML_EXT_API int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row,
                                        int seed_bits, int parent_bits, uint8_t * codes, float * tables);
+// The same with the refinement's depth chosen: refine = 0 is the paper's seed + greedy upscaling;
+// refine = R > 0 refines precisions S..min(S+R, P) jointly (ggml_ext_apq_quantize: GGML_EXT_APQ_REFINE).
+GGML_EXT_API int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row,
+                                               int seed_bits, int parent_bits, int refine, uint8_t * codes,
+                                               float * tables);
 
 // Floats per row of ggml_ext_apq_quantize's tables: 2^(P+1) - 2^S.
 GGML_EXT_API int64_t ggml_ext_apq_row_table_len(int seed_bits, int parent_bits);
