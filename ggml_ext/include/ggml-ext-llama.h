@@ -82,6 +82,15 @@ GGML_EXT_API const char * ggml_ext_llama_ftype_name(int ftype, bool guessed);
 // own); -1 for any other type.
 GGML_EXT_API int ggml_ext_llama_ftype_of_type(int type);
 
+// ---- weights of a cache-only type (patch 0306) ----
+
+// The model loader asks this about every tensor of the file before anything is allocated: NULL when a
+// weight may have `type`; else why not, which the load fails with (naming the tensor). ggml-ext's KVQuant
+// types NUQ4 / NUQ3 / NUQ2 (ids 103-105) are KV cache types: their bytes mean something only with a
+// cache's calibrated tables bound to the cache's memory, so a weight of them would silently compute with
+// uniform levels. Static string.
+GGML_EXT_API const char * ggml_ext_llama_weight_type_refusal(int type);
+
 // ---- split mode "tensor": may a weight of this type be cut across devices? (patch 0302) ----
 
 // -sm tensor (llama.cpp's meta backend) gives each device a slice of every weight, cut by rows or by
