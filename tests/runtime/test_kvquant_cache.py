@@ -177,11 +177,12 @@ def test_nuq_key_cache_perplexity(default_gguf, wiki_test, threads, calib, f16_p
     f16 = f16_ppl
     k4 = _ppl(default_gguf, wiki_test, threads, "-ctk", "nuq4", "-ctv", "f16", "--kv-calib", str(calib))
     k2 = _ppl(default_gguf, wiki_test, threads, "-ctk", "nuq2", "-ctv", "f16", "--kv-calib", str(calib))
-    # Tolerance: pre-RoPE 4-bit keys with the calibrated per-channel ranges move the perplexity by a few
-    # percent at most on this model (docs/KVQUANT.md, measured); keys roped at wrong positions, with the
-    # wrong channel pairs or not at all lose the relative positions and move it by far more. The cache
-    # really ran: nuq4 differs from f16, and nuq2 is further away.
-    assert abs(k4 - f16) <= 0.05 * f16, (k4, f16)
+    # Tolerance: with this tiny calibration (1 x 64 tokens: narrow per-channel ranges) nuq4 keys cost +8%
+    # here (18.25 -> 19.72; the torch simulation with the same calibration: +5.6% for nuq4 K and V), while
+    # keys read back without RoPE give 2294 and with the calibrated ranges in the wrong channel order 138
+    # (docs/KVQUANT.md, measured with a one-off build): 15% holds the working path with room and catches
+    # both. The cache really ran: nuq4 differs from f16, and nuq2 is further away.
+    assert abs(k4 - f16) <= 0.15 * f16, (k4, f16)
     assert k4 != f16
     assert abs(k2 - f16) > abs(k4 - f16), (k2, k4, f16)
 
