@@ -137,6 +137,16 @@ static bool keys_permuted(void) {
 // in the cache's channel order. Under calib_lock.
 static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits, uint32_t head_dim, char * err,
                      size_t n) {
+    // the calibration saw k_proj's output; llama.cpp stores the K that enters RoPE, which is the same only
+    // without a K norm in between (qwen3, gemma2/3 have one: refused until the norm moves after the cache)
+    const int64_t a    = gguf_find_key(loaded_gguf, "kvquant.architecture");
+    const char *  arch = a >= 0 && gguf_get_kv_type(loaded_gguf, a) == GGUF_TYPE_STRING ? gguf_get_val_str(loaded_gguf, a) : "";
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0 && strcmp(arch, "qwen2") != 0) {
+        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral and qwen2 models so far; KV "
+                 "calibration %s is for '%s' (use -ctk f16 or q8_0; -ctv %s works)", ggml_type_name(t->type), path,
+                 arch, ggml_type_name(t->type));
+        return -1;
+    }
     const float * levels, * values;
     if (nuq_table(path, 'k', il, bits, &levels, &values, err, n) != 0) {
         return -1;
@@ -146,12 +156,12 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
     for (int i = 0; i < 2; i++) {
         char name[64];
         snprintf(name, sizeof(name), "kvq.%d.k_%s0", il, i ? "hi" : "lo");
-        const struct ggml_tensor * a = ggml_get_tensor(loaded_ctx, name);
-        if (!a || a->type != GGML_TYPE_F32 || ggml_nelements(a) != D) {
+        const struct ggml_tensor * r = ggml_get_tensor(loaded_ctx, name);
+        if (!r || r->type != GGML_TYPE_F32 || ggml_nelements(r) != D) {
             snprintf(err, n, "KV calibration %s: tensor %s missing or not %lld F32 values", path, name, (long long) D);
             return -1;
         }
-        lohi[i] = (const float *) a->data;
+        lohi[i] = (const float *) r->data;
     }
     if (!t->data) {
         return 0;
