@@ -52,7 +52,8 @@ GGML_EXT_API void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, 
 // says which), after allocation (t->data NULL: nothing allocated, the calibration is checked only). For a
 // KVQuant type it loads layer il's nuqB table from the KV calibration (ggml_ext_llama_kv_calib) and binds
 // the tensor's memory to it (ggml_ext_kvq_bind). 0, or -1 with err saying why (no calibration given, not
-// a KVQuant calibration, another model's shape, no nuqB tables, keys asked for: not done yet); llama.cpp
+// a KVQuant calibration, another model's shape, no nuqB tables); keys are bound with their per-channel
+// scales (ggml_ext_kvq_bind_keys); llama.cpp
 // throws it, so context creation fails with that message.
 GGML_EXT_API int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err, size_t n);
 
@@ -62,6 +63,35 @@ GGML_EXT_API void ggml_ext_llama_kv_unbind(struct ggml_tensor * t);
 // Whether upstream's Hadamard rotation of a quantized K / V cache applies to `type`: not to ggml-ext's
 // KVQuant types (their tables are calibrated on the unrotated activations).
 GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
+
+// ---- pre-RoPE keys (KVQuant K cache; patch 0307) ----
+
+// ggml_ext_kvq_bind (ggml-ext.h) for a pre-RoPE key cache: defined in ggml-base beside it, declared here
+// (its one caller is the glue) so that ggml.c and the other ggml sources that include ggml-ext.h need no
+// rebuild for it.
+// Keys per channel: rows of row_values channels (a multiple
+// of 64) lie back to back in [data, data + nbytes); channel c of every row is normalised with the
+// calibrated mid[c] / half[c] (row_values each: (k_hi + k_lo) / 2 and (k_hi - k_lo) / 2 in the cache's
+// channel order), rounded to `levels` and read back as values[i] * half[c] + mid[c]. The blocks keep the
+// value blocks' bytes (indices in channel order; their own mid / half fp16 0 / 1, counts 0).
+GGML_EXT_API int ggml_ext_kvq_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values,
+                                        const float * levels, const float * values, const float * mid,
+                                        const float * half, char * err, size_t n);
+
+// Whether a K cache of `type` holds keys before RoPE (the KVQuant types): build_attn then stores the K its
+// model had before RoPE and ropes the dequantized cache at attention, with the positions of the cells.
+GGML_EXT_API bool ggml_ext_llama_kv_pre_rope(int type);
+
+// The K tensor that build_attn got (the output of the model's ggml_rope_ext of K) before RoPE: its source.
+// Aborts with a message when K was not roped by ggml_rope_ext in normal or NEOX mode right before build_attn
+// (an architecture whose K the pre-RoPE cache cannot take yet).
+GGML_EXT_API struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped);
+
+// The cache's pre-RoPE key view k (get_k: [head_dim, n_head_kv, n_kv, n_stream] of a KVQuant type)
+// dequantized to F32 and roped as k_roped was (its mode, dimensions, frequencies and factors), each cell at
+// its position k_pos (I32, n_kv * n_stream: llama_kv_cache::set_input_k_pos). Same shape as k.
+GGML_EXT_API struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggml_tensor * k,
+                                                        const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos);
 
 // The KV calibration file (`ggml-ext calibrate kv ... -o FILE`, a GGUF) the KVQuant cache types read:
 // set here (llama tools: --kv-calib FILE), else the environment's GGML_EXT_KV_CALIB. set: NULL goes back
@@ -81,6 +111,15 @@ GGML_EXT_API const char * ggml_ext_llama_ftype_name(int ftype, bool guessed);
 // ggml-ext's types (interleaved Q4_0: 33-35; interleaved IQ4_NL: 25, MOSTLY_IQ4_NL, for it never had its
 // own); -1 for any other type.
 GGML_EXT_API int ggml_ext_llama_ftype_of_type(int type);
+
+// ---- weights of a cache-only type (patch 0306) ----
+
+// The model loader asks this about every tensor of the file before anything is allocated: NULL when a
+// weight may have `type`; else why not, which the load fails with (naming the tensor). ggml-ext's KVQuant
+// types NUQ4 / NUQ3 / NUQ2 (ids 103-105) are KV cache types: their bytes mean something only with a
+// cache's calibrated tables bound to the cache's memory, so a weight of them would silently compute with
+// uniform levels. Static string.
+GGML_EXT_API const char * ggml_ext_llama_weight_type_refusal(int type);
 
 // ---- split mode "tensor": may a weight of this type be cut across devices? (patch 0302) ----
 
@@ -114,7 +153,7 @@ GGML_EXT_API int ggml_ext_llama_set_apq_bits(int bits);
 
 // The precision of graphs this thread builds from now on, over the process-wide one above: bits in
 // 1..8, or 0 to go back to it. llama-server sets it per batch from the requests' "apq_bits" (patch
-// 0306; requests of different precisions never share a batch). Returns 0, or -1 outside 0..8.
+// 0308; requests of different precisions never share a batch). Returns 0, or -1 outside 0..8.
 GGML_EXT_API int ggml_ext_llama_set_apq_bits_local(int bits);
 
 // Whether every any-precision weight loaded so far serves bits: 0, else -1 with why in err (of size n):

@@ -46,6 +46,8 @@ class TypeInfo:
     the number by which a tensor's row count (``shape[1]``) must be divisible
     (1 for everything but the interleaved legacy ids). ``kind`` is "stock",
     "legacy" or "ext". ``ggml_name`` is ggml's own lower-case ``type_name``.
+    ``cache_only``: a KV cache type (KVQuant nuq4/3/2) that no GGUF tensor may
+    have: its bytes mean something only with a cache's calibrated tables.
     """
 
     id: int
@@ -57,6 +59,7 @@ class TypeInfo:
     ggml_name: str = ""
     is_quantized: bool = True
     note: str = ""
+    cache_only: bool = False
 
     @property
     def bits_per_weight(self) -> float:
@@ -64,9 +67,10 @@ class TypeInfo:
 
 
 def _t(id_: int, name: str, blck: int, size: int, ggml_name: str | None = None, *,
-       quantized: bool = True, kind: str = "stock", row_group: int = 1, note: str = "") -> TypeInfo:
+       quantized: bool = True, kind: str = "stock", row_group: int = 1, note: str = "",
+       cache_only: bool = False) -> TypeInfo:
     return TypeInfo(id_, name, blck, size, kind, row_group,
-                    ggml_name if ggml_name is not None else name.lower(), quantized, note)
+                    ggml_name if ggml_name is not None else name.lower(), quantized, note, cache_only)
 
 
 _QK_K = 256
@@ -127,7 +131,7 @@ TYPE_ID_LIMIT = EXT_ID_MAX + 1
 
 _ENTRIES += tuple(
     _t(t.id, t.name, t.blck_size, t.type_size, t.ggml_name, kind="legacy" if t.id < EXT_ID_MIN else "ext",
-       row_group=t.row_group, note=_note(t))
+       row_group=t.row_group, note=_note(t), cache_only=t.family == "kvquant")
     for t in _formats.ext_types())
 
 #: Every usable type, by id.

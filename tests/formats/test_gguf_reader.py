@@ -340,6 +340,10 @@ for _tid in (99, 250, -1, 43, 120, 2**31 - 1):
     hostile(f"type id {_tid}", one_tensor(type_id=_tid), "unknown ggml type id")
 hostile("type id 106 (ggml-ext range)", one_tensor(type_id=106), "ggml-ext type id 106, not known to this version")
 hostile("type id 119 (ggml-ext range, unused)", one_tensor(type_id=119), "ggml-ext type id 119")
+for _tid, _name in ((103, "NUQ4"), (104, "NUQ3"), (105, "NUQ2")):
+    # KVQuant cache types: valid sizes, but no tensor of a file may have them (llama's loader: patch 0306)
+    hostile(f"type id {_tid} ({_name}, KV cache only)", one_tensor(type_id=_tid, dims=[64, 2]),
+            f"type {_name} (id {_tid}), a KVQuant KV cache type")
 hostile("type id 4 (removed Q4_2)", one_tensor(type_id=4), "removed")
 hostile("type id 5 (removed Q4_3)", one_tensor(type_id=5), "removed")
 for _tid, _n in ((31, 4), (32, 4), (33, 8), (36, 4), (37, 4), (38, 8)):
@@ -717,3 +721,20 @@ def test_info_real_default_model():
     assert r.returncode == 0, r.stderr
     assert "llama" in r.stdout and "<array of 49152 str>" in r.stdout
     assert "Q4_1" in r.stdout and "Q8_0" in r.stdout
+
+
+# ---------------------------------------------------------------- KV-cache-only types are no tensor types
+
+
+def test_writer_refuses_cache_only_types(tmp_path):
+    """ggml-ext's own writer never makes a file with a KVQuant cache type (NUQ4/3/2): the reader and llama.cpp's
+    loader would refuse it. Other ggml-ext types (CB2, 100) are still accepted."""
+    from ggml_ext.gguf.writer import GGUFWriteError, GGUFWriter
+    for tid, name in ((103, "NUQ4"), (104, "NUQ3"), (105, "NUQ2")):
+        assert ggml_types.TYPES[tid].cache_only and ggml_types.TYPES[tid].name == name
+        w = GGUFWriter(tmp_path / f"{name}.gguf")
+        with pytest.raises(GGUFWriteError, match=f"type {name} \\(id {tid}\\) is a KV cache type"):
+            w.add_tensor_info("blk.0.attn_k.weight", (64, 2), tid, ggml_types.tensor_nbytes(tid, [64, 2]))
+        assert not (tmp_path / f"{name}.gguf").exists()
+    assert not ggml_types.TYPES[100].cache_only
+    GGUFWriter(tmp_path / "cb2.gguf").add_tensor_info("w", (256, 2), 100, ggml_types.tensor_nbytes(100, [256, 2]))

@@ -157,6 +157,14 @@ def kv_value_pos(data: bytes, key: str) -> int:
     return pos + 8 + len(key.encode()) + 4
 
 
+def nuq4_weight_model(path: Path) -> bytes:
+    """The tiny model with blk.0.attn_k.weight of type NUQ4 [64, 32]: written as F32 [10, 32] (the same 1280
+    bytes, so every offset stays right), then its ne0 and type patched."""
+    data = tiny_model(path, tensors={"blk.0.attn_k.weight": np.ones((N_KV * N_EMBD // N_HEAD, 10), np.float32)})
+    f = tensor_fields(data, "blk.0.attn_k.weight")
+    return patch(patch(data, f["ne0"], "<Q", 64), f["type"], "<i", 103)
+
+
 # ---------------------------------------------------------------- the cases
 
 # name -> (bytes, expectation); expectation "refuse" (must fail cleanly) or "survive" (may load; must not crash)
@@ -288,6 +296,10 @@ def _build_cases(tmp: Path) -> None:
     CASES["token_embd fewer rows than vocab"] = (
         model(tensors={"token_embd.weight": np.ones((100, N_EMBD), np.float32)}), "refuse")
     CASES["output_norm 2-D"] = (model(tensors={"output_norm.weight": np.ones((2, N_EMBD), np.float32)}), "refuse")
+
+    # --- a weight of a KV-cache-only type (KVQuant NUQ4, id 103): parses as GGUF (gguf.cpp knows the type),
+    # refused by the loader (patch 0306). attn_k as F32 [10, 32] has the bytes of NUQ4 [64, 32] (32 rows x 40 B)
+    CASES["attn_k of cache type NUQ4"] = (nuq4_weight_model(tmp / "nuq4.gguf"), "refuse")
 
     # --- the reader's hand-built hostile files: no architecture, always refused
     for name, (data, _) in HOSTILE.items():
@@ -487,6 +499,22 @@ def test_summary(cli_results, python_results):
     py_raised = sum(1 for o, _ in python_results.values() if o == "raised")
     print(f"\n{len(CASES)} files: llama-cli refused {cli_refused}, llama-cpp-python raised on {py_raised}")
     assert len(cli_results) == len(python_results) == len(CASES) >= 200
+
+
+def test_cache_type_weight_is_refused_by_name(tmp_path, tool_env):
+    """llama-cli and llama-cpp-python refuse a weight of a KVQuant cache type (patch 0306) with a message that
+    names the tensor and the reason, and ggml-ext's reader refuses it too."""
+    path = tmp_path / "nuq4.gguf"
+    path.write_bytes(nuq4_weight_model(tmp_path / "w.gguf"))
+    rc, log = run_cli(path, dict(tool_env, GGML_NO_BACKTRACE="1"))
+    assert rc != "timeout" and isinstance(rc, int) and rc > 0, (rc, _tail(log, 12))
+    assert "tensor 'blk.0.attn_k.weight' (type nuq4) is of a KVQuant KV cache type" in log, _tail(log, 12)
+    env = dict(os.environ, GGML_NO_BACKTRACE="1")
+    env.pop("LLAMA_CPP_LIB_PATH", None)   # as python_results: the glue finds our libllama
+    out = run_python_worker([path], env)[0]
+    assert out[0] == "raised", out
+    with pytest.raises(GGUFError, match="blk.0.attn_k.weight.*NUQ4 \\(id 103\\), a KVQuant KV cache type"):
+        parse_gguf_bytes(path.read_bytes())
 
 
 # ---------------------------------------------------------------- gguf.cpp with its data loaded (no_alloc=false)

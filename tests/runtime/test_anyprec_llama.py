@@ -10,7 +10,7 @@ bitplane GEMV instead of the dequantized blocks and agrees as well; the 8-bit mo
 model; a precision the file does not serve is refused with a message naming the range, from the flag,
 the environment and llama-cpp-python's ``apq_bits``; ``ggml-ext info`` lists the precisions. llama-server
 serves each request at the precision its ``apq_bits`` field asks for from one copy of the weights (patch
-0306): the same answer as a server started at that precision, concurrent requests of two precisions
+0308): the same answer as a server started at that precision, concurrent requests of two precisions
 included, and a precision the file does not serve is a 400, not a crash.
 """
 from __future__ import annotations

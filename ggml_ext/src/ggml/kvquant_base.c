@@ -11,8 +11,10 @@
 // one. A binding's layer is never freed while the process runs (a reader may hold it), but identical
 // tables share one layer, so re-creating contexts does not grow memory.
 #include "formats/kvquant/kvquant.h"
+#include "ggml-ext-llama.h"  // ggml_ext_kvq_bind_keys
 #include "ggml/families.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +30,9 @@ struct binding {
     _Atomic(const struct ggml_ext_kvq_layer *) layer;
     int   type;
     float levels[16], values[16];
+    // a pre-RoPE key cache (ggml_ext_kvq_bind_keys): per-channel scales of rows of row_blocks blocks
+    int64_t       row_blocks;  // 0: a value cache
+    const float * k_mid, * k_half;
 };
 
 static struct binding  bindings[KVQ_MAX_BINDINGS];
@@ -70,7 +75,8 @@ static void init_uniform(void) {
     }
 }
 
-static const struct ggml_ext_kvq_layer * layer_at(const void * p, int type) {
+// The binding of the memory p lies in (NULL: none), and the layer to use (uniform levels outside bindings).
+static const struct ggml_ext_kvq_layer * binding_at(const void * p, int type, const struct binding ** bound) {
     static _Thread_local int last = -1;  // the binding the previous call of this thread found
     const char * c = p;
     const int    n = atomic_load_explicit(&n_bindings, memory_order_acquire);
@@ -82,17 +88,19 @@ static const struct ggml_ext_kvq_layer * layer_at(const void * p, int type) {
         const char * lo = atomic_load_explicit(&bindings[i].lo, memory_order_acquire);
         if (lo && c >= lo && c < atomic_load_explicit(&bindings[i].hi, memory_order_relaxed) &&
             bindings[i].type == type) {
-            last = i;
+            last   = i;
+            *bound = &bindings[i];
             return atomic_load_explicit(&bindings[i].layer, memory_order_relaxed);
         }
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, init_uniform);
+    *bound = NULL;
     return uniform_layers[type_bits(type)];
 }
 
-int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
-                      char * err, size_t en) {
+static int bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
+                int64_t row_blocks, const float * k_mid, const float * k_half, char * err, size_t en) {
     const int bits = type_bits(type);
     if (!bits) {
         snprintf(err, en, "kvquant: type %d is not a KVQuant cache type", type);
@@ -146,6 +154,9 @@ int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * 
     b->type            = type;
     memcpy(b->levels, levels, sizeof(float) * n);
     memcpy(b->values, values, sizeof(float) * n);
+    b->row_blocks      = row_blocks;
+    b->k_mid           = k_mid;
+    b->k_half          = k_half;
     atomic_store(&b->layer, L);
     atomic_store(&b->hi, hi);
     atomic_store(&b->lo, lo);  // published last: readers test lo first
@@ -154,6 +165,72 @@ int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * 
     }
     pthread_mutex_unlock(&bind_lock);
     return 0;
+}
+
+int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
+                      char * err, size_t en) {
+    return bind(data, nbytes, type, levels, values, 0, NULL, NULL, err, en);
+}
+
+// Per-channel key scales, kept for the process (a reader may hold them, as the layers): identical arrays
+// (the same cache made again) are shared, so re-creating contexts does not grow memory.
+struct key_scales {
+    int64_t n;
+    float * mid, * half;
+};
+static struct key_scales key_scales[KVQ_MAX_BINDINGS];
+static int               n_key_scales;
+
+static int keep_key_scales(int64_t n, const float * mid, const float * half, const float ** kmid,
+                           const float ** khalf) {
+    for (int i = 0; i < n_key_scales; i++) {
+        if (key_scales[i].n == n && !memcmp(key_scales[i].mid, mid, sizeof(float) * n) &&
+            !memcmp(key_scales[i].half, half, sizeof(float) * n)) {
+            *kmid  = key_scales[i].mid;
+            *khalf = key_scales[i].half;
+            return 0;
+        }
+    }
+    if (n_key_scales == KVQ_MAX_BINDINGS) {
+        return -1;
+    }
+    float * m = malloc(sizeof(float) * n), * h = malloc(sizeof(float) * n);
+    if (!m || !h) {
+        free(m);
+        free(h);
+        return -1;
+    }
+    memcpy(m, mid, sizeof(float) * n);
+    memcpy(h, half, sizeof(float) * n);
+    key_scales[n_key_scales++] = (struct key_scales) { n, m, h };
+    *kmid                      = m;
+    *khalf                     = h;
+    return 0;
+}
+
+int ggml_ext_kvq_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values, const float * levels,
+                           const float * values, const float * mid, const float * half, char * err, size_t en) {
+    if (row_values <= 0 || row_values % KVQ_BLOCK) {
+        snprintf(err, en, "kvquant: key rows of %lld channels (must be a multiple of %d)", (long long) row_values,
+                 KVQ_BLOCK);
+        return -1;
+    }
+    for (int64_t c = 0; c < row_values; c++) {
+        if (!isfinite(mid[c]) || !isfinite(half[c]) || !(half[c] > 0.0f)) {
+            snprintf(err, en, "kvquant: key channel %lld: mid %g, half %g (must be finite, half > 0)", (long long) c,
+                     (double) mid[c], (double) half[c]);
+            return -1;
+        }
+    }
+    const float * kmid, * khalf;
+    pthread_mutex_lock(&bind_lock);
+    const int kept = keep_key_scales(row_values, mid, half, &kmid, &khalf);
+    pthread_mutex_unlock(&bind_lock);
+    if (kept != 0) {
+        snprintf(err, en, "kvquant: no room for the key scales");
+        return -1;
+    }
+    return bind(data, nbytes, type, levels, values, row_values / KVQ_BLOCK, kmid, khalf, err, en);
 }
 
 int ggml_ext_kvq_unbind(const void * data) {
@@ -179,16 +256,70 @@ int ggml_ext_kv_cache_type_by_name(const char * name) {
     return -1;
 }
 
+// Keys: block i of the cache holds channels (i % row_blocks) * 64 .. + 63 of its row, normalised per channel
+// by the calibrated mid / half; the block's own scale fields are the neutral 0 / 1.
+static int64_t key_channel0(const struct binding * b, const void * p, size_t block_bytes) {
+    const char * lo = atomic_load_explicit(&b->lo, memory_order_relaxed);
+    return (int64_t) (((size_t) ((const char *) p - lo) / block_bytes) % (size_t) b->row_blocks) * KVQ_BLOCK;
+}
+
+static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_layer * L, const void * x, float * y,
+                         int64_t k) {
+    for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
+        const uint8_t * blk = (const uint8_t *) x + i * L->v_row_size;
+        const int64_t   c0  = key_channel0(b, blk, L->v_row_size);
+        for (int c = 0; c < KVQ_BLOCK; c++) {
+            y[i * KVQ_BLOCK + c] = L->v_values[ggml_ext_kvq_get(blk, L->bits, KVQ_BLOCK, c)] * b->k_half[c0 + c] +
+                                   b->k_mid[c0 + c];
+        }
+    }
+}
+
+static void key_from_float(const struct binding * b, const struct ggml_ext_kvq_layer * L, const float * x, void * y,
+                           int64_t k) {
+    const int n = 1 << L->bits;
+    for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
+        uint8_t *     blk = (uint8_t *) y + i * L->v_row_size;
+        const int64_t c0  = key_channel0(b, blk, L->v_row_size);
+        memset(blk, 0, L->v_row_size);
+        uint16_t scale[2] = { 0x0000, 0x3c00 };  // fp16 0 and 1
+        for (int c = 0; c < KVQ_BLOCK; c++) {
+            const float v = x[i * KVQ_BLOCK + c];
+            if (!isfinite(v)) {
+                scale[0] = 0x7e00;  // a NaN block, as for values
+                continue;
+            }
+            const float xn = (v - b->k_mid[c0 + c]) / b->k_half[c0 + c];
+            int         q  = 0;  // the nearest level: past the midpoints below xn (outside [-1, 1]: the end level)
+            while (q < n - 1 && L->v_mids[q] < xn) {
+                q++;
+            }
+            ggml_ext_kvq_set(blk, L->bits, KVQ_BLOCK, c, q);
+        }
+        memcpy(blk + L->dense_bytes, scale, sizeof(scale));
+    }
+}
+
 // ggml's row functions: k values (a multiple of 64) = k / 64 value rows of the one-head layer
 static void to_float(int type, const void * x, float * y, int64_t k) {
-    const struct ggml_ext_kvq_layer * L = layer_at(x, type);
+    const struct binding *            b;
+    const struct ggml_ext_kvq_layer * L = binding_at(x, type, &b);
+    if (b && b->row_blocks) {
+        key_to_float(b, L, x, y, k);
+        return;
+    }
     for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
         ggml_ext_kvq_dequantize_v(L, (const char *) x + i * L->v_row_size, y + i * KVQ_BLOCK);
     }
 }
 
 static void from_float(int type, const float * x, void * y, int64_t k) {
-    const struct ggml_ext_kvq_layer * L = layer_at(y, type);
+    const struct binding *            b;
+    const struct ggml_ext_kvq_layer * L = binding_at(y, type, &b);
+    if (b && b->row_blocks) {
+        key_from_float(b, L, x, y, k);
+        return;
+    }
     for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
         char * row = (char *) y + i * L->v_row_size;
         if (ggml_ext_kvq_quantize_v(L, x + i * KVQ_BLOCK, row) != 0) {

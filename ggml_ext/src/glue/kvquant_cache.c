@@ -1,11 +1,13 @@
 // The KVQuant cache types inside llama.cpp's KV cache (patch 0305; docs/KVQUANT.md "In llama.cpp's
 // cache"): the calibration file the tables come from (--kv-calib / GGML_EXT_KV_CALIB), and the binding of
-// each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvq_bind, in ggml-base).
-// Values only: a KVQuant K cache is refused until the pre-RoPE key path exists.
+// each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvq_bind, in ggml-base);
+// keys are stored before RoPE with per-channel scales (ggml_ext_kvq_bind_keys) and roped when attention reads
+// them (patch 0307: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
 #include "ggml-ext-llama.h"
 #include "ggml.h"
 #include "gguf.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,17 +97,17 @@ static int load_calibration(const char * path, char * err, size_t n) {
     return 0;
 }
 
-// layer il's value table for `bits`: 2^B F32 levels and dequantization values
-static int value_table(const char * path, int il, int bits, const float ** levels, const float ** values, char * err,
-                       size_t n) {
+// layer il's key ('k') or value ('v') table for `bits`: 2^B F32 levels and dequantization values
+static int nuq_table(const char * path, char role, int il, int bits, const float ** levels, const float ** values,
+                     char * err, size_t n) {
     char names[2][64];
-    snprintf(names[0], sizeof(names[0]), "kvq.%d.v_nuq%d", il, bits);
-    snprintf(names[1], sizeof(names[1]), "kvq.%d.v_deq%d", il, bits);
+    snprintf(names[0], sizeof(names[0]), "kvq.%d.%c_nuq%d", il, role, bits);
+    snprintf(names[1], sizeof(names[1]), "kvq.%d.%c_deq%d", il, role, bits);
     for (int i = 0; i < 2; i++) {
         const struct ggml_tensor * t = ggml_get_tensor(loaded_ctx, names[i]);
         if (!t) {
-            snprintf(err, n, "KV calibration %s has no nuq%d value tables (no tensor %s): calibrate with "
-                     "--bits including %d", path, bits, names[i], bits);
+            snprintf(err, n, "KV calibration %s has no nuq%d %s tables (no tensor %s): calibrate with "
+                     "--bits including %d", path, bits, role == 'k' ? "key" : "value", names[i], bits);
             return -1;
         }
         if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != (1 << bits)) {
@@ -115,6 +117,105 @@ static int value_table(const char * path, int il, int bits, const float ** level
         *(i ? values : levels) = (const float *) t->data;
     }
     return 0;
+}
+
+// Whether the calibrated model's K rows reach llama.cpp permuted (the converter's permute_qk: llama-arch
+// models rotate with normal RoPE, pairs (2j, 2j + 1), while the HF k_proj output the calibration saw pairs
+// (j, j + hd / 2)); other architectures keep HF's order and rotate NEOX-style.
+static bool keys_permuted(void) {
+    const int64_t a = gguf_find_key(loaded_gguf, "kvquant.architecture");
+    if (a < 0 || gguf_get_kv_type(loaded_gguf, a) != GGUF_TYPE_STRING) {
+        return false;
+    }
+    const char * arch = gguf_get_val_str(loaded_gguf, a);
+    // the calibration's architecture is the HF config's model_type (the converter's _llama archs)
+    return !strcmp(arch, "llama") || !strcmp(arch, "mistral");
+}
+
+// Binds a pre-RoPE key cache tensor to layer il: the nuqB key table and per-channel mid / half from the
+// calibration's min / max (kvq.il.k_lo0 / k_hi0, no outliers: everything beyond rounds to the end levels),
+// in the cache's channel order. Under calib_lock.
+static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits, uint32_t head_dim, char * err,
+                     size_t n) {
+    // the calibration saw k_proj's output; llama.cpp stores the K that enters RoPE, which is the same only
+    // without a K norm in between (qwen3, gemma2/3 have one: refused until the norm moves after the cache)
+    const int64_t a    = gguf_find_key(loaded_gguf, "kvquant.architecture");
+    const char *  arch = a >= 0 && gguf_get_kv_type(loaded_gguf, a) == GGUF_TYPE_STRING ? gguf_get_val_str(loaded_gguf, a) : "";
+    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0 && strcmp(arch, "qwen2") != 0) {
+        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral and qwen2 models so far; KV "
+                 "calibration %s is for '%s' (use -ctk f16 or q8_0; -ctv %s works)", ggml_type_name(t->type), path,
+                 arch, ggml_type_name(t->type));
+        return -1;
+    }
+    const float * levels, * values;
+    if (nuq_table(path, 'k', il, bits, &levels, &values, err, n) != 0) {
+        return -1;
+    }
+    const int64_t D = t->ne[0];
+    const float * lohi[2];
+    for (int i = 0; i < 2; i++) {
+        char name[64];
+        snprintf(name, sizeof(name), "kvq.%d.k_%s0", il, i ? "hi" : "lo");
+        const struct ggml_tensor * r = ggml_get_tensor(loaded_ctx, name);
+        if (!r || r->type != GGML_TYPE_F32 || ggml_nelements(r) != D) {
+            snprintf(err, n, "KV calibration %s: tensor %s missing or not %lld F32 values", path, name, (long long) D);
+            return -1;
+        }
+        lohi[i] = (const float *) r->data;
+    }
+    if (!t->data) {
+        return 0;
+    }
+    float * mid = malloc(sizeof(float) * D), * half = malloc(sizeof(float) * D);
+    if (!mid || !half) {
+        free(mid);
+        free(half);
+        snprintf(err, n, "ggml-ext: out of memory");
+        return -1;
+    }
+    const bool perm = keys_permuted();
+    const int  hd = (int) head_dim, h2 = hd / 2;
+    for (int64_t c = 0; c < D; c++) {
+        // cache channel c of head h is HF channel j / 2 (even c) or j / 2 + hd / 2 (odd c) when permuted
+        const int64_t h = c / hd, j = c % hd;
+        const int64_t src = perm ? h * hd + (j % 2 ? j / 2 + h2 : j / 2) : c;
+        mid[c]  = (lohi[1][src] + lohi[0][src]) / 2;
+        half[c] = fmaxf((lohi[1][src] - lohi[0][src]) / 2, 1e-8f);
+    }
+    const int rc = ggml_ext_kvq_bind_keys(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half, err, n);
+    free(mid);
+    free(half);
+    return rc;
+}
+
+bool ggml_ext_llama_kv_pre_rope(int type) {
+    return kvquant_bits(type) != 0;
+}
+
+struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped) {
+    const int mode = k_roped->op == GGML_OP_ROPE ? ((const int32_t *) k_roped->op_params)[2] : -1;
+    if (mode != GGML_ROPE_TYPE_NORMAL && mode != GGML_ROPE_TYPE_NEOX) {
+        // the model ropes K otherwise (or not at all): the pre-RoPE cache cannot take it
+        GGML_ABORT("ggml-ext: a KVQuant K cache (-ctk nuq*) needs K roped by ggml_rope_ext in normal or NEOX mode "
+                   "right before the cache; this model's K is %s (mode %d): use -ctk f16 / q8_0",
+                   ggml_op_desc(k_roped), mode);
+    }
+    return k_roped->src[0];
+}
+
+struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggml_tensor * k,
+                                           const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos) {
+    // k: [head_dim, n_head_kv, n_kv, n_stream] of the cache; dequantized (contiguous), roped as one sequence of
+    // n_kv * n_stream cells, each at its own position
+    struct ggml_tensor * kf = ggml_cast(ctx, k, GGML_TYPE_F32);
+    kf = ggml_reshape_3d(ctx, kf, k->ne[0], k->ne[1], k->ne[2] * k->ne[3]);
+    GGML_ASSERT(k_pos->ne[0] == kf->ne[2]);
+    const int32_t * p = (const int32_t *) k_roped->op_params;
+    float           f[6];
+    memcpy(f, p + 5, sizeof(f));  // freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow
+    struct ggml_tensor * r = ggml_rope_ext(ctx, kf, k_pos, k_roped->src[2], p[1], p[2], p[4], f[0], f[1], f[2], f[3],
+                                           f[4], f[5]);
+    return ggml_reshape_4d(ctx, r, k->ne[0], k->ne[1], k->ne[2], k->ne[3]);
 }
 
 int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err, size_t n) {
@@ -128,19 +229,13 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
         snprintf(err, n, "ggml-ext: KV cache tensor %s: cannot tell its layer", t->name);
         return -1;
     }
-    if (role == 'k') {
-        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys are not implemented yet (they need pre-RoPE storage, "
-                 "docs/KVQUANT.md); use it for values (-ctv %s) with an f16 or q8_0 K cache", ggml_type_name(t->type),
-                 ggml_type_name(t->type));
-        return -1;
-    }
     pthread_mutex_lock(&calib_lock);
     int          rc   = -1;
     const char * path = ggml_ext_llama_kv_calib();
     if (!path) {
-        snprintf(err, n, "ggml-ext: the %s V cache needs a KV calibration, and none was given: make one with "
+        snprintf(err, n, "ggml-ext: the %s %c cache needs a KV calibration, and none was given: make one with "
                  "`ggml-ext calibrate kv HF_DIR -o FILE` and pass --kv-calib FILE (or set GGML_EXT_KV_CALIB)",
-                 ggml_type_name(t->type));
+                 ggml_type_name(t->type), role == 'k' ? 'K' : 'V');
         goto done;
     }
     if (load_calibration(path, err, n) != 0) {
@@ -154,12 +249,16 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
     }
     if (n_layers != n_layer || (int64_t) n_kv_heads * head_dim != t->ne[0] || il < 0 || (uint32_t) il >= n_layer) {
         snprintf(err, n, "KV calibration %s is for %u layers x %u KV heads x head dim %u, the model has %u layers "
-                 "and %lld V channels (layer %d): calibrated for another model", path, n_layers, n_kv_heads,
-                 head_dim, n_layer, (long long) t->ne[0], il);
+                 "and %lld %c channels (layer %d): calibrated for another model", path, n_layers, n_kv_heads,
+                 head_dim, n_layer, (long long) t->ne[0], role == 'k' ? 'K' : 'V', il);
+        goto done;
+    }
+    if (role == 'k') {
+        rc = bind_keys(t, path, il, bits, head_dim, err, n);
         goto done;
     }
     const float * levels, * values;
-    if (value_table(path, il, bits, &levels, &values, err, n) != 0) {
+    if (nuq_table(path, 'v', il, bits, &levels, &values, err, n) != 0) {
         goto done;
     }
     rc = t->data ? ggml_ext_kvq_bind(t->data, ggml_nbytes(t), (int) t->type, levels, values, err, n) : 0;

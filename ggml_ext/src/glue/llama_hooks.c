@@ -431,6 +431,17 @@ int ggml_ext_llama_ftype_of_type(int type) {
     return t->base_type == GGML_TYPE_Q4_0 ? FTYPE_Q4_0_INTERLEAVED_FIRST + t->layout : FTYPE_MOSTLY_IQ4_NL;
 }
 
+const char * ggml_ext_llama_weight_type_refusal(int type) {
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    if (t != NULL && t->family == GGML_EXT_FAMILY_KVQUANT) {
+        // only a KV cache with its calibration bound to its memory gives these bytes a meaning
+        return "is of a KVQuant KV cache type (nuq4 / nuq3 / nuq2, ids 103-105), which holds no weights: "
+               "use it for the KV cache (-ctk / -ctv with --kv-calib); the file is damaged or was not made "
+               "by ggml-ext";
+    }
+    return NULL;
+}
+
 const char * ggml_ext_llama_split_tensor_refusal(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
     if (t != NULL && t->family == GGML_EXT_FAMILY_ANYPREC) {

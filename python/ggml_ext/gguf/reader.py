@@ -22,7 +22,8 @@ loader), plus a few of ggml-ext's own:
 * ``general.alignment`` of type uint32, a power of two;
 * tensor names unique, non-empty, shorter than 64 bytes (GGML_MAX_NAME);
   n_dims <= 4; every dimension > 0 (gguf.cpp accepts 0); element count
-  < 2**63; the type id known (stock, restored interleaved id or ggml-ext id);
+  < 2**63; the type id known (stock, restored interleaved id or ggml-ext id)
+  and not a KV-cache-only type (KVQuant nuq4/3/2, ids 103-105);
   row length divisible by the block size; row count divisible by the
   interleave factor of ids 31-33 and 36-38;
 * the data section start (aligned) inside the file; each tensor's offset
@@ -450,6 +451,11 @@ def _parse(buf: Any, size: int, path: str) -> GGUFFile:
         tinfo = ggml_types.find_type(type_id)
         if tinfo is None:
             raise GGUFError(f"tensor {_show(name)} has type {ggml_types.describe_id(type_id)}", at)
+        if tinfo.cache_only:
+            # llama.cpp's loader refuses it too (patch 0306): a weight of it would decode with uniform levels
+            raise GGUFError(f"tensor {_show(name)} has type {tinfo.name} (id {type_id}), a KVQuant KV cache "
+                            "type that holds no weights (only a KV cache with its calibration gives its bytes "
+                            "a meaning); the file is damaged or was not made by ggml-ext", at)
         try:
             nbytes = ggml_types.tensor_nbytes(tinfo, shape)
         except ValueError as e:
