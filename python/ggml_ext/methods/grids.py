@@ -16,7 +16,9 @@ type's own rule) and *round one weight to the nearest grid value under those fix
 Supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL (32-weight blocks, :class:`Grid`) and the K-quants
 Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (:class:`KGrid`: 256-weight super-blocks whose "scales" are ggml's whole
 scale header -- fp16 super-scale(s) and the quantized sub-block scales and mins -- chosen by ggml's
-own K-quantizer for the super-block, after which each weight is rounded to its sub-block's grid).
+own K-quantizer for the super-block, after which each weight is rounded to its sub-block's grid) and
+ggml-ext's codebook types CB2, CB3 (:class:`CBGrid`: the header -- super-scale, local scales, codebook
+indices -- from the library's quantizer, each weight rounded to its sub-group's codebook).
 """
 from __future__ import annotations
 
@@ -295,6 +297,92 @@ class KGrid:
         return out.reshape(n_rows, -1)
 
 
+@dataclass(frozen=True)
+class CBGrid:
+    """A group-wise codebook type (CB2, CB3; docs/formats/codebooks.md): blocks of 256 weights, one fp16
+    super-scale ``d``, 16 sub-groups of 16 weights, each with a 4-bit local scale ``l`` and a 2-bit
+    codebook index ``c``; a weight with code ``q`` is ``d * (l + 1) * T[c][q]`` (the built-in int8 tables
+    ``T``), in float32 as the library's dequantize computes it (``m = d * (l + 1)`` first).
+
+    As for :class:`KGrid`, the "scales" of a block are its whole header, ``[d, l_0 .. l_15, c_0 .. c_15]``
+    (float32, exact), taken from the library's own importance-weighted quantizer (:meth:`scales`): GPTQ
+    then rounds each column, error-updated, to the nearest entry of its sub-group's chosen codebook at
+    its scale, so the codebook and scale a sub-group uses are the library's and only the codes move."""
+
+    name: str
+    bits: int
+    nbytes: int
+    block: int = QK_K
+    sub: int = 16
+
+    @property
+    def nsub(self) -> int:
+        return self.block // self.sub
+
+    @property
+    def nparams(self) -> int:
+        return 1 + 2 * self.nsub
+
+    @property
+    def levels(self) -> int:
+        return 2 ** self.bits
+
+    def tables(self) -> np.ndarray:
+        from ggml_ext import codebooks
+        return codebooks.tables(self.bits).astype(np.float32)
+
+    def scales(self, w: np.ndarray, importance: np.ndarray | None = None, **quantizer) -> np.ndarray:
+        """The header the library's quantizer writes for the blocks ``w`` (n_rows x 256 float32)."""
+        from ggml_ext import quants
+        b = quants.quantize(np.ascontiguousarray(w, dtype=np.float32), self.name,
+                            imatrix=None if importance is None else np.asarray(importance, np.float32), **quantizer)
+        return self.decode(b.reshape(b.shape[0], 1, self.nbytes))[:, 0]
+
+    def decode(self, b: np.ndarray) -> np.ndarray:
+        """Block bytes (n_rows x n_blocks x nbytes uint8) -> headers (n_rows x n_blocks x nparams float32)."""
+        b = np.ascontiguousarray(b, dtype=np.uint8)
+        s = np.arange(self.nsub)
+        loc = (b[..., 2 + (s >> 1)] >> (4 * (s & 1))) & 15
+        cb = (b[..., 10 + (s >> 2)] >> (2 * (s & 3))) & 3
+        return np.concatenate([_f16(b[..., 0:2])[..., None], loc.astype(np.float32), cb.astype(np.float32)], axis=-1)
+
+    def state(self, s, dtype):
+        """Per sub-group scale ``m = d * (l + 1)`` and its codebook's entries at that scale (torch, n x
+        16 x entries, float32: the values the library's dequantize computes)."""
+        import torch
+        T = torch.as_tensor(self.tables(), device=s.device)
+        m = s[:, :1] * (s[:, 1:1 + self.nsub] + 1)
+        c = s[:, 1 + self.nsub:].long()
+        return {"values": m[:, :, None] * T[c]}
+
+    def round(self, x, st, at: int = 0):
+        """Nearest code and value for each entry of ``x`` (torch, n): column ``at`` of the block, so sub-group
+        ``at // 16``'s codebook at its scale (the lowest code on a tie: a block with d = 0 gives code 0)."""
+        v = st["values"][:, at // self.sub].to(x.dtype)      # n x entries
+        k = (x[:, None] - v).abs().argmin(dim=1)
+        return k.to(x.dtype), v.gather(1, k[:, None])[:, 0]
+
+    def pack(self, k: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """Codes ``k`` (n_rows x n_cols) and headers ``s`` (n_rows x n_blocks x nparams) -> the tensor's bytes
+        in the ``ggml_ext_block_cb2`` / ``_cb3`` layout (codebooks.h)."""
+        n_rows, n_cols = k.shape
+        nb = n_cols // self.block
+        q = k.reshape(n_rows, nb, self.nsub, self.sub).astype(np.uint8)    # sub-group s, weight j
+        s = np.asarray(s, np.float32)
+        ints = np.rint(s[..., 1:]).astype(np.uint8)
+        loc, cb = ints[..., :self.nsub], ints[..., self.nsub:]
+        out = np.zeros((n_rows, nb, self.nbytes), dtype=np.uint8)
+        out[..., 0:2] = s[..., 0].astype(np.float16).view(np.uint8).reshape(n_rows, nb, 2)
+        out[..., 2:10] = loc[..., 0::2] | (loc[..., 1::2] << 4)
+        out[..., 10:14] = sum(cb[..., g::4] << (2 * g) for g in range(4))
+        lo = (q & 3).reshape(n_rows, nb, 4, 4, self.sub)                   # sub-group s = 4 * chunk + pair
+        out[..., 14:78] = sum(lo[:, :, :, g] << (2 * g) for g in range(4)).reshape(n_rows, nb, 64)
+        if self.bits == 3:
+            hi = (q >> 2).reshape(n_rows, nb, 2, 8, self.sub)              # sub-group s = 8 * half + bit
+            out[..., 78:110] = sum(hi[:, :, :, g] << g for g in range(8)).reshape(n_rows, nb, 32)
+        return out.reshape(n_rows, -1)
+
+
 GRIDS = {
     "Q4_0": Grid("Q4_0", 16, 8, False, 18),
     "Q4_1": Grid("Q4_1", 16, 0, True, 20),
@@ -307,9 +395,11 @@ GRIDS = {
     "Q4_K": KGrid("Q4_K", 16, 0, True, 144, 32),
     "Q5_K": KGrid("Q5_K", 32, 0, True, 176, 32),
     "Q6_K": KGrid("Q6_K", 64, 32, False, 210, 16),
+    "CB2": CBGrid("CB2", 2, 78),
+    "CB3": CBGrid("CB3", 3, 110),
 }
 
 
-def grid(type_name: str) -> Grid | KGrid:
+def grid(type_name: str) -> Grid | KGrid | CBGrid:
     """The :class:`Grid` of ggml type ``type_name``; KeyError if it has none."""
     return GRIDS[type_name.upper()]
