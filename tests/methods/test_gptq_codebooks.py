@@ -60,3 +60,28 @@ def test_gptq_codebooks_is_exact_and_beats_rtn_and_imatrix_on_a_real_layer(type_
                              W.shape[1])
     e, e_rtn, e_im = _err(W, r.Q, H), _err(W, rtn, H), _err(W, imat, H)
     assert e < 0.95 * e_rtn and e < 0.95 * e_im, (e, e_rtn, e_im)
+
+
+def test_cli_convert_gptq_cb2_end_to_end(tmp_path):
+    """``ggml-ext convert --method gptq --type cb2``: every matrix CB2, layer 0's bytes GPTQ of its Hessians
+    (it sees the float model's inputs), and the file runs in our llama.cpp."""
+    from test_gptq_kquants import _layer0_hessians, _untied_256
+    from test_gptq import _tiny_text
+
+    import convert_support as cs
+    from ggml_ext import cli
+    model = _untied_256()
+    text = _tiny_text(tmp_path)
+    out = tmp_path / "g-cb2.gguf"
+    assert cli.main(["convert", str(model), "-o", str(out), "--type", "cb2", "--method", "gptq", "--calib", str(text),
+                     "--calib-samples", "4", "--calib-seq-len", "32"]) == 0
+    got = cs.read_tensor_bytes(out)
+    for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
+        assert got[f"blk.0.{name}.weight"][0] == "CB2", name
+    layer, prefix, stats = _layer0_hessians(model, text)
+    for hf, gguf in (("mlp.down_proj", "ffn_down"), ("mlp.up_proj", "ffn_up")):
+        w = layer.get_submodule(hf).weight.detach().numpy()
+        assert got[f"blk.0.{gguf}.weight"][2] == G.gptq(w, stats[f"{prefix}.{hf}"]["hessian"], "CB2").pack(
+            GRIDS["CB2"]).tobytes(), gguf
+    ids = cs.hf_tokenize(model, "word12 and some more text, number 84.")
+    assert np.isfinite(cs.gguf_logits(out, ids)).all()
