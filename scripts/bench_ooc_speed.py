@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,9 @@ from ggml_ext.methods.grids import grid  # noqa: E402
 from ggml_ext.methods.ooc import gptq_hlps  # noqa: E402
 from ggml_ext.methods.ooc_batched import gptq_candidates, gptq_hlps_batched  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_gptq_gpu import shapes, timed  # noqa: E402  (one timing rule for the GPTQ and OOC benches)
+
 
 def problem(rows: int, cols: int, seed: int, device: str):
     """W, H and the probe Hessian (the last 256 of the 2048 calibration samples), float64 numpy."""
@@ -56,23 +58,6 @@ def problem(rows: int, cols: int, seed: int, device: str):
     X = Z @ A
     X[:, :: max(1, cols // 8)] *= 20.0
     return W, (X.T @ X).cpu().numpy(), (X[-256:].T @ X[-256:]).cpu().numpy()
-
-
-def timed(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def shapes(text: str) -> list[tuple[int, int]]:
-    return [tuple(int(v) for v in s.split("x")) for s in text.split(",") if s]
 
 
 def agree(W, H, Hp, type_name, opts, device) -> tuple[bool, str]:
