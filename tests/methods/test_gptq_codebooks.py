@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from test_gptq import _default_layer1, _err  # noqa: E402
+from test_gptq_kquants import regrid  # noqa: E402
 
 from ggml_ext import quants  # noqa: E402
 from ggml_ext.methods import gptq as G  # noqa: E402
@@ -33,14 +34,7 @@ def test_codebook_grid_reads_and_writes_the_library_blocks(type_name):
         b = quants.quantize(W, type_name, imatrix=imatrix)
         deq = quants.dequantize(b, type_name, 512)
         s = g.decode(b.reshape(12, 2, g.nbytes))
-        K = np.zeros(W.shape, np.int64)
-        Q = np.zeros(W.shape, np.float32)
-        for blk in range(2):
-            st = g.state(torch.from_numpy(s[:, blk]), torch.float64)
-            for at in range(256):
-                c = blk * 256 + at
-                k, q = g.round(torch.from_numpy(deq[:, c].astype(np.float64)), st, at)
-                K[:, c], Q[:, c] = k.numpy(), q.numpy()
+        K, Q = regrid(g, s, deq)
         np.testing.assert_array_equal(Q, deq)
         packed = g.pack(K, s)
         np.testing.assert_array_equal(packed, b)

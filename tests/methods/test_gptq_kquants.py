@@ -46,6 +46,20 @@ from ggml_ext.methods.grids import GRIDS, KGrid  # noqa: E402
 K_TYPES = ("Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
+def regrid(g, s, deq):
+    """Every column of ``deq`` (ggml's values of n_blocks 256-blocks per row) rounded again by grid ``g`` under
+    the headers ``s`` (n_rows x n_blocks x nparams) its bytes decode to: the indices and values found."""
+    K = np.zeros(deq.shape, np.int64)
+    Q = np.zeros(deq.shape, np.float32)
+    for blk in range(deq.shape[1] // 256):
+        st = g.state(torch.from_numpy(s[:, blk]), torch.float64)
+        for at in range(256):
+            c = blk * 256 + at
+            k, q = g.round(torch.from_numpy(deq[:, c].astype(np.float64)), st, at)
+            K[:, c], Q[:, c] = k.numpy(), q.numpy()
+    return K, Q
+
+
 @pytest.mark.parametrize("type_name", K_TYPES)
 def test_kquant_grid_reads_and_writes_ggml_blocks(type_name):
     g = GRIDS[type_name]
@@ -59,14 +73,7 @@ def test_kquant_grid_reads_and_writes_ggml_blocks(type_name):
         deq = quants.dequantize(b, type_name, 512)
         s = g.decode(b.reshape(16, 2, g.nbytes))
         assert s.shape == (16, 2, g.nparams)
-        K = np.zeros(W.shape, np.int64)
-        Q = np.zeros(W.shape, np.float32)
-        for blk in range(2):
-            st = g.state(torch.from_numpy(s[:, blk]), torch.float64)
-            for at in range(256):
-                c = blk * 256 + at
-                k, q = g.round(torch.from_numpy(deq[:, c].astype(np.float64)), st, at)
-                K[:, c], Q[:, c] = k.numpy(), q.numpy()
+        K, Q = regrid(g, s, deq)
         np.testing.assert_array_equal(Q, deq)            # each ggml value is a grid point, found again
         packed = g.pack(K, s)
         np.testing.assert_array_equal(packed, b)          # ggml's bytes, bit for bit
