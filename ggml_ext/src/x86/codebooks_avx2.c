@@ -178,7 +178,9 @@ GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
     const ggml_ext_block_q8_K * ay = (const ggml_ext_block_q8_K *) vy;
     const int                   nb = n / GGML_EXT_QK_CB;
     if (nr == 1) {  // trick 4: |a| of the one activation row, once for all weight rows
-        int8_t * absa = (int8_t *) malloc((size_t) n);
+        // on the stack for rows up to 16K weights (every matrix of the 7B-class models): no allocation per call
+        int8_t   stack_absa[16384];
+        int8_t * absa = n <= (int) sizeof(stack_absa) ? stack_absa : (int8_t *) malloc((size_t) n);
         if (absa) {
             for (int b = 0; b < nb; b++) {
                 for (int j = 0; j < GGML_EXT_QK_CB; j += 32) {
@@ -192,7 +194,9 @@ GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
         } else {  // out of memory: |w| per pair instead
             mm_rows(bits, 1, 0, &t, n, s, bs, vx, ay, NULL, nc);
         }
-        free(absa);
+        if (absa != stack_absa) {
+            free(absa);
+        }
         return;
     }
     for (int r0 = 0; r0 < nr; r0 += ROWS) {
