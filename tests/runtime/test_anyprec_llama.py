@@ -129,6 +129,37 @@ def test_bench_runs_each_precision(apq_file, threads):
     assert out.stdout.count("# --apq-bits") == 2 and out.stdout.count("tg4") == 2, out.stdout
 
 
+def test_bench_sweep_prints_speed_and_perplexity_per_precision(apq_file, wiki_test, threads, tmp_path):
+    """`ggml-ext bench --apq-bits ... --ppl TEXT`: one table of bytes read, tokens/s and perplexity per precision;
+    `all` is every precision the file serves; a precision it does not serve is refused before any run."""
+    base = [sys.executable, "-m", "ggml_ext.cli", "bench"]
+    tail = ["-m", str(apq_file), "-p", "0", "-n", "4", "-r", "1", "-t", str(threads), "-o", "md"]
+    out = subprocess.run([*base, "--apq-bits", "3,8", "--ppl", str(wiki_test), "--ppl-ctx", "128", "--ppl-chunks", "2",
+                          "--json", str(tmp_path / "sweep.json"), *tail],
+                         capture_output=True, text=True, env=tools.tool_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads((tmp_path / "sweep.json").read_text())
+    assert [r["bits"] for r in rows] == [3, 8], rows
+    for r in rows:
+        assert list(r["tokens_per_s"]) == [f"tg4 t{threads}"] and r["tokens_per_s"][f"tg4 t{threads}"] > 0, r
+    assert rows[0]["bytes_read"] < rows[1]["bytes_read"] and rows[0]["bits_per_weight"] < rows[1]["bits_per_weight"]
+    # the sweep's perplexity is the tool's at that precision (same windows), and 3 bits is the worse one
+    want = [tools.perplexity(apq_file, wiki_test, n_ctx=128, chunks=2, apq_bits=b).ppl for b in (3, 8)]
+    assert [r["perplexity"] for r in rows] == pytest.approx(want, rel=1e-6)
+    assert rows[0]["perplexity"] > rows[1]["perplexity"]
+    assert "| 3 |" in out.stdout and "| 8 |" in out.stdout and "perplexity" in out.stdout, out.stdout
+
+    out = subprocess.run([*base, "--apq-bits", "all", "--json", str(tmp_path / "all.json"), *tail],
+                         capture_output=True, text=True, env=tools.tool_env())
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [r["bits"] for r in json.loads((tmp_path / "all.json").read_text())] == [3, 4, 5, 6, 7, 8]
+
+    out = subprocess.run([*base, "--apq-bits", "2,8", "--ppl", str(wiki_test), *tail],
+                         capture_output=True, text=True, env=tools.tool_env())
+    assert out.returncode != 0 and "serves precisions 3..8, not [2]" in out.stderr, out.stderr
+    assert "llama-bench" not in out.stderr
+
+
 def _complete(url: str, **fields) -> dict:
     body = {"prompt": "The capital of France is", "n_predict": 6, "temperature": 0, "n_probs": 4, "seed": 0,
             **fields}

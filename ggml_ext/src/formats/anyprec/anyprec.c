@@ -7,7 +7,11 @@
 // optimum of weighted 1-D k-means (dynamic programming over split points; the optimal split
 // points move right as the prefix grows, so each of the k passes is a divide-and-conquer over
 // positions, O(k n log n)); each upscaling step splits every range at its exact weighted 2-means
-// optimum (a scan over its split points). With refine R > 0 (the default, GGML_EXT_APQ_REFINE), the seed
+// optimum (a scan over its split points). Rows longer than APQ_DP_EXACT_MAX (Llama-7B's 4096 and 11008)
+// run the seed's dynamic programming over a grid of APQ_DP_GRID evenly spaced sorted positions instead
+// and then polish every seed boundary at full resolution (coordinate descent, apq_refine at the seed's
+// precision): O(k m log m + n) instead of O(k n log n), 10-30x less work on those rows, the same seed on
+// almost every row and a local optimum on all (docs/formats/anyprec.md, "Quantization time"). With refine R > 0 (the default, GGML_EXT_APQ_REFINE), the seed
 // and the first R splits are then moved together by coordinate descent on the summed weighted error of
 // precisions S..S+R (apq_refine), still nested. A weight's P-bit code is the index of its final range:
 // splitting a range gives its children codes 2c and 2c + 1, so the top b bits are the b-bit code.
@@ -16,8 +20,13 @@
 #include "common/fp16.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+// Seeds of rows up to this length are the exact DP optimum; longer rows: DP on a grid, then polished.
+#define APQ_DP_EXACT_MAX 2048
+#define APQ_DP_GRID      512
 
 typedef struct {
     double * sw;   // prefix sums over the sorted row: w, w*x, w*x^2 (n + 1 each)
@@ -50,6 +59,7 @@ static inline double apq_mean(const apq_prefix * p, int64_t l, int64_t r, double
 
 typedef struct {
     const apq_prefix * p;
+    const int64_t *    pos;   // grid point i -> sorted position (NULL: every position is a grid point)
     const double *     prev;  // D[k-1][i], i = 0..n
     double *           cur;   // D[k][i]
     int64_t *          arg;   // best split for D[k][i]
@@ -63,8 +73,9 @@ static void apq_dp_solve(apq_dp * d, int64_t lo, int64_t hi, int64_t jlo, int64_
         double        best = INFINITY;
         int64_t       bj   = jlo;
         const int64_t jmax = jhi < mid ? jhi : mid;  // j <= mid: the last segment may be empty
+        const int64_t pm   = d->pos ? d->pos[mid] : mid;
         for (int64_t j = jlo; j <= jmax; j++) {
-            const double v = d->prev[j] + apq_cost(d->p, j, mid);
+            const double v = d->prev[j] + apq_cost(d->p, d->pos ? d->pos[j] : j, pm);
             if (v < best) {
                 best = v;
                 bj   = j;
@@ -91,13 +102,51 @@ typedef struct {
     int64_t j;
 } apq_item;
 
-static int apq_item_cmp(const void * a, const void * b) {
-    const apq_item * u = (const apq_item *) a;
-    const apq_item * v = (const apq_item *) b;
-    if (u->x != v->x) {
-        return u->x < v->x ? -1 : 1;
+// x's bits as an unsigned key in the order of the floats (-0 taken as +0: equal values tie).
+static inline uint32_t apq_key(float x) {
+    uint32_t u;
+    x = x == 0.0f ? 0.0f : x;
+    memcpy(&u, &x, sizeof(u));
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The row's items sorted by x, ties by position (deterministic): a stable LSD radix sort of the
+// keys (4 passes of 8 bits) over positions taken in order. buf: 4 n words of scratch.
+static void apq_sort_row(const float * x, const float * w, int64_t n, apq_item * it, uint32_t * buf) {
+    uint32_t * key = buf, * idx = buf + n, * key2 = buf + 2 * n, * idx2 = buf + 3 * n;
+    for (int64_t j = 0; j < n; j++) {
+        key[j] = apq_key(x[j]);
+        idx[j] = (uint32_t) j;
     }
-    return u->j < v->j ? -1 : (u->j > v->j);  // ties by position: deterministic
+    for (int shift = 0; shift < 32; shift += 8) {
+        int64_t cnt[257] = { 0 };
+        for (int64_t j = 0; j < n; j++) {
+            cnt[((key[j] >> shift) & 0xff) + 1]++;
+        }
+        if (cnt[((key[0] >> shift) & 0xff) + 1] == n) {
+            continue;  // every key has this digit: the pass would not move anything
+        }
+        for (int d = 0; d < 256; d++) {
+            cnt[d + 1] += cnt[d];
+        }
+        for (int64_t j = 0; j < n; j++) {
+            const int64_t o = cnt[(key[j] >> shift) & 0xff]++;
+            key2[o] = key[j];
+            idx2[o] = idx[j];
+        }
+        uint32_t * t = key;
+        key = key2;
+        key2 = t;
+        t = idx;
+        idx = idx2;
+        idx2 = t;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t j = idx[i];
+        it[i].x = x[j];
+        it[i].w = w ? (w[j] > 0.0f ? w[j] : 0.0f) : 1.0f;
+        it[i].j = j;
+    }
 }
 
 int64_t ggml_ext_apq_row_table_len(int seed_bits, int parent_bits) {
@@ -197,16 +246,40 @@ static void apq_centroids(const apq_prefix * p, const int64_t * bounds, int b, i
     }
 }
 
+// The seed's grid on a long sorted row: half the points evenly spaced in position (the dense middle),
+// half evenly spaced in value (the sparse tails, where a heavy-tailed row's outer clusters hold a few
+// weights each), merged; 0 and n included. Returns the number of ranges m (<= APQ_DP_GRID), grid[0..m].
+static int64_t apq_grid(const apq_item * it, int64_t n, int64_t * grid) {
+    const int64_t h  = APQ_DP_GRID / 2;
+    const double  x0 = it[0].x, x1 = it[n - 1].x;
+    int64_t       m = 0, a = 0, b = 0, pv = 0;  // a: next position point, b: next value point
+    grid[0] = 0;
+    while (a <= h || b <= h) {
+        const int64_t pa = a <= h ? a * n / h : INT64_MAX;
+        int64_t       pb = INT64_MAX;
+        if (b <= h) {  // first position whose value reaches the b-th value point
+            const double v = b == h ? HUGE_VAL : x0 + (x1 - x0) * (double) b / (double) h;
+            while (pv < n && (double) it[pv].x < v) {
+                pv++;
+            }
+            pb = pv;
+        }
+        const int64_t q = pa < pb ? pa : pb;
+        a += pa == q;
+        b += pb == q;
+        if (q > grid[m] && m < APQ_DP_GRID) {
+            grid[++m] = q;
+        }
+    }
+    grid[m] = n;  // the last point is n (also when the cap cut the merge short)
+    return m;
+}
+
 // One row: x, w (n) -> codes (n), tables (row_table_len floats). Work buffers passed in.
 static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, int refine, uint8_t * codes,
-                             float * tables, apq_item * it, apq_prefix * p, double * dp, int64_t * arg,
-                             int64_t * bounds, int64_t * nbounds) {
-    for (int64_t j = 0; j < n; j++) {
-        it[j].x = x[j];
-        it[j].w = w ? (w[j] > 0.0f ? w[j] : 0.0f) : 1.0f;
-        it[j].j = j;
-    }
-    qsort(it, (size_t) n, sizeof(*it), apq_item_cmp);
+                             float * tables, apq_item * it, uint32_t * sortbuf, apq_prefix * p, double * dp,
+                             int64_t * arg, int64_t * bounds, int64_t * nbounds) {
+    apq_sort_row(x, w, n, it, sortbuf);
     // centre on the row's mid-range: the prefix sums of x^2 lose less to cancellation
     const double c0 = 0.5 * ((double) it[0].x + (double) it[n - 1].x);
     p->sw[0] = p->swx[0] = p->swxx[0] = p->sx[0] = 0.0;
@@ -219,29 +292,40 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
         p->sx[i + 1]    = p->sx[i] + v;
     }
 
-    // Seed: the optimal partition of the sorted row into K = 2^S ranges (some may be empty).
-    const int K    = 1 << S;
-    double *  prev = dp;
-    double *  cur  = dp + (n + 1);
-    for (int64_t i = 0; i <= n; i++) {
-        prev[i] = apq_cost(p, 0, i);
+    // Seed: the optimal partition of the sorted row into K = 2^S ranges (some may be empty), over every
+    // position (m = n) or, on long rows, over m + 1 grid positions and then polished.
+    const int       K    = 1 << S;
+    int64_t         m    = n > APQ_DP_EXACT_MAX ? APQ_DP_GRID : n;
+    const int64_t * pos  = NULL;
+    int64_t         grid[APQ_DP_GRID + 1];
+    if (m < n) {
+        m   = apq_grid(it, n, grid);
+        pos = grid;
+    }
+    double * prev = dp;
+    double * cur  = dp + (m + 1);
+    for (int64_t i = 0; i <= m; i++) {
+        prev[i] = apq_cost(p, 0, pos ? pos[i] : i);
         arg[i]  = 0;  // row 1 of arg: all ranges start at 0
     }
     for (int k = 2; k <= K; k++) {
-        apq_dp d = { p, prev, cur, arg + (int64_t) (k - 1) * (n + 1) };
-        apq_dp_solve(&d, 0, n, 0, n);
+        apq_dp d = { p, pos, prev, cur, arg + (int64_t) (k - 1) * (m + 1) };
+        apq_dp_solve(&d, 0, m, 0, m);
         double * t = prev;
         prev       = cur;
         cur        = t;
     }
     // Walk back: bounds[c] .. bounds[c+1] is seed cluster c.
     bounds[K]  = n;
-    int64_t hi = n;
+    int64_t hi = m;
     for (int k = K; k >= 2; k--) {
-        hi            = arg[(int64_t) (k - 1) * (n + 1) + hi];
-        bounds[k - 1] = hi;
+        hi            = arg[(int64_t) (k - 1) * (m + 1) + hi];
+        bounds[k - 1] = pos ? pos[hi] : hi;
     }
     bounds[0] = 0;
+    if (pos) {
+        apq_refine(p, it, bounds, S, S, n);  // each boundary to its best position between its neighbours
+    }
 
     // Upscaling: split every range at its optimal 2-means point, one bit at a time. The first
     // `refine` splits are then refined jointly with the seed (apq_refine), the rest stay greedy.
@@ -280,28 +364,31 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
 
 int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
                                   int parent_bits, int refine, uint8_t * codes, float * tables) {
-    if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_rows < 0 || !x || !codes || !tables || refine < 0) {
+    if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_per_row > (int64_t) UINT32_MAX || n_rows < 0 || !x ||
+        !codes || !tables || refine < 0) {
         return -1;
     }
     const int64_t n = n_per_row;
     const int     K = 1 << seed_bits;
     apq_item *    it     = malloc(sizeof(apq_item) * (size_t) n);
+    uint32_t *    sbuf   = malloc(sizeof(uint32_t) * (size_t) (4 * n));
     double *      pre    = malloc(sizeof(double) * (size_t) (4 * (n + 1)));
     double *      dp     = malloc(sizeof(double) * (size_t) (2 * (n + 1)));
     int64_t *     arg    = malloc(sizeof(int64_t) * (size_t) (K * (n + 1)));
     int64_t       bounds[257], nbounds[257];
     int           rc = 0;
-    if (!it || !pre || !dp || !arg) {
+    if (!it || !sbuf || !pre || !dp || !arg) {
         rc = -1;
     } else {
         apq_prefix p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
         const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
         for (int64_t r = 0; r < n_rows; r++) {
             apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, refine, codes + r * n,
-                             tables + r * tl, it, &p, dp, arg, bounds, nbounds);
+                             tables + r * tl, it, sbuf, &p, dp, arg, bounds, nbounds);
         }
     }
     free(it);
+    free(sbuf);
     free(pre);
     free(dp);
     free(arg);
