@@ -65,7 +65,7 @@ endif()
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c"
                              "${GGML_EXT_DIR}/src/glue/dec.c")
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
-set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" PROPERTIES
+set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
                             INCLUDE_DIRECTORIES "${LLAMA_CPP_PATCHED}/ggml/src")
 
 # The headers programs built against the installed ggml.h need (it includes ggml-ext-ops.def); the
