@@ -19,7 +19,11 @@
 #           `ggml-ext tune dec` (targets TARGETS, default 2.5,5,10,20; BUDGET_S, default 300), then
 #           llama-bench tg (TG tokens, default 128, 5 reps) with DEC off, each target's config, and uniform
 #           k_chunk 4..128 at the chosen n_tb, and prints the knee (the largest uniform k_chunk within 2.5 %).
-#           Writes $OUT/dec_tune.md, the configs under $OUT/dec-tune/, and the side file's log.
+#           Writes $OUT/dec_tune.md, the configs under $OUT/dec-tune/, and the side file's log. Before
+#           tuning, a correctness check through llama.cpp: perplexity with ubatches of one token ($TEST, else
+#           $TRAIN; 4 x 128 tokens) DEC off / k 16 on the GPU / k 16 on the CPU / k 1024 (CHECK_ONLY=1 stops
+#           there). Convert + calibrate are skipped when $WORK (/tmp/dec-tune) holds their files (a rerun
+#           on a warm machine).
 # Environment: SHAPES (default "4096x4096 1024x4096 14336x4096 4096x14336"), ITERS (50), REPS (32),
 # BUILD (the build folder, default /tmp/bc), SKIP_TESTS=1 (= MODE bench).
 set -uo pipefail
@@ -52,6 +56,21 @@ if [ "$MODE" = tune ]; then
             { say "calibrate dec FAILED"; tail -20 "$out/calibrate.log" | tee -a "$out/summary.txt"; exit 1; }
     fi
     say "side file: $(tail -1 "$out/calibrate.log" 2>/dev/null) ($(( $(date +%s) - t0 )) s)"
+    # correctness through llama.cpp: perplexity with ubatches of one token (DEC on every linear of every
+    # token) on the GPU and on the CPU (-ngl 0) must agree, and be below DEC off's
+    ppl() {  # label, then env assignments and extra args after --
+        local label=$1; shift
+        local envs=() ; while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done; shift
+        local v
+        v=$(env "${envs[@]}" "$BIN/llama-perplexity" -m "$w/q4_0.gguf" -f "${TEST:-$TRAIN}" -c 128 --chunks 4 -b 128 \
+            -ub 1 "$@" 2>&1 | tee -a "$out/ppl.log" | grep -o 'Final estimate: PPL = [0-9.]*' | awk '{print $NF}')
+        say "ppl (ubatch 1, 4 x 128 tokens) $label: ${v:-FAILED}"
+    }
+    ppl "DEC off, GPU" GGML_EXT_DEC= -- -ngl 99
+    ppl "DEC k16, GPU" GGML_EXT_DEC="$w/q4_0.dec.gguf" GGML_EXT_DEC_K=16 -- -ngl 99
+    ppl "DEC k16, CPU" GGML_EXT_DEC="$w/q4_0.dec.gguf" GGML_EXT_DEC_K=16 -- -ngl 0 -t "$jobs"
+    ppl "DEC k1024 (every channel), GPU" GGML_EXT_DEC="$w/q4_0.dec.gguf" GGML_EXT_DEC_K=1024 -- -ngl 99
+    [ -n "${CHECK_ONLY:-}" ] && exit 0
     t0=$(date +%s)
     "$PY" -m ggml_ext.cli tune dec "$w/q4_0.gguf" --dec "$w/q4_0.dec.gguf" --target "${TARGETS:-2.5,5,10,20}" \
         --budget-s "${BUDGET_S:-300}" -o "$top/dec-tune" > "$out/tune.md" 2> "$out/tune.log"
