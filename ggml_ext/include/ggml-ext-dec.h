@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,8 +41,14 @@ GGML_EXT_API int ggml_ext_llama_set_dec_config(const char * path, char * err, si
 GGML_EXT_API const char * ggml_ext_llama_dec_attach(struct ggml_tensor * w);
 GGML_EXT_API const char * ggml_ext_llama_dec_done(bool partial);
 
+// The token count of the ubatch whose graph this thread builds from now on (patch 0315, llm_graph_context):
+// QDEC compensates only in graphs of one token. A prefill's graph also feeds single rows to the last
+// layer's linears when only the last token's logits are asked for: the count, not the rows, decides.
+GGML_EXT_API void ggml_ext_llama_dec_graph_tokens(uint32_t n_tokens);
+
 // The linear hook's QDEC rule (ggml_ext_llama_linear): result + the residual of w's selected channels
-// when w has a residual in the side file, cur is one token, and w's k_chunk is not 0; else result.
+// when w has a residual in the side file, the graph is of one token (and cur one row), and w's k_chunk is
+// not 0; else result.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_dec_linear(struct ggml_context * ctx, struct ggml_tensor * w,
                                                             struct ggml_tensor * cur, struct ggml_tensor * result);
 

@@ -62,17 +62,19 @@ def tokens(wiki_test, default_gguf, threads):
     return llm.tokenize(text.encode(), add_bos=True)[:N_TOK]
 
 
-def _logits(model, toks, threads, *, dec=None, k=None, one_by_one=True):
-    """Logits of every position: decoded one token per llama_decode, or one prefill."""
+def _logits(model, toks, threads, *, dec=None, k=None, one_by_one=True, logits_all=True):
+    """Logits of every position: decoded one token per llama_decode, or one prefill (logits_all False: only
+    the last position's are computed, and llama.cpp's last layer then sees one row)."""
     set_dec(dec, k=k)
     try:
-        llm = Llama(model, n_ctx=128, n_batch=64, n_ubatch=64, n_threads=threads, logits_all=True, seed=0)
+        llm = Llama(model, n_ctx=128, n_batch=64, n_ubatch=64, n_threads=threads, logits_all=logits_all, seed=0)
         if one_by_one:
             for t in toks:
                 llm.eval([t])
         else:
             llm.eval(list(toks))
-        out = np.array(llm.scores[:len(toks)], dtype=np.float64)
+        out = np.array(llm.scores[:len(toks)] if logits_all else llm.scores[len(toks) - 1:len(toks)],
+                       dtype=np.float64)
         llm.close()
         return out
     finally:
@@ -115,6 +117,10 @@ def test_k0_is_the_base_and_prefill_is_untouched(base, side, tokens, threads, ba
     pre = _logits(base, tokens, threads, one_by_one=False)
     pre_dec = _logits(base, tokens, threads, dec=side, k="1024", one_by_one=False)
     assert np.array_equal(pre, pre_dec)
+    # only the last token's logits: the prefill's last layer runs on one row, and still without DEC
+    last = _logits(base, tokens, threads, one_by_one=False, logits_all=False)
+    last_dec = _logits(base, tokens, threads, dec=side, k="1024", one_by_one=False, logits_all=False)
+    assert np.array_equal(last, last_dec) and np.allclose(last[0], pre[-1], rtol=0, atol=1e-2)
     # and the one-token path does change with DEC on (the test above would also pass if it did nothing)
     assert not np.array_equal(_logits(base, tokens[:4], threads, dec=side, k="1024"), base_logits[:4])
 

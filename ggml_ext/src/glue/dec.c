@@ -771,6 +771,12 @@ const char * ggml_ext_llama_dec_done(bool partial) {
     return res;
 }
 
+static _Thread_local uint32_t dec_graph_n_tokens;  // 0: not told (a caller outside llama.cpp's graphs)
+
+void ggml_ext_llama_dec_graph_tokens(uint32_t n_tokens) {
+    dec_graph_n_tokens = n_tokens;
+}
+
 // b15 for k: the stored one, else the next larger stored k's, else the largest stored (calibration.py)
 static float b15_for(const struct dec_entry * e, int k) {
     for (int i = 0; i < e->file->n_ks; i++) {
@@ -786,8 +792,9 @@ struct ggml_tensor * ggml_ext_llama_dec_linear(struct ggml_context * ctx, struct
     if (dec_count == 0 || w == NULL) {
         return result;
     }
-    // one token (decode); prefill (a ubatch of several tokens) runs the base alone
-    if (cur->ne[1] * cur->ne[2] * cur->ne[3] != 1) {
+    // one token (decode); prefill (a ubatch of several tokens) runs the base alone, also in its last layer
+    // where llama.cpp keeps only the rows of the outputs (one, for the last token's logits)
+    if (dec_graph_n_tokens > 1 || cur->ne[1] * cur->ne[2] * cur->ne[3] != 1) {
         return result;
     }
     pthread_mutex_lock(&dec_lock);
