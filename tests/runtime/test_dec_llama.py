@@ -73,8 +73,10 @@ def _logits(model, toks, threads, *, dec=None, k=None, one_by_one=True, logits_a
                 llm.eval([t])
         else:
             llm.eval(list(toks))
-        out = np.array(llm.scores[:len(toks)] if logits_all else llm.scores[len(toks) - 1:len(toks)],
-                       dtype=np.float64)
+        if logits_all:
+            out = np.array(llm.scores[:len(toks)], dtype=np.float64)
+        else:  # llama-cpp-python keeps no scores then: the context's one row of logits
+            out = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(1, llm.n_vocab())).astype(np.float64)
         llm.close()
         return out
     finally:
@@ -117,12 +119,28 @@ def test_k0_is_the_base_and_prefill_is_untouched(base, side, tokens, threads, ba
     pre = _logits(base, tokens, threads, one_by_one=False)
     pre_dec = _logits(base, tokens, threads, dec=side, k="1024", one_by_one=False)
     assert np.array_equal(pre, pre_dec)
-    # only the last token's logits: the prefill's last layer runs on one row, and still without DEC
-    last = _logits(base, tokens, threads, one_by_one=False, logits_all=False)
-    last_dec = _logits(base, tokens, threads, dec=side, k="1024", one_by_one=False, logits_all=False)
-    assert np.array_equal(last, last_dec) and np.allclose(last[0], pre[-1], rtol=0, atol=1e-2)
     # and the one-token path does change with DEC on (the test above would also pass if it did nothing)
     assert not np.array_equal(_logits(base, tokens[:4], threads, dec=side, k="1024"), base_logits[:4])
+
+
+def test_prefill_last_layer_on_one_row_is_untouched(base, side, tokens, threads, tmp_path):
+    # only the last token's logits asked for: llama.cpp's last layer (29) runs its FFN on that one row. A
+    # side file covering layer 29 (layer 25's residuals under layer 29's names: same shapes; any residual
+    # shows whether DEC ran) must leave the prefill alone (a build deciding by rows alone changed these
+    # logits by up to 2.3)
+    d = calibration.load(side)
+    d.linears = {n.replace("blk.25.", "blk.29."): v for n, v in d.linears.items()}
+    d.meta["base_types"] = [t.replace("blk.25.", "blk.29.") for t in d.meta["base_types"]]
+    side29 = tmp_path / "l29.dec.gguf"
+    d.save(side29)
+    pre = _logits(base, tokens, threads, one_by_one=False)
+    last = _logits(base, tokens, threads, one_by_one=False, logits_all=False)
+    last_dec = _logits(base, tokens, threads, dec=side29, k="1024", one_by_one=False, logits_all=False)
+    assert np.array_equal(last, last_dec) and np.allclose(last[0], pre[-1], rtol=0, atol=1e-2)
+    # and a decode step does go through layer 29's DEC
+    one = _logits(base, tokens[:1], threads)
+    one_dec = _logits(base, tokens[:1], threads, dec=side29, k="1024")
+    assert not np.array_equal(one, one_dec)
 
 
 def test_per_type_k_and_bad_values(base, side, tokens, threads, base_logits):
