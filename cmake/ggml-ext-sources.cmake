@@ -62,12 +62,16 @@ endif()
 
 # What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
 # KVQuant cache bindings (libllama).
-target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c")
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c"
+                             "${GGML_EXT_DIR}/src/glue/dec.c")
+# QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
+set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
+                            INCLUDE_DIRECTORIES "${LLAMA_CPP_PATCHED}/ggml/src")
 
 # The headers programs built against the installed ggml.h need (it includes ggml-ext-ops.def); the
 # sanitizer build (tests/c/sanitizer) installs nothing.
 if (DEFINED GGML_EXT_INSTALL_DIR)
     install(FILES "${GGML_EXT_DIR}/include/ggml-ext-ops.def" "${GGML_EXT_DIR}/include/ggml-ext-ops.h"
-                  "${GGML_EXT_DIR}/include/ggml-ext-llama.h"
+                  "${GGML_EXT_DIR}/include/ggml-ext-llama.h" "${GGML_EXT_DIR}/include/ggml-ext-dec.h"
             DESTINATION ${GGML_EXT_INSTALL_DIR}/include COMPONENT ggml_ext)
 endif()

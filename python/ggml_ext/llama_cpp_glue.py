@@ -72,6 +72,23 @@ def set_apq_bits(bits: int | None) -> None:
         raise ValueError(f"apq_bits={bits}: a precision is 1..8")
 
 
+def set_dec(path: str | os.PathLike | None, k: str | int | None = None, ntb: str | int | None = None) -> None:
+    """QDEC (docs/QDEC.md "In llama.cpp"): the side file models loaded from now on use (None: back to
+    GGML_EXT_DEC), and k_chunk / n_tb per linear type for graphs built from now on ("16" or
+    "qkv=16,o=8,gateup=16,down=32"; None: back to GGML_EXT_DEC_K / GGML_EXT_DEC_NTB, else 16 / 0).
+    Process-wide in libllama, as the tools' --dec, --dec-k, --dec-ntb. ValueError for a bad k / ntb."""
+    lib = load_llama_cpp().llama_cpp._lib
+    set_path = lib.ggml_ext_llama_set_dec
+    set_path.argtypes, set_path.restype = [ctypes.c_char_p], ctypes.c_int
+    err = ctypes.create_string_buffer(512)
+    for name, value in (("ggml_ext_llama_set_dec_k", k), ("ggml_ext_llama_set_dec_ntb", ntb)):
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t], ctypes.c_int
+        if fn(None if value is None else str(value).encode(), err, len(err)) != 0:
+            raise ValueError(err.value.decode(errors="replace"))
+    set_path(None if path is None else os.fsencode(path))
+
+
 def check_apq_bits(path: str | os.PathLike, bits: int) -> None:
     """ValueError unless ``path`` is an any-precision file serving ``bits``."""
     from .anyprec import AnyPrecError
@@ -84,12 +101,16 @@ def check_apq_bits(path: str | os.PathLike, bits: int) -> None:
         raise ValueError(f"apq_bits={bits}: {path} serves {f.seed} to {f.parent} bits")
 
 
-def Llama(model_path: str | os.PathLike, *, apq_bits: int | None = None, **kwargs):  # noqa: N802 - mirrors llama_cpp.Llama
+def Llama(model_path: str | os.PathLike, *, apq_bits: int | None = None, dec: str | os.PathLike | None = None,  # noqa: N802 - mirrors llama_cpp.Llama
+          dec_k: str | int | None = None, dec_ntb: str | int | None = None, **kwargs):
     """`llama_cpp.Llama` on our libllama; raises ValueError with llama.cpp's reason when loading fails.
 
     ``apq_bits``: the precision of an any-precision file (``convert --method anyprec``; default: its
     highest); checked against the file. It is process-wide (:func:`set_apq_bits`): Llama objects of one
-    process run their APQ weights at the precision last set."""
+    process run their APQ weights at the precision last set.
+
+    ``dec`` / ``dec_k`` / ``dec_ntb``: a QDEC side file and its k_chunk / n_tb (:func:`set_dec`; also
+    process-wide: they stay set for later models; ``set_dec(None)`` goes back to the environment)."""
     llama_cpp = load_llama_cpp()
     path = Path(model_path)
     if not path.is_file():
@@ -97,5 +118,7 @@ def Llama(model_path: str | os.PathLike, *, apq_bits: int | None = None, **kwarg
     if apq_bits is not None:
         check_apq_bits(path, apq_bits)
         set_apq_bits(apq_bits)
+    if dec is not None or dec_k is not None or dec_ntb is not None:
+        set_dec(dec, k=dec_k, ntb=dec_ntb)
     kwargs.setdefault("verbose", False)
     return llama_cpp.Llama(model_path=str(path), **kwargs)

@@ -36,11 +36,14 @@
 
 #include "ggml-ext-cuda.cuh"
 #include "ggml-ext-ops.h"
+#include "ggml-ext-dec.h"
 
 #include <cooperative_groups.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <algorithm>
 
 namespace cg = cooperative_groups;
 
@@ -322,32 +325,56 @@ template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_
     phase_gemv<VEC>(a);
 }
 
-// r->data as a pointer the kernel can read: GPU memory as is, registered/pinned host memory through its
-// mapping (zero-copy), anything else refused by name
-static const uint8_t * residual_device_ptr(const ggml_tensor * r) {
-    cudaPointerAttributes at;
-    const cudaError_t     e = cudaPointerGetAttributes(&at, r->data);
-    if (e != cudaSuccess) {
-        (void) cudaGetLastError();
-        GGML_ABORT("dec_mul_mat: cannot tell where the residual '%s' lives (%s)", r->name, cudaGetErrorString(e));
+bool ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_type_t buft) {
+    return buft != nullptr && std::strcmp(ggml_backend_buft_name(buft), GGML_EXT_DEC_HOST_BUFT_NAME) == 0;
+}
+
+// A QDEC side file's buffer (llama.cpp's glue maps the file into one): pinned and mapped whole at the first
+// use of any tensor in it, once per process (registration is portable: every device sees it).
+static void pin_side_file_once(ggml_backend_buffer_t buf) {
+    static std::mutex                      lock;
+    static std::vector<ggml_backend_buffer_t> pinned;
+    std::lock_guard<std::mutex>            guard(lock);
+    if (std::find(pinned.begin(), pinned.end(), buf) != pinned.end()) {
+        return;
     }
-    if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) {
-        return (const uint8_t *) r->data;
-    }
-    if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) {
-        return (const uint8_t *) at.devicePointer;
+    ggml_ext_cuda_dec_pin(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf));
+    pinned.push_back(buf);
+}
+
+// t->data (r or scales) as a pointer the kernel can read: GPU memory as is, registered/pinned host memory
+// through its mapping (zero-copy), a QDEC side file's buffer pinned first; anything else refused by name
+static const uint8_t * residual_device_ptr(const ggml_tensor * t) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        cudaPointerAttributes at;
+        const cudaError_t     e = cudaPointerGetAttributes(&at, t->data);
+        if (e != cudaSuccess) {
+            (void) cudaGetLastError();
+            GGML_ABORT("dec_mul_mat: cannot tell where the residual '%s' lives (%s)", t->name, cudaGetErrorString(e));
+        }
+        if (at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged) {
+            return (const uint8_t *) t->data;
+        }
+        if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) {
+            return (const uint8_t *) at.devicePointer;
+        }
+        if (attempt == 0 && t->buffer != nullptr && ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_get_type(t->buffer))) {
+            pin_side_file_once(t->buffer);
+            continue;
+        }
+        break;
     }
     GGML_ABORT(
         "dec_mul_mat: the residual '%s' is in host memory CUDA cannot map: put it in a CUDA host buffer or "
         "register it with ggml_ext_cuda_dec_pin",
-        r->name);
+        t->name);
 }
 
 void ggml_ext_cuda_dec_pin(void * ptr, size_t size) {
-    cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterMapped | cudaHostRegisterReadOnly);
+    cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly);
     if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
         (void) cudaGetLastError();  // a device without read-only registration
-        e = cudaHostRegister(ptr, size, cudaHostRegisterMapped);
+        e = cudaHostRegister(ptr, size, cudaHostRegisterMapped | cudaHostRegisterPortable);
     }
     if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
         GGML_ABORT("dec_mul_mat: cudaHostRegister of %zu bytes of residuals: %s", size, cudaGetErrorString(e));
@@ -412,7 +439,7 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     dec_args a;
     a.y     = (const char *) y->data;
     a.x     = (const char *) x->data;
-    a.sc    = (const float *) s->data;
+    a.sc    = (const float *) residual_device_ptr(s);  // in GPU memory, or read in place as r
     a.dst   = (char *) dst->data;
     a.M     = y->ne[0];
     a.K     = x->ne[0];

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ggml.h"
+#include "ggml-backend.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -40,6 +41,10 @@ struct ggml_ext_cuda_op {
 // buffer (ggml_backend_cuda_host_buffer_type) needs neither.
 void ggml_ext_cuda_dec_pin(void * ptr, size_t size);
 void ggml_ext_cuda_dec_unpin(void * ptr);
+// true for the buffer type of a QDEC side file mapped by llama.cpp's glue (GGML_EXT_DEC_Host, ggml-ext-dec.h):
+// ggml-cuda's supports_buft takes it (patch 0317), so the scheduler leaves r and scales in host memory and
+// DEC_MUL_MAT pins the whole buffer with ggml_ext_cuda_dec_pin at its first use
+bool ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_type_t buft);
 
 // ---- tensors held on the GPU in a layout of their own (device_layout.cu, patches 0400 and 0420) ----
 // The file's bytes stay what every caller writes and reads back; only GPU memory holds the other layout:

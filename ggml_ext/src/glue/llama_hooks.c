@@ -7,6 +7,7 @@
 // a registered callback, which tests use to see every call and programs may use to try a rule before it
 // becomes one here.
 #include "ggml-ext-llama.h"
+#include "ggml-ext-dec.h"
 #include "ggml-ext-ops.h"
 #include "ggml.h"
 #include "ggml-backend.h"
@@ -361,6 +362,7 @@ struct ggml_tensor * ggml_ext_llama_linear(struct ggml_context * ctx, struct ggm
         result = apq_linear(ctx, w, cur, result);
     } else if (w) {
         result = ooc_linear(ctx, w, cur, result);
+        result = ggml_ext_llama_dec_linear(ctx, w, cur, result);  // QDEC at decode (dec.c)
     }
     if (linear_fn) {
         struct ggml_tensor * t = linear_fn(linear_user, ctx, w, cur, result);

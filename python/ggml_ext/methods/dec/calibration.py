@@ -279,7 +279,10 @@ def calibrate(base: str | os.PathLike, model_dir: str | os.PathLike, text: str |
     side = DecSideFile({"k_chunks": list(K_GRID), "chunk": CHUNK, "bits": BITS,
                         "base_sha256": _sha256(base), "model_sha256": ckpt.source_hash(),
                         "model_id": Path(model_dir).name, "calib_text": Path(tokens.text_path).name,
-                        "calib_samples": n_samples, "calib_seq_len": seq_len})
+                        "calib_samples": n_samples, "calib_seq_len": seq_len,
+                        # each covered weight's ggml type in the base: the runtime refuses a side file whose
+                        # residuals were computed against another quantization of the same shapes
+                        "base_types": [f"{gname}:{t.type_id}" for _, _, gname, t in linears]})
     for module, hf_name, gname, t in tqdm(linears, desc="residuals", unit="linear", disable=not progress):
         s = col.stats.get(module)
         if s is None:
