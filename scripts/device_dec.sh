@@ -141,15 +141,16 @@ run() {  # title, then env assignments and bench args
 { echo "# DEC_MUL_MAT on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
   echo
   echo "ratio = (base GEMV + DEC) / base GEMV alone, per linear at one token; Q4_0 base weights; residual GB/s ="
-  echo "selected residual bytes / (DEC time - base time). launch auto = cooperative (grid.sync) when n_tb blocks fit."; } > "$table"
+  echo "selected residual bytes / (DEC time - base time). launch auto = the one-pass kernel (approximate top-k), else cooperative (grid.sync) when n_tb blocks fit."; } > "$table"
 
-BENCH_ARGS=(--k "$K_LIST" --ntb "$NTB_LIST" --r host)
-run "residuals in pinned host memory (zero-copy), approximate top-k, ggml-cuda defaults (CUDA graphs)"
+BENCH_ARGS=(--k "$K_LIST" --ntb 0 --r host)
+run "one-pass kernel (the default), residuals in pinned host memory (zero-copy), approximate top-k, ggml-cuda defaults (CUDA graphs)" GGML_EXT_DEC_LAUNCH=onepass
 BENCH_ARGS=(--k "$K_LIST" --ntb 0 --r device)
-run "residuals in GPU memory (reference for the PCIe cost), approximate top-k"
-BENCH_ARGS=(--k 8,16,64 --ntb 0,132)
-run "cooperative launch (grid.sync), no CUDA graphs, residuals in host memory" GGML_CUDA_DISABLE_GRAPHS=1 GGML_EXT_DEC_LAUNCH=coop
-run "two-kernel launch, no CUDA graphs, residuals in host memory" GGML_CUDA_DISABLE_GRAPHS=1 GGML_EXT_DEC_LAUNCH=split
+run "one-pass kernel, residuals in GPU memory (reference for the PCIe cost), approximate top-k" GGML_EXT_DEC_LAUNCH=onepass
+BENCH_ARGS=(--k "$K_LIST" --ntb "$NTB_LIST" --r host)
+run "cooperative launch (grid.sync) under CUDA graphs, residuals in host memory" GGML_EXT_DEC_LAUNCH=coop
+BENCH_ARGS=(--k 8,16,64 --ntb 0)
+run "one-pass kernel, no CUDA graphs, residuals in host memory" GGML_CUDA_DISABLE_GRAPHS=1 GGML_EXT_DEC_LAUNCH=onepass
 run "two-kernel launch under CUDA graphs, residuals in host memory" GGML_EXT_DEC_LAUNCH=split
 BENCH_ARGS=(--k 8,16,64 --ntb 0 --mode exact)
 run "exact top-k (evaluation variant), residuals in host memory"

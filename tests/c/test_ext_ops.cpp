@@ -700,7 +700,10 @@ int main(int argc, char ** argv) {
             // compared: a channel selected other than the CPU's shows there, not hidden under y. The sums
             // differ from the CPU's only in order (atomics): test-backend-ops' default bound.
             for (int host_r = 0; host_r <= 1; host_r++) {
-                for (const char * launch : { "coop", "split" }) {
+                for (const char * launch : { "coop", "split", "onepass" }) {
+                    if (!std::strcmp(launch, "onepass") && c.mode == GGML_EXT_DEC_EXACT) {
+                        continue;  // the one-pass kernel takes the approximate selection only
+                    }
                     setenv("GGML_EXT_DEC_LAUNCH", launch, 1);
                     const bool ok = dec_run(c, b, in, got, host_r != 0);
                     unsetenv("GGML_EXT_DEC_LAUNCH");
@@ -725,8 +728,8 @@ int main(int argc, char ** argv) {
     }
     std::printf("DEC: %d runs of %d cases\n", dec_runs, dec_cases);
     if (n_gpu) {
-        std::printf("DEC GPU: %d runs of %d cases (r in GPU and pinned host memory, cooperative and two-kernel "
-                    "launch)\n", dec_gpu_runs, dec_cases);
+        std::printf("DEC GPU: %d runs of %d cases (r in GPU and pinned host memory, cooperative, two-kernel and "
+                    "one-pass launch)\n", dec_gpu_runs, dec_cases);
     } else {
         std::printf("DEC GPU: skipped (no GPU device)%s\n", large ? "" : ", the large shapes with it");
     }

@@ -23,6 +23,16 @@
 // be resident: two kernels on the same stream (the stream orders them; one launch more).
 // GGML_EXT_DEC_LAUNCH=coop|split forces one (the tests run both, the benchmark compares them).
 //
+// The one-pass kernel (default for the approximate selection when a row selects at most DEC_OP_MAX_SEL
+// channels; GGML_EXT_DEC_LAUNCH=onepass forces it): no grid-wide sync, no atomics in global memory, no copy
+// of y. A block owns (row, slab of 1024 outputs); its 8 warps select the row's channels themselves, one
+// 1024-channel chunk per warp at a time, with the same bucket rule in warp shuffles (lane l holds channels
+// 32 l .. 32 l + 31, so "first in index order" is a warp scan), into shared memory -- the selection is
+// recomputed by every slab's block (a few warp instructions per chunk, far cheaper than a grid sync); then
+// lane l reads piece l of the slab (16 bytes, 32 outputs) of the selected residual rows, the warps taking
+// every 8th slot, sums in registers, adds into a padded shared accumulator, and the block writes
+// dst = y + scale * acc once. Its sums differ from the CPU's in order only, like the others.
+//
 // Where r lives: the op reads r->data as a device pointer. In a CUDA buffer (the tests' first run) that is
 // GPU memory; in pinned host memory (ggml's CUDA host buffer, cudaHostAlloc(..., cudaHostAllocMapped), or a
 // loader's mapping registered with ggml_ext_cuda_dec_pin below) the pointer CUDA maps it to is used and
@@ -325,6 +335,142 @@ template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_
     phase_gemv<VEC>(a);
 }
 
+#define DEC_OP_MAX_SEL 2048                        // slots of a row the one-pass kernel holds in shared memory
+#define DEC_OP_SLAB    WARP_SIZE                   // pieces per block: one per lane (32 x 32 = 1024 outputs)
+#define DEC_OP_WARPS   (DEC_THREADS / WARP_SIZE)
+#define DEC_OP_LANE_CH (GGML_EXT_DEC_CHUNK / WARP_SIZE)  // channels of a chunk per lane, consecutive
+
+static __device__ __forceinline__ int warp_incl_scan(int v, int lane) {
+#pragma unroll
+    for (int o = 1; o < WARP_SIZE; o <<= 1) {
+        const int n = __shfl_up_sync(0xffffffff, v, o);
+        v += lane >= o ? n : 0;
+    }
+    return v;
+}
+
+// chunk c of row x (approximate selection) by one warp, ggml_ext_dec_select's rule: whole buckets from the
+// top, then the overflowing bucket's first channels in index order; slots c * kk + 0..k-1 of sidx / sxs
+static __device__ void warp_select_chunk(const dec_args & a, const float * xr, int c, int lane, int * hist,
+                                         int32_t * sidx, float * sxs) {
+    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_DEC_CHUNK;
+    const int     L  = Ll < GGML_EXT_DEC_CHUNK ? (int) Ll : GGML_EXT_DEC_CHUNK;
+    const int     k  = a.kk < L ? a.kk : L;
+    const int     j0 = lane * DEC_OP_LANE_CH;
+    float         v[DEC_OP_LANE_CH];
+    int           b[DEC_OP_LANE_CH];
+    hist[lane] = 0;
+    __syncwarp();
+#pragma unroll
+    for (int e = 0; e < DEC_OP_LANE_CH; e++) {
+        const bool in = j0 + e < L;
+        v[e]          = in ? xr[(int64_t) c * GGML_EXT_DEC_CHUNK + j0 + e] : 0.0f;
+        b[e]          = in ? dec_bucket(fabsf(v[e]), a.b0, a.b15) : 32;
+        if (b[e] < 32) {
+            atomicAdd(&hist[b[e]], 1);
+        }
+    }
+    __syncwarp();
+    // last = the first bucket l <= 30 whose inclusive count reaches k, else 31; before = the count above it
+    const int      cnt  = hist[lane];
+    const int      incl = warp_incl_scan(cnt, lane);
+    const unsigned hit  = __ballot_sync(0xffffffff, lane < 31 && incl >= k);
+    const int      last = hit ? __ffs(hit) - 1 : 31;
+    const int      before_last = __shfl_sync(0xffffffff, incl - cnt, last);
+    const int      take = k - before_last;
+    int            n_last = 0;
+#pragma unroll
+    for (int e = 0; e < DEC_OP_LANE_CH; e++) {
+        n_last += b[e] == last;
+    }
+    int      seen = warp_incl_scan(n_last, lane) - n_last;  // channels of bucket `last` at lower indices
+    unsigned sel  = 0;
+    int      n    = 0;
+#pragma unroll
+    for (int e = 0; e < DEC_OP_LANE_CH; e++) {
+        const bool t = b[e] < last || (b[e] == last && seen++ < take);
+        sel |= (unsigned) t << e;
+        n += t;
+    }
+    int pos = c * a.kk + warp_incl_scan(n, lane) - n;
+#pragma unroll
+    for (int e = 0; e < DEC_OP_LANE_CH; e++) {
+        if (sel >> e & 1) {
+            sidx[pos] = c * GGML_EXT_DEC_CHUNK + j0 + e;
+            sxs[pos]  = v[e];
+            pos++;
+        }
+    }
+    __syncwarp();  // hist is reused by this warp's next chunk
+}
+
+template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_onepass(const dec_args a) {
+    __shared__ int32_t sidx[DEC_OP_MAX_SEL];
+    __shared__ float   sxs[DEC_OP_MAX_SEL];
+    __shared__ int     hist[DEC_OP_WARPS][32];
+    __shared__ float   acc_s[DEC_OP_SLAB * (2 * DEC_PIECE + 1)];  // lane l's 32 outputs at l * 33: no bank conflicts
+
+    const int64_t slabs = (a.pieces + DEC_OP_SLAB - 1) / DEC_OP_SLAB;
+    const int64_t row   = blockIdx.x / slabs;
+    const int64_t slab  = blockIdx.x % slabs;
+    const int     lane  = threadIdx.x % WARP_SIZE;
+    const int     w     = threadIdx.x / WARP_SIZE;
+
+    const float * xr = row_ptr(a.x, row, a.ne1, a.ne2, a.x_nb1, a.x_nb2, a.x_nb3);
+    for (int c = w; c < a.n_chunks; c += DEC_OP_WARPS) {
+        warp_select_chunk(a, xr, c, lane, hist[w], sidx, sxs);
+    }
+    for (int i = threadIdx.x; i < DEC_OP_SLAB * (2 * DEC_PIECE + 1); i += DEC_THREADS) {
+        acc_s[i] = 0.0f;
+    }
+    __syncthreads();
+
+    const int64_t p = slab * DEC_OP_SLAB + lane;  // this lane's piece: outputs 32 p .. 32 p + 31
+    if (p < a.pieces) {
+        float acc[2 * DEC_PIECE];
+#pragma unroll
+        for (int i = 0; i < 2 * DEC_PIECE; i++) {
+            acc[i] = 0.0f;
+        }
+        // a warp's 32 loads of one slot are one contiguous 512-byte run of the residual row
+#pragma unroll 4
+        for (int s = w; s < a.n_sel; s += DEC_OP_WARPS) {
+            const uint8_t * rr = a.r + (size_t) sidx[s] * a.rs + p * DEC_PIECE;
+            const float     xv = sxs[s];
+            uint8_t         q[DEC_PIECE];
+            if (VEC) {
+                const uint4 u = *(const uint4 *) rr;
+                memcpy(q, &u, DEC_PIECE);
+            } else {
+#pragma unroll
+                for (int i = 0; i < DEC_PIECE; i++) {
+                    q[i] = p * DEC_PIECE + i < (int64_t) a.rs ? rr[i] : 0x88;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < DEC_PIECE; i++) {
+                acc[2 * i] += (float) ((int) (q[i] & 15) - 8) * xv;
+                acc[2 * i + 1] += (float) ((int) (q[i] >> 4) - 8) * xv;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 2 * DEC_PIECE; i++) {
+            atomicAdd(&acc_s[lane * (2 * DEC_PIECE + 1) + i], acc[i]);
+        }
+    }
+    __syncthreads();
+
+    const int64_t m0 = slab * DEC_OP_SLAB * 2 * DEC_PIECE;
+    const float * yr = row_ptr(a.y, row, a.ne1, a.ne2, a.y_nb1, a.y_nb2, a.y_nb3);
+    float *       d  = (float *) row_ptr(a.dst, row, a.ne1, a.ne2, a.d_nb1, a.d_nb2, a.d_nb3);
+    for (int i = threadIdx.x; i < DEC_OP_SLAB * 2 * DEC_PIECE; i += DEC_THREADS) {
+        const int64_t m = m0 + i;
+        if (m < a.M) {
+            d[m] = yr[m] + a.sc[m] * acc_s[(i / (2 * DEC_PIECE)) * (2 * DEC_PIECE + 1) + i % (2 * DEC_PIECE)];
+        }
+    }
+}
+
 bool ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_type_t buft) {
     return buft != nullptr && std::strcmp(ggml_backend_buft_name(buft), GGML_EXT_DEC_HOST_BUFT_NAME) == 0;
 }
@@ -404,11 +550,11 @@ static int fused_capacity(int device, bool vec) {
     return c > 0 ? c : 0;
 }
 
-// GGML_EXT_DEC_LAUNCH: "coop" / "split" forces the launch; unset or anything else: automatic. Read at each
-// launch (the tests and the benchmark switch it between runs of one process).
+// GGML_EXT_DEC_LAUNCH: "coop" / "split" / "onepass" forces the launch; unset or anything else: automatic
+// (one-pass where it applies). Read at each launch (the tests and the benchmark switch it between runs).
 static int launch_mode() {
     const char * s = std::getenv("GGML_EXT_DEC_LAUNCH");
-    return s && !std::strcmp(s, "coop") ? 1 : s && !std::strcmp(s, "split") ? 2 : 0;
+    return s && !std::strcmp(s, "coop") ? 1 : s && !std::strcmp(s, "split") ? 2 : s && !std::strcmp(s, "onepass") ? 3 : 0;
 }
 
 static bool supports(int device, const ggml_tensor * op) {
@@ -477,7 +623,23 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const bool vec  = a.rs % DEC_PIECE == 0 && (uintptr_t) a.r % DEC_PIECE == 0;
     const int  n_tb = ggml_ext_dec_mul_mat_n_tb(dst) > 0 ? ggml_ext_dec_mul_mat_n_tb(dst) : n_sm;
 
-    const int  mode = launch_mode();
+    const int  mode    = launch_mode();
+    const bool onepass = !a.exact && a.n_sel <= DEC_OP_MAX_SEL;
+    if (mode == 3 && !onepass) {
+        GGML_ABORT("dec_mul_mat: GGML_EXT_DEC_LAUNCH=onepass takes the approximate selection of at most %d channels "
+                   "per row (here %s, %d)", DEC_OP_MAX_SEL, a.exact ? "exact" : "approximate", a.n_sel);
+    }
+    if (onepass && (mode == 0 || mode == 3)) {
+        const int64_t blocks = a.rows * ((a.pieces + DEC_OP_SLAB - 1) / DEC_OP_SLAB);
+        GGML_ASSERT(blocks <= INT32_MAX);
+        if (vec) {
+            k_dec_onepass<true><<<(unsigned) blocks, DEC_THREADS, 0, stream>>>(a);
+        } else {
+            k_dec_onepass<false><<<(unsigned) blocks, DEC_THREADS, 0, stream>>>(a);
+        }
+        CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     const int  cap  = fused_capacity(ctx.device, vec);
     const bool coop = cap > 0 && n_tb <= cap && mode != 2;
     if (mode == 1 && !coop) {
