@@ -10,15 +10,15 @@ Bases are made by our llama-quantize from the asset's GGUF (--allow-requantize: 
 its GGUF's weights dequantized, so requantizing equals quantizing the HF weights), token embedding and
 output in F32 (the simulation takes them from the HF folder, so llama.cpp and torch see the same model);
 a type ``T:pure`` passes --pure (every linear T where its rows allow, llama-quantize's fallback elsewhere).
-Side files by `calibrate dec` on wiki-train; perplexity on --windows windows of wiki-test spread over the
-text (``calibrate.data.tokenize``). Bases and side files are cached under ~/.cache/ggml-ext/dec/. Prints a
-markdown table per base, with k = 0 (the base alone) and "full" (every channel's 4-bit residual: the
-ceiling) measured in the same run.
+Side files by `calibrate dec` on wiki-train. Perplexity exactly as llama-perplexity -c SEQ_LEN --chunks
+WINDOWS computes it: its windows (llama.cpp's tokenizer through llama-cpp-python, the first WINDOWS
+windows of wiki-test, BOS over each window's first token where the vocabulary adds one), the second half
+of each window scored. Bases and side files are cached under ~/.cache/ggml-ext/dec/. Prints a markdown
+table per base, with k = 0 (the base alone) and "full" (every channel's 4-bit residual: the ceiling)
+measured in the same run.
 
-Validation of the simulator (unless --no-validate): our llama-perplexity on the base GGUF (-c seq-len,
---chunks windows: the first windows of wiki-test, second half of each scored) against the torch model at
-k = 0 on exactly llama-perplexity's tokens (llama.cpp's tokenizer through llama-cpp-python, BOS put first
-in each window where the vocabulary adds one, the same positions scored).
+Validation of the simulator (unless --no-validate): our llama-perplexity on the base GGUF, same windows,
+against the torch model's k = 0.
 """
 from __future__ import annotations
 
@@ -76,7 +76,6 @@ def main() -> int:
 
     from ggml_ext import assets, tools
     from ggml_ext import _atomic
-    from ggml_ext.calibrate.data import tokenize
     from ggml_ext.gguf import read_gguf
     from ggml_ext.methods.dec import calibration
     from ggml_ext.methods.dec.simulate import DecModel
@@ -91,8 +90,8 @@ def main() -> int:
     ks = [int(k) for k in args.k.split(",")]
     modes = args.modes.split(",")
     wiki_test = assets.path("wiki-test")
-    tokens = tokenize(hf, wiki_test, args.windows, args.seq_len).ids
-    head = (f"QDEC perplexity ladder: {args.model}, {args.windows} x {args.seq_len} tokens of wiki-test; "
+    head = (f"QDEC perplexity ladder: {args.model}, the first {args.windows} windows of {args.seq_len} tokens of "
+            f"wiki-test, second halves scored (llama-perplexity's); "
             f"calibration {args.calib_samples} x {args.calib_seq_len} of wiki-train; {platform.node()}, "
             f"{os.cpu_count()} CPUs, torch {torch.__version__}, device {args.device}")
     print(f"# {head}")
@@ -137,20 +136,21 @@ def main() -> int:
               f"by weights {', '.join(f'{n} {v / nw:.0%}' for n, v in wmix.most_common())}; {bpw:.2f} bits "
               f"per weight); side file {r['side_mib']:.1f} MiB, calibrated in {t_cal:.0f} s (0 s: cached)\n")
         t0 = time.time()
+        tokens = _llama_windows(base, wiki_test, args.seq_len, args.windows)
+        first = args.seq_len // 2
         m.configure("none", 0)
+        p0 = m.perplexity(tokens, first)
+        r["base"] = p0
         if not args.no_validate:
             lp = tools.perplexity(base, wiki_test, n_ctx=args.seq_len, chunks=args.windows, threads=args.threads)
-            rows = _llama_windows(base, wiki_test, args.seq_len, args.windows)
-            tp = m.perplexity(rows, first=args.seq_len // 2)
-            r["validate"] = {"llama_perplexity": lp.ppl, "llama_err": lp.stderr, "torch": tp,
+            r["validate"] = {"llama_perplexity": lp.ppl, "llama_err": lp.stderr, "torch": p0,
                              "tokens": lp.n_tokens_scored}
-            print(f"simulator check at k=0 on llama-perplexity's {lp.n_chunks} x {lp.n_ctx} windows "
-                  f"({lp.n_tokens_scored} tokens scored): llama-perplexity {lp.ppl:.4f} +/- {lp.stderr:.4f}, "
-                  f"torch {tp:.4f} ({(tp / lp.ppl - 1) * 100:+.2f} %)\n", flush=True)
-            dump()
-        p0 = m.perplexity(tokens)
+            print(f"simulator check at k=0 on {lp.n_chunks} x {lp.n_ctx} windows ({lp.n_tokens_scored} tokens "
+                  f"scored): our llama-perplexity {lp.ppl:.4f} +/- {lp.stderr:.4f}, torch {p0:.4f} "
+                  f"({(p0 / lp.ppl - 1) * 100:+.2f} %)\n", flush=True)
+        dump()
         m.configure("full", 0)
-        pf = m.perplexity(tokens)
+        pf = m.perplexity(tokens, first)
         r["base"], r["full"] = p0, pf
         dump()
         print(f"base alone (k=0): {p0:.4f}; every channel compensated (4-bit residual ceiling): {pf:.4f}\n")
@@ -163,7 +163,7 @@ def main() -> int:
                     cells.append(f"{p0:.4f}")
                     continue
                 m.configure(mode, k)
-                p = m.perplexity(tokens)
+                p = m.perplexity(tokens, first)
                 r["table"][mode][k] = p
                 cells.append(f"{p:.4f}")
                 if mode == "dynamic":

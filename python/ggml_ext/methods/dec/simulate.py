@@ -107,7 +107,9 @@ class DecModel:
         with torch.no_grad():
             for row in tokens:
                 ids = row[None].to(self.device)
-                logits = self.model(input_ids=ids, use_cache=False).logits[0, first:-1].float()
+                # logits_to_keep: the head only for the positions scored (Gemma's 262k vocabulary)
+                logits = self.model(input_ids=ids, use_cache=False,
+                                    logits_to_keep=ids.shape[1] - first).logits[0, :-1].float()
                 nll += float(torch.nn.functional.cross_entropy(logits, ids[0, first + 1:], reduction="sum"))
                 n += ids.shape[1] - 1 - first
         return math.exp(nll / n)
