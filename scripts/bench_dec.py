@@ -118,8 +118,14 @@ def main() -> int:
             tmp.rename(base)
         side = cache / f"{args.model}-{tag}.c{args.calib_samples}x{args.calib_seq_len}.dec.gguf"
         t0 = time.time()
+        prev_side = next(iter(sorted(cache.glob(f"{args.model}-*.c{args.calib_samples}x{args.calib_seq_len}.dec.gguf"))),
+                         None)
         if not side.exists():
-            calibration.calibrate(base, hf, None, args.calib_samples, args.calib_seq_len, args.device).save(side)
+            if prev_side is not None:   # same model: reuse the activation statistics, new residuals
+                calibration.rebase(calibration.load(prev_side), base, hf).save(side)
+            else:
+                calibration.calibrate(base, hf, None, args.calib_samples, args.calib_seq_len,
+                                      args.device).save(side)
         t_cal = time.time() - t0
         lin = [x for x in read_gguf(base).tensors if x.name.startswith("blk.") and not x.name.endswith("norm.weight")]
         mix = collections.Counter(x.type_name for x in lin)
