@@ -68,6 +68,8 @@ def main() -> int:
     ap.add_argument("--calib-seq-len", type=int, default=512)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=2, help="torch and llama.cpp threads on the CPU")
+    ap.add_argument("--other-k", default=None,
+                    help="k_chunk values at which the modes other than dynamic run (default: all of --k)")
     ap.add_argument("--no-validate", action="store_true", help="skip the llama-perplexity check at k = 0")
     ap.add_argument("--json", default=None, help="write the results here too (rewritten after each row)")
     args = ap.parse_args()
@@ -89,6 +91,7 @@ def main() -> int:
     cache.mkdir(parents=True, exist_ok=True)
     ks = [int(k) for k in args.k.split(",")]
     modes = args.modes.split(",")
+    other_k = None if args.other_k is None else {int(k) for k in args.other_k.split(",")}
     wiki_test = assets.path("wiki-test")
     head = (f"QDEC perplexity ladder: {args.model}, the first {args.windows} windows of {args.seq_len} tokens of "
             f"wiki-test, second halves scored (llama-perplexity's); "
@@ -167,6 +170,9 @@ def main() -> int:
             for mode in modes:
                 if k == 0:
                     cells.append(f"{p0:.4f}")
+                    continue
+                if mode != "dynamic" and other_k is not None and k not in other_k:
+                    cells.append("-")
                     continue
                 m.configure(mode, k)
                 p = m.perplexity(tokens, first)
