@@ -205,3 +205,33 @@ def test_compensation_lowers_perplexity(side, base, hf_dir):
     print(ppl)
     assert ppl["full"] < ppl["dynamic"] < ppl["none"]
     assert ppl["dynamic"] < ppl["random"]
+
+
+def test_rebase_keeps_statistics_and_recomputes_residuals(side, base, hf_dir):
+    # rebase onto the very base it was made from: the same side file, bit for bit
+    d = calibration.load(side, base)
+    r = calibration.rebase(d, base, hf_dir)
+    assert r.meta == d.meta and sorted(r.linears) == sorted(d.linears)
+    for name, a in d.linears.items():
+        b = r.linears[name]
+        assert (a.packed == b.packed).all() and (a.scales == b.scales).all()
+        assert (a.bounds == b.bounds).all() and (a.act == b.act).all()
+    # refused for another model's folder is covered by linear_map; a side file of another model is refused
+    bad = calibration.DecSideFile({**d.meta, "model_sha256": "0" * 64}, d.linears)
+    with pytest.raises(calibration.DecError, match="another model"):
+        calibration.rebase(bad, base, hf_dir)
+
+
+def test_perplexity_scores_the_second_half_like_llama_perplexity(side, base, hf_dir):
+    from ggml_ext.calibrate.data import tokenize
+    from ggml_ext.methods.dec.simulate import DecModel
+    tokens = tokenize(hf_dir, assets.path("wiki-test"), 2, 64).ids
+    m = DecModel(base, side, hf_dir)
+    m.configure("none", 0)
+    with torch.no_grad():
+        nll = [torch.nn.functional.cross_entropy(m.model(input_ids=row[None]).logits[0, 32:-1], row[33:],
+                                                 reduction="sum") for row in tokens]
+    want = float(torch.exp(sum(nll) / (2 * 31)))
+    assert m.perplexity(tokens, first=32) == pytest.approx(want, rel=1e-4)
+    with pytest.raises(ValueError):
+        m.perplexity(tokens, first=63)

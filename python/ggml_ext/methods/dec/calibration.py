@@ -34,7 +34,7 @@ import numpy as np
 
 from . import BITS, CHUNK, K_GRID, residual
 
-__all__ = ["DecError", "DecSideFile", "calibrate", "load", "add_arguments", "main", "DEFAULT_SAMPLES",
+__all__ = ["DecError", "DecSideFile", "calibrate", "rebase", "load", "add_arguments", "main", "DEFAULT_SAMPLES",
            "DEFAULT_SEQ_LEN"]
 
 FORMAT_VERSION = 1
@@ -298,6 +298,26 @@ def calibrate(base: str | os.PathLike, model_dir: str | os.PathLike, text: str |
                                         np.array([s["b0"], *s["b15"]], np.float32),
                                         (s["sum"] / max(1, s["rows"])).numpy().astype(np.float32))
     return side
+
+
+def rebase(side: DecSideFile, base: str | os.PathLike, model_dir: str | os.PathLike,
+           progress: bool = False) -> DecSideFile:
+    """``side``'s compensation for another base GGUF of the same model: new residuals R = W - Ŵ(base),
+    the activation statistics (b0, b15, mean |x|) kept, since the calibration runs the full-precision
+    model, not the base. Saves the calibration forward when several bases of one model are compared."""
+    from tqdm.auto import tqdm
+    linears, arch, hp, ckpt = linear_map(base, model_dir)
+    if ckpt.source_hash() != side.meta["model_sha256"]:
+        raise DecError(f"the side file was made for another model than {model_dir}")
+    out = DecSideFile({**side.meta, "base_sha256": _sha256(base)})
+    for module, hf_name, gname, t in tqdm(linears, desc="residuals", unit="linear", disable=not progress):
+        d = side.linears.get(gname)
+        if d is None:
+            continue
+        W = _permute_rows(arch, hp, hf_name, ckpt.load(hf_name).astype(np.float32))
+        q, scales = residual.quantize(W - base_weight(base, t))
+        out.linears[gname] = DecLinear(d.M, d.K, residual.pack(q), scales, d.bounds, d.act)
+    return out
 
 
 def _permute_rows(arch, hp, hf_name, w):

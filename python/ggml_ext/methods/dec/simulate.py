@@ -96,14 +96,20 @@ class DecModel:
         dynamic (approximate) selection picked."""
         return self.hits / self.wanted if self.wanted else float("nan")
 
-    def perplexity(self, tokens) -> float:
-        """exp(mean next-token NLL) over the rows of ``tokens`` (n x L LongTensor)."""
+    def perplexity(self, tokens, first: int = 0) -> float:
+        """exp(mean next-token NLL) over the rows of ``tokens`` (n x L LongTensor), scoring the tokens
+        predicted from positions ``first`` .. L-2 of each row (``first = L // 2``: llama-perplexity's
+        scoring of a window)."""
         import torch
+        if not 0 <= first < tokens.shape[1] - 1:
+            raise ValueError(f"first {first}: need 0 <= first < {tokens.shape[1] - 1}")
         nll, n = 0.0, 0
         with torch.no_grad():
             for row in tokens:
                 ids = row[None].to(self.device)
-                logits = self.model(input_ids=ids, use_cache=False).logits[0, :-1].float()
-                nll += float(torch.nn.functional.cross_entropy(logits, ids[0, 1:], reduction="sum"))
-                n += ids.shape[1] - 1
+                # logits_to_keep: the head only for the positions scored (Gemma's 262k vocabulary)
+                logits = self.model(input_ids=ids, use_cache=False,
+                                    logits_to_keep=ids.shape[1] - first).logits[0, :-1].float()
+                nll += float(torch.nn.functional.cross_entropy(logits, ids[0, first + 1:], reduction="sum"))
+                n += ids.shape[1] - 1 - first
         return math.exp(nll / n)
