@@ -15,7 +15,7 @@
 #   all     test, then bench
 #   tune    QDEC in llama.cpp end to end (issue 18): the default model (HF folder $HF, default
 #           /tmp/assets/smollm2-hf from scripts/device_assets.py) converted to f16 and quantized to Q4_0 by our
-#           llama-quantize on the device, `ggml-ext calibrate dec` on the GPU ($TRAIN text, CALIB 16x512),
+#           llama-quantize on the device, `ggml-ext calibrate dec` on the CPU (CAL_DEVICE=cuda for the GPU: torch 2.11 on the device raised an internal assert in the calibration hook there once our CUDA library was loaded in the same process; $TRAIN text, CALIB 16x512),
 #           `ggml-ext tune dec` (targets TARGETS, default 2.5,5,10,20; BUDGET_S, default 300), then
 #           llama-bench tg (TG tokens, default 128, 5 reps) with DEC off, each target's config, and uniform
 #           k_chunk 4..128 at the chosen n_tb, and prints the knee (the largest uniform k_chunk within 2.5 %).
@@ -52,7 +52,7 @@ if [ "$MODE" = tune ]; then
     t0=$(date +%s)
     if [ ! -s "$w/q4_0.dec.gguf" ]; then
         "$PY" -m ggml_ext.cli calibrate dec "$w/q4_0.gguf" --hf "$HF" -o "$w/q4_0.dec.gguf" --text "$TRAIN" \
-            --samples "${CALIB%x*}" --seq-len "${CALIB#*x}" --device cuda > "$out/calibrate.log" 2>&1 ||
+            --samples "${CALIB%x*}" --seq-len "${CALIB#*x}" --device "${CAL_DEVICE:-cpu}" > "$out/calibrate.log" 2>&1 ||
             { say "calibrate dec FAILED"; tail -20 "$out/calibrate.log" | tee -a "$out/summary.txt"; exit 1; }
     fi
     say "side file: $(tail -1 "$out/calibrate.log" 2>/dev/null) ($(( $(date +%s) - t0 )) s)"
@@ -85,16 +85,16 @@ if [ "$MODE" = tune ]; then
         ts=$(env "$@" "$BIN/llama-bench" -m "$w/q4_0.gguf" -p 0 -n "$TG" -r 5 -ngl 99 -o json 2>> "$out/tg.log" |
             "$PY" -c "import json,sys; r=json.load(sys.stdin)[0]; print(f\"{r['avg_ts']:.1f} {r['stddev_ts']:.1f}\")") ||
             ts="FAILED -"
-        echo "$label ${ts}"
+        echo "${ts}"  # tok/s stddev (the label is the caller's: it may hold spaces)
     }
     off=$(tg off)
-    base_ts=$(echo "$off" | awk '{print $2}')
+    base_ts=$(echo "$off" | awk '{print $1}')
     { echo "# QDEC in llama.cpp: tg$TG of SmolLM2-135M Q4_0 on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
       echo
       echo "| setting | tok/s | stddev | slowdown % |"
       echo "| --- | --- | --- | --- |"
-      echo "| DEC off | $(echo "$off" | awk '{print $2" | "$3}') | 0 |"; } > "$table"
-    row() { echo "$1" | awk -v b="$base_ts" -v l="$2" '{ s = ($2 > 0 && b > 0) ? (b / $2 - 1) * 100 : -1; printf "| %s | %s | %s | %.2f |\n", l, $2, $3, s }'; }
+      echo "| DEC off | $(echo "$off" | awk '{print $1" | "$2}') | 0 |"; } > "$table"
+    row() { echo "$1" | awk -v b="$base_ts" -v l="$2" '{ s = ($1 > 0 && b > 0) ? (b / $1 - 1) * 100 : -1; printf "| %s | %s | %s | %.2f |\n", l, $1, $2, s }'; }
     for cfg in "$top"/dec-tune/dec-*.json; do
         t=$(basename "$cfg" .json); t=${t#dec-}
         r=$(tg "target $t" GGML_EXT_DEC="$w/q4_0.dec.gguf" GGML_EXT_DEC_CONFIG="$cfg")
