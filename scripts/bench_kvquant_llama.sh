@@ -15,6 +15,7 @@
 #        upstream:q8_0 ours:nuq3"), BUDGET (seconds; default 420: a depth after the first is started for a
 #        type only while the run has used less, so the run stays near 8 minutes; 0: no limit)
 #
+# CPU only, whatever the builds (-ngl 0 -nopo 1: no layer and no large batch on a GPU of a CUDA build).
 # Speed: llama-bench -p 0 -n NGEN -d D -fa 1 with the same type for K and V: the test first fills the cache
 # with D tokens (untimed, and the bulk of the run's time: the prefill's attention is quadratic in D, and our
 # nuq caches take the slower paths there: one value head dequantized per call, the keys dequantized and
@@ -26,7 +27,7 @@
 # allocation does not depend on it).
 set -euo pipefail
 if [ $# -ne 5 ]; then
-  sed -n '2,28p' "$0" >&2
+  sed -n '2,29p' "$0" >&2
   exit 2
 fi
 prefix=$1 up=$2 model=$3 calib=$4 out=$5
@@ -64,7 +65,7 @@ run() {  # run BUILD TOOL ARGS...: the tool of one build with that build's libra
   echo "model: $model; calibration: $calib"
   echo "ours: $prefix ($(run ours llama-bench --version 2>&1 | grep -m1 -i version || true))"
   echo "upstream: $up ($(run upstream llama-bench --version 2>&1 | grep -m1 -i version || true))"
-  echo "llama-bench -p 0 -n $NGEN -d D -r $REPS -fa 1 -t $THREADS -ctk T -ctv T (D in $DEPTHS; ours: --kv-calib)"
+  echo "llama-bench -p 0 -n $NGEN -d D -r $REPS -fa 1 -t $THREADS -ngl 0 -nopo 1 -ctk T -ctv T (D in $DEPTHS; ours: --kv-calib)"
   echo
 } > "$out/summary.md"
 
@@ -83,7 +84,7 @@ for d in $DEPTHS; do
     echo "tg: $build $t at depth $d ($used s so far)" >&2
     log="$out/tg-$build-$t-d$d.log"
     t0=$(date +%s)
-    run "$build" llama-bench -m "$model" -p 0 -n "$NGEN" -d "$d" -r "$REPS" -fa 1 -t "$THREADS" \
+    run "$build" llama-bench -m "$model" -p 0 -n "$NGEN" -d "$d" -r "$REPS" -fa 1 -t "$THREADS" -ngl 0 -nopo 1 \
       -ctk "$t" -ctv "$t" "${extra[@]}" -o jsonl > "$out/tg-$build-$t-d$d.jsonl" 2> "$log" ||
       { echo "error: llama-bench $build $t -d $d failed:" >&2; tail -20 "$log" >&2; exit 1; }
     echo "  $(( $(date +%s) - t0 )) s" >&2
@@ -99,7 +100,7 @@ for bt in $TYPES; do
       extra=()
       [ $build = ours ] && extra=(--kv-calib "$calib")
       log="$out/mem-$build-$t-$n.log"
-      run "$build" llama-cli -m "$model" -c "$n" -n 1 -st -p hi --temp 0 -fa on -ctk "$t" -ctv "$t" -t "$THREADS" \
+      run "$build" llama-cli -m "$model" -c "$n" -n 1 -st -p hi --temp 0 -fa on -ctk "$t" -ctv "$t" -t "$THREADS" -ngl 0 \
         --no-warmup --simple-io -v "${extra[@]}" < /dev/null > "$log" 2>&1 ||
         { echo "error: llama-cli $build $t -c $n failed:" >&2; tail -20 "$log" >&2; exit 1; }
       line=$(grep 'llama_kv_cache: size =' "$log" | tail -1) ||
