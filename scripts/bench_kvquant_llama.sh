@@ -27,7 +27,7 @@
 # allocation does not depend on it).
 set -euo pipefail
 if [ $# -ne 5 ]; then
-  sed -n '2,29p' "$0" >&2
+  sed -n '2,27p' "$0" >&2
   exit 2
 fi
 prefix=$1 up=$2 model=$3 calib=$4 out=$5
