@@ -11,6 +11,7 @@
 // one. A binding's layer is never freed while the process runs (a reader may hold it), but identical
 // tables share one layer, so re-creating contexts does not grow memory.
 #include "formats/kvquant/kvquant.h"
+#include "formats/kvquant/nuq_decode.h"
 #include "ggml-ext-llama.h"  // ggml_ext_kvq_bind_keys
 #include "ggml/families.h"
 
@@ -37,7 +38,27 @@ struct binding {
 
 static struct binding  bindings[KVQ_MAX_BINDINGS];
 static atomic_int      n_bindings;  // slots in use so far (a prefix of the array)
+static atomic_uint     generation;  // bumped by every change of the bindings (the readers' caches)
 static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
+
+// The block decoder of to_float (nuq_decode.h): ggml-cpu hands its SIMD one over when it loads
+// (ggml/kvquant_cpu.c); the scalar reference until then, or with GGML_EXT_KVQ_DECODE=ref.
+static _Atomic(ggml_ext_nuq_decode_fn) decoder = ggml_ext_nuq_block_decode_ref;
+static _Atomic(const char *)           decoder_name = "generic";
+
+void ggml_ext_nuq_set_block_decoder(ggml_ext_nuq_decode_fn fn, const char * name) {
+    const char * env = getenv("GGML_EXT_KVQ_DECODE");
+    if (!fn || (env && !strcmp(env, "ref"))) {
+        fn   = ggml_ext_nuq_block_decode_ref;
+        name = "generic";
+    }
+    atomic_store(&decoder_name, name);
+    atomic_store(&decoder, fn);
+}
+
+const char * ggml_ext_nuq_block_decoder(void) {
+    return atomic_load(&decoder_name);
+}
 
 static int type_bits(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
@@ -76,21 +97,34 @@ static void init_uniform(void) {
 }
 
 // The binding of the memory p lies in (NULL: none), and the layer to use (uniform levels outside bindings).
+// The attention calls to_float once per head and cell: the binding the thread's previous call found
+// is kept with its range, type and layer, valid while no binding changed since (one relaxed load of
+// the generation and a range check per call, no scan).
+struct last_hit {
+    unsigned                          gen;  // generation + 1 when found (0: nothing kept)
+    const char *                      lo, * hi;
+    int                               type;
+    const struct binding *            b;
+    const struct ggml_ext_kvq_layer * layer;
+};
+
 static const struct ggml_ext_kvq_layer * binding_at(const void * p, int type, const struct binding ** bound) {
-    static _Thread_local int last = -1;  // the binding the previous call of this thread found
-    const char * c = p;
-    const int    n = atomic_load_explicit(&n_bindings, memory_order_acquire);
-    for (int k = -1; k < n; k++) {
-        const int i = k < 0 ? last : k;
-        if (i < 0 || i >= n) {
-            continue;
-        }
+    static _Thread_local struct last_hit last;
+    const char *                         c   = p;
+    const unsigned                       gen = atomic_load_explicit(&generation, memory_order_acquire);
+    if (last.gen == gen + 1 && c >= last.lo && c < last.hi && last.type == type) {
+        *bound = last.b;
+        return last.layer;
+    }
+    const int n = atomic_load_explicit(&n_bindings, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
         const char * lo = atomic_load_explicit(&bindings[i].lo, memory_order_acquire);
-        if (lo && c >= lo && c < atomic_load_explicit(&bindings[i].hi, memory_order_relaxed) &&
-            bindings[i].type == type) {
-            last   = i;
+        const char * hi = atomic_load_explicit(&bindings[i].hi, memory_order_relaxed);
+        if (lo && c >= lo && c < hi && bindings[i].type == type) {
+            const struct ggml_ext_kvq_layer * L = atomic_load_explicit(&bindings[i].layer, memory_order_relaxed);
+            last   = (struct last_hit) { gen + 1, lo, hi, type, &bindings[i], L };
             *bound = &bindings[i];
-            return atomic_load_explicit(&bindings[i].layer, memory_order_relaxed);
+            return L;
         }
     }
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -163,6 +197,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     if (slot == used) {
         atomic_store(&n_bindings, used + 1);
     }
+    atomic_fetch_add(&generation, 1);
     pthread_mutex_unlock(&bind_lock);
     return 0;
 }
@@ -242,6 +277,7 @@ int ggml_ext_kvq_unbind(const void * data) {
             found = 0;
         }
     }
+    atomic_fetch_add(&generation, 1);
     pthread_mutex_unlock(&bind_lock);
     return found;
 }
@@ -265,13 +301,15 @@ static int64_t key_channel0(const struct binding * b, const void * p, size_t blo
 
 static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_layer * L, const void * x, float * y,
                          int64_t k) {
-    for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
+    const ggml_ext_nuq_decode_fn decode = atomic_load_explicit(&decoder, memory_order_relaxed);
+    for (int64_t i = 0, nb = k / KVQ_BLOCK; i < nb;) {
+        // blocks to the end of the cache row (or of the call) have consecutive channels
         const uint8_t * blk = (const uint8_t *) x + i * L->v_row_size;
         const int64_t   c0  = key_channel0(b, blk, L->v_row_size);
-        for (int c = 0; c < KVQ_BLOCK; c++) {
-            y[i * KVQ_BLOCK + c] = L->v_values[ggml_ext_kvq_get(blk, L->bits, KVQ_BLOCK, c)] * b->k_half[c0 + c] +
-                                   b->k_mid[c0 + c];
-        }
+        int64_t         n   = b->row_blocks - c0 / KVQ_BLOCK;
+        n                   = n < nb - i ? n : nb - i;
+        decode(L->bits, blk, n, L->v_row_size, L->v_values, b->k_mid + c0, b->k_half + c0, y + i * KVQ_BLOCK);
+        i += n;
     }
 }
 
@@ -308,8 +346,23 @@ static void to_float(int type, const void * x, float * y, int64_t k) {
         key_to_float(b, L, x, y, k);
         return;
     }
-    for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
-        ggml_ext_kvq_dequantize_v(L, (const char *) x + i * L->v_row_size, y + i * KVQ_BLOCK);
+    // runs of blocks without outliers through the block decoder; a block that counts some (none are
+    // written yet) through the row kernel's dequantization, which applies them
+    const ggml_ext_nuq_decode_fn decode = atomic_load_explicit(&decoder, memory_order_relaxed);
+    const char *                 row    = x;
+    for (int64_t i = 0, nb = k / KVQ_BLOCK; i < nb;) {
+        int64_t n = 0;
+        while (i + n < nb &&
+               !ggml_ext_kvq_n_kept(ggml_ext_kvq_v_sparse(L, (const uint8_t *) row + (i + n) * L->v_row_size))) {
+            n++;
+        }
+        if (n) {
+            decode(L->bits, row + i * L->v_row_size, n, L->v_row_size, L->v_values, NULL, NULL, y + i * KVQ_BLOCK);
+            i += n;
+        } else {
+            ggml_ext_kvq_dequantize_v(L, row + i * L->v_row_size, y + i * KVQ_BLOCK);
+            i++;
+        }
     }
 }
 

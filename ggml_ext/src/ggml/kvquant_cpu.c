@@ -3,8 +3,28 @@
 // CPU traits' from_float, patch 0110), reading rows back (get_rows, cpy to F32 through to_float) and flash
 // attention with a NUQ V (ggml's one_chunk path dequantizes each V row with to_float). A NUQ K needs the
 // pre-RoPE key path (docs/KVQUANT.md) and is refused; no matmul.
+#include "common/simd.h"
+#include "formats/kvquant/nuq_decode.h"
 #include "ggml-cpu-impl.h"
 #include "ggml/families.h"
+
+// The types' to_float (ggml-base) decodes blocks with this build's SIMD decoder from the moment
+// ggml-cpu is loaded (formats/kvquant/nuq_decode.h); GGML_EXT_KVQ_DECODE=ref keeps the scalar reference.
+static void register_decoder(void) {
+#if defined(GGML_EXT_HAVE_AVX2)
+    ggml_ext_nuq_set_block_decoder(ggml_ext_nuq_block_decode_avx2, "avx2");
+#elif defined(GGML_EXT_HAVE_NEON)
+    ggml_ext_nuq_set_block_decoder(ggml_ext_nuq_block_decode_neon, "neon");
+#else
+    ggml_ext_nuq_set_block_decoder(NULL, NULL);
+#endif
+}
+
+#if defined(__GNUC__)
+__attribute__((constructor)) static void register_decoder_at_load(void) {
+    register_decoder();
+}
+#endif
 
 static bool is_ours(const struct ggml_tensor * t) {
     const struct ggml_ext_type_info * i = t ? ggml_ext_type_info_by_id((int) t->type) : NULL;
@@ -16,6 +36,13 @@ static bool plain(const struct ggml_tensor * t) {
 }
 
 bool ggml_ext_kvq_cpu_supports_op(const struct ggml_tensor * op) {
+#if !defined(__GNUC__)
+    static volatile int registered;  // no load-time constructor: before the first graph instead
+    if (!registered) {
+        register_decoder();
+        registered = 1;
+    }
+#endif
     switch (op->op) {
         case GGML_OP_SET_ROWS:
             return is_ours(op) && plain(op->src[0]);
