@@ -246,8 +246,9 @@ def test_perplexity_outliers_and_sink(default_gguf, wiki_test, threads, calib):
     both = _ppl(default_gguf, wiki_test, threads, *kv, "--kv-outliers", "0.01", "--kv-sink", "1")
     # the environment instead of the flags gives the same run
     env = _ppl(default_gguf, wiki_test, threads, *kv, env={"GGML_EXT_KV_OUTLIERS": "0.01", "GGML_EXT_KV_SINK": "1"})
-    # 3-bit K+V without outliers and sink is far off f16 on this model (+18.8% at ctx 2048, docs/BENCHMARKS.md);
-    # with them it is much closer (measured: docs/BENCHMARKS.md "KVQuant outliers and sink")
+    # 3-bit K+V without outliers and sink is far off f16 on this model (+22.9% at ctx 2048, 4 x 512 calibration);
+    # with them +7.8% (docs/BENCHMARKS.md "KVQuant cache in llama.cpp with outliers and the attention sink");
+    # this test's 1 x 64 calibration at ctx 256 meets the bound below (passed on this machine)
     assert abs(both - f16) < 0.5 * abs(plain - f16), (f16, plain, both)
     assert env == both
 
