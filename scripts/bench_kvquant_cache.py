@@ -3,7 +3,14 @@
 
     PYTHONPATH=python GGML_EXT_PREFIX=... nice -n 10 python scripts/bench_kvquant_cache.py \
         [--ctx 512] [--chunks 4] [--threads 2] [--calib FILE] [--configs f16/f16,q4_0/f16,nuq4/f16,...]
-        [--json OUT.json]
+        [--json OUT.json] [--upstream BIN_DIR]
+
+A configuration is `K/V`, optionally with `+o` (--kv-outliers at the calibration's fraction) and `+s`
+(--kv-sink 1) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
+--upstream, default ~/.cache/ggml-ext/upstream-0c1e57098/bin) and `up-norot:` (the same with
+LLAMA_ATTN_ROT_DISABLE=1: upstream's quantized caches without their Hadamard rotation).
+Bits per element (K and V averaged) come from the types' block sizes; the sink's float rows add
+32 / n_ctx bits per element and side structure none (the outlier slots sit inside the blocks).
 
 Each configuration is `-ctk K -ctv V` (flash attention on, as llama.cpp needs for a quantized V cache) on
 the default model (SmolLM2-135M-Instruct, its asset GGUF) over wiki-test, with the KV calibration `--calib`
@@ -37,7 +44,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--calib", type=Path, default=None, help="KV calibration (default: the tests' 1 x 64 one)")
     ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="comma-separated K/V cache type pairs")
+    ap.add_argument("--outliers", type=float, default=0.01, help="--kv-outliers for +o (the calibration's fraction)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--upstream", type=Path, default=Path.home() / ".cache/ggml-ext/upstream-0c1e57098/bin")
     a = ap.parse_args()
 
     from ggml_ext import assets, tools
@@ -46,23 +55,45 @@ def main() -> int:
         a.calib = cs.default_kv_calibration()
     model, text = assets.path("smollm2-gguf"), assets.path("wiki-test")
     rows = []
+    bits = {"f16": 16.0, "q8_0": 8.5, "q4_0": 4.5, "nuq4": 5.0, "nuq3": 4.0, "nuq2": 3.0}
     for cfg in a.configs.split(","):
-        k, v = cfg.split("/")
+        build, _, kv = cfg.rpartition(":")
+        k, v = kv.split("/")
+        flags = set(v.split("+")[1:])
+        v = v.split("+")[0]
         extra = ["-fa", "on", "-ctk", k, "-ctv", v]
+        env, binary = {}, None
+        if build in ("up", "up-norot"):
+            binary = a.upstream / "llama-perplexity"
+            env["LD_LIBRARY_PATH"] = str(a.upstream)
+            if build == "up-norot":
+                env["LLAMA_ATTN_ROT_DISABLE"] = "1"
         if k.startswith("nuq") or v.startswith("nuq"):
             extra += ["--kv-calib", str(a.calib)]
+            if "o" in flags:
+                extra += ["--kv-outliers", str(a.outliers)]
+            if "s" in flags:
+                extra += ["--kv-sink", "1"]
+        sink = 32.0 / a.ctx if "s" in flags else 0.0
+        bpe = (bits[k] + bits[v]) / 2 + sink
         t0 = time.time()
-        r = tools.perplexity(model, text, n_ctx=a.ctx, chunks=a.chunks, threads=a.threads, extra=extra)
-        rows.append({"k": k, "v": v, "ppl": r.ppl, "stderr": r.stderr, "seconds": time.time() - t0})
-        print(f"{k:>5} / {v:<5} PPL {r.ppl:8.4f} +/- {r.stderr:.4f}  {rows[-1]['seconds']:6.1f} s", flush=True)
+        r = tools.perplexity(model, text, n_ctx=a.ctx, chunks=a.chunks, threads=a.threads, extra=extra, env=env,
+                             binary=binary)
+        rows.append({"config": cfg, "k": k, "v": v, "build": build or "ours", "flags": "".join(sorted(flags)),
+                     "bits": bpe, "ppl": r.ppl, "stderr": r.stderr, "seconds": time.time() - t0})
+        print(f"{cfg:>22} {bpe:5.2f} b  PPL {r.ppl:8.4f} +/- {r.stderr:.4f}  {rows[-1]['seconds']:6.1f} s", flush=True)
     base = next((r["ppl"] for r in rows if r["k"] == "f16" and r["v"] == "f16"), None)
+    names = {"up": "upstream", "up-norot": "upstream, no rotation", "ours": "ours"}
     print(f"\n{cpu_name()} ({platform.machine()}), SmolLM2-135M-Instruct, wiki-test, ctx {a.ctx}, {a.chunks} chunks, "
           f"-t {a.threads}, calibration {a.calib.name}\n")
-    print("| K cache | V cache | perplexity | vs f16/f16 | wall s |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| build | K cache | V cache | outliers | sink | bits / element | perplexity | vs f16/f16 | wall s |")
+    print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         d = f"{100 * (r['ppl'] / base - 1):+.2f}%" if base else "-"
-        print(f"| {r['k']} | {r['v']} | {r['ppl']:.4f} | {d} | {r['seconds']:.0f} |")
+        o = "o" in r["flags"] and f"{100 * a.outliers:g}%" or "-"
+        sk = "s" in r["flags"] and "1" or "-"
+        print(f"| {names[r['build']]} | {r['k']} | {r['v']} | {o} | {sk} | {r['bits']:.3f} | {r['ppl']:.4f} "
+              f"+/- {r['stderr']:.4f} | {d} | {r['seconds']:.0f} |")
     if a.json:
         a.json.write_text(json.dumps({"ctx": a.ctx, "chunks": a.chunks, "threads": a.threads, "calib": str(a.calib),
                                       "cpu": cpu_name(), "rows": rows}, indent=1))

@@ -12,7 +12,9 @@
 // tables share one layer, so re-creating contexts does not grow memory.
 #include "formats/kvquant/kvquant.h"
 #include "formats/kvquant/nuq_decode.h"
+#include "ggml-ext-kvq.h"    // outliers and the sink
 #include "ggml-ext-llama.h"  // ggml_ext_kvq_bind_keys
+#include "common/fp16.h"
 #include "ggml/families.h"
 
 #include <math.h>
@@ -34,6 +36,18 @@ struct binding {
     // a pre-RoPE key cache (ggml_ext_kvq_bind_keys): per-channel scales of rows of row_blocks blocks
     int64_t       row_blocks;  // 0: a value cache
     const float * k_mid, * k_half;
+    // outliers and the sink (ggml_ext_kvq_bind_opts; docs/KVQUANT.md "Outliers and the sink")
+    int64_t          row_values;  // values per cache row (0: not known, no sink)
+    int              outliers;    // 1: in-block outlier slots when quantizing
+    int              n_sink;      // positions < n_sink keep their row in float
+    struct sink_row * sinks;      // sink_cap entries, row -1 = free
+    int              sink_cap;
+    int              sink_hw;     // entries past sink_hw were never used
+};
+
+struct sink_row {
+    int64_t row;   // the cache row (byte offset / row bytes), -1: free
+    float * data;  // row_values floats
 };
 
 static struct binding  bindings[KVQ_MAX_BINDINGS];
@@ -133,8 +147,22 @@ static const struct ggml_ext_kvq_layer * binding_at(const void * p, int type, co
     return uniform_layers[type_bits(type)];
 }
 
+// Frees a binding's sink table (under bind_lock; the binding is unpublished or being replaced: no compute
+// reads it any more, its cache is gone).
+static void drop_sinks(struct binding * b) {
+    for (int i = 0; b->sinks && i < b->sink_cap; i++) {
+        free(b->sinks[i].data);
+    }
+    free(b->sinks);
+    b->sinks    = NULL;
+    b->sink_cap = 0;
+    b->sink_hw  = 0;
+    b->n_sink   = 0;
+}
+
 static int bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
-                int64_t row_blocks, const float * k_mid, const float * k_half, char * err, size_t en) {
+                int64_t row_blocks, const float * k_mid, const float * k_half, int64_t row_values, int outliers,
+                int n_sink, char * err, size_t en) {
     const int bits = type_bits(type);
     if (!bits) {
         snprintf(err, en, "kvquant: type %d is not a KVQuant cache type", type);
@@ -146,6 +174,24 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     }
     const int    n  = 1 << bits;
     const char * lo = data, * hi = lo + nbytes;
+    if (n_sink < 0 || n_sink > GGML_EXT_KVQ_MAX_SINK || (n_sink > 0 && row_values <= 0)) {
+        snprintf(err, en, "kvquant: attention sink of %d positions (0..%d, with known rows)", n_sink,
+                 GGML_EXT_KVQ_MAX_SINK);
+        return -1;
+    }
+    // the sink table: room for n_sink rows of 256 sequences (llama.cpp's LLAMA_MAX_SEQ); rows allocated when used
+    struct sink_row * sinks = NULL;
+    const int         cap   = n_sink * 256;
+    if (n_sink > 0) {
+        sinks = calloc((size_t) cap, sizeof(*sinks));
+        if (!sinks) {
+            snprintf(err, en, "kvquant: out of memory");
+            return -1;
+        }
+        for (int i = 0; i < cap; i++) {
+            sinks[i].row = -1;
+        }
+    }
     pthread_mutex_lock(&bind_lock);
     const int used = atomic_load(&n_bindings);
     // a layer with this table already (a cache made again): share it
@@ -161,6 +207,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
         L             = make_layer(bits, levels, values, why, sizeof(why));
         if (!L) {
             pthread_mutex_unlock(&bind_lock);
+            free(sinks);
             snprintf(err, en, "kvquant: bad nuq%d table: %s", bits, why);
             return -1;
         }
@@ -171,6 +218,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
         const char * blo = atomic_load(&bindings[i].lo);
         if (blo && lo < atomic_load(&bindings[i].hi) && blo < hi) {
             atomic_store(&bindings[i].lo, NULL);
+            drop_sinks(&bindings[i]);
         }
         if (slot < 0 && !atomic_load(&bindings[i].lo)) {
             slot = i;
@@ -179,6 +227,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     if (slot < 0) {
         if (used == KVQ_MAX_BINDINGS) {
             pthread_mutex_unlock(&bind_lock);
+            free(sinks);
             snprintf(err, en, "kvquant: more than %d KV cache tensors bound at once", KVQ_MAX_BINDINGS);
             return -1;
         }
@@ -191,6 +240,13 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     b->row_blocks      = row_blocks;
     b->k_mid           = k_mid;
     b->k_half          = k_half;
+    drop_sinks(b);  // a slot freed by unbind may still hold its old table
+    b->row_values      = row_values;
+    b->outliers        = outliers;
+    b->n_sink          = n_sink;
+    b->sinks           = sinks;
+    b->sink_cap        = cap;
+    b->sink_hw         = 0;
     atomic_store(&b->layer, L);
     atomic_store(&b->hi, hi);
     atomic_store(&b->lo, lo);  // published last: readers test lo first
@@ -204,7 +260,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
 
 int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
                       char * err, size_t en) {
-    return bind(data, nbytes, type, levels, values, 0, NULL, NULL, err, en);
+    return bind(data, nbytes, type, levels, values, 0, NULL, NULL, 0, 0, 0, err, en);
 }
 
 // Per-channel key scales, kept for the process (a reader may hold them, as the layers): identical arrays
@@ -265,7 +321,37 @@ int ggml_ext_kvq_bind_keys(const void * data, size_t nbytes, int type, int64_t r
         snprintf(err, en, "kvquant: no room for the key scales");
         return -1;
     }
-    return bind(data, nbytes, type, levels, values, row_values / KVQ_BLOCK, kmid, khalf, err, en);
+    return bind(data, nbytes, type, levels, values, row_values / KVQ_BLOCK, kmid, khalf, 0, 0, 0, err, en);
+}
+
+int ggml_ext_kvq_bind_opts(const void * data, size_t nbytes, int type, int64_t row_values, const float * levels,
+                           const float * values, const float * k_mid, const float * k_half, int outliers, int n_sink,
+                           char * err, size_t en) {
+    if (row_values <= 0 || row_values % KVQ_BLOCK) {
+        snprintf(err, en, "kvquant: cache rows of %lld values (must be a multiple of %d)", (long long) row_values,
+                 KVQ_BLOCK);
+        return -1;
+    }
+    if (!k_mid) {
+        return bind(data, nbytes, type, levels, values, 0, NULL, NULL, row_values, outliers != 0, n_sink, err, en);
+    }
+    for (int64_t c = 0; c < row_values; c++) {
+        if (!isfinite(k_mid[c]) || !isfinite(k_half[c]) || !(k_half[c] > 0.0f)) {
+            snprintf(err, en, "kvquant: key channel %lld: mid %g, half %g (must be finite, half > 0)", (long long) c,
+                     (double) k_mid[c], (double) k_half[c]);
+            return -1;
+        }
+    }
+    const float * kmid, * khalf;
+    pthread_mutex_lock(&bind_lock);
+    const int kept = keep_key_scales(row_values, k_mid, k_half, &kmid, &khalf);
+    pthread_mutex_unlock(&bind_lock);
+    if (kept != 0) {
+        snprintf(err, en, "kvquant: no room for the key scales");
+        return -1;
+    }
+    return bind(data, nbytes, type, levels, values, row_values / KVQ_BLOCK, kmid, khalf, row_values, outliers != 0,
+                n_sink, err, en);
 }
 
 int ggml_ext_kvq_unbind(const void * data) {
@@ -274,6 +360,7 @@ int ggml_ext_kvq_unbind(const void * data) {
     for (int i = 0, used = atomic_load(&n_bindings); i < used; i++) {
         if (data && atomic_load(&bindings[i].lo) == data) {
             atomic_store(&bindings[i].lo, NULL);
+            drop_sinks(&bindings[i]);
             found = 0;
         }
     }
@@ -292,8 +379,42 @@ int ggml_ext_kv_cache_type_by_name(const char * name) {
     return -1;
 }
 
+// A block's trailer (8 bytes after the 64 indices), as u16 words w[0..3]:
+//   values: fp16 mid, fp16 half, then one outlier slot: w[2] = 0x8000 | channel (0: no slot), w[3] = its fp16 value;
+//   keys:   two outlier slots (w[0], w[1]) and (w[2], w[3]) of the same form (no scale: it is per channel).
+// A key block without outliers keeps the neutral fp16 0 / 1 of the first slot's words, and a block written before
+// outliers existed (counts 0 / 0) reads as one without slots.
+#define KVQ_TAG(c)   ((uint16_t) (0x8000u | (unsigned) (c)))
+#define KVQ_IS_TAG(w) (((w) & 0xffc0u) == 0x8000u)
+
+static int nearest_level(const float * mids, int n, float xn) {
+    int q = 0;  // past the midpoints below xn (outside [-1, 1]: the end level); a tie goes to the lower level
+    while (q < n - 1 && mids[q] < xn) {
+        q++;
+    }
+    return q;
+}
+
+// The sink row holding the block at p (NULL: none); *off = the block's first value within the row.
+static float * sink_at(const struct binding * b, const void * p, size_t block_bytes, int64_t * off) {
+    if (!b || !b->n_sink) {
+        return NULL;
+    }
+    const char *  lo        = atomic_load_explicit(&b->lo, memory_order_relaxed);
+    const size_t  row_bytes = (size_t) (b->row_values / KVQ_BLOCK) * block_bytes;
+    const size_t  o         = (size_t) ((const char *) p - lo);
+    const int64_t row       = (int64_t) (o / row_bytes);
+    for (int i = 0; i < b->sink_hw; i++) {
+        if (b->sinks[i].row == row) {
+            *off = (int64_t) ((o % row_bytes) / block_bytes) * KVQ_BLOCK;
+            return b->sinks[i].data;
+        }
+    }
+    return NULL;
+}
+
 // Keys: block i of the cache holds channels (i % row_blocks) * 64 .. + 63 of its row, normalised per channel
-// by the calibrated mid / half; the block's own scale fields are the neutral 0 / 1.
+// by the calibrated mid / half; outliers (beyond mid +- half) in the trailer's slots.
 static int64_t key_channel0(const struct binding * b, const void * p, size_t block_bytes) {
     const char * lo = atomic_load_explicit(&b->lo, memory_order_relaxed);
     return (int64_t) (((size_t) ((const char *) p - lo) / block_bytes) % (size_t) b->row_blocks) * KVQ_BLOCK;
@@ -305,10 +426,27 @@ static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_lay
     for (int64_t i = 0, nb = k / KVQ_BLOCK; i < nb;) {
         // blocks to the end of the cache row (or of the call) have consecutive channels
         const uint8_t * blk = (const uint8_t *) x + i * L->v_row_size;
-        const int64_t   c0  = key_channel0(b, blk, L->v_row_size);
-        int64_t         n   = b->row_blocks - c0 / KVQ_BLOCK;
-        n                   = n < nb - i ? n : nb - i;
+        int64_t         off;
+        const float *   sink = sink_at(b, blk, L->v_row_size, &off);
+        if (sink) {  // a sink row is a whole cache row: its float copy
+            memcpy(y + i * KVQ_BLOCK, sink + off, sizeof(float) * KVQ_BLOCK);
+            i++;
+            continue;
+        }
+        // the dense part of the run through the block decoder, then each block's outlier slots over it
+        const int64_t c0 = key_channel0(b, blk, L->v_row_size);
+        int64_t       n  = b->row_blocks - c0 / KVQ_BLOCK;
+        n                = n < nb - i ? n : nb - i;
         decode(L->bits, blk, n, L->v_row_size, L->v_values, b->k_mid + c0, b->k_half + c0, y + i * KVQ_BLOCK);
+        for (int64_t j = 0; j < n; j++) {
+            uint16_t w[4];
+            memcpy(w, blk + j * L->v_row_size + L->dense_bytes, sizeof(w));
+            for (int s = 0; s < 2; s++) {
+                if (KVQ_IS_TAG(w[2 * s])) {
+                    y[(i + j) * KVQ_BLOCK + (w[2 * s] & 63)] = ggml_ext_fp16_to_fp32(w[2 * s + 1]);
+                }
+            }
+        }
         i += n;
     }
 }
@@ -320,22 +458,87 @@ static void key_from_float(const struct binding * b, const struct ggml_ext_kvq_l
         uint8_t *     blk = (uint8_t *) y + i * L->v_row_size;
         const int64_t c0  = key_channel0(b, blk, L->v_row_size);
         memset(blk, 0, L->v_row_size);
-        uint16_t scale[2] = { 0x0000, 0x3c00 };  // fp16 0 and 1
+        uint16_t w[4]   = { 0x0000, 0x3c00, 0, 0 };  // fp16 0 and 1, no slots
+        int      out[2] = { -1, -1 };                 // the two largest excesses beyond the thresholds
+        float    ex[2]  = { 0.0f, 0.0f };
+        bool     nan    = false;
         for (int c = 0; c < KVQ_BLOCK; c++) {
             const float v = x[i * KVQ_BLOCK + c];
             if (!isfinite(v)) {
-                scale[0] = 0x7e00;  // a NaN block, as for values
+                nan = true;  // a NaN block, as for values
                 continue;
             }
             const float xn = (v - b->k_mid[c0 + c]) / b->k_half[c0 + c];
-            int         q  = 0;  // the nearest level: past the midpoints below xn (outside [-1, 1]: the end level)
-            while (q < n - 1 && L->v_mids[q] < xn) {
-                q++;
+            ggml_ext_kvq_set(blk, L->bits, KVQ_BLOCK, c, nearest_level(L->v_mids, n, xn));
+            const float e = fabsf(xn) - 1.0f;
+            if (b->outliers && e > 0.0f) {  // ties keep the lower channel (the one found first)
+                if (e > ex[0]) {
+                    out[1] = out[0], ex[1] = ex[0];
+                    out[0] = c, ex[0] = e;
+                } else if (e > ex[1]) {
+                    out[1] = c, ex[1] = e;
+                }
             }
-            ggml_ext_kvq_set(blk, L->bits, KVQ_BLOCK, c, q);
         }
-        memcpy(blk + L->dense_bytes, scale, sizeof(scale));
+        if (nan) {
+            w[0] = 0x7e00, w[1] = 0x3c00;
+        } else {
+            // slots in ascending channel order
+            const int first = out[1] >= 0 && out[1] < out[0] ? 1 : 0;
+            for (int s = 0, j = first; s < 2; s++, j = 1 - j) {
+                if (out[j] >= 0) {
+                    w[2 * s]     = KVQ_TAG(out[j]);
+                    w[2 * s + 1] = ggml_ext_fp32_to_fp16(x[i * KVQ_BLOCK + out[j]]);
+                }
+            }
+            if (out[0] < 0 && out[1] < 0) {
+                w[0] = 0x0000, w[1] = 0x3c00;
+            }
+        }
+        memcpy(blk + L->dense_bytes, w, sizeof(w));
     }
+}
+
+// Values with one outlier slot: the block's minimum or maximum, whichever leaves the narrower range, goes to the
+// slot; mid / half come from the other 63 values. -1 for a NaN or infinity (nothing written).
+static int value_block_with_slot(const struct ggml_ext_kvq_layer * L, const float * x, uint8_t * blk) {
+    int imin = 0, imax = 0;
+    for (int c = 0; c < KVQ_BLOCK; c++) {
+        if (!isfinite(x[c])) {
+            return -1;
+        }
+        imin = x[c] < x[imin] ? c : imin;
+        imax = x[c] > x[imax] ? c : imax;
+    }
+    float min2 = INFINITY, max2 = -INFINITY;  // the extremes without imin / without imax
+    for (int c = 0; c < KVQ_BLOCK; c++) {
+        if (c != imin) {
+            min2 = fminf(min2, x[c]);
+        }
+        if (c != imax) {
+            max2 = fmaxf(max2, x[c]);
+        }
+    }
+    const bool  drop_max = x[imax] - max2 >= min2 - x[imin];
+    const int   slot     = drop_max ? imax : imin;
+    float       lo = INFINITY, hi = -INFINITY;
+    for (int c = 0; c < KVQ_BLOCK; c++) {
+        if (c != slot) {
+            lo = fminf(lo, x[c]);
+            hi = fmaxf(hi, x[c]);
+        }
+    }
+    const float mid  = (hi + lo) / 2;
+    const float half = fmaxf((hi - lo) / 2, 1e-8f);
+    const int   n    = 1 << L->bits;
+    memset(blk, 0, L->v_row_size);
+    for (int c = 0; c < KVQ_BLOCK; c++) {
+        ggml_ext_kvq_set(blk, L->bits, KVQ_BLOCK, c, nearest_level(L->v_mids, n, (x[c] - mid) / half));
+    }
+    const uint16_t w[4] = { ggml_ext_fp32_to_fp16(mid), ggml_ext_fp32_to_fp16(half), KVQ_TAG(slot),
+                            ggml_ext_fp32_to_fp16(x[slot]) };
+    memcpy(blk + L->dense_bytes, w, sizeof(w));
+    return 0;
 }
 
 // ggml's row functions: k values (a multiple of 64) = k / 64 value rows of the one-head layer
@@ -346,22 +549,41 @@ static void to_float(int type, const void * x, float * y, int64_t k) {
         key_to_float(b, L, x, y, k);
         return;
     }
-    // runs of blocks without outliers through the block decoder; a block that counts some (none are
-    // written yet) through the row kernel's dequantization, which applies them
+    // runs of blocks outside sink rows through the block decoder (mid / half from each block), then each
+    // block's outlier slot over it; a sink row's blocks from its float copy
     const ggml_ext_nuq_decode_fn decode = atomic_load_explicit(&decoder, memory_order_relaxed);
-    const char *                 row    = x;
     for (int64_t i = 0, nb = k / KVQ_BLOCK; i < nb;) {
-        int64_t n = 0;
-        while (i + n < nb &&
-               !ggml_ext_kvq_n_kept(ggml_ext_kvq_v_sparse(L, (const uint8_t *) row + (i + n) * L->v_row_size))) {
+        const uint8_t * blk = (const uint8_t *) x + i * L->v_row_size;
+        int64_t         off;
+        const float *   sink = sink_at(b, blk, L->v_row_size, &off);
+        if (sink) {
+            memcpy(y + i * KVQ_BLOCK, sink + off, sizeof(float) * KVQ_BLOCK);
+            i++;
+            continue;
+        }
+        int64_t n = 1;
+        while (i + n < nb && !sink_at(b, blk + n * L->v_row_size, L->v_row_size, &off)) {
             n++;
         }
-        if (n) {
-            decode(L->bits, row + i * L->v_row_size, n, L->v_row_size, L->v_values, NULL, NULL, y + i * KVQ_BLOCK);
-            i += n;
-        } else {
-            ggml_ext_kvq_dequantize_v(L, row + i * L->v_row_size, y + i * KVQ_BLOCK);
-            i++;
+        decode(L->bits, blk, n, L->v_row_size, L->v_values, NULL, NULL, y + i * KVQ_BLOCK);
+        for (int64_t j = 0; j < n; j++) {
+            uint16_t w[4];
+            memcpy(w, blk + j * L->v_row_size + L->dense_bytes, sizeof(w));
+            if (KVQ_IS_TAG(w[2])) {
+                y[(i + j) * KVQ_BLOCK + (w[2] & 63)] = ggml_ext_fp16_to_fp32(w[3]);
+            }
+        }
+        i += n;
+    }
+}
+
+// a sink row keeps the floats too (the blocks are written as well: the bytes stay valid rows)
+static void keep_sink(const struct binding * b, const float * x, const void * y, size_t block_bytes, int64_t k) {
+    for (int64_t i = 0; b && b->n_sink && i < k / KVQ_BLOCK; i++) {
+        int64_t off;
+        float * sink = sink_at(b, (const char *) y + i * block_bytes, block_bytes, &off);
+        if (sink) {
+            memcpy(sink + off, x + i * KVQ_BLOCK, sizeof(float) * KVQ_BLOCK);
         }
     }
 }
@@ -369,13 +591,16 @@ static void to_float(int type, const void * x, float * y, int64_t k) {
 static void from_float(int type, const float * x, void * y, int64_t k) {
     const struct binding *            b;
     const struct ggml_ext_kvq_layer * L = binding_at(y, type, &b);
+    keep_sink(b, x, y, L->v_row_size, k);
     if (b && b->row_blocks) {
         key_from_float(b, L, x, y, k);
         return;
     }
     for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
-        char * row = (char *) y + i * L->v_row_size;
-        if (ggml_ext_kvq_quantize_v(L, x + i * KVQ_BLOCK, row) != 0) {
+        char *    row = (char *) y + i * L->v_row_size;
+        const int rc  = b && b->outliers ? value_block_with_slot(L, x + i * KVQ_BLOCK, (uint8_t *) row)
+                                         : ggml_ext_kvq_quantize_v(L, x + i * KVQ_BLOCK, row);
+        if (rc != 0) {
             // a NaN or infinity: ggml's own types store it as it comes; the block keeps no scale of its
             // own then, so it becomes a NaN block (mid NaN) the attention shows as it would show the input
             memset(row, 0, L->v_row_size);
@@ -383,6 +608,172 @@ static void from_float(int type, const float * x, void * y, int64_t k) {
             memcpy(row + L->dense_bytes, nan, sizeof(nan));
         }
     }
+}
+
+// ---- the sink's marks and the state's side blob (ggml-ext-kvq.h) ----
+
+bool ggml_ext_kvq_is_cache_type(int type) {
+    return type_bits(type) != 0;
+}
+
+// the binding whose memory holds p (any type), under bind_lock
+static struct binding * binding_of(const void * p) {
+    const char * c = p;
+    for (int i = 0, used = atomic_load(&n_bindings); i < used; i++) {
+        const char * lo = atomic_load(&bindings[i].lo);
+        if (lo && c >= lo && c < atomic_load(&bindings[i].hi)) {
+            return &bindings[i];
+        }
+    }
+    return NULL;
+}
+
+static int64_t row_of(const struct binding * b, const void * p) {
+    const size_t bb = (size_t) ggml_ext_type_info_by_id(b->type)->type_size;
+    return (int64_t) ((size_t) ((const char *) p - atomic_load(&b->lo)) / ((size_t) (b->row_values / KVQ_BLOCK) * bb));
+}
+
+// marks row as a sink (its data slot allocated) or not; -1: no room / memory
+static int mark_row(struct binding * b, int64_t row, bool sink) {
+    int free_i = -1;
+    for (int i = 0; i < b->sink_cap; i++) {
+        if (b->sinks[i].row == row) {
+            if (!sink) {
+                b->sinks[i].row = -1;
+            }
+            return 0;
+        }
+        if (free_i < 0 && b->sinks[i].row < 0) {
+            free_i = i;
+        }
+    }
+    if (!sink) {
+        return 0;
+    }
+    if (free_i < 0) {
+        return -1;
+    }
+    if (!b->sinks[free_i].data) {
+        b->sinks[free_i].data = calloc((size_t) b->row_values, sizeof(float));
+        if (!b->sinks[free_i].data) {
+            return -1;
+        }
+    }
+    b->sinks[free_i].row = row;
+    b->sink_hw           = free_i + 1 > b->sink_hw ? free_i + 1 : b->sink_hw;
+    return 0;
+}
+
+void ggml_ext_kvq_rows_written(const void * data, size_t row_stride, const uint32_t * cells, const int32_t * pos,
+                               uint32_t n) {
+    if (!data || !n) {
+        return;
+    }
+    pthread_mutex_lock(&bind_lock);
+    struct binding * b = binding_of(data);
+    if (b && b->n_sink) {
+        for (uint32_t i = 0; i < n; i++) {
+            const char * p = (const char *) data + (size_t) cells[i] * row_stride;
+            if (mark_row(b, row_of(b, p), pos[i] >= 0 && pos[i] < b->n_sink) != 0) {
+                // more sink rows than room: the row stays quantized (a quality, not a correctness matter)
+                fprintf(stderr, "ggml_ext: KVQuant sink: no room for another sink row; row kept quantized\n");
+            }
+        }
+    }
+    pthread_mutex_unlock(&bind_lock);
+}
+
+size_t ggml_ext_kvq_side_get(const void * data, size_t row_stride, const uint32_t * cells, uint32_t n, void * buf,
+                             size_t cap) {
+    pthread_mutex_lock(&bind_lock);
+    struct binding * b    = data ? binding_of(data) : NULL;
+    const uint32_t   rv   = b ? (uint32_t) b->row_values : 0;
+    uint32_t         rows = 0;
+    size_t           need = 8;
+    for (uint32_t pass = 0; pass < 2; pass++) {
+        uint8_t * out = buf;
+        if (pass == 1) {
+            if (!buf || cap < need) {
+                break;
+            }
+            memcpy(out, &rows, 4);
+            memcpy(out + 4, &rv, 4);
+            out += 8;
+        }
+        for (uint32_t i = 0; b && b->n_sink && i < n; i++) {
+            const int64_t row = row_of(b, (const char *) data + (size_t) cells[i] * row_stride);
+            for (int j = 0; j < b->sink_cap; j++) {
+                if (b->sinks[j].row == row) {
+                    if (pass == 0) {
+                        rows++;
+                        need += 4 + sizeof(float) * rv;
+                    } else {
+                        memcpy(out, &i, 4);
+                        memcpy(out + 4, b->sinks[j].data, sizeof(float) * rv);
+                        out += 4 + sizeof(float) * rv;
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&bind_lock);
+    return need;
+}
+
+int ggml_ext_kvq_side_set(const void * data, size_t row_stride, const uint32_t * cells, uint32_t n, const void * buf,
+                          size_t size) {
+    uint32_t rows, rv;
+    if (!buf || size < 8) {
+        return -1;
+    }
+    memcpy(&rows, buf, 4);
+    memcpy(&rv, (const char *) buf + 4, 4);
+    if (rows > n || (rows && (rv == 0 || size != 8 + (size_t) rows * (4 + sizeof(float) * (size_t) rv))) ||
+        (!rows && size != 8)) {
+        fprintf(stderr, "ggml_ext: KVQuant state: malformed side data (%u rows of %u values in %zu bytes)\n", rows,
+                rv, size);
+        return -1;
+    }
+    pthread_mutex_lock(&bind_lock);
+    struct binding * b  = data ? binding_of(data) : NULL;
+    int              rc = 0;
+    if (b && b->n_sink) {
+        if (rows && rv != (uint32_t) b->row_values) {
+            fprintf(stderr, "ggml_ext: KVQuant state: sink rows of %u values, the cache has %lld\n", rv,
+                    (long long) b->row_values);
+            rc = -1;
+            goto done;
+        }
+        for (uint32_t i = 0; i < n; i++) {  // the destination cells lose their marks, then get the blob's
+            mark_row(b, row_of(b, (const char *) data + (size_t) cells[i] * row_stride), false);
+        }
+        const uint8_t * in = (const uint8_t *) buf + 8;
+        for (uint32_t r = 0; r < rows; r++, in += 4 + sizeof(float) * rv) {
+            uint32_t i;
+            memcpy(&i, in, 4);
+            if (i >= n) {
+                fprintf(stderr, "ggml_ext: KVQuant state: sink row for cell %u of %u\n", i, n);
+                rc = -1;
+                goto done;
+            }
+            const int64_t row = row_of(b, (const char *) data + (size_t) cells[i] * row_stride);
+            if (mark_row(b, row, true) != 0) {
+                rc = -1;
+                goto done;
+            }
+            for (int j = 0; j < b->sink_cap; j++) {
+                if (b->sinks[j].row == row) {
+                    memcpy(b->sinks[j].data, in + 4, sizeof(float) * rv);
+                    break;
+                }
+            }
+        }
+    }
+    // a cache without a sink restores the rows' blocks alone (the sink floats are dropped)
+done:
+    pthread_mutex_unlock(&bind_lock);
+    return rc;
 }
 
 #define KVQ_ROW_FUNCTIONS(NAME)                                                                          \
@@ -409,7 +800,8 @@ size_t ggml_ext_kvq_quantize_chunk_imatrix(int type, const float * src, void * d
     return 0;
 }
 
-// a row is valid when every block's mid / half are finite and its outlier counts are 0 (no slots)
+// a row is valid when every block's first two words (value mid / half, or a key's first slot) are finite and its
+// last two are 0 / 0 (no slot) or an outlier slot (0x8000 | channel < 64, a finite fp16 value)
 bool ggml_ext_kvq_validate_row_data(int type, const void * data, size_t nbytes) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
     const size_t dense = (size_t) KVQ_BLOCK * t->layout / 8;
@@ -419,8 +811,9 @@ bool ggml_ext_kvq_validate_row_data(int type, const void * data, size_t nbytes) 
     for (size_t off = 0; off < nbytes; off += (size_t) t->type_size) {
         uint16_t h[4];
         memcpy(h, (const char *) data + off + dense, sizeof(h));
-        if ((h[0] & 0x7c00) == 0x7c00 || (h[1] & 0x7c00) == 0x7c00 || h[2] || h[3]) {
-            fprintf(stderr, "ggml_ext: %s block %zu: non-finite scale or outlier counts\n", t->ggml_name,
+        const bool slot_ok = (!h[2] && !h[3]) || (KVQ_IS_TAG(h[2]) && (h[3] & 0x7c00) != 0x7c00);
+        if ((h[0] & 0x7c00) == 0x7c00 || (h[1] & 0x7c00) == 0x7c00 || !slot_ok) {
+            fprintf(stderr, "ggml_ext: %s block %zu: non-finite scale or bad outlier slot\n", t->ggml_name,
                     off / (size_t) t->type_size);
             return false;
         }

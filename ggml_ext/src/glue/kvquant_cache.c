@@ -3,6 +3,7 @@
 // each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvq_bind, in ggml-base);
 // keys are stored before RoPE with per-channel scales (ggml_ext_kvq_bind_keys) and roped when attention reads
 // them (patch 0307: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
+#include "ggml-ext-kvq.h"
 #include "ggml-ext-llama.h"
 #include "ggml.h"
 #include "gguf.h"
@@ -26,6 +27,66 @@ int ggml_ext_llama_set_kv_calib(const char * path) {
     snprintf(calib_set, sizeof(calib_set), "%s", path ? path : "");
     pthread_mutex_unlock(&calib_lock);
     return 0;
+}
+
+// --kv-outliers / --kv-sink (patch 0309); < 0: the environment decides
+static float outliers_set = -1.0f;
+static int   sink_set     = -1;
+
+int ggml_ext_llama_set_kv_outliers(float f) {
+    if (!(f >= 0.0f && f < 0.5f)) {
+        return -1;
+    }
+    pthread_mutex_lock(&calib_lock);
+    outliers_set = f;
+    pthread_mutex_unlock(&calib_lock);
+    return 0;
+}
+
+int ggml_ext_llama_set_kv_sink(int n) {
+    if (n < 0 || n > GGML_EXT_KVQ_MAX_SINK) {
+        return -1;
+    }
+    pthread_mutex_lock(&calib_lock);
+    sink_set = n;
+    pthread_mutex_unlock(&calib_lock);
+    return 0;
+}
+
+// the outlier fraction asked for (0: none); -1 with err for a bad GGML_EXT_KV_OUTLIERS
+static float kv_outliers(char * err, size_t n) {
+    if (outliers_set >= 0.0f) {
+        return outliers_set;
+    }
+    const char * env = getenv("GGML_EXT_KV_OUTLIERS");
+    if (!env || !env[0]) {
+        return 0.0f;
+    }
+    char *      end;
+    const float f = strtof(env, &end);
+    if (*end || !(f >= 0.0f && f < 0.5f)) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_OUTLIERS=%s: an outlier fraction in [0, 0.5) (e.g. 0.01)", env);
+        return -1.0f;
+    }
+    return f;
+}
+
+static int kv_sink(char * err, size_t n) {
+    if (sink_set >= 0) {
+        return sink_set;
+    }
+    const char * env = getenv("GGML_EXT_KV_SINK");
+    if (!env || !env[0]) {
+        return 0;
+    }
+    char *     end;
+    const long v = strtol(env, &end, 10);
+    if (*end || v < 0 || v > GGML_EXT_KVQ_MAX_SINK) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_SINK=%s: the number of first positions kept in float, 0..%d", env,
+                 GGML_EXT_KVQ_MAX_SINK);
+        return -1;
+    }
+    return (int) v;
 }
 
 const char * ggml_ext_llama_kv_calib(void) {
@@ -98,11 +159,12 @@ static int load_calibration(const char * path, char * err, size_t n) {
 }
 
 // layer il's key ('k') or value ('v') table for `bits`: 2^B F32 levels and dequantization values
-static int nuq_table(const char * path, char role, int il, int bits, const float ** levels, const float ** values,
-                     char * err, size_t n) {
+// (with outliers: the tables fitted without them, kvq.il.{k,v}_{nuq,deq}B_o)
+static int nuq_table(const char * path, char role, int il, int bits, bool outliers, const float ** levels,
+                     const float ** values, char * err, size_t n) {
     char names[2][64];
-    snprintf(names[0], sizeof(names[0]), "kvq.%d.%c_nuq%d", il, role, bits);
-    snprintf(names[1], sizeof(names[1]), "kvq.%d.%c_deq%d", il, role, bits);
+    snprintf(names[0], sizeof(names[0]), "kvq.%d.%c_nuq%d%s", il, role, bits, outliers ? "_o" : "");
+    snprintf(names[1], sizeof(names[1]), "kvq.%d.%c_deq%d%s", il, role, bits, outliers ? "_o" : "");
     for (int i = 0; i < 2; i++) {
         const struct ggml_tensor * t = ggml_get_tensor(loaded_ctx, names[i]);
         if (!t) {
@@ -135,8 +197,8 @@ static bool keys_permuted(void) {
 // Binds a pre-RoPE key cache tensor to layer il: the nuqB key table and per-channel mid / half from the
 // calibration's min / max (kvq.il.k_lo0 / k_hi0, no outliers: everything beyond rounds to the end levels),
 // in the cache's channel order. Under calib_lock.
-static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits, uint32_t head_dim, char * err,
-                     size_t n) {
+static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits, uint32_t head_dim, bool outliers,
+                     int n_sink, char * err, size_t n) {
     // the calibration saw k_proj's output; llama.cpp stores the K that enters RoPE, which is the same only
     // without a K norm in between (qwen3, gemma2/3 have one: refused until the norm moves after the cache)
     const int64_t a    = gguf_find_key(loaded_gguf, "kvquant.architecture");
@@ -148,14 +210,15 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         return -1;
     }
     const float * levels, * values;
-    if (nuq_table(path, 'k', il, bits, &levels, &values, err, n) != 0) {
+    if (nuq_table(path, 'k', il, bits, outliers, &levels, &values, err, n) != 0) {
         return -1;
     }
     const int64_t D = t->ne[0];
     const float * lohi[2];
     for (int i = 0; i < 2; i++) {
         char name[64];
-        snprintf(name, sizeof(name), "kvq.%d.k_%s0", il, i ? "hi" : "lo");
+        // with outliers the thresholds at the calibration's fraction (k_lo / k_hi), else min / max (k_lo0 / k_hi0)
+        snprintf(name, sizeof(name), "kvq.%d.k_%s%s", il, i ? "hi" : "lo", outliers ? "" : "0");
         const struct ggml_tensor * r = ggml_get_tensor(loaded_ctx, name);
         if (!r || r->type != GGML_TYPE_F32 || ggml_nelements(r) != D) {
             snprintf(err, n, "KV calibration %s: tensor %s missing or not %lld F32 values", path, name, (long long) D);
@@ -182,7 +245,8 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         mid[c]  = (lohi[1][src] + lohi[0][src]) / 2;
         half[c] = fmaxf((lohi[1][src] - lohi[0][src]) / 2, 1e-8f);
     }
-    const int rc = ggml_ext_kvq_bind_keys(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half, err, n);
+    const int rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
+                                          outliers, n_sink, err, n);
     free(mid);
     free(half);
     return rc;
@@ -253,15 +317,36 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
                  head_dim, n_layer, (long long) t->ne[0], role == 'k' ? 'K' : 'V', il);
         goto done;
     }
+    const float frac   = kv_outliers(err, n);
+    const int   n_sink = frac < 0.0f ? -1 : kv_sink(err, n);
+    if (frac < 0.0f || n_sink < 0) {
+        goto done;
+    }
+    if (frac > 0.0f) {
+        // the thresholds and outlier tables are the calibration's, fitted at its own fraction
+        const int64_t id = gguf_find_key(loaded_gguf, "kvquant.outlier_fraction");
+        const int     kt = id >= 0 ? (int) gguf_get_kv_type(loaded_gguf, id) : -1;
+        const float   cf = kt == GGUF_TYPE_FLOAT64   ? (float) gguf_get_val_f64(loaded_gguf, id)
+                           : kt == GGUF_TYPE_FLOAT32 ? gguf_get_val_f32(loaded_gguf, id)
+                                                     : -1.0f;
+        if (!(cf > 0.0f) || fabsf(cf - frac) > 1e-6f * fmaxf(1.0f, cf)) {
+            snprintf(err, n, "ggml-ext: --kv-outliers %g: KV calibration %s was fitted at outlier fraction %g; use "
+                     "--kv-outliers %g or calibrate with `ggml-ext calibrate kv ... --outliers %g`", (double) frac, path,
+                     (double) cf, (double) cf, (double) frac);
+            goto done;
+        }
+    }
     if (role == 'k') {
-        rc = bind_keys(t, path, il, bits, head_dim, err, n);
+        rc = bind_keys(t, path, il, bits, head_dim, frac > 0.0f, n_sink, err, n);
         goto done;
     }
     const float * levels, * values;
-    if (nuq_table(path, 'v', il, bits, &levels, &values, err, n) != 0) {
+    if (nuq_table(path, 'v', il, bits, frac > 0.0f, &levels, &values, err, n) != 0) {
         goto done;
     }
-    rc = t->data ? ggml_ext_kvq_bind(t->data, ggml_nbytes(t), (int) t->type, levels, values, err, n) : 0;
+    rc = t->data ? ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, t->ne[0], levels, values, NULL,
+                                          NULL, frac > 0.0f, n_sink, err, n)
+                 : 0;
 done:
     pthread_mutex_unlock(&calib_lock);
     return rc;
