@@ -159,7 +159,6 @@ def main() -> int:
     test = a.test or assets.path("wiki-test")
     train = a.train or assets.path("wiki-train")
     hf_dirs = dict(x.split("=", 1) for x in a.hf)
-    up = stock_build(a.upstream)
     rows: list[dict] = []
     print(f"# {cpu_name()}, {os.cpu_count()} cores; Fisher on {a.calib_samples} x {a.calib_seq_len} tokens of "
           f"wiki-train; perplexity wiki-test ctx 512, {a.chunks} chunks", file=sys.stderr, flush=True)
@@ -175,9 +174,6 @@ def main() -> int:
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
             add(model=model, file="f16", bits=16, ppl=ppl(f16, test, a), size=f16.stat().st_size)
-            if up:
-                add(model=model, file="f16 (upstream)", bits=16, ppl=ppl(f16, test, a, binary=up),
-                    size=f16.stat().st_size)
             opts = dict(method="anyprec", calib=str(train), calib_samples=a.calib_samples,
                         calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads,
                         calib_device=a.device)
@@ -229,6 +225,11 @@ def main() -> int:
                 e.unlink()
                 f.unlink()
             stock = [x for x in a.stock.split(",") if x]
+            # decided here, not at the start: `make upstream` may finish while the rows above run
+            up = stock_build(a.upstream) if stock else None
+            if up:
+                add(model=model, file="f16 (upstream)", bits=16, ppl=ppl(f16, test, a, binary=up),
+                    size=f16.stat().st_size)
             im = None
             if stock and a.imatrix_chunks > 0:
                 im = d / f"{model}.imatrix"
