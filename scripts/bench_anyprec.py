@@ -152,10 +152,14 @@ def main() -> int:
                         "when built; 'none': our build)")
     p.add_argument("--imatrix-chunks", type=int, default=16,
                    help="stock rows also with an imatrix of llama-imatrix on N x 512 calibration tokens (0: none)")
+    p.add_argument("--score-bits", default=None, metavar="LIST",
+                   help="precisions of the one-file models to score (default all of --bits; '' none: no one-file "
+                        "model, e.g. a second process doing only the k-means and stock rows)")
     p.add_argument("--no-timing", action="store_true",
                    help="skip the separate timing pass of seed + upscaling (it quantizes every matrix once more)")
     a = p.parse_args()
     seed, parent = ap.parse_bits(a.bits)
+    score = list(range(seed, parent + 1)) if a.score_bits is None else [int(x) for x in a.score_bits.split(",") if x]
     test = a.test or assets.path("wiki-test")
     train = a.train or assets.path("wiki-train")
     hf_dirs = dict(x.split("=", 1) for x in a.hf)
@@ -177,7 +181,7 @@ def main() -> int:
             opts = dict(method="anyprec", calib=str(train), calib_samples=a.calib_samples,
                         calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads,
                         calib_device=a.device)
-            if a.parent_file:
+            if a.parent_file or not score:
                 parent_file = a.parent_file
             else:
                 t0 = time.time()
@@ -193,18 +197,17 @@ def main() -> int:
                 parent_file = d / f"{model}-anyprec.gguf"
                 convert(hf, parent_file, method_options={"bits": a.bits, "refine": a.refine, "starts": a.starts,
                                                          "gain": a.gain}, **opts)
-            if a.baseline_refine is not None:
+            if a.baseline_refine is not None and score:
                 base_file = d / f"{model}-anyprec-r{a.baseline_refine}.gguf"
                 convert(hf, base_file, method_options={"bits": a.bits, "refine": a.baseline_refine, "starts": 0,
                                                        "gain": 1.0}, **opts)
-                for b in range(seed, parent + 1):
+                for b in score:
                     add(model=model, file=f"anyprec {a.bits} refine {a.baseline_refine}", bits=b,
                         ppl=ppl(base_file, test, a, apq_bits=b), size=base_file.stat().st_size)
                 base_file.unlink()
-            info = X.open_file(parent_file)
-            g = info.gguf
-            runnable = all(g.tensor(m).type_name != "I8" for m in info.matrices)
-            for b in range(seed, parent + 1):
+            info = X.open_file(parent_file) if parent_file else None
+            runnable = info and all(info.gguf.tensor(m).type_name != "I8" for m in info.matrices)
+            for b in (score if info else []):
                 read = sum(ap.planes_bytes(n, k, b) + ap.tables_bytes(n, b)
                            for k, n in (info.dims(m) for m in info.matrices))
                 if a.via == "op" and runnable:
@@ -246,7 +249,7 @@ def main() -> int:
                     add(model=model, file=f"stock {t.upper()} ({who}" + (", imatrix)" if imx else ")"), bits=None,
                         ppl=ppl(out, test, a, binary=up), size=out.stat().st_size)
                     out.unlink()
-            if a.parent_file:
+            if a.parent_file or not parent_file:
                 pass
             elif a.keep:
                 a.keep.mkdir(parents=True, exist_ok=True)
