@@ -155,6 +155,7 @@ def main() -> int:
     p.add_argument("--score-bits", default=None, metavar="LIST",
                    help="precisions of the one-file models to score (default all of --bits; '' none: no one-file "
                         "model, e.g. a second process doing only the k-means and stock rows)")
+    p.add_argument("--no-f16", action="store_true", help="do not score the f16 file (a second process)")
     p.add_argument("--no-timing", action="store_true",
                    help="skip the separate timing pass of seed + upscaling (it quantizes every matrix once more)")
     a = p.parse_args()
@@ -177,7 +178,8 @@ def main() -> int:
             hf = Path(hf_dirs[model]) if model in hf_dirs else assets.path(HF[model])
             f16 = d / f"{model}-f16.gguf"
             convert(hf, f16, "f16")
-            add(model=model, file="f16", bits=16, ppl=ppl(f16, test, a), size=f16.stat().st_size)
+            if not a.no_f16:
+                add(model=model, file="f16", bits=16, ppl=ppl(f16, test, a), size=f16.stat().st_size)
             opts = dict(method="anyprec", calib=str(train), calib_samples=a.calib_samples,
                         calib_seq_len=a.calib_seq_len, calib_progress=False, threads=a.threads,
                         calib_device=a.device)
