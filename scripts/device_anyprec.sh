@@ -53,7 +53,10 @@
 #   REFINE, default the method's) scored by our CPU llama-perplexity at every precision 3..8 (--apq-bits), the
 #   same with BASELINE_REFINE (default 0: the paper's greedy upscaling; '' skips it), and the independent
 #   Fisher-weighted k-means file at each width of INDEPENDENT (default 3,4,5,6,7,8), all on the same CALIB
-#   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too.
+#   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too
+#   (without and with an imatrix of IMATRIX_CHUNKS x 512 TRAIN tokens, default 16; by our build unless
+#   UPSTREAM names a pristine build's bin folder). STARTS / GAIN: the refinement's extra starts and gain
+#   (scripts/bench_anyprec.py --starts / --gain; default the method's).
 #   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
 #   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
 #   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
@@ -79,7 +82,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
     if [ "$MODE" = qtime ]; then
-        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" \
+        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
             --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
         exit "${PIPESTATUS[0]}"
     fi
@@ -91,7 +94,8 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     t0=$(date +%s)
     rc=0
     PYTHONPATH=python "$PY" scripts/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
-        ${REFINE:+--refine "$REFINE"} ${br:+--baseline-refine "$br"} \
+        ${REFINE:+--refine "$REFINE"} ${STARTS:+--starts "$STARTS"} ${GAIN:+--gain "$GAIN"} \
+        ${br:+--baseline-refine "$br"} --imatrix-chunks "${IMATRIX_CHUNKS:-16}" --upstream "${UPSTREAM:-none}" \
         --independent "${INDEPENDENT-3,4,5,6,7,8}" --stock "${STOCK:-}" \
         --calib-samples "${calib%x*}" --calib-seq-len "${calib#*x}" --chunks "${CHUNKS:-20}" --threads "$(nproc)" \
         --train "${TRAIN:?set TRAIN}" --test "${TEST:?set TEST}" --device "${DEVICE:-cuda}" \

@@ -41,6 +41,11 @@ SEED_BITS = 3
 PARENT_BITS = 8
 #: precisions above the seed refined jointly with it (GGML_EXT_APQ_REFINE; 0: the paper's greedy upscaling)
 REFINE = 2
+#: extra starts of the refinement: also from the optimal partition at seed+1 .. seed+STARTS bits
+#: (GGML_EXT_APQ_STARTS); the start with the lowest joint objective wins
+STARTS = 0
+#: precision seed+i weighs GAIN**i in the refinement's joint objective (GGML_EXT_APQ_GAIN; 1: plain sum)
+GAIN = 1.0
 
 
 class AnyPrecError(ValueError):
@@ -55,6 +60,7 @@ def _lib() -> ctypes.CDLL:
     sigs = {
         "ggml_ext_apq_quantize": ([P, P, I64, I64, I, I, P, P], I),
         "ggml_ext_apq_quantize_refined": ([P, P, I64, I64, I, I, I, P, P], I),
+        "ggml_ext_apq_quantize_ex": ([P, P, I64, I64, I, I, I, I, ctypes.c_double, P, P], I),
         "ggml_ext_apq_row_table_len": ([I, I], I64),
         "ggml_ext_apq_planes_size": ([I, I64, I64], ctypes.c_size_t),
         "ggml_ext_apq_pack": ([P, I64, I64, I64, I64, I, P], I),
@@ -100,7 +106,8 @@ def row_table_len(seed: int = SEED_BITS, parent: int = PARENT_BITS) -> int:
 
 
 def quantize(x: np.ndarray, w: np.ndarray | None = None, seed: int = SEED_BITS, parent: int = PARENT_BITS,
-             threads: int | None = None, name: str = "rows", refine: int = REFINE) -> tuple[np.ndarray, np.ndarray]:
+             threads: int | None = None, name: str = "rows", refine: int = REFINE, starts: int = STARTS,
+             gain: float = GAIN) -> tuple[np.ndarray, np.ndarray]:
     """Seed + incremental upscaling of ``x`` (n_rows x n_per_row) with sensitivities ``w`` (same shape,
     non-negative, e.g. the Fisher diagonal; None: equal).
 
@@ -108,6 +115,9 @@ def quantize(x: np.ndarray, w: np.ndarray | None = None, seed: int = SEED_BITS, 
     descent on the summed weighted squared error of precisions seed..seed+R: the paper's greedy splits of
     the optimal seed land well above each precision's own optimum; the refinement gives up a fraction of
     a percent at the seed for several percent above it. ``refine=0`` is the paper's algorithm.
+    ``starts`` T > 0 also starts the refinement from the optimal partitions at seed+1 .. seed+T bits (their
+    coarser precisions by the nesting) and keeps the start of the lowest joint objective; ``gain`` g weighs
+    precision seed+i by g**i in that objective (docs/formats/anyprec.md, step 3).
 
     Returns ``codes`` (uint8, n_rows x n_per_row, the parent-precision code of every weight) and
     ``tables`` (float32, n_rows x :func:`row_table_len`: per row the 2^b centroids of every precision b
@@ -115,6 +125,10 @@ def quantize(x: np.ndarray, w: np.ndarray | None = None, seed: int = SEED_BITS, 
     _check_bits(seed, parent)
     if int(refine) != refine or refine < 0:
         raise AnyPrecError(f"{name}: refine must be a non-negative integer, got {refine!r}")
+    if int(starts) != starts or starts < 0:
+        raise AnyPrecError(f"{name}: starts must be a non-negative integer, got {starts!r}")
+    if not (np.isfinite(gain) and gain > 0):
+        raise AnyPrecError(f"{name}: gain must be a positive number, got {gain!r}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2 or x.shape[1] < 1:
         raise AnyPrecError(f"{name}: expected a non-empty 2-D matrix, got shape {x.shape}")
@@ -134,8 +148,9 @@ def quantize(x: np.ndarray, w: np.ndarray | None = None, seed: int = SEED_BITS, 
     def run(lo: int, hi: int) -> None:
         if hi <= lo:
             return
-        rc = lib.ggml_ext_apq_quantize_refined(_ptr(x[lo:]), None if w is None else _ptr(w[lo:]), hi - lo, k, seed,
-                                               parent, refine, _ptr(codes[lo:]), _ptr(tables[lo:]))
+        rc = lib.ggml_ext_apq_quantize_ex(_ptr(x[lo:]), None if w is None else _ptr(w[lo:]), hi - lo, k, seed,
+                                          parent, int(refine), int(starts), float(gain), _ptr(codes[lo:]),
+                                          _ptr(tables[lo:]))
         if rc != 0:
             raise AnyPrecError(f"{name}: the quantizer refused rows {lo}..{hi} (out of memory?)")
 

@@ -22,7 +22,10 @@ Options (``methods.create("anyprec", ...)``; ``ggml-ext convert --bits``):
 * ``refine``: how many precisions above the seed are refined jointly with it (default
   :data:`ggml_ext.anyprec.REFINE`, 2; 0: the paper's greedy upscaling). Beyond the paper: the greedy 2-means
   split of the optimal seed is far from the optimum one bit up (docs/ANYPREC.md); coordinate descent on the
-  sum of the weighted errors of precisions S..S+R moves the nested boundaries, keeping the one-file property.
+  sum of the weighted errors of precisions S..S+R moves the nested boundaries, keeping the one-file property;
+* ``starts``: also start that refinement from the optimal partitions at S+1 .. S+starts bits and keep the
+  best (default :data:`ggml_ext.anyprec.STARTS`); ``gain``: precision S+i weighs gain**i in the joint
+  objective (default :data:`ggml_ext.anyprec.GAIN`).
 
 With the parent precision of the ``APQ`` type (8, the default) the planes are written as an ``APQ``
 tensor of the matrix's own shape, which our llama.cpp runs at any precision S..8 (``--apq-bits B``,
@@ -57,14 +60,15 @@ def planes_type(parent: int) -> str | None:
 
 
 def seed_and_upscale(W: np.ndarray, F: np.ndarray | None, seed: int, parent: int, threads: int | None,
-                     name: str, refine: int = ap.REFINE) -> tuple[np.ndarray, np.ndarray]:
+                     name: str, refine: int = ap.REFINE, starts: int = ap.STARTS,
+                     gain: float = ap.GAIN) -> tuple[np.ndarray, np.ndarray]:
     """The paper's pipeline on one matrix: the seed model at ``seed`` bits, upscaled to ``parent``
     (both in :func:`ggml_ext.anyprec.quantize`). Returns the parent codes and every precision's tables."""
     if F is not None:
         F = np.asarray(F, dtype=np.float64)
         F = F + FISHER_FLOOR * F.mean(axis=1, keepdims=True) + np.finfo(np.float32).tiny
         F = (F / F.mean(axis=1, keepdims=True)).astype(np.float32)  # per-row scale is irrelevant to k-means
-    return ap.quantize(W, F, seed, parent, threads=threads, name=name, refine=refine)
+    return ap.quantize(W, F, seed, parent, threads=threads, name=name, refine=refine, starts=starts, gain=gain)
 
 
 @register("anyprec", "Any-Precision LLM: Fisher-weighted k-means seed + incremental upscaling, one bitplane "
@@ -72,7 +76,8 @@ def seed_and_upscale(W: np.ndarray, F: np.ndarray | None, seed: int, parent: int
 class AnyPrec:
     default_type = "q8_0"  # the type of the matrices outside the decoder layers
 
-    def __init__(self, bits: str | tuple[int, int] = "3-8", fisher: bool = True, refine: int = ap.REFINE):
+    def __init__(self, bits: str | tuple[int, int] = "3-8", fisher: bool = True, refine: int = ap.REFINE,
+                 starts: int = ap.STARTS, gain: float = ap.GAIN):
         try:
             self.seed, self.parent = ap.parse_bits(bits)
         except ap.AnyPrecError as e:
@@ -81,6 +86,15 @@ class AnyPrec:
         if int(refine) != refine or int(refine) < 0:
             raise MethodError(f"anyprec: refine must be a non-negative integer, got {refine!r}")
         self.refine = int(refine)
+        if int(starts) != starts or int(starts) < 0:
+            raise MethodError(f"anyprec: starts must be a non-negative integer, got {starts!r}")
+        self.starts = int(starts)
+        try:
+            self.gain = float(gain)
+        except (TypeError, ValueError):
+            raise MethodError(f"anyprec: gain must be a positive number, got {gain!r}") from None
+        if not (np.isfinite(self.gain) and self.gain > 0):
+            raise MethodError(f"anyprec: gain must be a positive number, got {gain!r}")
         self.calibration_needs = ("fisher",) if self.fisher else ()
 
     def metadata(self) -> list[tuple[str, str, Any]]:
@@ -120,7 +134,8 @@ class AnyPrec:
             if F.shape != rows.shape:
                 raise MethodError(f"{tensor_name}: Fisher of shape {F.shape} for weights of shape {rows.shape}")
         try:
-            codes, tables = seed_and_upscale(rows, F, self.seed, self.parent, threads, tensor_name, self.refine)
+            codes, tables = seed_and_upscale(rows, F, self.seed, self.parent, threads, tensor_name, self.refine,
+                                             self.starts, self.gain)
             planes = ap.pack(codes, self.parent, name=tensor_name)
         except ap.AnyPrecError as e:
             raise MethodError(str(e)) from None

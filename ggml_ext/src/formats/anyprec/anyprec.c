@@ -28,6 +28,7 @@
 #define APQ_DP_EXACT_MAX 2048
 #define APQ_DP_GRID      512
 
+
 typedef struct {
     double * sw;   // prefix sums over the sorted row: w, w*x, w*x^2 (n + 1 each)
     double * swx;
@@ -192,7 +193,8 @@ static void apq_split_all(const apq_prefix * p, const apq_item * it, const int64
 // precision where it is a boundary (precision b >= the coarsest one, L - min(ctz(i), L - S)). Every
 // move lowers the sum strictly, so it ends no worse than the greedy splits it starts from; each
 // sweep costs O(n (L - S + 1)), small next to the seed's dynamic programming.
-static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, int S, int L, int64_t n) {
+static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, int S, int L, int64_t n,
+                       const double * lam) {
     const int K = 1 << L;
     for (int sweep = 0; sweep < GGML_EXT_APQ_REFINE_SWEEPS; sweep++) {
         int moved = 0;
@@ -206,7 +208,7 @@ static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, i
             double        cur = 0.0;
             for (int b = coarse; b <= L; b++) {
                 const int st = 1 << (L - b);
-                cur += apq_cost(p, B[i - st], B[i]) + apq_cost(p, B[i], B[i + st]);
+                cur += lam[b - S] * (apq_cost(p, B[i - st], B[i]) + apq_cost(p, B[i], B[i + st]));
             }
             double  best = cur - 1e-12 * cur;  // only strict improvements: no cycling on ties
             int64_t bm   = B[i];
@@ -217,7 +219,7 @@ static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, i
                 double v = 0.0;
                 for (int b = coarse; b <= L; b++) {
                     const int st = 1 << (L - b);
-                    v += apq_cost(p, B[i - st], m) + apq_cost(p, m, B[i + st]);
+                    v += lam[b - S] * (apq_cost(p, B[i - st], m) + apq_cost(p, m, B[i + st]));
                 }
                 if (v < best) {
                     best = v;
@@ -232,17 +234,6 @@ static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, i
         if (!moved) {
             break;
         }
-    }
-}
-
-// Precision b's centroids from the 2^b ranges bounds[c*st] .. bounds[(c+1)*st] (st = 2^(L-b)):
-// weighted means, an empty range repeating its parent's centroid (par: precision b-1's, or NULL
-// at the seed: the row's mean).
-static void apq_centroids(const apq_prefix * p, const int64_t * bounds, int b, int L, const double * par,
-                          double row_mean, double * cent) {
-    const int st = 1 << (L - b);
-    for (int c = 0; c < (1 << b); c++) {
-        cent[c] = apq_mean(p, bounds[c * st], bounds[(c + 1) * st], par ? par[c >> 1] : row_mean);
     }
 }
 
@@ -275,30 +266,15 @@ static int64_t apq_grid(const apq_item * it, int64_t n, int64_t * grid) {
     return m;
 }
 
-// One row: x, w (n) -> codes (n), tables (row_table_len floats). Work buffers passed in.
-static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, int refine, uint8_t * codes,
-                             float * tables, apq_item * it, uint32_t * sortbuf, apq_prefix * p, double * dp,
-                             int64_t * arg, int64_t * bounds, int64_t * nbounds) {
-    apq_sort_row(x, w, n, it, sortbuf);
-    // centre on the row's mid-range: the prefix sums of x^2 lose less to cancellation
-    const double c0 = 0.5 * ((double) it[0].x + (double) it[n - 1].x);
-    p->sw[0] = p->swx[0] = p->swxx[0] = p->sx[0] = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double v  = (double) it[i].x - c0;
-        const double wi = (double) it[i].w;
-        p->sw[i + 1]    = p->sw[i] + wi;
-        p->swx[i + 1]   = p->swx[i] + wi * v;
-        p->swxx[i + 1]  = p->swxx[i] + wi * v * v;
-        p->sx[i + 1]    = p->sx[i] + v;
-    }
-
-    // Seed: the optimal partition of the sorted row into K = 2^S ranges (some may be empty), over every
-    // position (m = n) or, on long rows, over m + 1 grid positions and then polished.
-    const int       K    = 1 << S;
-    int64_t         m    = n > APQ_DP_EXACT_MAX ? APQ_DP_GRID : n;
-    const int64_t * pos  = NULL;
+// The optimal partition of the sorted row into K ranges (some may be empty), bounds[0..K]: the dynamic programme
+// over every position, or on rows longer than APQ_DP_EXACT_MAX over apq_grid's points, then each boundary
+// polished at full resolution (apq_refine at one precision: to its best position between its neighbours).
+static void apq_partition(const apq_prefix * p, const apq_item * it, int64_t n, int K, double * dp, int64_t * arg,
+                          int64_t * bounds) {
+    int64_t         m   = n;
+    const int64_t * pos = NULL;
     int64_t         grid[APQ_DP_GRID + 1];
-    if (m < n) {
+    if (n > APQ_DP_EXACT_MAX) {
         m   = apq_grid(it, n, grid);
         pos = grid;
     }
@@ -315,7 +291,6 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
         prev       = cur;
         cur        = t;
     }
-    // Walk back: bounds[c] .. bounds[c+1] is seed cluster c.
     bounds[K]  = n;
     int64_t hi = m;
     for (int k = K; k >= 2; k--) {
@@ -324,21 +299,89 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
     }
     bounds[0] = 0;
     if (pos) {
-        apq_refine(p, it, bounds, S, S, n);  // each boundary to its best position between its neighbours
+        static const double one = 1.0;
+        int                 b   = 0;
+        while ((1 << b) < K) {
+            b++;
+        }
+        apq_refine(p, it, bounds, b, b, n, &one);
+    }
+}
+
+// The joint objective of apq_refine: sum over b = S..L of lam[b - S] x precision b's weighted squared error.
+static double apq_joint(const apq_prefix * p, const int64_t * B, int S, int L, const double * lam) {
+    double J = 0.0;
+    for (int b = S; b <= L; b++) {
+        const int st = 1 << (L - b);
+        double    e  = 0.0;
+        for (int c = 0; c < (1 << b); c++) {
+            e += apq_cost(p, B[c * st], B[(c + 1) * st]);
+        }
+        J += lam[b - S] * e;
+    }
+    return J;
+}
+
+// Precision b's centroids from the 2^b ranges bounds[c*st] .. bounds[(c+1)*st] (st = 2^(L-b)):
+// weighted means, an empty range repeating its parent's centroid (par: precision b-1's, or NULL
+// at the seed: the row's mean).
+static void apq_centroids(const apq_prefix * p, const int64_t * bounds, int b, int L, const double * par,
+                          double row_mean, double * cent) {
+    const int st = 1 << (L - b);
+    for (int c = 0; c < (1 << b); c++) {
+        cent[c] = apq_mean(p, bounds[c * st], bounds[(c + 1) * st], par ? par[c >> 1] : row_mean);
+    }
+}
+
+// One row: x, w (n) -> codes (n), tables (row_table_len floats). Work buffers passed in.
+static void apq_quantize_row(const float * x, const float * w, int64_t n, int S, int P, int refine, int starts,
+                             const double * lam, uint8_t * codes, float * tables, apq_item * it, uint32_t * sortbuf,
+                             apq_prefix * p, double * dp, int64_t * arg, int64_t * bounds, int64_t * nbounds,
+                             int64_t * tb) {
+    apq_sort_row(x, w, n, it, sortbuf);
+    // centre on the row's mid-range: the prefix sums of x^2 lose less to cancellation
+    const double c0 = 0.5 * ((double) it[0].x + (double) it[n - 1].x);
+    p->sw[0] = p->swx[0] = p->swxx[0] = p->sx[0] = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double v  = (double) it[i].x - c0;
+        const double wi = (double) it[i].w;
+        p->sw[i + 1]    = p->sw[i] + wi;
+        p->swx[i + 1]   = p->swx[i] + wi * v;
+        p->swxx[i + 1]  = p->swxx[i] + wi * v * v;
+        p->sx[i + 1]    = p->sx[i] + v;
     }
 
-    // Upscaling: split every range at its optimal 2-means point, one bit at a time. The first
-    // `refine` splits are then refined jointly with the seed (apq_refine), the rest stay greedy.
-    const int L = S + refine < P ? S + refine : P;
-    int       nr = K;
-    for (int b = S + 1; b <= L; b++) {
-        apq_split_all(p, it, bounds, nr, nbounds);
-        nr *= 2;
-        memcpy(bounds, nbounds, sizeof(*bounds) * (size_t) (nr + 1));
+    // Seed: the optimal partition of the sorted row into 2^S ranges; upscaling: every range split at its
+    // optimal 2-means point, one bit at a time. The first `refine` splits are then refined jointly with the
+    // seed (apq_refine), the rest stay greedy. With starts T > 0 the refinement also starts from the optimal
+    // partition at S+1 .. S+T bits (its coarser precisions by the nesting, finer ones by greedy splits) and
+    // the start with the lowest joint objective wins.
+    const int L  = S + refine < P ? S + refine : P;
+    const int T  = L - S < starts ? L - S : starts;
+    double    bestJ = INFINITY;
+    for (int t = S; t <= S + T; t++) {
+        int64_t * B = t == S ? bounds : tb;
+        apq_partition(p, it, n, 1 << t, dp, arg, B);
+        int nr = 1 << t;
+        for (int b = t + 1; b <= L; b++) {
+            apq_split_all(p, it, B, nr, nbounds);
+            nr *= 2;
+            memcpy(B, nbounds, sizeof(*B) * (size_t) (nr + 1));
+        }
+        if (L > S) {
+            apq_refine(p, it, B, S, L, n, lam);
+        }
+        if (T > 0) {
+            const double J = apq_joint(p, B, S, L, lam);
+            if (J < bestJ) {
+                bestJ = J;
+                if (B != bounds) {
+                    memcpy(bounds, B, sizeof(*B) * (size_t) ((1 << L) + 1));
+                }
+            }
+        }
     }
-    if (L > S) {
-        apq_refine(p, it, bounds, S, L, n);
-    }
+    int nr = 1 << L;
     const double row_mean = apq_mean(p, 0, n, 0.0);
     float *      tab      = tables;
     double       par[256], cent[256];
@@ -362,29 +405,35 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
     }
 }
 
-int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                                  int parent_bits, int refine, uint8_t * codes, float * tables) {
+int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                             int parent_bits, int refine, int starts, double gain, uint8_t * codes, float * tables) {
     if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_per_row > (int64_t) UINT32_MAX || n_rows < 0 || !x ||
-        !codes || !tables || refine < 0) {
+        !codes || !tables || refine < 0 || starts < 0 || !(gain > 0.0) || !isfinite(gain)) {
         return -1;
     }
-    const int64_t n = n_per_row;
-    const int     K = 1 << seed_bits;
-    apq_item *    it     = malloc(sizeof(apq_item) * (size_t) n);
-    uint32_t *    sbuf   = malloc(sizeof(uint32_t) * (size_t) (4 * n));
-    double *      pre    = malloc(sizeof(double) * (size_t) (4 * (n + 1)));
-    double *      dp     = malloc(sizeof(double) * (size_t) (2 * (n + 1)));
-    int64_t *     arg    = malloc(sizeof(int64_t) * (size_t) (K * (n + 1)));
-    int64_t       bounds[257], nbounds[257];
-    int           rc = 0;
+    const int64_t n  = n_per_row;
+    const int     L  = seed_bits + refine < parent_bits ? seed_bits + refine : parent_bits;
+    const int     T  = L - seed_bits < starts ? L - seed_bits : starts;
+    const int     K  = 1 << (seed_bits + T);  // the most ranges a start's dynamic programme finds
+    apq_item *    it  = malloc(sizeof(apq_item) * (size_t) n);
+    uint32_t *    sbuf = malloc(sizeof(uint32_t) * (size_t) (4 * n));
+    double *      pre = malloc(sizeof(double) * (size_t) (4 * (n + 1)));
+    double *      dp  = malloc(sizeof(double) * (size_t) (2 * (n + 1)));
+    int64_t *     arg = malloc(sizeof(int64_t) * (size_t) K * (size_t) (n + 1));
+    int64_t       bounds[257], nbounds[257], tb[257];
+    double        lam[GGML_EXT_APQ_MAX_BITS + 1];
+    for (int b = 0; b <= GGML_EXT_APQ_MAX_BITS; b++) {
+        lam[b] = pow(gain, b);  // precision seed + b's weight in the joint objective
+    }
+    int rc = 0;
     if (!it || !sbuf || !pre || !dp || !arg) {
         rc = -1;
     } else {
-        apq_prefix p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
+        apq_prefix    p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
         const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
         for (int64_t r = 0; r < n_rows; r++) {
-            apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, refine, codes + r * n,
-                             tables + r * tl, it, sbuf, &p, dp, arg, bounds, nbounds);
+            apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, refine, starts, lam,
+                             codes + r * n, tables + r * tl, it, sbuf, &p, dp, arg, bounds, nbounds, tb);
         }
     }
     free(it);
@@ -393,6 +442,12 @@ int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_ro
     free(dp);
     free(arg);
     return rc;
+}
+
+int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                                  int parent_bits, int refine, uint8_t * codes, float * tables) {
+    return ggml_ext_apq_quantize_ex(x, w, n_rows, n_per_row, seed_bits, parent_bits, refine, GGML_EXT_APQ_STARTS,
+                                    GGML_EXT_APQ_GAIN, codes, tables);
 }
 
 int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,

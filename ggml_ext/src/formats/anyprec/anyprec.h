@@ -37,6 +37,8 @@
 #define GGML_EXT_APQ_QK       32   // n_per_row must be a multiple of this
 #define GGML_EXT_APQ_REFINE   2    // precisions above the seed refined jointly with it (0: the paper's greedy)
 #define GGML_EXT_APQ_REFINE_SWEEPS 8  // at most this many coordinate-descent sweeps per row
+#define GGML_EXT_APQ_STARTS   0    // extra starts of the refinement: the optimal partitions at S+1 .. S+T bits
+#define GGML_EXT_APQ_GAIN     1.0  // precision S+i weighs GAIN^i in the refinement's joint objective
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,6 +58,14 @@ GGML_EXT_API int ggml_ext_apq_quantize(const float * x, const float * w, int64_t
 GGML_EXT_API int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row,
                                                int seed_bits, int parent_bits, int refine, uint8_t * codes,
                                                float * tables);
+
+// The same with every knob of the refinement: refine R as above; starts T > 0 also runs the refinement from
+// the optimal partition at S+1 .. S+min(T, R) bits (its coarser precisions by the nesting, the finer ones
+// by greedy splits) and keeps the start with the lowest joint objective; gain g > 0 weighs precision S+i by
+// g^i in that objective (1: the plain sum). ggml_ext_apq_quantize_refined: GGML_EXT_APQ_STARTS / _GAIN.
+GGML_EXT_API int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, int64_t n_per_row,
+                                          int seed_bits, int parent_bits, int refine, int starts, double gain,
+                                          uint8_t * codes, float * tables);
 
 // Floats per row of ggml_ext_apq_quantize's tables: 2^(P+1) - 2^S.
 GGML_EXT_API int64_t ggml_ext_apq_row_table_len(int seed_bits, int parent_bits);
