@@ -35,6 +35,10 @@
 //   v9, v10 (one token): v4 with the first two super-chunks' loads issued before the prologue (tables, x) and
 //      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel);
 //   v11, v12: v9, v10 with singles at every b (no pair tables to merge).
+//   v13, v14 (one token; see apq_gemv_rl13_kernel): persistent blocks striding over row groups, x staged once
+//      per block; b <= 3 with the row's table in 4 registers of its lane (byte-permute lookups, no shared
+//      memory per lookup), b >= 4 singles in double-buffered shared tables addressed by one byte-permute;
+//      plane loads running ahead across row groups; v14 = v13 with more warps per SM.
 // The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
@@ -717,11 +721,342 @@ static cudaError_t rl9_bits(int b, const uint8_t * rl, const uint16_t * t, int64
 }
 
 
+// ---------------------------------------------------------------------------------------------------------
+// v13 (one token): aimed at what the L2-cold round 4 showed (docs/BENCHMARKS.md, "Any-precision GEMV,
+// L2-cold and back to back"): v4 at 24-59% of bandwidth, its inner loop instruction- and shared-memory-bound
+// (v4 at 3 bits: ~5 instructions and 1.25 shared-memory wavefronts per weight and lane, i.e. at most ~26
+// weights per SM clock, while the H100's DRAM delivers ~35 3-bit weights per SM clock), and its block
+// prologue (tables staged, pairs merged, x staged) in front of every row group. Changes:
+//   * b <= 3: the row's 8 fp16 centroids live in 4 REGISTERS of its lane (low bytes of entries 0-3 / 4-7,
+//     high bytes of entries 0-3 / 4-7); the 4-bit-lane codes are byte-permute selectors, so one PRMT looks
+//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2: no shared
+//     memory per lookup at all (x only), ~4 instructions per weight (2 of them the fp16->fp32 conversion
+//     and the FFMA), nothing to stage or merge per row group (one 16-byte load per lane);
+//   * b >= 4: singles, float, lane-transposed in shared memory, the lookup address made by ONE PRMT from
+//     the byte code (entry e of lane l at byte e * 256 + l * 4: the code byte is the address's second byte,
+//     the lane's offset its first); the other 128 bytes of each 256 hold a second buffer, so the next row
+//     group's table is converted into it while the current one is used (double-buffered, no extra barrier);
+//     codes of b >= 5 built 8 at a time in 4-bit lanes (v9's rl_codes_nib);
+//   * a persistent grid (at most the blocks that fit on the SMs; each block strides over row groups), x
+//     staged once per block; the W warps of a block split each row group's super-chunks, and each warp's
+//     plane loads run D super-chunks ahead in registers ACROSS row-group boundaries (and across the one
+//     __syncthreads per row group, which also publishes the next table and the row sums: the partial sums
+//     go to a double-buffered shared array that warp 0 adds after the barrier); the next group's raw table
+//     is loaded at the start of a group and converted at its end, so its latency hides behind the group;
+//   * 16 warps per block where the row groups are fewer than the SMs (4096-row matrices) or the table is
+//     large (b >= 7), 8 otherwise.
+static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+}
+
+template <int B, int W, int D, int MB>
+static __global__ void __launch_bounds__(32 * W, MB)
+    apq_gemv_rl13_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
+                         int S, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
+    constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
+    constexpr int  TB     = 1 << B;
+    constexpr int  TBYTES = REG ? 0 : TB * 256;      // two interleaved float tables (b >= 4)
+    constexpr int  NR     = REG ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
+    extern __shared__ float4 smem4[];
+    char *         smc   = (char *) smem4;
+    float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
+    float *        xs    = red + 2 * W * 32;          // x, k floats
+    const int      lane  = threadIdx.x & 31;
+    const int      warp  = threadIdx.x >> 5;
+    const int64_t  G     = (n + 31) / 32;
+    const int64_t  Q     = k / 128;
+    const int64_t  gstep = gridDim.x;
+    const __half * tab   = tables + n * (TB - (1 << S));
+    const bool     al16  = (n * (TB - (1 << S))) % 8 == 0;  // precision b's tables start 16-byte aligned
+    const bool     act   = warp < Q;                         // the warp has super-chunks (q = warp, warp + W, ...)
+    int64_t        g     = blockIdx.x;
+
+    // planes: a ring of D super-chunks, the load cursor (lg, lq) running D - 1 items ahead of the compute
+    uint4   buf[D][B];
+    int64_t lg = g, lq = warp;
+    if (act) {
+#pragma unroll
+        for (int d = 0; d < D - 1; d++) {
+            if (lg < G) {
+                rl_load<B>(buf[d], rl + (lg * Q + lq) * 32 + lane, plane_u4);
+            }
+            lq += W;
+            if (lq >= Q) {
+                lq = warp;
+                lg += gstep;
+            }
+        }
+    }
+
+    // the tables of row group gg: b <= 3, the lane's row (8 halves, zero past TB and past n); b >= 4, this
+    // thread's share of the 32 rows' raw tables (16-byte pieces idx = l + 32 c: row l, entries 8c .. 8c+7)
+    auto raw_row = [&](int64_t gg) {
+        uint4         v = make_uint4(0, 0, 0, 0);
+        const int64_t r = 32 * gg + lane;
+        if (gg < G && r < n) {
+            if (B == 3 && al16) {
+                v = __ldg((const uint4 *) (tab + r * TB));
+            } else {
+                uint16_t h[8] = {};
+#pragma unroll
+                for (int e = 0; e < (TB < 8 ? TB : 8); e++) {
+                    h[e] = __half_as_ushort(tab[r * TB + e]);
+                }
+                v = make_uint4(h[0] | (uint32_t) h[1] << 16, h[2] | (uint32_t) h[3] << 16, h[4] | (uint32_t) h[5] << 16,
+                               h[6] | (uint32_t) h[7] << 16);
+            }
+        }
+        return v;
+    };
+    auto raw_block = [&](int64_t gg, uint4 (&v)[NR]) {
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const int idx = threadIdx.x + j * 32 * W;
+            v[j]          = make_uint4(0, 0, 0, 0);
+            if (idx < 4 * TB && gg < G) {
+                const int     l = idx & 31, c = idx >> 5;
+                const int64_t r = 32 * gg + l;
+                if (r < n) {
+                    if (al16) {
+                        v[j] = __ldg((const uint4 *) (tab + r * TB) + c);
+                    } else {
+                        uint16_t h[8];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) {
+                            h[e] = __half_as_ushort(tab[r * TB + 8 * c + e]);
+                        }
+                        v[j] = make_uint4(h[0] | (uint32_t) h[1] << 16, h[2] | (uint32_t) h[3] << 16,
+                                          h[4] | (uint32_t) h[5] << 16, h[6] | (uint32_t) h[7] << 16);
+                    }
+                }
+            }
+        }
+    };
+    auto store_block = [&](const uint4 (&v)[NR], int u) {  // entry e of lane l, buffer u: byte e*256 + u*128 + l*4
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const int idx = threadIdx.x + j * 32 * W;
+            if (idx < 4 * TB) {
+                const int      l  = idx & 31, c = idx >> 5;
+                const __half * hv = (const __half *) &v[j];
+#pragma unroll
+                for (int uu = 0; uu < 8; uu++) {
+                    *(float *) (smc + (8 * c + uu) * 256 + u * 128 + l * 4) = __half2float(hv[uu]);
+                }
+            }
+        }
+    };
+    // b <= 3: low bytes of entries 0-3 / 4-7, high bytes of entries 0-3 / 4-7
+    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
+    auto     set_regs = [&](const uint4 v) {
+        tl0 = __byte_perm(v.x, v.y, 0x6420);
+        th0 = __byte_perm(v.x, v.y, 0x7531);
+        tl1 = __byte_perm(v.z, v.w, 0x6420);
+        th1 = __byte_perm(v.z, v.w, 0x7531);
+    };
+    uint4 raw[NR];
+    if constexpr (REG) {
+        set_regs(raw_row(g));
+    } else {
+        raw_block(g, raw);
+        store_block(raw, 0);
+    }
+    for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+        ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+    }
+    __syncthreads();
+
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int it = 0; g < G; g += gstep, it++) {
+        const int64_t gn = g + gstep;
+        uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
+        if constexpr (REG) {
+            rraw = raw_row(gn);
+        } else {
+            raw_block(gn, raw);
+        }
+        const uint32_t lreg = (uint32_t) lane * 4 + (uint32_t) (it & 1) * 128;
+        if (act) {
+            for (int64_t q = warp; q < Q; q += W) {
+                if (lg < G) {
+                    rl_load<B>(buf[D - 1], rl + (lg * Q + lq) * 32 + lane, plane_u4);
+                }
+                lq += W;
+                if (lq >= Q) {
+                    lq = warp;
+                    lg += gstep;
+                }
+                const float * xq = xs + q * 128;
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    uint32_t w[B];
+#pragma unroll
+                    for (int kk = 0; kk < B; kk++) {
+                        w[kk] = rl_word(buf[0][kk], t);
+                    }
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
+                        const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
+                        if constexpr (REG) {
+                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
+                            const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
+#pragma unroll
+                            for (int hh = 0; hh < 2; hh++) {
+                                const uint32_t s  = hh ? o >> 16 : o;
+                                const uint32_t L  = __byte_perm(tl0, tl1, s);
+                                const uint32_t H  = __byte_perm(th0, th1, s);
+                                const float2   f0 = apq_h2f2(__byte_perm(L, H, 0x5140));  // 4m+2hh, 16+4m+2hh
+                                const float2   f1 = apq_h2f2(__byte_perm(L, H, 0x7362));  // 4m+2hh+1, 16+..
+                                a0 = fmaf(f0.x, hh ? xl.z : xl.x, a0);
+                                a1 = fmaf(f0.y, hh ? xh.z : xh.x, a1);
+                                a0 = fmaf(f1.x, hh ? xl.w : xl.y, a0);
+                                a1 = fmaf(f1.y, hh ? xh.w : xh.y, a1);
+                            }
+                        } else {
+                            uint32_t lo, hi;  // byte i: code of weight 4m+i / 16+4m+i
+                            rl_codes_nib<B>(w, m, lo, hi);
+#define APQ13_LK(c, i) (*(const float *) (smc + __byte_perm((c), lreg, 0x5504 | ((i) << 4))))
+                            a0 = fmaf(APQ13_LK(lo, 0), xl.x, a0);
+                            a1 = fmaf(APQ13_LK(hi, 0), xh.x, a1);
+                            a0 = fmaf(APQ13_LK(lo, 1), xl.y, a0);
+                            a1 = fmaf(APQ13_LK(hi, 1), xh.y, a1);
+                            a0 = fmaf(APQ13_LK(lo, 2), xl.z, a0);
+                            a1 = fmaf(APQ13_LK(hi, 2), xh.z, a1);
+                            a0 = fmaf(APQ13_LK(lo, 3), xl.w, a0);
+                            a1 = fmaf(APQ13_LK(hi, 3), xh.w, a1);
+#undef APQ13_LK
+                        }
+                    }
+                }
+#pragma unroll
+                for (int d = 0; d < D - 1; d++) {
+#pragma unroll
+                    for (int kk = 0; kk < B; kk++) {
+                        buf[d][kk] = buf[d + 1][kk];
+                    }
+                }
+            }
+        }
+        if constexpr (!REG) {
+            store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
+        }
+        red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
+        a0 = a1 = 0.0f;
+        __syncthreads();
+        if (warp == 0) {
+            const int64_t r = 32 * g + lane;
+            float         s = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < W; ww++) {
+                s += red[(it & 1) * W * 32 + ww * 32 + lane];
+            }
+            if (r < n) {
+                y[r] = s;
+            }
+        }
+        if constexpr (REG) {
+            set_regs(rraw);
+        }
+    }
+}
+
+static int apq_sm_count(int dev) {
+    static int sms[64];
+    if (sms[dev] <= 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        sms[dev] = 0;
+    }
+    return sms[dev];
+}
+
+template <int B, int W, int D, int MB>
+static cudaError_t rl13_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S,
+                               const float * x, float * y, cudaStream_t stream, int dev, int sms) {
+    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;
+    const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
+    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB>;
+    static size_t attr[64];                     // dynamic shared memory allowed so far, per device
+    static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
+    static int    occ[64][4];
+    if (smem > 48 * 1024 && smem > attr[dev]) {
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr[dev] = smem;
+    }
+    int slot = 0;
+    while (slot < 4 && occ_smem[dev][slot] != smem) {
+        slot++;
+    }
+    if (slot == 4) {
+        int               o = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, kern, 32 * W, smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        if (o < 1) {
+            return cudaErrorInvalidConfiguration;  // x too long for shared memory (k above ~50000)
+        }
+        for (slot = 3; slot > 0; slot--) {  // newest first
+            occ_smem[dev][slot] = occ_smem[dev][slot - 1];
+            occ[dev][slot]      = occ[dev][slot - 1];
+        }
+        occ_smem[dev][0] = smem;
+        occ[dev][0]      = o;
+    }
+    const int64_t G    = (n + 31) / 32;
+    const int64_t cap  = (int64_t) occ[dev][slot] * sms;
+    const int64_t grid = G < cap ? G : cap;
+    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    kern<<<(unsigned) grid, 32 * W, smem, stream>>>((const uint4 *) rl, (const __half *) tables, n, k, S, plane_u4, x, y);
+    return cudaGetLastError();
+}
+
+// v13: D = 3 super-chunks in the ring at b <= 4 (two in flight during a compute), 2 above; at most 128
+// registers (launch bounds: 2 blocks of 8 warps or 1 of 16 per SM). v14 (HI): D = 2 and launch bounds of 3
+// blocks of 8 warps (b <= 5) / 2 of 16 (b <= 4) (at most 80 / 64 registers; above those b ptxas spills, so
+// v13's bounds): more warps per SM, fewer loads in flight per warp.
+template <int B, bool HI>
+static cudaError_t rl13_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
+                              float * y, cudaStream_t st) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    const int sms = apq_sm_count(dev);
+    if (sms <= 0) {
+        return cudaErrorInvalidDevice;
+    }
+    constexpr int D    = HI || B > 4 ? 2 : 3;
+    constexpr int MB16 = HI && B <= 4 ? 2 : 1;  // v14's bounds only where ptxas (sm_90) spills nothing
+    constexpr int MB8  = HI && B <= 5 ? 3 : 2;
+    if (B >= 7 || (n + 31) / 32 <= sms) {
+        return rl13_launch<B, 16, D, MB16>(rl, t, n, k, S, x, y, st, dev, sms);
+    }
+    return rl13_launch<B, 8, D, MB8>(rl, t, n, k, S, x, y, st, dev, sms);
+}
+
+template <bool HI>
+static cudaError_t rl13_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
+                             const float * x, float * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return rl13_width<1, HI>(rl, t, n, k, S, x, y, st);
+        case 2: return rl13_width<2, HI>(rl, t, n, k, S, x, y, st);
+        case 3: return rl13_width<3, HI>(rl, t, n, k, S, x, y, st);
+        case 4: return rl13_width<4, HI>(rl, t, n, k, S, x, y, st);
+        case 5: return rl13_width<5, HI>(rl, t, n, k, S, x, y, st);
+        case 6: return rl13_width<6, HI>(rl, t, n, k, S, x, y, st);
+        case 7: return rl13_width<7, HI>(rl, t, n, k, S, x, y, st);
+        default: return rl13_width<8, HI>(rl, t, n, k, S, x, y, st);
+    }
+}
+
 extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 12 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 14 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
@@ -741,6 +1076,8 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 13: return rl13_bits<false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 14: return rl13_bits<true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
                 return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
