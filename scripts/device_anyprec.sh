@@ -2,7 +2,7 @@
 # The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
-# (v0 on the file layout; v1..v14 and the default on the row-lane layout made at upload; v2, v8 and the default
+# (v0 on the file layout; v1..v15 and the default on the row-lane layout made at upload; v2, v8 and the default
 # at 2..8 tokens; the dequantize kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
 # 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
 # of the measured copy bandwidth. Timings are L2-cold and back to back (40 launches between two events, each
@@ -14,7 +14,7 @@
 # compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
 #
 # Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens, v9 at 3
-# and 8 bits, the dequantize kernel at 3 bits and v13 at 3, 4 (8 warps) and 8 bits (16 warps), when cuobjdump is there.
+# and 8 bits, the dequantize kernel at 3 bits, v13 at 3, 4 (8 warps) and 8 bits (16 warps) and v15 at 3 bits, when cuobjdump is there.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -122,9 +122,10 @@ if command -v cuobjdump >/dev/null; then
              _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_ \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2EEvPK5uint4PK6__halfllilPKfPf \
-             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2EEvPK5uint4PK6__halfllilPKfPf \
-             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1EEvPK5uint4PK6__halfllilPKfPf; do
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0EEvPK5uint4PK6__halfllilPKfPf \
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1EEvPK5uint4PK6__halfllilPKfPf \
+             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0EEvPK5uint4PK6__halfllilPKfPf \
+             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0EEvPK5uint4PK6__halfllilPKfPf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

@@ -2,7 +2,7 @@
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v14 and the default (row-lane layout made
+//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v15 and the default (row-lane layout made
 //     by ggml_ext_apq_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
 //     dequantize kernel (bit-exact
 //     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
@@ -237,8 +237,8 @@ int main() {
                                   { 1000, 1536 } };
     std::string t1 =
         "## one token (GEMV): latency in us per variant, L2-cold back to back; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | v13 | v14 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | v13 | v14 | v15 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
         "## batches (L2-cold back to back): v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
@@ -332,13 +332,13 @@ int main() {
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
             CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
             run_check("v0", 1, 1e-4);
-            float us[15] = {};
+            float us[16] = {};
             us[0] = b2b_us([&](int i) { ggml_ext_apq_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
             int   best_v = 0;
             float best = 1e30f, best_graph = -1, best_alone = 0, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
-                for (int v = 1; v <= 14; v++) {
+                for (int v = 1; v <= 15; v++) {
                     char name[16];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
@@ -399,11 +399,11 @@ int main() {
             const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
             snprintf(line, sizeof line,
-                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
+                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
                      (long long) n, (long long) k, b, 1e6 * bytes / bw, cell(us[0]).c_str(), cell(us[1]).c_str(),
                      cell(us[2]).c_str(), cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(),
                      cell(us[6]).c_str(), cell(us[7]).c_str(), cell(us[8]).c_str(), cell(us[9]).c_str(), cell(us[10]).c_str(),
-                     cell(us[11]).c_str(), cell(us[12]).c_str(), cell(us[13]).c_str(), cell(us[14]).c_str(), bus, best_v,
+                     cell(us[11]).c_str(), cell(us[12]).c_str(), cell(us[13]).c_str(), cell(us[14]).c_str(), cell(us[15]).c_str(), bus, best_v,
                      100.0 * bytes / (bus * 1e-6) / bw, cell(best_graph).c_str(), cell(best_alone).c_str(), f16_us,
                      cell(f16_graph).c_str(), f16_alone, f16_us / bus, 16.0 / b, worst);
             t1 += line;

@@ -749,13 +749,23 @@ static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
     return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
 
-template <int B, int W, int D, int MB>
+// v15 (HYB, b = 3 only): half the lookups (m = 0, 1: weights 4m+i, 16+4m+i of each word) through the
+// register tables, the other half (m = 2, 3) through float2 PAIR tables in shared memory, which the lanes build
+// from their own register tables (64 pairs per row and row group, double-buffered: index byte lo | 8 u | 16 hi
+// for buffer u, entry at byte index * 256 + 8 l): a pair lookup is 1 PRMT + 1 LDS.64 + 2 FFMA for 2 weights
+// (2 wavefronts) against 2 PRMT + 1 conversion + 1 FFMA per weight in registers, so the split balances the
+// issue slots (register path) against the shared-memory pipe (pair path).
+template <int B, int W, int D, int MB, bool HYB>
 static __global__ void __launch_bounds__(32 * W, MB)
     apq_gemv_rl13_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
                          int S, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
     constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
+    constexpr bool PH     = HYB && B == 3;           // v15: and pair tables for half the lookups
     constexpr int  TB     = 1 << B;
     constexpr int  TBYTES = REG ? 0 : TB * 256;      // two interleaved float tables (b >= 4)
+    // v15's pair tables: static shared memory, so that the lookups' address is the PRMT's result plus an
+    // immediate (in dynamic shared memory ptxas added the window's base in a register per lookup)
+    __shared__ __align__(16) char pht[PH ? 128 * 256 : 16];
     constexpr int  NR     = REG ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
     extern __shared__ float4 smem4[];
     char *         smc   = (char *) smem4;
@@ -854,9 +864,20 @@ static __global__ void __launch_bounds__(32 * W, MB)
         tl1 = __byte_perm(v.z, v.w, 0x6420);
         th1 = __byte_perm(v.z, v.w, 0x7531);
     };
+    // v15: the pair tables of the row group whose register tables are set, into buffer u (the lane's own row)
+    auto build_pairs = [&](int u) {
+        for (int e = warp; e < 64; e += W) {
+            const uint32_t sel = (uint32_t) (e & 7) | (uint32_t) (e >> 3) << 4;
+            const float2   f   = apq_h2f2(__byte_perm(__byte_perm(tl0, tl1, sel), __byte_perm(th0, th1, sel), 0x5140));
+            *(float2 *) (pht + ((e & 7) | u << 3 | (e >> 3) << 4) * 256 + lane * 8) = f;
+        }
+    };
     uint4 raw[NR];
     if constexpr (REG) {
         set_regs(raw_row(g));
+        if constexpr (PH) {
+            build_pairs(0);
+        }
     } else {
         raw_block(g, raw);
         store_block(raw, 0);
@@ -876,6 +897,8 @@ static __global__ void __launch_bounds__(32 * W, MB)
             raw_block(gn, raw);
         }
         const uint32_t lreg = (uint32_t) lane * 4 + (uint32_t) (it & 1) * 128;
+        const uint32_t bufm = (it & 1) ? 0x08080808u : 0u;  // v15: the pair buffer's bit in each index byte
+        const uint32_t l8   = (uint32_t) lane * 8;
         if (act) {
             for (int64_t q = warp; q < Q; q += W) {
                 if (lg < G) {
@@ -898,7 +921,24 @@ static __global__ void __launch_bounds__(32 * W, MB)
                     for (int m = 0; m < 4; m++) {
                         const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
                         const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
-                        if constexpr (REG) {
+                        if (PH && m >= 2) {
+                            uint32_t o = bufm;  // byte i: code(4m+i) | u << 3 | code(16+4m+i) << 4
+#pragma unroll
+                            for (int kk = 0; kk < B; kk++) {
+                                o |= ((w[kk] >> m) & 0x11111111u) << (B - 1 - kk);
+                            }
+#define APQ15_LK(i) (*(const float2 *) (pht + __byte_perm(o, l8, 0x5504 | ((i) << 4))))
+                            const float2 v0 = APQ15_LK(0), v1 = APQ15_LK(1), v2 = APQ15_LK(2), v3 = APQ15_LK(3);
+#undef APQ15_LK
+                            a0 = fmaf(v0.x, xl.x, a0);
+                            a1 = fmaf(v0.y, xh.x, a1);
+                            a0 = fmaf(v1.x, xl.y, a0);
+                            a1 = fmaf(v1.y, xh.y, a1);
+                            a0 = fmaf(v2.x, xl.z, a0);
+                            a1 = fmaf(v2.y, xh.z, a1);
+                            a0 = fmaf(v3.x, xl.w, a0);
+                            a1 = fmaf(v3.y, xh.w, a1);
+                        } else if constexpr (REG) {
                             // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
                             const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
 #pragma unroll
@@ -940,6 +980,11 @@ static __global__ void __launch_bounds__(32 * W, MB)
         }
         if constexpr (!REG) {
             store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
+        } else {
+            set_regs(rraw);  // this warp is done with the current group's tables
+            if constexpr (PH) {
+                build_pairs((it + 1) & 1);
+            }
         }
         red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
         a0 = a1 = 0.0f;
@@ -955,9 +1000,6 @@ static __global__ void __launch_bounds__(32 * W, MB)
                 y[r] = s;
             }
         }
-        if constexpr (REG) {
-            set_regs(rraw);
-        }
     }
 }
 
@@ -969,16 +1011,16 @@ static int apq_sm_count(int dev) {
     return sms[dev];
 }
 
-template <int B, int W, int D, int MB>
+template <int B, int W, int D, int MB, bool HYB>
 static cudaError_t rl13_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S,
                                const float * x, float * y, cudaStream_t stream, int dev, int sms) {
-    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;
+    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;  // (v15's pair tables are static shared memory)
     const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
-    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB>;
+    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB, HYB>;
     static size_t attr[64];                     // dynamic shared memory allowed so far, per device
     static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
     static int    occ[64][4];
-    if (smem > 48 * 1024 && smem > attr[dev]) {
+    if (smem > attr[dev]) {  // also below 48 KiB: v15's static pair tables lower the default dynamic limit
         const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
         if (e != cudaSuccess) {
             return e;
@@ -1017,7 +1059,7 @@ static cudaError_t rl13_launch(const uint8_t * rl, const uint16_t * tables, int6
 // registers (launch bounds: 2 blocks of 8 warps or 1 of 16 per SM). v14 (HI): D = 2 and launch bounds of 3
 // blocks of 8 warps (b <= 5) / 2 of 16 (b <= 4) (at most 80 / 64 registers; above those b ptxas spills, so
 // v13's bounds): more warps per SM, fewer loads in flight per warp.
-template <int B, bool HI>
+template <int B, bool HI, bool HYB = false>
 static cudaError_t rl13_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
                               float * y, cudaStream_t st) {
     int dev = 0;
@@ -1032,9 +1074,9 @@ static cudaError_t rl13_width(const uint8_t * rl, const uint16_t * t, int64_t n,
     constexpr int MB16 = HI && B <= 4 ? 2 : 1;  // v14's bounds only where ptxas (sm_90) spills nothing
     constexpr int MB8  = HI && B <= 5 ? 3 : 2;
     if (B >= 7 || (n + 31) / 32 <= sms) {
-        return rl13_launch<B, 16, D, MB16>(rl, t, n, k, S, x, y, st, dev, sms);
+        return rl13_launch<B, 16, D, MB16, HYB>(rl, t, n, k, S, x, y, st, dev, sms);
     }
-    return rl13_launch<B, 8, D, MB8>(rl, t, n, k, S, x, y, st, dev, sms);
+    return rl13_launch<B, 8, D, MB8, HYB>(rl, t, n, k, S, x, y, st, dev, sms);
 }
 
 template <bool HI>
@@ -1056,7 +1098,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 14 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 15 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
@@ -1078,6 +1120,9 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 13: return rl13_bits<false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 14: return rl13_bits<true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 15:  // v15 differs from v13 at 3 bits only
+            return bits == 3 ? rl13_width<3, false, true>(rl, tables, n_rows, n_per_row, seed_bits, x, y, stream)
+                             : rl13_bits<false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
                 return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
