@@ -122,10 +122,10 @@ if command -v cuobjdump >/dev/null; then
              _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_ \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0EEvPK5uint4PK6__halfllilPKfPf \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0EEvPK5uint4PK6__halfllilPKfPf \
-             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0EEvPK5uint4PK6__halfllilPKfPf; do
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

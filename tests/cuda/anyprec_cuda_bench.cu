@@ -243,6 +243,10 @@ int main() {
         "## batches (L2-cold back to back): v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    std::string t3 =
+        "## q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda, v13 over 3 matrices sharing x) vs 3 launches of v13, one token, L2-cold\n\n"
+        "| matrices | bits | ideal us | fused b2b us | 3 x v13 b2b us | fused graph us | 3 x v13 graph us | fused % of bandwidth | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
     char line[1024];
     for (auto & sh : shapes) {
         const int64_t n = sh[0], k = sh[1];
@@ -361,6 +365,44 @@ int main() {
                     best_graph = graph_us([&](int i) { rlv(b, best_v, 1, i); });
                     best_alone = median_us([&] { rlv(b, best_v, 1, 0); });
                 }
+                if (n == 4096 && k == 4096) {
+                    // q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda: v13 over three matrices sharing x,
+                    // here three copies of the weights) against three v13 launches, L2-cold as above
+                    auto fused = [&](int i) {
+                        const uint8_t *  r3[3];
+                        const uint16_t * t3[3];
+                        const int64_t    n3[3] = { n, n, n };
+                        float *          y3[3] = { dy, dy + n, dy + 2 * n };
+                        for (int m = 0; m < 3; m++) {
+                            r3[m] = rlc[(3 * i + m) % rlc.size()];
+                            t3[m] = dtc[(3 * i + m) % nc];
+                        }
+                        return ggml_ext_apq_gemv_rl_multi_cuda(3, r3, t3, n3, k, S, b, dx, y3, st);
+                    };
+                    auto three = [&](int i) {
+                        for (int m = 0; m < 3; m++) {
+                            rlv(b, 13, 1, 3 * i + m);
+                        }
+                    };
+                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
+                    CK(fused(0));
+                    CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(got.data(), dy, 3 * n * 4, cudaMemcpyDeviceToHost));
+                    std::vector<float>  want3((size_t) (NTB * n));
+                    std::vector<double> mag3((size_t) (NTB * n));
+                    for (int m = 0; m < 3; m++) {
+                        std::copy(want.begin(), want.begin() + n, want3.begin() + m * n);
+                        std::copy(mag.begin(), mag.begin() + n, mag3.begin() + m * n);
+                    }
+                    const double w3 = check("qkv fused", n, k, b, got, want3, mag3, 3, 1e-4);
+                    const double bytes3 = 3.0 * ((double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * n) + 4.0 * k;
+                    const float  fb = b2b_us(fused), tb = b2b_us(three), fg = graph_us(fused), tg = graph_us(three);
+                    snprintf(line, sizeof line, "| 3 x %lldx%lld | %d | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1e |\n",
+                             (long long) n, (long long) k, b, 1e6 * bytes3 / bw, fb, tb,
+                             fg > 0 ? std::to_string(fg).substr(0, 6).c_str() : "-",
+                             tg > 0 ? std::to_string(tg).substr(0, 6).c_str() : "-", 100.0 * bytes3 / (fb * 1e-6) / bw, w3);
+                    t3 += line;
+                }
                 for (int nt : { 1, 2, 3, 5, 8 }) {
                     for (int v : { 0, 2, 8 }) {  // 0: the default
                         if (nt == 1 && v != 0) continue;
@@ -424,7 +466,7 @@ int main() {
         cudaFree(dx16); cudaFree(dh16);
     }
     cublasDestroy(h);
-    printf("\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(),
+    printf("\n%s\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(), t3.c_str(),
            bad ? "MISMATCH" : "all GPU results match the CPU reference");
     return bad ? 1 : 0;
 }

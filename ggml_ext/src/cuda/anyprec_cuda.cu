@@ -755,10 +755,27 @@ static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
 // for buffer u, entry at byte index * 256 + 8 l): a pair lookup is 1 PRMT + 1 LDS.64 + 2 FFMA for 2 weights
 // (2 wavefronts) against 2 PRMT + 1 conversion + 1 FFMA per weight in registers, so the split balances the
 // issue slots (register path) against the shared-memory pipe (pair path).
-template <int B, int W, int D, int MB, bool HYB>
+// NM matrices sharing x and the row length (q/k/v, gate/up: one launch); their row groups are numbered one
+// after the other (gend: cumulative row groups), every field picked with static indices (no local copy).
+template <int NM> struct apq13_set {
+    const uint4 *  rl[NM];
+    const __half * tab[NM];  // precision b's tables (offset applied)
+    float *        y[NM];
+    int64_t        n[NM];
+    int64_t        plane_u4[NM];
+    int64_t        gend[NM];
+};
+
+struct apq13_loc {
+    const uint4 *  rl;
+    const __half * tab;
+    float *        y;
+    int64_t        n, pu4, gl;  // rows, plane stride (uint4), row group within the matrix
+};
+
+template <int B, int W, int D, int MB, bool HYB, int NM>
 static __global__ void __launch_bounds__(32 * W, MB)
-    apq_gemv_rl13_kernel(const uint4 * __restrict__ rl, const __half * __restrict__ tables, int64_t n, int64_t k,
-                         int S, int64_t plane_u4, const float * __restrict__ x, float * __restrict__ y) {
+    apq_gemv_rl13_kernel(const apq13_set<NM> ms, int64_t k, const float * __restrict__ x) {
     constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
     constexpr bool PH     = HYB && B == 3;           // v15: and pair tables for half the lookups
     constexpr int  TB     = 1 << B;
@@ -773,27 +790,38 @@ static __global__ void __launch_bounds__(32 * W, MB)
     float *        xs    = red + 2 * W * 32;          // x, k floats
     const int      lane  = threadIdx.x & 31;
     const int      warp  = threadIdx.x >> 5;
-    const int64_t  G     = (n + 31) / 32;
+    const int64_t  G     = ms.gend[NM - 1];
     const int64_t  Q     = k / 128;
     const int64_t  gstep = gridDim.x;
-    const __half * tab   = tables + n * (TB - (1 << S));
-    const bool     al16  = (n * (TB - (1 << S))) % 8 == 0;  // precision b's tables start 16-byte aligned
     const bool     act   = warp < Q;                         // the warp has super-chunks (q = warp, warp + W, ...)
     int64_t        g     = blockIdx.x;
+    auto           pick  = [&](int64_t gg) {  // the matrix of global row group gg
+        apq13_loc L = { ms.rl[0], ms.tab[0], ms.y[0], ms.n[0], ms.plane_u4[0], gg };
+#pragma unroll
+        for (int j = 1; j < NM; j++) {
+            if (gg >= ms.gend[j - 1]) {
+                L = { ms.rl[j], ms.tab[j], ms.y[j], ms.n[j], ms.plane_u4[j], gg - ms.gend[j - 1] };
+            }
+        }
+        return L;
+    };
 
     // planes: a ring of D super-chunks, the load cursor (lg, lq) running D - 1 items ahead of the compute
-    uint4   buf[D][B];
-    int64_t lg = g, lq = warp;
+    uint4     buf[D][B];
+    int64_t   lg = g, lq = warp;
+    apq13_loc LL = pick(lg);
     if (act) {
 #pragma unroll
         for (int d = 0; d < D - 1; d++) {
             if (lg < G) {
-                rl_load<B>(buf[d], rl + (lg * Q + lq) * 32 + lane, plane_u4);
+                rl_load<B>(buf[d], (NM == 1 ? ms.rl[0] : LL.rl) + ((NM == 1 ? lg : LL.gl) * Q + lq) * 32 + lane,
+                           NM == 1 ? ms.plane_u4[0] : LL.pu4);
             }
             lq += W;
             if (lq >= Q) {
                 lq = warp;
                 lg += gstep;
+                LL = pick(lg);
             }
         }
     }
@@ -801,10 +829,12 @@ static __global__ void __launch_bounds__(32 * W, MB)
     // the tables of row group gg: b <= 3, the lane's row (8 halves, zero past TB and past n); b >= 4, this
     // thread's share of the 32 rows' raw tables (16-byte pieces idx = l + 32 c: row l, entries 8c .. 8c+7)
     auto raw_row = [&](int64_t gg) {
-        uint4         v = make_uint4(0, 0, 0, 0);
-        const int64_t r = 32 * gg + lane;
-        if (gg < G && r < n) {
-            if (B == 3 && al16) {
+        uint4           v   = make_uint4(0, 0, 0, 0);
+        const apq13_loc L   = pick(gg);
+        const __half *  tab = L.tab;
+        const int64_t   r   = 32 * L.gl + lane;
+        if (gg < G && r < L.n) {
+            if (B == 3 && ((uintptr_t) tab & 15) == 0) {
                 v = __ldg((const uint4 *) (tab + r * TB));
             } else {
                 uint16_t h[8] = {};
@@ -819,14 +849,17 @@ static __global__ void __launch_bounds__(32 * W, MB)
         return v;
     };
     auto raw_block = [&](int64_t gg, uint4 (&v)[NR]) {
+        const apq13_loc L    = pick(gg);
+        const __half *  tab  = L.tab;
+        const bool      al16 = ((uintptr_t) tab & 15) == 0;  // precision b's tables start 16-byte aligned
 #pragma unroll
         for (int j = 0; j < NR; j++) {
             const int idx = threadIdx.x + j * 32 * W;
             v[j]          = make_uint4(0, 0, 0, 0);
             if (idx < 4 * TB && gg < G) {
                 const int     l = idx & 31, c = idx >> 5;
-                const int64_t r = 32 * gg + l;
-                if (r < n) {
+                const int64_t r = 32 * L.gl + l;
+                if (r < L.n) {
                     if (al16) {
                         v[j] = __ldg((const uint4 *) (tab + r * TB) + c);
                     } else {
@@ -902,12 +935,15 @@ static __global__ void __launch_bounds__(32 * W, MB)
         if (act) {
             for (int64_t q = warp; q < Q; q += W) {
                 if (lg < G) {
-                    rl_load<B>(buf[D - 1], rl + (lg * Q + lq) * 32 + lane, plane_u4);
+                    // (one matrix: the kernel's parameters, so that the plane stride stays a constant operand)
+                    rl_load<B>(buf[D - 1], (NM == 1 ? ms.rl[0] : LL.rl) + ((NM == 1 ? lg : LL.gl) * Q + lq) * 32 + lane,
+                               NM == 1 ? ms.plane_u4[0] : LL.pu4);
                 }
                 lq += W;
                 if (lq >= Q) {
                     lq = warp;
                     lg += gstep;
+                    LL = pick(lg);
                 }
                 const float * xq = xs + q * 128;
 #pragma unroll
@@ -990,14 +1026,15 @@ static __global__ void __launch_bounds__(32 * W, MB)
         a0 = a1 = 0.0f;
         __syncthreads();
         if (warp == 0) {
-            const int64_t r = 32 * g + lane;
-            float         s = 0.0f;
+            const apq13_loc L = pick(g);
+            const int64_t   r = 32 * L.gl + lane;
+            float           s = 0.0f;
 #pragma unroll
             for (int ww = 0; ww < W; ww++) {
                 s += red[(it & 1) * W * 32 + ww * 32 + lane];
             }
-            if (r < n) {
-                y[r] = s;
+            if (r < L.n) {
+                L.y[r] = s;
             }
         }
     }
@@ -1011,12 +1048,12 @@ static int apq_sm_count(int dev) {
     return sms[dev];
 }
 
-template <int B, int W, int D, int MB, bool HYB>
-static cudaError_t rl13_launch(const uint8_t * rl, const uint16_t * tables, int64_t n, int64_t k, int S,
-                               const float * x, float * y, cudaStream_t stream, int dev, int sms) {
+template <int B, int W, int D, int MB, bool HYB, int NM>
+static cudaError_t rl13_launch(const apq13_set<NM> & ms, int64_t k, const float * x, cudaStream_t stream, int dev,
+                               int sms) {
     constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;  // (v15's pair tables are static shared memory)
     const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
-    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB, HYB>;
+    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB, HYB, NM>;
     static size_t attr[64];                     // dynamic shared memory allowed so far, per device
     static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
     static int    occ[64][4];
@@ -1047,21 +1084,21 @@ static cudaError_t rl13_launch(const uint8_t * rl, const uint16_t * tables, int6
         occ_smem[dev][0] = smem;
         occ[dev][0]      = o;
     }
-    const int64_t G    = (n + 31) / 32;
+    const int64_t G    = ms.gend[NM - 1];
     const int64_t cap  = (int64_t) occ[dev][slot] * sms;
     const int64_t grid = G < cap ? G : cap;
-    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
-    kern<<<(unsigned) grid, 32 * W, smem, stream>>>((const uint4 *) rl, (const __half *) tables, n, k, S, plane_u4, x, y);
+    kern<<<(unsigned) grid, 32 * W, smem, stream>>>(ms, k, x);
     return cudaGetLastError();
 }
 
 // v13: D = 3 super-chunks in the ring at b <= 4 (two in flight during a compute), 2 above; at most 128
 // registers (launch bounds: 2 blocks of 8 warps or 1 of 16 per SM). v14 (HI): D = 2 and launch bounds of 3
-// blocks of 8 warps (b <= 5) / 2 of 16 (b <= 4) (at most 80 / 64 registers; above those b ptxas spills, so
+// blocks of 8 warps (b <= 5) / 2 of 16 (b <= 3) (at most 80 / 64 registers; above those b ptxas spills, so
 // v13's bounds): more warps per SM, fewer loads in flight per warp.
-template <int B, bool HI, bool HYB = false>
-static cudaError_t rl13_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
-                              float * y, cudaStream_t st) {
+// count (<= NM) matrices sharing x and k; unused slots repeat the last row-group end (never picked)
+template <int B, bool HI, bool HYB = false, int NM = 1>
+static cudaError_t rl13_width(int count, const uint8_t * const * rl, const uint16_t * const * t, const int64_t * n,
+                              int64_t k, int S, const float * x, float * const * y, cudaStream_t st) {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
         return cudaErrorInvalidDevice;
@@ -1071,27 +1108,61 @@ static cudaError_t rl13_width(const uint8_t * rl, const uint16_t * t, int64_t n,
         return cudaErrorInvalidDevice;
     }
     constexpr int D    = HI || B > 4 ? 2 : 3;
-    constexpr int MB16 = HI && B <= 4 ? 2 : 1;  // v14's bounds only where ptxas (sm_90) spills nothing
+    constexpr int MB16 = HI && B <= 3 ? 2 : 1;  // v14's bounds only where ptxas (sm_90) spills nothing
     constexpr int MB8  = HI && B <= 5 ? 3 : 2;
-    if (B >= 7 || (n + 31) / 32 <= sms) {
-        return rl13_launch<B, 16, D, MB16, HYB>(rl, t, n, k, S, x, y, st, dev, sms);
+    if (count < 1 || count > NM) {
+        return cudaErrorInvalidValue;
     }
-    return rl13_launch<B, 8, D, MB8, HYB>(rl, t, n, k, S, x, y, st, dev, sms);
+    apq13_set<NM> ms;
+    int64_t       G = 0;
+    for (int m = 0; m < NM; m++) {
+        const int i    = m < count ? m : count - 1;
+        ms.rl[m]       = (const uint4 *) rl[i];
+        ms.tab[m]      = (const __half *) t[i] + n[i] * ((1 << B) - (1 << S));
+        ms.y[m]        = y[i];
+        ms.n[m]        = n[i];
+        ms.plane_u4[m] = (int64_t) (ggml_ext_apq_rl_plane_size(n[i], k) / 16);
+        G += m < count ? (n[i] + 31) / 32 : 0;
+        ms.gend[m] = G;
+    }
+    if (G == 0) {
+        return cudaSuccess;
+    }
+    if (B >= 7 || G <= sms) {
+        return rl13_launch<B, 16, D, MB16, HYB, NM>(ms, k, x, st, dev, sms);
+    }
+    return rl13_launch<B, 8, D, MB8, HYB, NM>(ms, k, x, st, dev, sms);
 }
 
-template <bool HI>
-static cudaError_t rl13_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
-                             const float * x, float * y, cudaStream_t st) {
+template <bool HI, int NM = 1>
+static cudaError_t rl13_bits(int b, int count, const uint8_t * const * rl, const uint16_t * const * t, const int64_t * n,
+                             int64_t k, int S, const float * x, float * const * y, cudaStream_t st) {
     switch (b) {
-        case 1: return rl13_width<1, HI>(rl, t, n, k, S, x, y, st);
-        case 2: return rl13_width<2, HI>(rl, t, n, k, S, x, y, st);
-        case 3: return rl13_width<3, HI>(rl, t, n, k, S, x, y, st);
-        case 4: return rl13_width<4, HI>(rl, t, n, k, S, x, y, st);
-        case 5: return rl13_width<5, HI>(rl, t, n, k, S, x, y, st);
-        case 6: return rl13_width<6, HI>(rl, t, n, k, S, x, y, st);
-        case 7: return rl13_width<7, HI>(rl, t, n, k, S, x, y, st);
-        default: return rl13_width<8, HI>(rl, t, n, k, S, x, y, st);
+        case 1: return rl13_width<1, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 2: return rl13_width<2, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 3: return rl13_width<3, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 4: return rl13_width<4, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 5: return rl13_width<5, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 6: return rl13_width<6, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 7: return rl13_width<7, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        default: return rl13_width<8, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
     }
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * rl,
+                                                       const uint16_t * const * tables, const int64_t * n_rows,
+                                                       int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                       float * const * y, cudaStream_t stream) {
+    if (count < 1 || count > 4 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits ||
+        bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    for (int m = 0; m < count; m++) {
+        if (n_rows[m] < 0) {
+            return cudaErrorInvalidValue;
+        }
+    }
+    return rl13_bits<false, 4>(bits, count, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
 }
 
 extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
@@ -1118,11 +1189,12 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        case 13: return rl13_bits<false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        case 14: return rl13_bits<true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 13: return rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
+        case 14: return rl13_bits<true>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
         case 15:  // v15 differs from v13 at 3 bits only
-            return bits == 3 ? rl13_width<3, false, true>(rl, tables, n_rows, n_per_row, seed_bits, x, y, stream)
-                             : rl13_bits<false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+            return bits == 3 ?
+                       rl13_width<3, false, true>(1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream) :
+                       rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
         case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
                 return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);

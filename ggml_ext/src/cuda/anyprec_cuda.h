@@ -45,6 +45,12 @@ cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * table
                                       int64_t n_per_row, int seed_bits, int bits, int variant, const float * x,
                                       int64_t n_tokens, float * y, cudaStream_t stream);
 
+// One token, count (1..4) matrices sharing x and n_per_row (q/k/v, gate/up) in ONE launch of v13: y[m][r] =
+// sum_j W_m,b[r][j] x[j]; rl, tables, n_rows and y are host arrays of count entries (device pointers).
+cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * rl, const uint16_t * const * tables,
+                                            const int64_t * n_rows, int64_t n_per_row, int seed_bits, int bits,
+                                            const float * x, float * const * y, cudaStream_t stream);
+
 // Dequantize the row-lane layout at precision b to fp16, row-major n_rows x n_per_row (for cuBLAS above
 // ~8 tokens).
 cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
