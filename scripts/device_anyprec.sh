@@ -10,6 +10,9 @@
 # CUDA graph and alone (one launch between two events, L2-warm: how rounds 1-3 timed); an empty kernel gives
 # the launch floor of each method (first lines of the output). Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
 # anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
+# v16 (tensor cores, tile layout, b <= 3) is checked and timed beside v1..v15.
+# APQ_SKIP_OLD=1: time only v4, v13..v16 and cuBLAS at one token, no batch / dequantize timings (every path
+# still checked against the CPU reference; ~2-3 min instead of ~8); APQ_BITS=3 or 3-5: only those precisions.
 # Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
 # compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
 #
@@ -125,7 +128,8 @@ if command -v cuobjdump >/dev/null; then
              _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
              _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
              _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf; do
+             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_tc16_kernelILi3ELi6EEvPKjPK6__halflllPKfPf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

@@ -1356,3 +1356,231 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
     apq_f32_to_f16_kernel<<<blocks, 256, 0, stream>>>(x, (__half *) out, n);
     return cudaGetLastError();
 }
+
+// ---------------------------------------------------------------------------------------------------------
+// v16 (one token, b <= 3): tensor cores. Round 5 showed v13/v14 ISSUE-bound at 3 bits, not short of loads
+// in flight: v13 keeps 2 super-chunks x 3 planes x 512 B = 3 KB per warp in flight, 16 warps per SM = 48 KB
+// per SM (Little's law asks ~20-25 KB), but needs 4.05 SASS instructions per weight where 3 TB/s at 3 bits
+// (8e12 weights/s) over 132 SMs x 4 schedulers x 32 lanes x ~1.98 GHz leaves 4.2: ~97% issue efficiency
+// needed, and the FFMA per weight alone is 1. Here the lookups produce fp16 PAIRS (one byte-permute per two
+// weights, as v13) that go straight into mma.sync.m16n8k16 as the B operand (K = 16 weights x N = 8 rows;
+// lane 4 g + c holds row g's weights 2c, 2c+1, 2c+8, 2c+9 of each step of 16: one row per lane, so its table
+// stays in 4 registers), A = x split into x_hi + x_lo (two fp16 rows: products exact, sum ~fp32 accurate; the
+// other 14 rows of A are zero): per step of 16 weights x 8 rows a lane issues ~3 instructions of codes,
+// 4 PRMT, half an LDS.128 and one MMA for its 4 weights, ~2.2 per weight against v13's 4.05.
+// Device layout ("tile layout", ggml_ext_apq_relayout_tc_cuda, same size as the row-lane layout): plane p,
+// tile of 8 rows (rows padded to a multiple of 32), chunk q of 128 weights: 32 lanes x 32-bit word, lane
+// 4 g + c's word holding row 8 tile + g: bit 4 j + m (j < 8, m < 4) = weight 128 q + 16 s + o with step
+// s = 2 m + (j >> 2), o = 2 c + {0, 1, 8, 9}[j & 3]; so rl_codes(m) gives the nibble codes of steps 2m
+// (nibbles 0-3: b0 = (o 2c, 2c+1), b1 = (2c+8, 2c+9)) and 2m + 1 (nibbles 4-7).
+// Block: 16 warps = 4 tiles (32 rows) x 4 slices of the row (chunks q = h, h + 4, ...); each warp keeps D
+// chunks of loads in flight (issued before the block stages x); x staged once per block as the A fragments
+// (uint4 per 2 steps for lanes 0-7); the four slices' row sums added through shared memory.
+static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
+                                              uint32_t * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t T     = (n + 31) / 32 * 4;
+    const int64_t total = (int64_t) P * T * Q * 32;
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t) gridDim.x * blockDim.x) {
+        const int     lane = (int) (o & 31);
+        int64_t       rest = o >> 5;
+        const int64_t q    = rest % Q;
+        rest /= Q;
+        const int64_t tile = rest % T;
+        const int64_t p    = rest / T;
+        const int     g = lane >> 2, c = lane & 3;
+        const int64_t r = 8 * tile + g;
+        uint32_t      v = 0;
+        if (r < n) {
+            const uint8_t * src = planes + p * n * (k / 8) + r * (k / 8);
+            for (int j = 0; j < 8; j++) {
+                for (int m = 0; m < 4; m++) {
+                    const int64_t col = 128 * q + 16 * (2 * m + (j >> 2)) + 2 * c + (j & 1) + ((j & 2) ? 8 : 0);
+                    v |= (uint32_t) ((src[col >> 3] >> (col & 7)) & 1) << (4 * j + m);
+                }
+            }
+        }
+        out[o] = v;
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                     int parent_bits, uint8_t * out, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
+    apq_relayout_tc_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
+                                                                  (uint32_t *) out);
+    return cudaGetLastError();
+}
+
+static __device__ __forceinline__ void apq_mma16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                                    uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+#define APQ16_W 16
+template <int B, int D>
+static __global__ void __launch_bounds__(32 * APQ16_W, 2)
+    apq_gemv_tc16_kernel(const uint32_t * __restrict__ tc, const __half * __restrict__ tab, int64_t n, int64_t k,
+                         int64_t plane_u32, const float * __restrict__ x, float * __restrict__ y) {
+    constexpr int TB   = 1 << B;
+    extern __shared__ uint4 xa[];                      // k / 32 x 8 lanes: A fragments of steps 2i, 2i + 1
+    float *       red  = (float *) (xa + (k / 32) * 8);  // 4 slices x 32 rows
+    const int     lane = threadIdx.x & 31;
+    const int     warp = threadIdx.x >> 5;
+    const int     h    = warp >> 2;
+    const int64_t tile = (int64_t) blockIdx.x * 4 + (warp & 3);
+    const int64_t Q    = k / 128;
+    const int     ni   = Q > h ? (int) ((Q - h + 3) / 4) : 0;  // chunks q = h + 4 i of this warp
+    const uint32_t * base = tc + tile * Q * 32 + lane;
+
+    uint32_t buf[D][B];
+#pragma unroll
+    for (int d = 0; d < D - 1; d++) {
+        if (d < ni) {
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                buf[d][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + 4 * d) * 32);
+            }
+        }
+    }
+    // the lane's row table (row 8 tile + g), 8 halves, zero past TB and past n
+    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
+    {
+        const int64_t r = 8 * tile + (lane >> 2);
+        uint4         v = make_uint4(0, 0, 0, 0);
+        if (r < n) {
+            if (B == 3 && ((uintptr_t) tab & 15) == 0) {
+                v = __ldg((const uint4 *) (tab + r * TB));
+            } else {
+                uint16_t hh[8] = {};
+#pragma unroll
+                for (int e = 0; e < (TB < 8 ? TB : 8); e++) {
+                    hh[e] = __half_as_ushort(tab[r * TB + e]);
+                }
+                v = make_uint4(hh[0] | (uint32_t) hh[1] << 16, hh[2] | (uint32_t) hh[3] << 16,
+                               hh[4] | (uint32_t) hh[5] << 16, hh[6] | (uint32_t) hh[7] << 16);
+            }
+        }
+        tl0 = __byte_perm(v.x, v.y, 0x6420);
+        th0 = __byte_perm(v.x, v.y, 0x7531);
+        tl1 = __byte_perm(v.z, v.w, 0x6420);
+        th1 = __byte_perm(v.z, v.w, 0x7531);
+    }
+    // x as A fragments: entry e = 8 i + ln (ln = 4 g + c < 8; g 0: x_hi, 1: x_lo) holds a0, a2 of step 2i
+    // and a0, a2 of step 2i + 1; a0 = (x[16s + 2c], x[16s + 2c + 1]), a2 = (x[16s + 2c + 8], x[16s + 2c + 9])
+    for (int64_t e = threadIdx.x; e < (k / 32) * 8; e += 32 * APQ16_W) {
+        const int     ln = (int) (e & 7), g = ln >> 2, c = ln & 3;
+        const int64_t i  = e >> 3;
+        uint32_t      wv[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {  // u: (step 2i + (u >> 1), a0 / a2)
+            const int64_t j0 = 16 * (2 * i + (u >> 1)) + 2 * c + 8 * (u & 1);
+            const float2  xv = __ldg((const float2 *) (x + j0));
+            __half        p0 = __float2half_rn(xv.x), p1 = __float2half_rn(xv.y);
+            if (g) {
+                p0 = __float2half_rn(xv.x - __half2float(p0));
+                p1 = __float2half_rn(xv.y - __half2float(p1));
+            }
+            wv[u] = (uint32_t) __half_as_ushort(p0) | (uint32_t) __half_as_ushort(p1) << 16;
+        }
+        xa[e] = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+    }
+    __syncthreads();
+
+    float acc[2][4] = {};
+    for (int i = 0; i < ni; i++) {
+        if (i + D - 1 < ni) {
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                buf[D - 1][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + 4 * (i + D - 1)) * 32);
+            }
+        }
+        const int64_t q = h + 4 * i;
+#pragma unroll
+        for (int m = 0; m < 4; m++) {
+            const uint4    xv = lane < 8 ? xa[(q * 4 + m) * 8 + lane] : make_uint4(0, 0, 0, 0);
+            const uint32_t o  = rl_codes<B>(buf[0], m, 0x11111111u);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const uint32_t s = hh ? o >> 16 : o;
+                const uint32_t L = __byte_perm(tl0, tl1, s);
+                const uint32_t H = __byte_perm(th0, th1, s);
+                apq_mma16816(acc[hh], hh ? xv.z : xv.x, hh ? xv.w : xv.y, __byte_perm(L, H, 0x5140),
+                             __byte_perm(L, H, 0x7362));
+            }
+        }
+#pragma unroll
+        for (int d = 0; d < D - 1; d++) {
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                buf[d][kk] = buf[d + 1][kk];
+            }
+        }
+    }
+    // D rows 0 (x_hi, lanes 0-3) and 1 (x_lo, lanes 4-7), columns 2c, 2c + 1 = rows of the tile
+    float s0 = acc[0][0] + acc[1][0], s1 = acc[0][1] + acc[1][1];
+    s0 += __shfl_down_sync(0xffffffffu, s0, 4);
+    s1 += __shfl_down_sync(0xffffffffu, s1, 4);
+    if (lane < 4) {
+        red[h * 32 + (warp & 3) * 8 + 2 * lane]     = s0;
+        red[h * 32 + (warp & 3) * 8 + 2 * lane + 1] = s1;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int64_t r = (int64_t) blockIdx.x * 32 + threadIdx.x;
+        const float   v = red[threadIdx.x] + red[32 + threadIdx.x] + red[64 + threadIdx.x] + red[96 + threadIdx.x];
+        if (r < n) {
+            y[r] = v;
+        }
+    }
+}
+
+template <int B, int D>
+static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int64_t n, int64_t k, int S,
+                               const float * x, float * y, cudaStream_t stream) {
+    const size_t  smem = (size_t) (k / 32) * 8 * 16 + 4 * 32 * 4;
+    auto          kern = apq_gemv_tc16_kernel<B, D>;
+    static size_t attr[64];
+    int           dev  = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    if (smem > 48 * 1024 && smem > attr[dev]) {
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr[dev] = smem;
+    }
+    const __half * t = (const __half *) tables + n * ((1 << B) - (1 << S));
+    kern<<<(unsigned) ((n + 31) / 32), 32 * APQ16_W, smem, stream>>>(
+        (const uint32_t *) tc, t, n, k, (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 4), x, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows,
+                                                 int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                 float * y, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 3) {
+        return cudaErrorInvalidValue;  // b >= 4: not written yet (tables in shared memory)
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    switch (bits) {
+        case 1: return tc16_launch<1, 12>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 2: return tc16_launch<2, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        default: return tc16_launch<3, 6>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+    }
+}

@@ -51,6 +51,14 @@ cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * r
                                             const int64_t * n_rows, int64_t n_per_row, int seed_bits, int bits,
                                             const float * x, float * const * y, cudaStream_t stream);
 
+// v16 (one token, bits <= 3 for now): the "tile layout" (same size as the row-lane layout; see
+// apq_gemv_tc16_kernel in anyprec_cuda.cu) made once by ggml_ext_apq_relayout_tc_cuda, and its GEMV on the tensor
+// cores (fp16 centroid pairs x (x_hi + x_lo), fp32 accumulation). bits >= 4: cudaErrorInvalidValue.
+cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row, int parent_bits,
+                                          uint8_t * out, cudaStream_t stream);
+cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows, int64_t n_per_row,
+                                      int seed_bits, int bits, const float * x, float * y, cudaStream_t stream);
+
 // Dequantize the row-lane layout at precision b to fp16, row-major n_rows x n_per_row (for cuBLAS above
 // ~8 tokens).
 cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
