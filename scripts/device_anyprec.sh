@@ -129,7 +129,7 @@ if command -v cuobjdump >/dev/null; then
              _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
              _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
              _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_tc16_kernelILi3ELi6EEvPKjPK6__halflllPKfPf; do
+             _Z20apq_gemv_tc16_kernelILi3ELi6ELi4EEvPKjPK6__halflllPKfPf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

@@ -1373,7 +1373,8 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
 // 4 g + c's word holding row 8 tile + g: bit 4 j + m (j < 8, m < 4) = weight 128 q + 16 s + o with step
 // s = 2 m + (j >> 2), o = 2 c + {0, 1, 8, 9}[j & 3]; so rl_codes(m) gives the nibble codes of steps 2m
 // (nibbles 0-3: b0 = (o 2c, 2c+1), b1 = (2c+8, 2c+9)) and 2m + 1 (nibbles 4-7).
-// Block: 16 warps = 4 tiles (32 rows) x 4 slices of the row (chunks q = h, h + 4, ...); each warp keeps D
+// Block: 4 tiles (32 rows) x H slices of the row (chunks q = h, h + H, ...; H = 4, or 8 where the row groups
+// are no more than the SMs); each warp keeps D
 // chunks of loads in flight (issued before the block stages x); x staged once per block as the A fragments
 // (uint4 per 2 steps for lanes 0-7); the four slices' row sums added through shared memory.
 static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
@@ -1428,20 +1429,21 @@ static __device__ __forceinline__ void apq_mma16816(float (&d)[4], uint32_t a0, 
         : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
-#define APQ16_W 16
-template <int B, int D>
-static __global__ void __launch_bounds__(32 * APQ16_W, 2)
+// H slices of the row per tile: 4 (16 warps, 2 blocks per SM), 8 where the row groups are no more than the SMs
+// (32 warps, 1 block per SM: 4096-row matrices would otherwise have 16 warps per SM)
+template <int B, int D, int H>
+static __global__ void __launch_bounds__(128 * H, 8 / H)
     apq_gemv_tc16_kernel(const uint32_t * __restrict__ tc, const __half * __restrict__ tab, int64_t n, int64_t k,
                          int64_t plane_u32, const float * __restrict__ x, float * __restrict__ y) {
     constexpr int TB   = 1 << B;
     extern __shared__ uint4 xa[];                      // k / 32 x 8 lanes: A fragments of steps 2i, 2i + 1
-    float *       red  = (float *) (xa + (k / 32) * 8);  // 4 slices x 32 rows
+    float *       red  = (float *) (xa + (k / 32) * 8);  // H slices x 32 rows
     const int     lane = threadIdx.x & 31;
     const int     warp = threadIdx.x >> 5;
     const int     h    = warp >> 2;
     const int64_t tile = (int64_t) blockIdx.x * 4 + (warp & 3);
     const int64_t Q    = k / 128;
-    const int     ni   = Q > h ? (int) ((Q - h + 3) / 4) : 0;  // chunks q = h + 4 i of this warp
+    const int     ni   = Q > h ? (int) ((Q - h + H - 1) / H) : 0;  // chunks q = h + H i of this warp
     const uint32_t * base = tc + tile * Q * 32 + lane;
 
     uint32_t buf[D][B];
@@ -1450,7 +1452,7 @@ static __global__ void __launch_bounds__(32 * APQ16_W, 2)
         if (d < ni) {
 #pragma unroll
             for (int kk = 0; kk < B; kk++) {
-                buf[d][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + 4 * d) * 32);
+                buf[d][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * d) * 32);
             }
         }
     }
@@ -1479,7 +1481,7 @@ static __global__ void __launch_bounds__(32 * APQ16_W, 2)
     }
     // x as A fragments: entry e = 8 i + ln (ln = 4 g + c < 8; g 0: x_hi, 1: x_lo) holds a0, a2 of step 2i
     // and a0, a2 of step 2i + 1; a0 = (x[16s + 2c], x[16s + 2c + 1]), a2 = (x[16s + 2c + 8], x[16s + 2c + 9])
-    for (int64_t e = threadIdx.x; e < (k / 32) * 8; e += 32 * APQ16_W) {
+    for (int64_t e = threadIdx.x; e < (k / 32) * 8; e += 128 * H) {
         const int     ln = (int) (e & 7), g = ln >> 2, c = ln & 3;
         const int64_t i  = e >> 3;
         uint32_t      wv[4];
@@ -1503,10 +1505,10 @@ static __global__ void __launch_bounds__(32 * APQ16_W, 2)
         if (i + D - 1 < ni) {
 #pragma unroll
             for (int kk = 0; kk < B; kk++) {
-                buf[D - 1][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + 4 * (i + D - 1)) * 32);
+                buf[D - 1][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * (i + D - 1)) * 32);
             }
         }
-        const int64_t q = h + 4 * i;
+        const int64_t q = h + H * i;
 #pragma unroll
         for (int m = 0; m < 4; m++) {
             const uint4    xv = lane < 8 ? xa[(q * 4 + m) * 8 + lane] : make_uint4(0, 0, 0, 0);
@@ -1514,10 +1516,10 @@ static __global__ void __launch_bounds__(32 * APQ16_W, 2)
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const uint32_t s = hh ? o >> 16 : o;
-                const uint32_t L = __byte_perm(tl0, tl1, s);
-                const uint32_t H = __byte_perm(th0, th1, s);
-                apq_mma16816(acc[hh], hh ? xv.z : xv.x, hh ? xv.w : xv.y, __byte_perm(L, H, 0x5140),
-                             __byte_perm(L, H, 0x7362));
+                const uint32_t lo = __byte_perm(tl0, tl1, s);  // low / high bytes of the 4 entries
+                const uint32_t hi = __byte_perm(th0, th1, s);
+                apq_mma16816(acc[hh], hh ? xv.z : xv.x, hh ? xv.w : xv.y, __byte_perm(lo, hi, 0x5140),
+                             __byte_perm(lo, hi, 0x7362));
             }
         }
 #pragma unroll
@@ -1539,18 +1541,22 @@ static __global__ void __launch_bounds__(32 * APQ16_W, 2)
     __syncthreads();
     if (threadIdx.x < 32) {
         const int64_t r = (int64_t) blockIdx.x * 32 + threadIdx.x;
-        const float   v = red[threadIdx.x] + red[32 + threadIdx.x] + red[64 + threadIdx.x] + red[96 + threadIdx.x];
+        float         v = 0.0f;
+#pragma unroll
+        for (int hh = 0; hh < H; hh++) {
+            v += red[hh * 32 + threadIdx.x];
+        }
         if (r < n) {
             y[r] = v;
         }
     }
 }
 
-template <int B, int D>
+template <int B, int D, int H>
 static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int64_t n, int64_t k, int S,
                                const float * x, float * y, cudaStream_t stream) {
-    const size_t  smem = (size_t) (k / 32) * 8 * 16 + 4 * 32 * 4;
-    auto          kern = apq_gemv_tc16_kernel<B, D>;
+    const size_t  smem = (size_t) (k / 32) * 8 * 16 + (size_t) H * 32 * 4;
+    auto          kern = apq_gemv_tc16_kernel<B, D, H>;
     static size_t attr[64];
     int           dev  = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
@@ -1564,7 +1570,7 @@ static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int6
         attr[dev] = smem;
     }
     const __half * t = (const __half *) tables + n * ((1 << B) - (1 << S));
-    kern<<<(unsigned) ((n + 31) / 32), 32 * APQ16_W, smem, stream>>>(
+    kern<<<(unsigned) ((n + 31) / 32), 128 * H, smem, stream>>>(
         (const uint32_t *) tc, t, n, k, (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 4), x, y);
     return cudaGetLastError();
 }
@@ -1578,9 +1584,17 @@ extern "C" cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint1
     if (n_rows == 0) {
         return cudaSuccess;
     }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    const bool few = (n_rows + 31) / 32 <= apq_sm_count(dev);
     switch (bits) {
-        case 1: return tc16_launch<1, 12>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        case 2: return tc16_launch<2, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-        default: return tc16_launch<3, 6>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 1: return few ? tc16_launch<1, 12, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                             tc16_launch<1, 12, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 2: return few ? tc16_launch<2, 8, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                             tc16_launch<2, 8, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        default: return few ? tc16_launch<3, 6, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                              tc16_launch<3, 6, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
     }
 }
