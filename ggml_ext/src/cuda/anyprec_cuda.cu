@@ -1365,9 +1365,10 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
 // needed, and the FFMA per weight alone is 1. Here the lookups produce fp16 PAIRS (one byte-permute per two
 // weights, as v13) that go straight into mma.sync.m16n8k16 as the B operand (K = 16 weights x N = 8 rows;
 // lane 4 g + c holds row g's weights 2c, 2c+1, 2c+8, 2c+9 of each step of 16: one row per lane, so its table
-// stays in 4 registers), A = x split into x_hi + x_lo (two fp16 rows: products exact, sum ~fp32 accurate; the
-// other 14 rows of A are zero): per step of 16 weights x 8 rows a lane issues ~3 instructions of codes,
-// 4 PRMT, half an LDS.128 and one MMA for its 4 weights, ~2.2 per weight against v13's 4.05.
+// stays in 4 registers), A = x split into x_hi (row 0) + x_lo (row 8) (fp16: products exact, sum ~fp32 accurate;
+// the other rows are copies whose outputs are unused, so one LDS.128 per step is the whole A fragment): per
+// step of 16 weights x 8 rows a lane issues 3 instructions of codes, 4 PRMT, one LDS.128 and one MMA for its 4
+// weights; SASS (nvdisasm, b = 3): 93 instructions per chunk of 32 weights per lane = 2.9 per weight (v13 4.05).
 // Device layout ("tile layout", ggml_ext_apq_relayout_tc_cuda, same size as the row-lane layout): plane p,
 // tile of 8 rows (rows padded to a multiple of 32), chunk q of 128 weights: 32 lanes x 32-bit word, lane
 // 4 g + c's word holding row 8 tile + g: bit 4 j + m (j < 8, m < 4) = weight 128 q + 16 s + o with step
@@ -1376,7 +1377,7 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
 // Block: 4 tiles (32 rows) x H slices of the row (chunks q = h, h + H, ...; H = 4, or 8 where the row groups
 // are no more than the SMs); each warp keeps D
 // chunks of loads in flight (issued before the block stages x); x staged once per block as the A fragments
-// (uint4 per 2 steps for lanes 0-7); the four slices' row sums added through shared memory.
+// (uint4 per step and lane c); the H slices' row sums added through shared memory.
 static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
                                               uint32_t * __restrict__ out) {
     const int64_t Q     = k / 128;
@@ -1420,13 +1421,19 @@ extern "C" cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int
     return cudaGetLastError();
 }
 
-static __device__ __forceinline__ void apq_mma16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                                    uint32_t b1) {
+static __device__ __forceinline__ void apq_mma16816(float (&d)[4], const uint4 a, uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+}
+
+// prmt without __byte_perm's masking of the selector's sign bits (the codes are < 8: those bits are 0)
+static __device__ __forceinline__ uint32_t apq_prmt(uint32_t a, uint32_t b, uint32_t s) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+    return r;
 }
 
 // H slices of the row per tile: 4 (16 warps, 2 blocks per SM), 8 where the row groups are no more than the SMs
@@ -1436,8 +1443,8 @@ static __global__ void __launch_bounds__(128 * H, 8 / H)
     apq_gemv_tc16_kernel(const uint32_t * __restrict__ tc, const __half * __restrict__ tab, int64_t n, int64_t k,
                          int64_t plane_u32, const float * __restrict__ x, float * __restrict__ y) {
     constexpr int TB   = 1 << B;
-    extern __shared__ uint4 xa[];                      // k / 32 x 8 lanes: A fragments of steps 2i, 2i + 1
-    float *       red  = (float *) (xa + (k / 32) * 8);  // H slices x 32 rows
+    extern __shared__ uint4 xa[];                      // k / 16 steps x 4: the A fragment of lane c of each step
+    float *       red  = (float *) (xa + (k / 16) * 4);  // H slices x 32 rows
     const int     lane = threadIdx.x & 31;
     const int     warp = threadIdx.x >> 5;
     const int     h    = warp >> 2;
@@ -1446,7 +1453,7 @@ static __global__ void __launch_bounds__(128 * H, 8 / H)
     const int     ni   = Q > h ? (int) ((Q - h + H - 1) / H) : 0;  // chunks q = h + H i of this warp
     const uint32_t * base = tc + tile * Q * 32 + lane;
 
-    uint32_t buf[D][B];
+    uint32_t buf[D][B];  // ring: chunk i in slot i % D
 #pragma unroll
     for (int d = 0; d < D - 1; d++) {
         if (d < ni) {
@@ -1479,64 +1486,58 @@ static __global__ void __launch_bounds__(128 * H, 8 / H)
         tl1 = __byte_perm(v.z, v.w, 0x6420);
         th1 = __byte_perm(v.z, v.w, 0x7531);
     }
-    // x as A fragments: entry e = 8 i + ln (ln = 4 g + c < 8; g 0: x_hi, 1: x_lo) holds a0, a2 of step 2i
-    // and a0, a2 of step 2i + 1; a0 = (x[16s + 2c], x[16s + 2c + 1]), a2 = (x[16s + 2c + 8], x[16s + 2c + 9])
-    for (int64_t e = threadIdx.x; e < (k / 32) * 8; e += 128 * H) {
-        const int     ln = (int) (e & 7), g = ln >> 2, c = ln & 3;
-        const int64_t i  = e >> 3;
+    // x as A: row 0 = x_hi, row 8 = x_lo (rows 1-7 and 9-15: copies, their outputs unused). Entry 4 s + c = lane
+    // c's fragment of step s: a0 = hi(x[16s + 2c], x[16s + 2c + 1]), a1 = lo(same), a2 = hi(x[16s + 2c + 8],
+    // x[16s + 2c + 9]), a3 = lo(same); every lane 4 g + c loads entry 4 s + c (broadcast).
+    for (int64_t e = threadIdx.x; e < (k / 16) * 4; e += 128 * H) {
+        const int     c = (int) (e & 3);
+        const int64_t st = e >> 2;
         uint32_t      wv[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {  // u: (step 2i + (u >> 1), a0 / a2)
-            const int64_t j0 = 16 * (2 * i + (u >> 1)) + 2 * c + 8 * (u & 1);
-            const float2  xv = __ldg((const float2 *) (x + j0));
-            __half        p0 = __float2half_rn(xv.x), p1 = __float2half_rn(xv.y);
-            if (g) {
-                p0 = __float2half_rn(xv.x - __half2float(p0));
-                p1 = __float2half_rn(xv.y - __half2float(p1));
-            }
-            wv[u] = (uint32_t) __half_as_ushort(p0) | (uint32_t) __half_as_ushort(p1) << 16;
+        for (int u = 0; u < 2; u++) {
+            const float2 xv = __ldg((const float2 *) (x + 16 * st + 2 * c + 8 * u));
+            const __half h0 = __float2half_rn(xv.x), h1 = __float2half_rn(xv.y);
+            const __half l0 = __float2half_rn(xv.x - __half2float(h0)), l1 = __float2half_rn(xv.y - __half2float(h1));
+            wv[2 * u]     = (uint32_t) __half_as_ushort(h0) | (uint32_t) __half_as_ushort(h1) << 16;
+            wv[2 * u + 1] = (uint32_t) __half_as_ushort(l0) | (uint32_t) __half_as_ushort(l1) << 16;
         }
         xa[e] = make_uint4(wv[0], wv[1], wv[2], wv[3]);
     }
     __syncthreads();
 
-    float acc[2][4] = {};
-    for (int i = 0; i < ni; i++) {
-        if (i + D - 1 < ni) {
+    float          acc[2][4] = {};
+    const uint4 *  xl        = xa + (lane & 3);
+    for (int i0 = 0; i0 < ni; i0 += D) {
 #pragma unroll
-            for (int kk = 0; kk < B; kk++) {
-                buf[D - 1][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * (i + D - 1)) * 32);
-            }
-        }
-        const int64_t q = h + H * i;
+        for (int d = 0; d < D; d++) {
+            const int i = i0 + d;
+            if (i < ni) {
+                if (i + D - 1 < ni) {
 #pragma unroll
-        for (int m = 0; m < 4; m++) {
-            const uint4    xv = lane < 8 ? xa[(q * 4 + m) * 8 + lane] : make_uint4(0, 0, 0, 0);
-            const uint32_t o  = rl_codes<B>(buf[0], m, 0x11111111u);
+                    for (int kk = 0; kk < B; kk++) {
+                        buf[(d + D - 1) % D][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * (i + D - 1)) * 32);
+                    }
+                }
+                const int64_t q = h + H * i;
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const uint32_t s = hh ? o >> 16 : o;
-                const uint32_t lo = __byte_perm(tl0, tl1, s);  // low / high bytes of the 4 entries
-                const uint32_t hi = __byte_perm(th0, th1, s);
-                apq_mma16816(acc[hh], hh ? xv.z : xv.x, hh ? xv.w : xv.y, __byte_perm(lo, hi, 0x5140),
-                             __byte_perm(lo, hi, 0x7362));
-            }
-        }
+                for (int m = 0; m < 4; m++) {
+                    const uint32_t o = rl_codes<B>(buf[d], m, 0x11111111u);
 #pragma unroll
-        for (int d = 0; d < D - 1; d++) {
-#pragma unroll
-            for (int kk = 0; kk < B; kk++) {
-                buf[d][kk] = buf[d + 1][kk];
+                    for (int hh = 0; hh < 2; hh++) {
+                        const uint4    xv = xl[(q * 8 + 2 * m + hh) * 4];
+                        const uint32_t s  = hh ? o >> 16 : o;
+                        const uint32_t lo = apq_prmt(tl0, tl1, s);  // low / high bytes of the 4 entries
+                        const uint32_t hi = apq_prmt(th0, th1, s);
+                        apq_mma16816(acc[hh], xv, apq_prmt(lo, hi, 0x5140), apq_prmt(lo, hi, 0x7362));
+                    }
+                }
             }
         }
     }
-    // D rows 0 (x_hi, lanes 0-3) and 1 (x_lo, lanes 4-7), columns 2c, 2c + 1 = rows of the tile
-    float s0 = acc[0][0] + acc[1][0], s1 = acc[0][1] + acc[1][1];
-    s0 += __shfl_down_sync(0xffffffffu, s0, 4);
-    s1 += __shfl_down_sync(0xffffffffu, s1, 4);
+    // lanes 0-3: D row 0 (x_hi) and row 8 (x_lo), columns 2c, 2c + 1 = rows of the tile
     if (lane < 4) {
-        red[h * 32 + (warp & 3) * 8 + 2 * lane]     = s0;
-        red[h * 32 + (warp & 3) * 8 + 2 * lane + 1] = s1;
+        red[h * 32 + (warp & 3) * 8 + 2 * lane]     = acc[0][0] + acc[1][0] + acc[0][2] + acc[1][2];
+        red[h * 32 + (warp & 3) * 8 + 2 * lane + 1] = acc[0][1] + acc[1][1] + acc[0][3] + acc[1][3];
     }
     __syncthreads();
     if (threadIdx.x < 32) {
@@ -1555,7 +1556,7 @@ static __global__ void __launch_bounds__(128 * H, 8 / H)
 template <int B, int D, int H>
 static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int64_t n, int64_t k, int S,
                                const float * x, float * y, cudaStream_t stream) {
-    const size_t  smem = (size_t) (k / 32) * 8 * 16 + (size_t) H * 32 * 4;
+    const size_t  smem = (size_t) (k / 16) * 4 * 16 + (size_t) H * 32 * 4;
     auto          kern = apq_gemv_tc16_kernel<B, D, H>;
     static size_t attr[64];
     int           dev  = 0;
