@@ -1422,11 +1422,15 @@ extern "C" cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int
 }
 
 static __device__ __forceinline__ void apq_mma16816(float (&d)[4], const uint4 a, uint32_t b0, uint32_t b1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // mma.m16n8k16: sm_80 and later (the launcher refuses before)
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
 }
 
 // prmt without __byte_perm's masking of the selector's sign bits (the codes are < 8: those bits are 0)
@@ -1588,6 +1592,10 @@ extern "C" cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint1
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
         return cudaErrorInvalidDevice;
+    }
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8) {
+        return cudaErrorNotSupported;  // mma.m16n8k16 needs sm_80
     }
     const bool few = (n_rows + 31) / 32 <= apq_sm_count(dev);
     switch (bits) {
