@@ -2,7 +2,7 @@
 # The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
-# (v0 on the file layout; v1..v10 and the default on the row-lane layout made at upload; v2, v8 and the default
+# (v0 on the file layout; v1..v15 and the default on the row-lane layout made at upload; v2, v8 and the default
 # at 2..8 tokens; the dequantize kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
 # 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
 # of the measured copy bandwidth. Timings are L2-cold and back to back (40 launches between two events, each
@@ -10,11 +10,14 @@
 # CUDA graph and alone (one launch between two events, L2-warm: how rounds 1-3 timed); an empty kernel gives
 # the launch floor of each method (first lines of the output). Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
 # anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
+# v16 (tensor cores, tile layout, b <= 3) is checked and timed beside v1..v15.
+# APQ_SKIP_OLD=1: time only v4, v13..v16 and cuBLAS at one token, no batch / dequantize timings (every path
+# still checked against the CPU reference; ~2-3 min instead of ~8); APQ_BITS=3 or 3-5: only those precisions.
 # Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
 # compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
 #
 # Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens, v9 at 3
-# and 8 bits and the dequantize kernel at 3 bits, when cuobjdump is there.
+# and 8 bits, the dequantize kernel at 3 bits, v13 at 3, 4 (8 warps) and 8 bits (16 warps) and v15 at 3 bits, when cuobjdump is there.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -125,7 +128,12 @@ if command -v cuobjdump >/dev/null; then
              _Z18apq_gemv_rl_kernelILi3ELi8ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
              _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
+             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_ \
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf \
+             _Z20apq_gemv_tc16_kernelILi3ELi6ELi4EEvPKjPK6__halflllPKfPf; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

@@ -2,7 +2,7 @@
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v12 and the default (row-lane layout made
+//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v15 and the default (row-lane layout made
 //     by ggml_ext_apq_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
 //     dequantize kernel (bit-exact
 //     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
@@ -199,6 +199,15 @@ static double check(const char * what, int64_t n, int64_t k, int b, const std::v
 
 int main() {
     const int S = 3, P = 8, NTB = 16;  // NTB: tokens of the cuBLAS path
+    // APQ_SKIP_OLD=1: time only v4 (the default), v13..v16 and cuBLAS at one token, no batch / dequantize
+    // timings (every path is still checked); APQ_BITS=lo-hi: only those precisions (quick runs)
+    const bool skip_old = getenv("APQ_SKIP_OLD") && atoi(getenv("APQ_SKIP_OLD"));
+    int        b_lo = S, b_hi = P;
+    if (getenv("APQ_BITS")) {
+        if (sscanf(getenv("APQ_BITS"), "%d-%d", &b_lo, &b_hi) < 2) b_hi = b_lo;
+        b_lo = std::max(b_lo, S);
+        b_hi = std::min(b_hi, P);
+    }
     CK(cudaStreamCreate(&st));
     size_t big = (size_t) 1 << 30;     // bandwidth: device-to-device copy of 1 GiB (reads + writes 2 GiB)
     void * src, * dst;
@@ -237,12 +246,16 @@ int main() {
                                   { 1000, 1536 } };
     std::string t1 =
         "## one token (GEMV): latency in us per variant, L2-cold back to back; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | v13 | v14 | v15 | v16 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
         "## batches (L2-cold back to back): v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    std::string t3 =
+        "## q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda, v13 over 3 matrices sharing x) vs 3 launches of v13, one token, L2-cold\n\n"
+        "| matrices | bits | ideal us | fused b2b us | 3 x v13 b2b us | fused graph us | 3 x v13 graph us | fused % of bandwidth | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|\n";
     char line[1024];
     for (auto & sh : shapes) {
         const int64_t n = sh[0], k = sh[1];
@@ -271,8 +284,11 @@ int main() {
         CK(cudaMemcpy(dp, planes.data(), np, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dt, t16.data(), t16.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dx, x.data(), NTB * k * 4, cudaMemcpyHostToDevice));
+        uint8_t * dtcl;  // v16's tile layout
+        CK(cudaMalloc(&dtcl, rl_size));
         if (rl_ok) {
             CK(ggml_ext_apq_relayout_cuda(dp, n, k, P, drl, 0));
+            CK(ggml_ext_apq_relayout_tc_cuda(dp, n, k, P, dtcl, 0));
         }
         CK(cudaDeviceSynchronize());
         // fp16 baselines (weights: whatever the dequantize kernel left there; zeros first)
@@ -283,6 +299,7 @@ int main() {
         const int    nc   = (int) std::min(1024.0, std::ceil(rot / seed_bytes) + 1);
         const int    nc16 = (int) std::min(1024.0, std::ceil(rot / (2.0 * n * k)) + 1);
         std::vector<uint8_t *>  rlc  = make_copies(drl, rl_size, rl_ok ? nc : 1);
+        std::vector<uint8_t *>  tcc  = make_copies(dtcl, rl_size, rl_ok ? nc : 1);
         std::vector<uint8_t *>  dpc  = make_copies(dp, np, nc);
         std::vector<uint16_t *> dtc  = make_copies(dt, t16.size() * 2, nc);
         std::vector<uint16_t *> w16c = make_copies(dw16, (size_t) n * k * 2, nc16);
@@ -309,7 +326,7 @@ int main() {
         auto rlv = [&](int b, int v, int nt, int i) {
             return ggml_ext_apq_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, v, dx, nt, dy, st);
         };
-        for (int b = S; b <= P; b++) {
+        for (int b = b_lo; b <= b_hi; b++) {
             std::vector<float>  deq((size_t) (n * k)), want((size_t) (NTB * n)), got((size_t) (NTB * n));
             std::vector<double> mag((size_t) (NTB * n));
             ggml_ext_apq_dequantize(planes.data(), t16.data(), 0, n, n, k, S, P, b, deq.data());
@@ -332,13 +349,15 @@ int main() {
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
             CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
             run_check("v0", 1, 1e-4);
-            float us[13] = {};
-            us[0] = b2b_us([&](int i) { ggml_ext_apq_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
+            float us[17] = {};
+            if (!skip_old || !rl_ok) {
+                us[0] = b2b_us([&](int i) { ggml_ext_apq_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
+            }
             int   best_v = 0;
             float best = 1e30f, best_graph = -1, best_alone = 0, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
             double worst_c = 0;
             if (rl_ok) {
-                for (int v = 1; v <= 12; v++) {
+                for (int v = 1; v <= 15; v++) {
                     char name[16];
                     snprintf(name, sizeof name, "v%d", v);
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
@@ -351,15 +370,77 @@ int main() {
                         continue;
                     }
                     run_check(name, 1, 1e-4);
+                    if (skip_old && v < 13 && v != 4) {
+                        continue;
+                    }
                     us[v] = b2b_us([&](int i) { rlv(b, v, 1, i); });
                     if (us[v] < best) {
                         best   = us[v];
                         best_v = v;
                     }
                 }
+                // v16: tensor cores on the tile layout (b <= 3 so far)
+                auto tcv = [&](int i) {
+                    return ggml_ext_apq_gemv_tc_cuda(tcc[i % tcc.size()], dtc[i % nc], n, k, S, b, dx, dy, st);
+                };
+                if (b <= 3) {
+                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
+                    const cudaError_t e = tcv(0);
+                    if (e != cudaSuccess) {
+                        fprintf(stderr, "v16 %lldx%lld bits %d: %s\n", (long long) n, (long long) k, b, cudaGetErrorString(e));
+                        cudaGetLastError();
+                        bad++;
+                    } else {
+                        run_check("v16", 1, 1e-4);
+                        us[16] = b2b_us(tcv);
+                        if (us[16] < best) {
+                            best   = us[16];
+                            best_v = 16;
+                        }
+                    }
+                }
+                auto bestf = [&](int i) { return best_v == 16 ? tcv(i) : rlv(b, best_v, 1, i); };
                 if (best_v) {
-                    best_graph = graph_us([&](int i) { rlv(b, best_v, 1, i); });
-                    best_alone = median_us([&] { rlv(b, best_v, 1, 0); });
+                    best_graph = graph_us([&](int i) { bestf(i); });
+                    best_alone = median_us([&] { bestf(0); });
+                }
+                if (n == 4096 && k == 4096) {
+                    // q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda: v13 over three matrices sharing x,
+                    // here three copies of the weights) against three v13 launches, L2-cold as above
+                    auto fused = [&](int i) {
+                        const uint8_t *  r3[3];
+                        const uint16_t * t3[3];
+                        const int64_t    n3[3] = { n, n, n };
+                        float *          y3[3] = { dy, dy + n, dy + 2 * n };
+                        for (int m = 0; m < 3; m++) {
+                            r3[m] = rlc[(3 * i + m) % rlc.size()];
+                            t3[m] = dtc[(3 * i + m) % nc];
+                        }
+                        return ggml_ext_apq_gemv_rl_multi_cuda(3, r3, t3, n3, k, S, b, dx, y3, st);
+                    };
+                    auto three = [&](int i) {
+                        for (int m = 0; m < 3; m++) {
+                            rlv(b, 13, 1, 3 * i + m);
+                        }
+                    };
+                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
+                    CK(fused(0));
+                    CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(got.data(), dy, 3 * n * 4, cudaMemcpyDeviceToHost));
+                    std::vector<float>  want3((size_t) (NTB * n));
+                    std::vector<double> mag3((size_t) (NTB * n));
+                    for (int m = 0; m < 3; m++) {
+                        std::copy(want.begin(), want.begin() + n, want3.begin() + m * n);
+                        std::copy(mag.begin(), mag.begin() + n, mag3.begin() + m * n);
+                    }
+                    const double w3 = check("qkv fused", n, k, b, got, want3, mag3, 3, 1e-4);
+                    const double bytes3 = 3.0 * ((double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * n) + 4.0 * k;
+                    const float  fb = b2b_us(fused), tb = b2b_us(three), fg = graph_us(fused), tg = graph_us(three);
+                    snprintf(line, sizeof line, "| 3 x %lldx%lld | %d | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1e |\n",
+                             (long long) n, (long long) k, b, 1e6 * bytes3 / bw, fb, tb,
+                             fg > 0 ? std::to_string(fg).substr(0, 6).c_str() : "-",
+                             tg > 0 ? std::to_string(tg).substr(0, 6).c_str() : "-", 100.0 * bytes3 / (fb * 1e-6) / bw, w3);
+                    t3 += line;
                 }
                 for (int nt : { 1, 2, 3, 5, 8 }) {
                     for (int v : { 0, 2, 8 }) {  // 0: the default
@@ -371,9 +452,11 @@ int main() {
                         run_check(name, nt, 1e-4);
                     }
                 }
-                v2_8 = b2b_us([&](int i) { rlv(b, 2, 8, i); });
-                v8_2 = b2b_us([&](int i) { rlv(b, 8, 2, i); });
-                v8_8 = b2b_us([&](int i) { rlv(b, 8, 8, i); });
+                if (!skip_old) {
+                    v2_8 = b2b_us([&](int i) { rlv(b, 2, 8, i); });
+                    v8_2 = b2b_us([&](int i) { rlv(b, 8, 2, i); });
+                    v8_8 = b2b_us([&](int i) { rlv(b, 8, 8, i); });
+                }
                 // dequantize: bit-exact
                 CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
                 CK(cudaDeviceSynchronize());
@@ -386,24 +469,28 @@ int main() {
                             (long long) k, b, (long long) deq_bad);
                     bad++;
                 }
-                deq_us = b2b_us([&](int i) {
-                    ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
-                });
+                if (!skip_old) {
+                    deq_us = b2b_us([&](int i) {
+                        ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
+                    });
+                }
                 deq_gemm(b, 0);
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(got.data(), dyc, NTB * n * 4, cudaMemcpyDeviceToHost));
                 worst_c = check("deq+cuBLAS", n, k, b, got, want, mag, NTB, 1e-3);
-                deqg_us = b2b_us([&](int i) { deq_gemm(b, i); });
+                if (!skip_old) {
+                    deqg_us = b2b_us([&](int i) { deq_gemm(b, i); });
+                }
             }
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
             const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
             snprintf(line, sizeof line,
-                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
+                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
                      (long long) n, (long long) k, b, 1e6 * bytes / bw, cell(us[0]).c_str(), cell(us[1]).c_str(),
                      cell(us[2]).c_str(), cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(),
                      cell(us[6]).c_str(), cell(us[7]).c_str(), cell(us[8]).c_str(), cell(us[9]).c_str(), cell(us[10]).c_str(),
-                     cell(us[11]).c_str(), cell(us[12]).c_str(), bus, best_v,
+                     cell(us[11]).c_str(), cell(us[12]).c_str(), cell(us[13]).c_str(), cell(us[14]).c_str(), cell(us[15]).c_str(), cell(us[16]).c_str(), bus, best_v,
                      100.0 * bytes / (bus * 1e-6) / bw, cell(best_graph).c_str(), cell(best_alone).c_str(), f16_us,
                      cell(f16_graph).c_str(), f16_alone, f16_us / bus, 16.0 / b, worst);
             t1 += line;
@@ -419,12 +506,13 @@ int main() {
                 t2 += line;
             }
         }
+        free_copies(tcc); cudaFree(dtcl);
         free_copies(rlc); free_copies(dpc); free_copies(dtc); free_copies(w16c);
         cudaFree(dp); cudaFree(drl); cudaFree(dt); cudaFree(dx); cudaFree(dy); cudaFree(dyc); cudaFree(dw16);
         cudaFree(dx16); cudaFree(dh16);
     }
     cublasDestroy(h);
-    printf("\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(),
+    printf("\n%s\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(), t3.c_str(),
            bad ? "MISMATCH" : "all GPU results match the CPU reference");
     return bad ? 1 : 0;
 }

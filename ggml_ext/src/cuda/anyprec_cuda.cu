@@ -35,6 +35,10 @@
 //   v9, v10 (one token): v4 with the first two super-chunks' loads issued before the prologue (tables, x) and
 //      the codes of b >= 5 built 8 at a time in 4-bit lanes; 8 / 16 warps per block (see apq_gemv_rl9_kernel);
 //   v11, v12: v9, v10 with singles at every b (no pair tables to merge).
+//   v13, v14 (one token; see apq_gemv_rl13_kernel): persistent blocks striding over row groups, x staged once
+//      per block; b <= 3 with the row's table in 4 registers of its lane (byte-permute lookups, no shared
+//      memory per lookup), b >= 4 singles in double-buffered shared tables addressed by one byte-permute;
+//      plane loads running ahead across row groups; v14 = v13 with more warps per SM.
 // The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
@@ -717,11 +721,455 @@ static cudaError_t rl9_bits(int b, const uint8_t * rl, const uint16_t * t, int64
 }
 
 
+// ---------------------------------------------------------------------------------------------------------
+// v13 (one token): aimed at what the L2-cold round 4 showed (docs/BENCHMARKS.md, "Any-precision GEMV,
+// L2-cold and back to back"): v4 at 24-59% of bandwidth, its inner loop instruction- and shared-memory-bound
+// (v4 at 3 bits: ~5 instructions and 1.25 shared-memory wavefronts per weight and lane, i.e. at most ~26
+// weights per SM clock, while the H100's DRAM delivers ~35 3-bit weights per SM clock), and its block
+// prologue (tables staged, pairs merged, x staged) in front of every row group. Changes:
+//   * b <= 3: the row's 8 fp16 centroids live in 4 REGISTERS of its lane (low bytes of entries 0-3 / 4-7,
+//     high bytes of entries 0-3 / 4-7); the 4-bit-lane codes are byte-permute selectors, so one PRMT looks
+//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2: no shared
+//     memory per lookup at all (x only), ~4 instructions per weight (2 of them the fp16->fp32 conversion
+//     and the FFMA), nothing to stage or merge per row group (one 16-byte load per lane);
+//   * b >= 4: singles, float, lane-transposed in shared memory, the lookup address made by ONE PRMT from
+//     the byte code (entry e of lane l at byte e * 256 + l * 4: the code byte is the address's second byte,
+//     the lane's offset its first); the other 128 bytes of each 256 hold a second buffer, so the next row
+//     group's table is converted into it while the current one is used (double-buffered, no extra barrier);
+//     codes of b >= 5 built 8 at a time in 4-bit lanes (v9's rl_codes_nib);
+//   * a persistent grid (at most the blocks that fit on the SMs; each block strides over row groups), x
+//     staged once per block; the W warps of a block split each row group's super-chunks, and each warp's
+//     plane loads run D super-chunks ahead in registers ACROSS row-group boundaries (and across the one
+//     __syncthreads per row group, which also publishes the next table and the row sums: the partial sums
+//     go to a double-buffered shared array that warp 0 adds after the barrier); the next group's raw table
+//     is loaded at the start of a group and converted at its end, so its latency hides behind the group;
+//   * 16 warps per block where the row groups are fewer than the SMs (4096-row matrices) or the table is
+//     large (b >= 7), 8 otherwise.
+static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+}
+
+// v15 (HYB, b = 3 only): half the lookups (m = 0, 1: weights 4m+i, 16+4m+i of each word) through the
+// register tables, the other half (m = 2, 3) through float2 PAIR tables in shared memory, which the lanes build
+// from their own register tables (64 pairs per row and row group, double-buffered: index byte lo | 8 u | 16 hi
+// for buffer u, entry at byte index * 256 + 8 l): a pair lookup is 1 PRMT + 1 LDS.64 + 2 FFMA for 2 weights
+// (2 wavefronts) against 2 PRMT + 1 conversion + 1 FFMA per weight in registers, so the split balances the
+// issue slots (register path) against the shared-memory pipe (pair path).
+// NM matrices sharing x and the row length (q/k/v, gate/up: one launch); their row groups are numbered one
+// after the other (gend: cumulative row groups), every field picked with static indices (no local copy).
+template <int NM> struct apq13_set {
+    const uint4 *  rl[NM];
+    const __half * tab[NM];  // precision b's tables (offset applied)
+    float *        y[NM];
+    int64_t        n[NM];
+    int64_t        plane_u4[NM];
+    int64_t        gend[NM];
+};
+
+struct apq13_loc {
+    const uint4 *  rl;
+    const __half * tab;
+    float *        y;
+    int64_t        n, pu4, gl;  // rows, plane stride (uint4), row group within the matrix
+};
+
+template <int B, int W, int D, int MB, bool HYB, int NM>
+static __global__ void __launch_bounds__(32 * W, MB)
+    apq_gemv_rl13_kernel(const apq13_set<NM> ms, int64_t k, const float * __restrict__ x) {
+    constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
+    constexpr bool PH     = HYB && B == 3;           // v15: and pair tables for half the lookups
+    constexpr int  TB     = 1 << B;
+    constexpr int  TBYTES = REG ? 0 : TB * 256;      // two interleaved float tables (b >= 4)
+    // v15's pair tables: static shared memory, so that the lookups' address is the PRMT's result plus an
+    // immediate (in dynamic shared memory ptxas added the window's base in a register per lookup)
+    __shared__ __align__(16) char pht[PH ? 128 * 256 : 16];
+    constexpr int  NR     = REG ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
+    extern __shared__ float4 smem4[];
+    char *         smc   = (char *) smem4;
+    float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
+    float *        xs    = red + 2 * W * 32;          // x, k floats
+    const int      lane  = threadIdx.x & 31;
+    const int      warp  = threadIdx.x >> 5;
+    const int64_t  G     = ms.gend[NM - 1];
+    const int64_t  Q     = k / 128;
+    const int64_t  gstep = gridDim.x;
+    const bool     act   = warp < Q;                         // the warp has super-chunks (q = warp, warp + W, ...)
+    int64_t        g     = blockIdx.x;
+    auto           pick  = [&](int64_t gg) {  // the matrix of global row group gg
+        apq13_loc L = { ms.rl[0], ms.tab[0], ms.y[0], ms.n[0], ms.plane_u4[0], gg };
+#pragma unroll
+        for (int j = 1; j < NM; j++) {
+            if (gg >= ms.gend[j - 1]) {
+                L = { ms.rl[j], ms.tab[j], ms.y[j], ms.n[j], ms.plane_u4[j], gg - ms.gend[j - 1] };
+            }
+        }
+        return L;
+    };
+
+    // planes: a ring of D super-chunks, the load cursor (lg, lq) running D - 1 items ahead of the compute
+    uint4     buf[D][B];
+    int64_t   lg = g, lq = warp;
+    apq13_loc LL = pick(lg);
+    if (act) {
+#pragma unroll
+        for (int d = 0; d < D - 1; d++) {
+            if (lg < G) {
+                rl_load<B>(buf[d], (NM == 1 ? ms.rl[0] : LL.rl) + ((NM == 1 ? lg : LL.gl) * Q + lq) * 32 + lane,
+                           NM == 1 ? ms.plane_u4[0] : LL.pu4);
+            }
+            lq += W;
+            if (lq >= Q) {
+                lq = warp;
+                lg += gstep;
+                LL = pick(lg);
+            }
+        }
+    }
+
+    // the tables of row group gg: b <= 3, the lane's row (8 halves, zero past TB and past n); b >= 4, this
+    // thread's share of the 32 rows' raw tables (16-byte pieces idx = l + 32 c: row l, entries 8c .. 8c+7)
+    auto raw_row = [&](int64_t gg) {
+        uint4           v   = make_uint4(0, 0, 0, 0);
+        const apq13_loc L   = pick(gg);
+        const __half *  tab = L.tab;
+        const int64_t   r   = 32 * L.gl + lane;
+        if (gg < G && r < L.n) {
+            if (B == 3 && ((uintptr_t) tab & 15) == 0) {
+                v = __ldg((const uint4 *) (tab + r * TB));
+            } else {
+                uint16_t h[8] = {};
+#pragma unroll
+                for (int e = 0; e < (TB < 8 ? TB : 8); e++) {
+                    h[e] = __half_as_ushort(tab[r * TB + e]);
+                }
+                v = make_uint4(h[0] | (uint32_t) h[1] << 16, h[2] | (uint32_t) h[3] << 16, h[4] | (uint32_t) h[5] << 16,
+                               h[6] | (uint32_t) h[7] << 16);
+            }
+        }
+        return v;
+    };
+    auto raw_block = [&](int64_t gg, uint4 (&v)[NR]) {
+        const apq13_loc L    = pick(gg);
+        const __half *  tab  = L.tab;
+        const bool      al16 = ((uintptr_t) tab & 15) == 0;  // precision b's tables start 16-byte aligned
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const int idx = threadIdx.x + j * 32 * W;
+            v[j]          = make_uint4(0, 0, 0, 0);
+            if (idx < 4 * TB && gg < G) {
+                const int     l = idx & 31, c = idx >> 5;
+                const int64_t r = 32 * L.gl + l;
+                if (r < L.n) {
+                    if (al16) {
+                        v[j] = __ldg((const uint4 *) (tab + r * TB) + c);
+                    } else {
+                        uint16_t h[8];
+#pragma unroll
+                        for (int e = 0; e < 8; e++) {
+                            h[e] = __half_as_ushort(tab[r * TB + 8 * c + e]);
+                        }
+                        v[j] = make_uint4(h[0] | (uint32_t) h[1] << 16, h[2] | (uint32_t) h[3] << 16,
+                                          h[4] | (uint32_t) h[5] << 16, h[6] | (uint32_t) h[7] << 16);
+                    }
+                }
+            }
+        }
+    };
+    auto store_block = [&](const uint4 (&v)[NR], int u) {  // entry e of lane l, buffer u: byte e*256 + u*128 + l*4
+#pragma unroll
+        for (int j = 0; j < NR; j++) {
+            const int idx = threadIdx.x + j * 32 * W;
+            if (idx < 4 * TB) {
+                const int      l  = idx & 31, c = idx >> 5;
+                const __half * hv = (const __half *) &v[j];
+#pragma unroll
+                for (int uu = 0; uu < 8; uu++) {
+                    *(float *) (smc + (8 * c + uu) * 256 + u * 128 + l * 4) = __half2float(hv[uu]);
+                }
+            }
+        }
+    };
+    // b <= 3: low bytes of entries 0-3 / 4-7, high bytes of entries 0-3 / 4-7
+    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
+    auto     set_regs = [&](const uint4 v) {
+        tl0 = __byte_perm(v.x, v.y, 0x6420);
+        th0 = __byte_perm(v.x, v.y, 0x7531);
+        tl1 = __byte_perm(v.z, v.w, 0x6420);
+        th1 = __byte_perm(v.z, v.w, 0x7531);
+    };
+    // v15: the pair tables of the row group whose register tables are set, into buffer u (the lane's own row)
+    auto build_pairs = [&](int u) {
+        for (int e = warp; e < 64; e += W) {
+            const uint32_t sel = (uint32_t) (e & 7) | (uint32_t) (e >> 3) << 4;
+            const float2   f   = apq_h2f2(__byte_perm(__byte_perm(tl0, tl1, sel), __byte_perm(th0, th1, sel), 0x5140));
+            *(float2 *) (pht + ((e & 7) | u << 3 | (e >> 3) << 4) * 256 + lane * 8) = f;
+        }
+    };
+    uint4 raw[NR];
+    if constexpr (REG) {
+        set_regs(raw_row(g));
+        if constexpr (PH) {
+            build_pairs(0);
+        }
+    } else {
+        raw_block(g, raw);
+        store_block(raw, 0);
+    }
+    for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+        ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+    }
+    __syncthreads();
+
+    float a0 = 0.0f, a1 = 0.0f;
+    for (int it = 0; g < G; g += gstep, it++) {
+        const int64_t gn = g + gstep;
+        uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
+        if constexpr (REG) {
+            rraw = raw_row(gn);
+        } else {
+            raw_block(gn, raw);
+        }
+        const uint32_t lreg = (uint32_t) lane * 4 + (uint32_t) (it & 1) * 128;
+        const uint32_t bufm = (it & 1) ? 0x08080808u : 0u;  // v15: the pair buffer's bit in each index byte
+        const uint32_t l8   = (uint32_t) lane * 8;
+        if (act) {
+            for (int64_t q = warp; q < Q; q += W) {
+                if (lg < G) {
+                    // (one matrix: the kernel's parameters, so that the plane stride stays a constant operand)
+                    rl_load<B>(buf[D - 1], (NM == 1 ? ms.rl[0] : LL.rl) + ((NM == 1 ? lg : LL.gl) * Q + lq) * 32 + lane,
+                               NM == 1 ? ms.plane_u4[0] : LL.pu4);
+                }
+                lq += W;
+                if (lq >= Q) {
+                    lq = warp;
+                    lg += gstep;
+                    LL = pick(lg);
+                }
+                const float * xq = xs + q * 128;
+#pragma unroll
+                for (int t = 0; t < 4; t++) {
+                    uint32_t w[B];
+#pragma unroll
+                    for (int kk = 0; kk < B; kk++) {
+                        w[kk] = rl_word(buf[0][kk], t);
+                    }
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
+                        const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
+                        if (PH && m >= 2) {
+                            uint32_t o = bufm;  // byte i: code(4m+i) | u << 3 | code(16+4m+i) << 4
+#pragma unroll
+                            for (int kk = 0; kk < B; kk++) {
+                                o |= ((w[kk] >> m) & 0x11111111u) << (B - 1 - kk);
+                            }
+#define APQ15_LK(i) (*(const float2 *) (pht + __byte_perm(o, l8, 0x5504 | ((i) << 4))))
+                            const float2 v0 = APQ15_LK(0), v1 = APQ15_LK(1), v2 = APQ15_LK(2), v3 = APQ15_LK(3);
+#undef APQ15_LK
+                            a0 = fmaf(v0.x, xl.x, a0);
+                            a1 = fmaf(v0.y, xh.x, a1);
+                            a0 = fmaf(v1.x, xl.y, a0);
+                            a1 = fmaf(v1.y, xh.y, a1);
+                            a0 = fmaf(v2.x, xl.z, a0);
+                            a1 = fmaf(v2.y, xh.z, a1);
+                            a0 = fmaf(v3.x, xl.w, a0);
+                            a1 = fmaf(v3.y, xh.w, a1);
+                        } else if constexpr (REG) {
+                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
+                            const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
+#pragma unroll
+                            for (int hh = 0; hh < 2; hh++) {
+                                const uint32_t s  = hh ? o >> 16 : o;
+                                const uint32_t L  = __byte_perm(tl0, tl1, s);
+                                const uint32_t H  = __byte_perm(th0, th1, s);
+                                const float2   f0 = apq_h2f2(__byte_perm(L, H, 0x5140));  // 4m+2hh, 16+4m+2hh
+                                const float2   f1 = apq_h2f2(__byte_perm(L, H, 0x7362));  // 4m+2hh+1, 16+..
+                                a0 = fmaf(f0.x, hh ? xl.z : xl.x, a0);
+                                a1 = fmaf(f0.y, hh ? xh.z : xh.x, a1);
+                                a0 = fmaf(f1.x, hh ? xl.w : xl.y, a0);
+                                a1 = fmaf(f1.y, hh ? xh.w : xh.y, a1);
+                            }
+                        } else {
+                            uint32_t lo, hi;  // byte i: code of weight 4m+i / 16+4m+i
+                            rl_codes_nib<B>(w, m, lo, hi);
+#define APQ13_LK(c, i) (*(const float *) (smc + __byte_perm((c), lreg, 0x5504 | ((i) << 4))))
+                            a0 = fmaf(APQ13_LK(lo, 0), xl.x, a0);
+                            a1 = fmaf(APQ13_LK(hi, 0), xh.x, a1);
+                            a0 = fmaf(APQ13_LK(lo, 1), xl.y, a0);
+                            a1 = fmaf(APQ13_LK(hi, 1), xh.y, a1);
+                            a0 = fmaf(APQ13_LK(lo, 2), xl.z, a0);
+                            a1 = fmaf(APQ13_LK(hi, 2), xh.z, a1);
+                            a0 = fmaf(APQ13_LK(lo, 3), xl.w, a0);
+                            a1 = fmaf(APQ13_LK(hi, 3), xh.w, a1);
+#undef APQ13_LK
+                        }
+                    }
+                }
+#pragma unroll
+                for (int d = 0; d < D - 1; d++) {
+#pragma unroll
+                    for (int kk = 0; kk < B; kk++) {
+                        buf[d][kk] = buf[d + 1][kk];
+                    }
+                }
+            }
+        }
+        if constexpr (!REG) {
+            store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
+        } else {
+            set_regs(rraw);  // this warp is done with the current group's tables
+            if constexpr (PH) {
+                build_pairs((it + 1) & 1);
+            }
+        }
+        red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
+        a0 = a1 = 0.0f;
+        __syncthreads();
+        if (warp == 0) {
+            const apq13_loc L = pick(g);
+            const int64_t   r = 32 * L.gl + lane;
+            float           s = 0.0f;
+#pragma unroll
+            for (int ww = 0; ww < W; ww++) {
+                s += red[(it & 1) * W * 32 + ww * 32 + lane];
+            }
+            if (r < L.n) {
+                L.y[r] = s;
+            }
+        }
+    }
+}
+
+static int apq_sm_count(int dev) {
+    static int sms[64];
+    if (sms[dev] <= 0 && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        sms[dev] = 0;
+    }
+    return sms[dev];
+}
+
+template <int B, int W, int D, int MB, bool HYB, int NM>
+static cudaError_t rl13_launch(const apq13_set<NM> & ms, int64_t k, const float * x, cudaStream_t stream, int dev,
+                               int sms) {
+    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;  // (v15's pair tables are static shared memory)
+    const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
+    auto          kern   = apq_gemv_rl13_kernel<B, W, D, MB, HYB, NM>;
+    static size_t attr[64];                     // dynamic shared memory allowed so far, per device
+    static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
+    static int    occ[64][4];
+    if (smem > attr[dev]) {  // also below 48 KiB: v15's static pair tables lower the default dynamic limit
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr[dev] = smem;
+    }
+    int slot = 0;
+    while (slot < 4 && occ_smem[dev][slot] != smem) {
+        slot++;
+    }
+    if (slot == 4) {
+        int               o = 0;
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o, kern, 32 * W, smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        if (o < 1) {
+            return cudaErrorInvalidConfiguration;  // x too long for shared memory (k above ~50000)
+        }
+        for (slot = 3; slot > 0; slot--) {  // newest first
+            occ_smem[dev][slot] = occ_smem[dev][slot - 1];
+            occ[dev][slot]      = occ[dev][slot - 1];
+        }
+        occ_smem[dev][0] = smem;
+        occ[dev][0]      = o;
+    }
+    const int64_t G    = ms.gend[NM - 1];
+    const int64_t cap  = (int64_t) occ[dev][slot] * sms;
+    const int64_t grid = G < cap ? G : cap;
+    kern<<<(unsigned) grid, 32 * W, smem, stream>>>(ms, k, x);
+    return cudaGetLastError();
+}
+
+// v13: D = 3 super-chunks in the ring at b <= 4 (two in flight during a compute), 2 above; at most 128
+// registers (launch bounds: 2 blocks of 8 warps or 1 of 16 per SM). v14 (HI): D = 2 and launch bounds of 3
+// blocks of 8 warps (b <= 5) / 2 of 16 (b <= 3) (at most 80 / 64 registers; above those b ptxas spills, so
+// v13's bounds): more warps per SM, fewer loads in flight per warp.
+// count (<= NM) matrices sharing x and k; unused slots repeat the last row-group end (never picked)
+template <int B, bool HI, bool HYB = false, int NM = 1>
+static cudaError_t rl13_width(int count, const uint8_t * const * rl, const uint16_t * const * t, const int64_t * n,
+                              int64_t k, int S, const float * x, float * const * y, cudaStream_t st) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    const int sms = apq_sm_count(dev);
+    if (sms <= 0) {
+        return cudaErrorInvalidDevice;
+    }
+    constexpr int D    = HI || B > 4 ? 2 : 3;
+    constexpr int MB16 = HI && B <= 3 ? 2 : 1;  // v14's bounds only where ptxas (sm_90) spills nothing
+    constexpr int MB8  = HI && B <= 5 ? 3 : 2;
+    if (count < 1 || count > NM) {
+        return cudaErrorInvalidValue;
+    }
+    apq13_set<NM> ms;
+    int64_t       G = 0;
+    for (int m = 0; m < NM; m++) {
+        const int i    = m < count ? m : count - 1;
+        ms.rl[m]       = (const uint4 *) rl[i];
+        ms.tab[m]      = (const __half *) t[i] + n[i] * ((1 << B) - (1 << S));
+        ms.y[m]        = y[i];
+        ms.n[m]        = n[i];
+        ms.plane_u4[m] = (int64_t) (ggml_ext_apq_rl_plane_size(n[i], k) / 16);
+        G += m < count ? (n[i] + 31) / 32 : 0;
+        ms.gend[m] = G;
+    }
+    if (G == 0) {
+        return cudaSuccess;
+    }
+    if (B >= 7 || G <= sms) {
+        return rl13_launch<B, 16, D, MB16, HYB, NM>(ms, k, x, st, dev, sms);
+    }
+    return rl13_launch<B, 8, D, MB8, HYB, NM>(ms, k, x, st, dev, sms);
+}
+
+template <bool HI, int NM = 1>
+static cudaError_t rl13_bits(int b, int count, const uint8_t * const * rl, const uint16_t * const * t, const int64_t * n,
+                             int64_t k, int S, const float * x, float * const * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return rl13_width<1, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 2: return rl13_width<2, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 3: return rl13_width<3, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 4: return rl13_width<4, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 5: return rl13_width<5, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 6: return rl13_width<6, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        case 7: return rl13_width<7, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+        default: return rl13_width<8, HI, false, NM>(count, rl, t, n, k, S, x, y, st);
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * rl,
+                                                       const uint16_t * const * tables, const int64_t * n_rows,
+                                                       int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                       float * const * y, cudaStream_t stream) {
+    if (count < 1 || count > 4 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits ||
+        bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    for (int m = 0; m < count; m++) {
+        if (n_rows[m] < 0) {
+            return cudaErrorInvalidValue;
+        }
+    }
+    return rl13_bits<false, 4>(bits, count, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+}
+
 extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                                  int64_t n_per_row, int seed_bits, int bits, int variant,
                                                  const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
-        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 12 ||
+        n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 15 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
         (variant == 1 && n_tokens != 1)) {
         return cudaErrorInvalidValue;
@@ -741,6 +1189,12 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
         case 10: return rl9_bits<16, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 11: return rl9_bits<8, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
         case 12: return rl9_bits<16, false>(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 13: return rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
+        case 14: return rl13_bits<true>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
+        case 15:  // v15 differs from v13 at 3 bits only
+            return bits == 3 ?
+                       rl13_width<3, false, true>(1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream) :
+                       rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
         case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
             if (nt == 1) {
                 return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
@@ -901,4 +1355,255 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
     const unsigned blocks = (unsigned) ((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
     apq_f32_to_f16_kernel<<<blocks, 256, 0, stream>>>(x, (__half *) out, n);
     return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// v16 (one token, b <= 3): tensor cores. Round 5 showed v13/v14 ISSUE-bound at 3 bits, not short of loads
+// in flight: v13 keeps 2 super-chunks x 3 planes x 512 B = 3 KB per warp in flight, 16 warps per SM = 48 KB
+// per SM (Little's law asks ~20-25 KB), but needs 4.05 SASS instructions per weight where 3 TB/s at 3 bits
+// (8e12 weights/s) over 132 SMs x 4 schedulers x 32 lanes x ~1.98 GHz leaves 4.2: ~97% issue efficiency
+// needed, and the FFMA per weight alone is 1. Here the lookups produce fp16 PAIRS (one byte-permute per two
+// weights, as v13) that go straight into mma.sync.m16n8k16 as the B operand (K = 16 weights x N = 8 rows;
+// lane 4 g + c holds row g's weights 2c, 2c+1, 2c+8, 2c+9 of each step of 16: one row per lane, so its table
+// stays in 4 registers), A = x split into x_hi (row 0) + x_lo (row 8) (fp16: products exact, sum ~fp32 accurate;
+// the other rows are copies whose outputs are unused, so one LDS.128 per step is the whole A fragment): per
+// step of 16 weights x 8 rows a lane issues 3 instructions of codes, 4 PRMT, one LDS.128 and one MMA for its 4
+// weights; SASS (nvdisasm, b = 3): 93 instructions per chunk of 32 weights per lane = 2.9 per weight (v13 4.05).
+// Device layout ("tile layout", ggml_ext_apq_relayout_tc_cuda, same size as the row-lane layout): plane p,
+// tile of 8 rows (rows padded to a multiple of 32), chunk q of 128 weights: 32 lanes x 32-bit word, lane
+// 4 g + c's word holding row 8 tile + g: bit 4 j + m (j < 8, m < 4) = weight 128 q + 16 s + o with step
+// s = 2 m + (j >> 2), o = 2 c + {0, 1, 8, 9}[j & 3]; so rl_codes(m) gives the nibble codes of steps 2m
+// (nibbles 0-3: b0 = (o 2c, 2c+1), b1 = (2c+8, 2c+9)) and 2m + 1 (nibbles 4-7).
+// Block: 4 tiles (32 rows) x H slices of the row (chunks q = h, h + H, ...; H = 4, or 8 where the row groups
+// are no more than the SMs); each warp keeps D
+// chunks of loads in flight (issued before the block stages x); x staged once per block as the A fragments
+// (uint4 per step and lane c); the H slices' row sums added through shared memory.
+static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
+                                              uint32_t * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t T     = (n + 31) / 32 * 4;
+    const int64_t total = (int64_t) P * T * Q * 32;
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t) gridDim.x * blockDim.x) {
+        const int     lane = (int) (o & 31);
+        int64_t       rest = o >> 5;
+        const int64_t q    = rest % Q;
+        rest /= Q;
+        const int64_t tile = rest % T;
+        const int64_t p    = rest / T;
+        const int     g = lane >> 2, c = lane & 3;
+        const int64_t r = 8 * tile + g;
+        uint32_t      v = 0;
+        if (r < n) {
+            const uint8_t * src = planes + p * n * (k / 8) + r * (k / 8);
+            for (int j = 0; j < 8; j++) {
+                for (int m = 0; m < 4; m++) {
+                    const int64_t col = 128 * q + 16 * (2 * m + (j >> 2)) + 2 * c + (j & 1) + ((j & 2) ? 8 : 0);
+                    v |= (uint32_t) ((src[col >> 3] >> (col & 7)) & 1) << (4 * j + m);
+                }
+            }
+        }
+        out[o] = v;
+    }
+}
+
+extern "C" cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                     int parent_bits, uint8_t * out, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
+        return cudaErrorInvalidValue;
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
+    apq_relayout_tc_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
+                                                                  (uint32_t *) out);
+    return cudaGetLastError();
+}
+
+static __device__ __forceinline__ void apq_mma16816(float (&d)[4], const uint4 a, uint32_t b0, uint32_t b1) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800  // mma.m16n8k16: sm_80 and later (the launcher refuses before)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+#else
+    __trap();
+#endif
+}
+
+// prmt without __byte_perm's masking of the selector's sign bits (the codes are < 8: those bits are 0)
+static __device__ __forceinline__ uint32_t apq_prmt(uint32_t a, uint32_t b, uint32_t s) {
+    uint32_t r;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(s));
+    return r;
+}
+
+// H slices of the row per tile: 4 (16 warps, 2 blocks per SM), 8 where the row groups are no more than the SMs
+// (32 warps, 1 block per SM: 4096-row matrices would otherwise have 16 warps per SM)
+template <int B, int D, int H>
+static __global__ void __launch_bounds__(128 * H, 8 / H)
+    apq_gemv_tc16_kernel(const uint32_t * __restrict__ tc, const __half * __restrict__ tab, int64_t n, int64_t k,
+                         int64_t plane_u32, const float * __restrict__ x, float * __restrict__ y) {
+    constexpr int TB   = 1 << B;
+    extern __shared__ uint4 xa[];                      // k / 16 steps x 4: the A fragment of lane c of each step
+    float *       red  = (float *) (xa + (k / 16) * 4);  // H slices x 32 rows
+    const int     lane = threadIdx.x & 31;
+    const int     warp = threadIdx.x >> 5;
+    const int     h    = warp >> 2;
+    const int64_t tile = (int64_t) blockIdx.x * 4 + (warp & 3);
+    const int64_t Q    = k / 128;
+    const int     ni   = Q > h ? (int) ((Q - h + H - 1) / H) : 0;  // chunks q = h + H i of this warp
+    const uint32_t * base = tc + tile * Q * 32 + lane;
+
+    uint32_t buf[D][B];  // ring: chunk i in slot i % D
+#pragma unroll
+    for (int d = 0; d < D - 1; d++) {
+        if (d < ni) {
+#pragma unroll
+            for (int kk = 0; kk < B; kk++) {
+                buf[d][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * d) * 32);
+            }
+        }
+    }
+    // the lane's row table (row 8 tile + g), 8 halves, zero past TB and past n
+    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
+    {
+        const int64_t r = 8 * tile + (lane >> 2);
+        uint4         v = make_uint4(0, 0, 0, 0);
+        if (r < n) {
+            if (B == 3 && ((uintptr_t) tab & 15) == 0) {
+                v = __ldg((const uint4 *) (tab + r * TB));
+            } else {
+                uint16_t hh[8] = {};
+#pragma unroll
+                for (int e = 0; e < (TB < 8 ? TB : 8); e++) {
+                    hh[e] = __half_as_ushort(tab[r * TB + e]);
+                }
+                v = make_uint4(hh[0] | (uint32_t) hh[1] << 16, hh[2] | (uint32_t) hh[3] << 16,
+                               hh[4] | (uint32_t) hh[5] << 16, hh[6] | (uint32_t) hh[7] << 16);
+            }
+        }
+        tl0 = __byte_perm(v.x, v.y, 0x6420);
+        th0 = __byte_perm(v.x, v.y, 0x7531);
+        tl1 = __byte_perm(v.z, v.w, 0x6420);
+        th1 = __byte_perm(v.z, v.w, 0x7531);
+    }
+    // x as A: row 0 = x_hi, row 8 = x_lo (rows 1-7 and 9-15: copies, their outputs unused). Entry 4 s + c = lane
+    // c's fragment of step s: a0 = hi(x[16s + 2c], x[16s + 2c + 1]), a1 = lo(same), a2 = hi(x[16s + 2c + 8],
+    // x[16s + 2c + 9]), a3 = lo(same); every lane 4 g + c loads entry 4 s + c (broadcast).
+    for (int64_t e = threadIdx.x; e < (k / 16) * 4; e += 128 * H) {
+        const int     c = (int) (e & 3);
+        const int64_t st = e >> 2;
+        uint32_t      wv[4];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const float2 xv = __ldg((const float2 *) (x + 16 * st + 2 * c + 8 * u));
+            const __half h0 = __float2half_rn(xv.x), h1 = __float2half_rn(xv.y);
+            const __half l0 = __float2half_rn(xv.x - __half2float(h0)), l1 = __float2half_rn(xv.y - __half2float(h1));
+            wv[2 * u]     = (uint32_t) __half_as_ushort(h0) | (uint32_t) __half_as_ushort(h1) << 16;
+            wv[2 * u + 1] = (uint32_t) __half_as_ushort(l0) | (uint32_t) __half_as_ushort(l1) << 16;
+        }
+        xa[e] = make_uint4(wv[0], wv[1], wv[2], wv[3]);
+    }
+    __syncthreads();
+
+    float          acc[2][4] = {};
+    const uint4 *  xl        = xa + (lane & 3);
+    for (int i0 = 0; i0 < ni; i0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            const int i = i0 + d;
+            if (i < ni) {
+                if (i + D - 1 < ni) {
+#pragma unroll
+                    for (int kk = 0; kk < B; kk++) {
+                        buf[(d + D - 1) % D][kk] = __ldg(base + kk * plane_u32 + (int64_t) (h + H * (i + D - 1)) * 32);
+                    }
+                }
+                const int64_t q = h + H * i;
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const uint32_t o = rl_codes<B>(buf[d], m, 0x11111111u);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const uint4    xv = xl[(q * 8 + 2 * m + hh) * 4];
+                        const uint32_t s  = hh ? o >> 16 : o;
+                        const uint32_t lo = apq_prmt(tl0, tl1, s);  // low / high bytes of the 4 entries
+                        const uint32_t hi = apq_prmt(th0, th1, s);
+                        apq_mma16816(acc[hh], xv, apq_prmt(lo, hi, 0x5140), apq_prmt(lo, hi, 0x7362));
+                    }
+                }
+            }
+        }
+    }
+    // lanes 0-3: D row 0 (x_hi) and row 8 (x_lo), columns 2c, 2c + 1 = rows of the tile
+    if (lane < 4) {
+        red[h * 32 + (warp & 3) * 8 + 2 * lane]     = acc[0][0] + acc[1][0] + acc[0][2] + acc[1][2];
+        red[h * 32 + (warp & 3) * 8 + 2 * lane + 1] = acc[0][1] + acc[1][1] + acc[0][3] + acc[1][3];
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const int64_t r = (int64_t) blockIdx.x * 32 + threadIdx.x;
+        float         v = 0.0f;
+#pragma unroll
+        for (int hh = 0; hh < H; hh++) {
+            v += red[hh * 32 + threadIdx.x];
+        }
+        if (r < n) {
+            y[r] = v;
+        }
+    }
+}
+
+template <int B, int D, int H>
+static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int64_t n, int64_t k, int S,
+                               const float * x, float * y, cudaStream_t stream) {
+    const size_t  smem = (size_t) (k / 16) * 4 * 16 + (size_t) H * 32 * 4;
+    auto          kern = apq_gemv_tc16_kernel<B, D, H>;
+    static size_t attr[64];
+    int           dev  = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    if (smem > 48 * 1024 && smem > attr[dev]) {
+        const cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem);
+        if (e != cudaSuccess) {
+            return e;
+        }
+        attr[dev] = smem;
+    }
+    const __half * t = (const __half *) tables + n * ((1 << B) - (1 << S));
+    kern<<<(unsigned) ((n + 31) / 32), 128 * H, smem, stream>>>(
+        (const uint32_t *) tc, t, n, k, (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 4), x, y);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows,
+                                                 int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                 float * y, cudaStream_t stream) {
+    if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 3) {
+        return cudaErrorInvalidValue;  // b >= 4: not written yet (tables in shared memory)
+    }
+    if (n_rows == 0) {
+        return cudaSuccess;
+    }
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) {
+        return cudaErrorInvalidDevice;
+    }
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8) {
+        return cudaErrorNotSupported;  // mma.m16n8k16 needs sm_80
+    }
+    const bool few = (n_rows + 31) / 32 <= apq_sm_count(dev);
+    switch (bits) {
+        case 1: return few ? tc16_launch<1, 12, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                             tc16_launch<1, 12, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        case 2: return few ? tc16_launch<2, 8, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                             tc16_launch<2, 8, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+        default: return few ? tc16_launch<3, 6, 8>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream) :
+                              tc16_launch<3, 6, 4>(tc, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+    }
 }

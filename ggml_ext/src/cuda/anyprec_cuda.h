@@ -35,13 +35,29 @@ cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, i
 // adds into y, which it zeroes first), 8 = split-K over contiguous slices, each block staging its slice of
 // x for all tokens in shared memory (atomics), 9 / 10 = 4 with both first super-chunks' loads in flight
 // during the block's prologue and 4-bit-lane codes at b >= 5 (8 / 16 warps per block), 11 / 12 = 9 / 10
-// without pair tables. n_tokens == 1 only for 1, 3..7 and 9..12. 0: the default (4 for one
+// without pair tables, 13 / 14 = persistent blocks, tables in registers (b <= 3, byte-permute lookups) or
+// double-buffered in shared memory, plane loads running ahead across row groups (14: more warps per SM), 15 =
+// 13 with half the 3-bit lookups through shared pair tables. n_tokens == 1 only for 1, 3..7 and 9..15. 0: the default (4 for one
 // token, 8 for 2..8). With 7 and 8 (so the default at 2..8 tokens) the order of the final additions
 // varies from run to run.
 // tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).
 cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                       int64_t n_per_row, int seed_bits, int bits, int variant, const float * x,
                                       int64_t n_tokens, float * y, cudaStream_t stream);
+
+// One token, count (1..4) matrices sharing x and n_per_row (q/k/v, gate/up) in ONE launch of v13: y[m][r] =
+// sum_j W_m,b[r][j] x[j]; rl, tables, n_rows and y are host arrays of count entries (device pointers).
+cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * rl, const uint16_t * const * tables,
+                                            const int64_t * n_rows, int64_t n_per_row, int seed_bits, int bits,
+                                            const float * x, float * const * y, cudaStream_t stream);
+
+// v16 (one token, bits <= 3 for now): the "tile layout" (same size as the row-lane layout; see
+// apq_gemv_tc16_kernel in anyprec_cuda.cu) made once by ggml_ext_apq_relayout_tc_cuda, and its GEMV on the tensor
+// cores (fp16 centroid pairs x (x_hi + x_lo), fp32 accumulation). bits >= 4: cudaErrorInvalidValue.
+cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row, int parent_bits,
+                                          uint8_t * out, cudaStream_t stream);
+cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows, int64_t n_per_row,
+                                      int seed_bits, int bits, const float * x, float * y, cudaStream_t stream);
 
 // Dequantize the row-lane layout at precision b to fp16, row-major n_rows x n_per_row (for cuBLAS above
 // ~8 tokens).
