@@ -358,11 +358,13 @@ def test_split_modes_over_two_devices(files, two_rpc_servers, wiki_test, tool_en
     # both devices hold layers
     assert all(f"RPC0[127.0.0.1:{p}] model buffer size" in out for p in two_rpc_servers), out[-3000:]
     # the servers' CPU backend runs ggml's Q4_0 kernel on the plain file and ours on the interleaved one:
-    # the same integer dot products, summed in another order (0.2 % on this model; a wrong layout is 1e6x)
-    assert layer == pytest.approx(plain, rel=0.01)
+    # the same integer dot products, summed in another order, on 2 x 64 scored tokens (0.2 % on an AVX2 host,
+    # 1.4 % on an AVX-512 host, 2026-11-24; a wrong layout is 1e6x)
+    assert layer == pytest.approx(plain, rel=0.03)
 
     tensor_plain, out = perplexity(files["q4_0"], "tensor")
-    assert tensor_plain == pytest.approx(plain, rel=0.01), out[-3000:]
+    # the same file cut by rows / columns: partial sums added in another order (3 % bound, as above)
+    assert tensor_plain == pytest.approx(plain, rel=0.03), (tensor_plain, plain, out[-3000:])
     for _ in range(3):  # llama.cpp's log thread can lose the last lines when the process exits at once
         refused, out = perplexity(files["Q4_0_8_8"], "tensor")   # (seen once in a loaded CI run): retry
         assert refused is None, "split mode tensor ran an interleaved file"

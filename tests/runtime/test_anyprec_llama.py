@@ -113,9 +113,19 @@ def test_llama_cpp_python_apq_bits(apq_file, tmp_path):
                     logits_all=True)
         ref.eval(ids)
         want = np.array(ref.scores[:len(ids)])
+        top = Llama(apq_file, apq_bits=8, n_ctx=64, n_threads=2, logits_all=True)
+        top.eval(ids)
+        lg8 = np.array(top.scores[:len(ids)])
     finally:
         set_apq_bits(None)
-    assert np.abs(lg - want).max() <= 1e-3 * np.abs(want).max(), np.abs(lg - want).max()
+    # the same weights, other kernels: the op's GEMV (per token, F32 activations) against ggml's F32 matmul.
+    # This small model amplifies kernel differences in its attention (the first position, which attends only
+    # to itself, agrees exactly): measured max |diff| / max |logit| 0.0 on an AVX2 host, 4.8e-3 on an AVX-512
+    # host (2026-11-24, where the same 3-bit values as F16 vs F32 files differ by 1.2e-2) -- kernel noise,
+    # far below what a wrong precision does: 3 vs 8 bits differ by ~1 (checked next)
+    err = np.abs(lg - want).max()
+    assert err <= 1e-2 * np.abs(want).max(), err
+    assert np.abs(lg8 - want).max() >= 30 * max(err, 1e-3 * np.abs(want).max()), "apq_bits=3 did not select 3 bits"
 
 
 def test_bench_runs_each_precision(apq_file, threads):
