@@ -261,6 +261,29 @@ static __device__ void phase_select(const dec_args & a) {
     }
 }
 
+// acc[0..31] += x * the 32 residual codes of piece p (16 bytes) of residual row `rr_row` (bytes past the row's
+// end read as code 0: 0x88); VEC: one 16-byte load
+template <bool VEC>
+static __device__ __forceinline__ void dec_piece_fma(const dec_args & a, const uint8_t * rr_row, int64_t p, float xv,
+                                                     float * acc) {
+    const uint8_t * rr = rr_row + p * DEC_PIECE;
+    uint8_t         q[DEC_PIECE];
+    if (VEC) {
+        const uint4 u = *(const uint4 *) rr;
+        memcpy(q, &u, DEC_PIECE);
+    } else {
+#pragma unroll
+        for (int i = 0; i < DEC_PIECE; i++) {
+            q[i] = p * DEC_PIECE + i < (int64_t) a.rs ? rr[i] : 0x88;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < DEC_PIECE; i++) {
+        acc[2 * i] += (float) ((int) (q[i] & 15) - 8) * xv;
+        acc[2 * i + 1] += (float) ((int) (q[i] >> 4) - 8) * xv;
+    }
+}
+
 // phase 2: the residual GEMV over the selected channels, added atomically into dst
 template <bool VEC> static __device__ void phase_gemv(const dec_args & a) {
     const int64_t nthreads = (int64_t) gridDim.x * blockDim.x;
@@ -287,23 +310,7 @@ template <bool VEC> static __device__ void phase_gemv(const dec_args & a) {
             // unrolled: a thread keeps several zero-copy loads in flight (PCIe latency is ~1 us)
 #pragma unroll 4
             for (int64_t s = c; s < a.n_sel; s += C) {
-                const uint8_t * rr = a.r + (size_t) idx[s] * a.rs + p * DEC_PIECE;
-                const float     xv = xs[s];
-                uint8_t         q[DEC_PIECE];
-                if (VEC) {
-                    const uint4 w = *(const uint4 *) rr;
-                    memcpy(q, &w, DEC_PIECE);
-                } else {
-#pragma unroll
-                    for (int i = 0; i < DEC_PIECE; i++) {
-                        q[i] = p * DEC_PIECE + i < (int64_t) a.rs ? rr[i] : 0x88;
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < DEC_PIECE; i++) {
-                    acc[2 * i] += (float) ((int) (q[i] & 15) - 8) * xv;
-                    acc[2 * i + 1] += (float) ((int) (q[i] >> 4) - 8) * xv;
-                }
+                dec_piece_fma<VEC>(a, a.r + (size_t) idx[s] * a.rs, p, xs[s], acc);
             }
             float * d = (float *) row_ptr(a.dst, row, a.ne1, a.ne2, a.d_nb1, a.d_nb2, a.d_nb3);
 #pragma unroll
@@ -435,23 +442,7 @@ template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_
         // a warp's 32 loads of one slot are one contiguous 512-byte run of the residual row
 #pragma unroll 4
         for (int s = w; s < a.n_sel; s += DEC_OP_WARPS) {
-            const uint8_t * rr = a.r + (size_t) sidx[s] * a.rs + p * DEC_PIECE;
-            const float     xv = sxs[s];
-            uint8_t         q[DEC_PIECE];
-            if (VEC) {
-                const uint4 u = *(const uint4 *) rr;
-                memcpy(q, &u, DEC_PIECE);
-            } else {
-#pragma unroll
-                for (int i = 0; i < DEC_PIECE; i++) {
-                    q[i] = p * DEC_PIECE + i < (int64_t) a.rs ? rr[i] : 0x88;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < DEC_PIECE; i++) {
-                acc[2 * i] += (float) ((int) (q[i] & 15) - 8) * xv;
-                acc[2 * i + 1] += (float) ((int) (q[i] >> 4) - 8) * xv;
-            }
+            dec_piece_fma<VEC>(a, a.r + (size_t) sidx[s] * a.rs, p, sxs[s], acc);
         }
 #pragma unroll
         for (int i = 0; i < 2 * DEC_PIECE; i++) {
