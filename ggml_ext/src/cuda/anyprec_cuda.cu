@@ -1195,9 +1195,10 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
             return bits == 3 ?
                        rl13_width<3, false, true>(1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream) :
                        rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
-        case 0:  // the default: v4 for one token, v8 for 2..8 (fastest in the H100 runs, docs/BENCHMARKS.md)
+        case 0:  // the default: v14 for one token (rounds 5 and 6: fastest or within 1 % on every shape and
+                 // precision, 1.1-1.3x v4), v8 for 2..8 (docs/BENCHMARKS.md)
             if (nt == 1) {
-                return rl_bits<1, 8, true, true>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
+                return rl13_bits<true>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
             }
             [[fallthrough]];
         case 8:

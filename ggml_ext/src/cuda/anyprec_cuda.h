@@ -37,7 +37,7 @@ cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, i
 // during the block's prologue and 4-bit-lane codes at b >= 5 (8 / 16 warps per block), 11 / 12 = 9 / 10
 // without pair tables, 13 / 14 = persistent blocks, tables in registers (b <= 3, byte-permute lookups) or
 // double-buffered in shared memory, plane loads running ahead across row groups (14: more warps per SM), 15 =
-// 13 with half the 3-bit lookups through shared pair tables. n_tokens == 1 only for 1, 3..7 and 9..15. 0: the default (4 for one
+// 13 with half the 3-bit lookups through shared pair tables. n_tokens == 1 only for 1, 3..7 and 9..15. 0: the default (14 for one
 // token, 8 for 2..8). With 7 and 8 (so the default at 2..8 tokens) the order of the final additions
 // varies from run to run.
 // tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).

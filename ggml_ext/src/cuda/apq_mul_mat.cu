@@ -18,7 +18,7 @@
 // (patch 0420 asks ggml_ext_cuda_apq_alloc_size for the room), the padding's codes zero (written with the
 // last row / last word they pad), and the forward pads x with zeros to Kp, so padded weights add nothing.
 //
-// Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the v4 GEMV, 2..8 tokens v8
+// Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the v14 GEMV, 2..8 tokens v8
 // (split-K, atomics: its last bits vary from run to run), more tokens the weight dequantized to fp16 at
 // precision b and multiplied by cuBLAS (cublasGemmEx through ggml-cuda's handle, fp32 accumulation), the
 // activations rounded to fp16 as ggml-cuda's own cuBLAS path does for quantized weights.
@@ -254,7 +254,7 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
         xc = xpad.get();
     }
 
-    if (T <= GEMV_MAX_TOKENS) {  // variant 0: v4 for one token, v8 for 2..8
+    if (T <= GEMV_MAX_TOKENS) {  // variant 0: v14 for one token, v8 for 2..8
         CUDA_CHECK(ggml_ext_apq_gemv_rl_cuda(rl, tables, N, Kp, S, b, 0, xc, T, y, stream));
         return;
     }
