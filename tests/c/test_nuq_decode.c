@@ -3,7 +3,7 @@
 // a NaN block among them; key blocks with per-channel scales; runs of 1..7 blocks), and the reference
 // against the kvquant row kernel's dequantization (ggml_ext_kvq_dequantize_v of a one-head 64-channel
 // layer, whose value rows these blocks are) on rows that kernel quantized. Prints "implementations: ..."
-// and "N passed, M failed"; exit status 1 on a failure. Built by tests/kernels/test_nuq_decode.py.
+// and "N passed, M failed"; exit status 1 on a failure. Built by tests/kernels/test_kvquant_c_kernels.py (program "nuq_decode").
 #include "common/simd.h"
 #include "formats/kvquant/kvquant.h"
 #include "formats/kvquant/nuq_decode.h"
