@@ -351,3 +351,20 @@ def real_layer(model_dir: str, index: int, what: tuple[str, ...] = ("hessian",),
             return {name: (layer.get_submodule(name[len(prefix) + 1:]).weight.detach().numpy().copy(),
                            {k: r[k] for k in what}) for name, r in got.items()}
     raise ValueError(f"{model_dir} has no decoder layer {index}")
+
+
+def dec_q4_0_base(default_gguf: Path) -> Path:
+    """The default model requantized to Q4_0 by our llama-quantize: the base of the QDEC tests (tests/methods/
+    test_dec.py, tests/runtime/test_dec_llama.py), made once under ~/.cache/ggml-ext/tests/dec (atomic rename)."""
+    import subprocess
+
+    from ggml_ext import tools
+    from ggml_ext.cache import cache_root
+    out = cache_root() / "tests" / "dec" / "smollm2-q4_0.gguf"
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp.gguf")
+        subprocess.run(tools.command("llama-quantize", "--allow-requantize", default_gguf, tmp, "Q4_0", "2"),
+                       env=tools.tool_env(), check=True, capture_output=True)
+        tmp.rename(out)
+    return out

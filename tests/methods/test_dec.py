@@ -6,7 +6,6 @@ tests/kernels/test_ext_ops.py (tests/c/test_ext_ops.cpp's DEC cases)."""
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+import convert_support as cs  # noqa: E402
 from ggml_ext import assets, tools  # noqa: E402
 from ggml_ext.methods.dec import K_GRID, calibration, residual, select  # noqa: E402
 
@@ -27,20 +27,11 @@ def hf_dir():
     return assets.path("smollm2-hf")
 
 
-CACHE = "tests/dec"     # under ~/.cache/ggml-ext: the base and the side file, checked before reuse
 
 
 @pytest.fixture(scope="module")
 def base(default_gguf):
-    from ggml_ext.cache import cache_root
-    out = cache_root() / CACHE / "smollm2-q4_0.gguf"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.gguf")
-        subprocess.run(tools.command("llama-quantize", "--allow-requantize", default_gguf, tmp, "Q4_0", "2"),
-                       env=tools.tool_env(), check=True, capture_output=True)
-        tmp.rename(out)
-    return out
+    return cs.dec_q4_0_base(default_gguf)
 
 
 @pytest.fixture(scope="module")

@@ -32,15 +32,7 @@ N_TOK = 40                      # tokens of wiki-test decoded one by one
 
 @pytest.fixture(scope="module")
 def base(default_gguf):
-    from ggml_ext.cache import cache_root
-    out = cache_root() / "tests/dec" / "smollm2-q4_0.gguf"
-    if not out.exists():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp.gguf")
-        subprocess.run(tools.command("llama-quantize", "--allow-requantize", default_gguf, tmp, "Q4_0", "2"),
-                       env=tools.tool_env(), check=True, capture_output=True)
-        tmp.rename(out)
-    return out
+    return cs.dec_q4_0_base(default_gguf)
 
 
 @pytest.fixture(scope="module")

@@ -239,34 +239,26 @@ static int parse_spec(const char * what, const char * spec, int max, int v[DEC_N
 #define DEC_K_MAX   GGML_EXT_DEC_CHUNK
 #define DEC_NTB_MAX 65536
 
-int ggml_ext_llama_set_dec_k(const char * spec, char * err, size_t n) {
+// --dec-k / --dec-ntb: a spec updates the types it names in *set (NULL: back to the environment / default)
+static int set_spec(const char * flag, int max, int * set, const char * spec, char * err, size_t n) {
     settings_init();
     int v[DEC_NTYPES] = { -1, -1, -1, -1 };
-    if (spec == NULL) {
-        memcpy(dec_k_set, v, sizeof(v));
-        return 0;
+    if (spec != NULL) {
+        memcpy(v, set, sizeof(v));
+        if (parse_spec(flag, spec, max, v, err, n) != 0) {
+            return -1;
+        }
     }
-    memcpy(v, dec_k_set, sizeof(v));
-    if (parse_spec("--dec-k", spec, DEC_K_MAX, v, err, n) != 0) {
-        return -1;
-    }
-    memcpy(dec_k_set, v, sizeof(v));
+    memcpy(set, v, sizeof(v));
     return 0;
 }
 
+int ggml_ext_llama_set_dec_k(const char * spec, char * err, size_t n) {
+    return set_spec("--dec-k", DEC_K_MAX, dec_k_set, spec, err, n);
+}
+
 int ggml_ext_llama_set_dec_ntb(const char * spec, char * err, size_t n) {
-    settings_init();
-    int v[DEC_NTYPES] = { -1, -1, -1, -1 };
-    if (spec == NULL) {
-        memcpy(dec_ntb_set, v, sizeof(v));
-        return 0;
-    }
-    memcpy(v, dec_ntb_set, sizeof(v));
-    if (parse_spec("--dec-ntb", spec, DEC_NTB_MAX, v, err, n) != 0) {
-        return -1;
-    }
-    memcpy(dec_ntb_set, v, sizeof(v));
-    return 0;
+    return set_spec("--dec-ntb", DEC_NTB_MAX, dec_ntb_set, spec, err, n);
 }
 
 // The string value of "key" in a flat JSON object (no escapes in our configs); 0 or -1
