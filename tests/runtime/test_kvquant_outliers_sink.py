@@ -105,6 +105,19 @@ def _bind(lib, buf, nbytes, bits, row_values, levels, values, k_mid=None, k_half
     assert rc == 0, err.value
 
 
+def _round_trip(lib, fns, x, buf, bits, row_values, levels, values, **bind):
+    """x quantized into buf (bound to the layer's tables for the call) and read back through the type's rows."""
+    to_f, from_f = fns
+    _bind(lib, buf, buf.size, bits, row_values, levels, values, **bind)
+    try:
+        from_f(x.ctypes.data, buf.ctypes.data, x.size)
+        y = np.empty_like(x)
+        to_f(buf.ctypes.data, y.ctypes.data, x.size)
+    finally:
+        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+    return y
+
+
 @pytest.mark.parametrize("bits", [4, 3, 2])
 def test_value_blocks_keep_one_outlier(calib, bits):
     lib = _base()
@@ -116,13 +129,7 @@ def test_value_blocks_keep_one_outlier(calib, bits):
     x[5], x[64 + 17], x[128 + 40] = 25.0, -30.0, 9.0  # planted outliers; the other blocks take their extreme
     size = SIZES[bits]
     buf = np.zeros(n_blk * size, np.uint8)
-    _bind(lib, buf, buf.size, bits, 192, levels, values)
-    try:
-        from_f(x.ctypes.data, buf.ctypes.data, x.size)
-        y = np.empty_like(x)
-        to_f(buf.ctypes.data, y.ctypes.data, x.size)
-    finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+    y = _round_trip(lib, (to_f, from_f), x, buf, bits, 192, levels, values)
     for b in range(n_blk):
         xb = x[64 * b:64 * b + 64]
         imin, imax = int(np.argmin(xb)), int(np.argmax(xb))
@@ -159,13 +166,7 @@ def test_key_blocks_keep_two_outliers(calib, bits):
     x[1, 64 + 3] = mid[64 + 3] + 1.5 * half[64 + 3]  # row 1, block 1: one outlier
     size = SIZES[bits]
     buf = np.zeros(4 * size, np.uint8)
-    _bind(lib, buf, buf.size, bits, D, levels, values, k_mid=mid, k_half=half)
-    try:
-        from_f(x.ctypes.data, buf.ctypes.data, x.size)
-        y = np.empty_like(x)
-        to_f(buf.ctypes.data, y.ctypes.data, x.size)
-    finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+    y = _round_trip(lib, (to_f, from_f), x, buf, bits, D, levels, values, k_mid=mid, k_half=half)
     for r in range(2):
         for b in range(2):
             c = slice(64 * b, 64 * b + 64)
