@@ -84,6 +84,11 @@ def join(out_type: str, files: dict[str, bytes]) -> bytes:
     return bytes([TYPES.index(out_type)]) + SEP.join(parts)
 
 
+# What the types that calibrate (the codebooks' activation importance) tokenize: short, so one input stays
+# well inside libFuzzer's -timeout however slow the fuzzed tokenizer and model are (wiki-train, the default,
+# is 4 MB); two windows of 32 tokens.
+CALIB_TEXT = " ".join(f"The {w} of the river rose {i} feet in the night, and the town woke to water."
+                      for i, w in enumerate(("level", "colour", "sound", "speed", "width", "smell") * 8))
 _TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
@@ -108,8 +113,12 @@ def check_one(data: bytes) -> GGUFFile | None:
         pre = split(data)[1].get(PRE_SLOT)
         options = {"pre_tokenizer": None if pre is None else pre.decode("utf-8", "replace")}  # plan() takes them too
         out = work / "out.gguf"
+        text = work / "calib.txt"             # the calibrated types (cb2, cb3...): a short text, two windows
+        text.write_text(CALIB_TEXT)
+        calibration = {"calib": text, "calib_samples": 2, "calib_seq_len": 32, "calib_progress": False}
         try:
-            result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None, **options)
+            result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None,
+                             **calibration, **options)
         except ConversionError as e:
             assert str(e), "ConversionError without a message"
             assert not out.exists(), "a refused conversion left an output file"

@@ -75,8 +75,15 @@ def tokenize(model_dir: str | os.PathLike, text: str | os.PathLike | None = None
     path = _text_path(text)
     raw = path.read_bytes()
     body = raw.decode("utf-8")
-    tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    ids = tok(body, return_tensors="pt", add_special_tokens=False).input_ids[0]
+    try:
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        ids = tok(body, return_tensors="pt", add_special_tokens=False).input_ids[0]
+        bos = leading_bos(tok)
+    except BaseException as e:  # noqa: BLE001 - transformers raises anything, the Rust tokenizers panic
+        if isinstance(e, (KeyboardInterrupt, SystemExit, MemoryError)):
+            raise
+        raise ValueError(f"the model's tokenizer cannot tokenize the text ({type(e).__name__}: "
+                         f"{str(e)[:200] or 'no message'}); check tokenizer.json / tokenizer_config.json") from None
     need = seq_len * n_samples
     if ids.numel() < seq_len:
         raise ValueError(f"{path}: {ids.numel()} tokens, fewer than one sample of {seq_len}")
@@ -84,7 +91,6 @@ def tokenize(model_dir: str | os.PathLike, text: str | os.PathLike | None = None
         raise ValueError(f"{path}: {ids.numel()} tokens, fewer than {n_samples} samples of {seq_len} "
                          f"without overlap; use fewer samples or a longer text")
     starts = torch.linspace(0, ids.numel() - seq_len, n_samples).round().to(torch.int64)
-    bos = leading_bos(tok)
     rows = []
     for s in starts.tolist():
         row = ids[s:s + seq_len].clone()

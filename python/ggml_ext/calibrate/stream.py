@@ -83,10 +83,14 @@ class LayerStream:
         self.device = torch.device(device)
         self.dtype = getattr(torch, dtype)
         self.checkpoint = open_checkpoint(self.model_dir)
-        config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
-        config.use_cache = False
-        with init_empty_weights(include_buffers=False):
-            self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype)
+        try:   # transformers checks a config with asserts and raises anything on a malformed one
+            config = AutoConfig.from_pretrained(self.model_dir, local_files_only=True)
+            config.use_cache = False
+            with init_empty_weights(include_buffers=False):
+                self.model = AutoModelForCausalLM.from_config(config, dtype=self.dtype)
+        except Exception as e:  # noqa: BLE001
+            raise StreamError(f"{self.model_dir}: transformers cannot build the model from config.json "
+                              f"({type(e).__name__}: {str(e)[:200] or 'no message'})") from None
         self.model.eval()
         if attention_weights:   # the attention modules return their weights (collect.py's attn_hessian)
             self.model.set_attn_implementation("eager")
@@ -115,9 +119,12 @@ class LayerStream:
         if self.checkpoint.format == "safetensors":
             from safetensors import safe_open
             f = self.checkpoint.tensors[name].file
-            if f not in handles:
-                handles[f] = safe_open(str(f), framework="pt", device=str(self.device))
-            return handles[f].get_tensor(name)
+            try:
+                if f not in handles:
+                    handles[f] = safe_open(str(f), framework="pt", device=str(self.device))
+                return handles[f].get_tensor(name)
+            except Exception:  # noqa: BLE001 - safetensors refuses headers the converter's reader takes
+                handles.pop(f, None)  # (e.g. data not covering the whole file): read it as the converter does
         return torch.from_numpy(self.checkpoint.load(name))
 
     def materialize(self, module_name: str) -> None:
