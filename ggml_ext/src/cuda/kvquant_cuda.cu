@@ -24,6 +24,7 @@
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda/fattn.cuh"
 #include "ggml-ext-kvq.h"
+#include "kvquant_decode.cuh"
 #include "ggml/kvquant_device.h"
 
 #include <cuda_fp16.h>
@@ -35,223 +36,9 @@
 
 namespace {
 
-constexpr int QK = GGML_EXT_KVQ_DEV_BLOCK;  // 64 values per block
-
-// what a kernel needs of one binding (by value: kernel parameters)
-struct kvq_args {
-    int           bits;
-    int           block_bytes;
-    int           dense_bytes;
-    float         values[16];
-    float         mids[15];
-    const char *  lo;          // the binding's first byte (NULL: not bound, uniform levels)
-    int64_t       row_blocks;  // > 0: keys, per-channel scales below
-    const float * k_mid;
-    const float * k_half;
-    int           outliers;
-    int64_t       row_bytes;   // bytes per cache row (sink rows; 0: no sink)
-    int64_t       row_values;
-    const int64_t * sink;      // [0]: slots in use (hw), [1 + s]: the cache row of slot s (-1: free); NULL: no sink
-    float *       sink_data;   // slot s: row_values floats
-};
-
-__device__ __forceinline__ bool is_tag(unsigned w) {
-    return (w & 0xffc0u) == 0x8000u;
-}
-
-__device__ __forceinline__ int get_index(const uint8_t * blk, int bits, int s) {
-    if (bits == 4) {
-        return (blk[s % 32] >> (4 * (s / 32))) & 15;
-    }
-    int q = (blk[s % 16] >> (2 * (s / 16))) & 3;
-    if (bits == 3) {
-        q |= ((blk[16 + s % 8] >> (s / 8)) & 1) << 2;
-    }
-    return q;
-}
-
-__device__ __forceinline__ int nearest_level(const kvq_args & a, float xn) {
-    const int n = 1 << a.bits;
-    int       q = 0;  // past the midpoints below xn; a tie goes to the lower level (NaN: 0)
-    while (q < n - 1 && a.mids[q] < xn) {
-        q++;
-    }
-    return q;
-}
-
-// the sink slot of the cache row holding blk (-1: none)
-__device__ __forceinline__ int sink_slot(const kvq_args & a, const char * blk, int64_t * off) {
-    if (!a.sink) {
-        return -1;
-    }
-    const int64_t o   = blk - a.lo;
-    const int64_t row = o / a.row_bytes;
-    const int64_t hw  = a.sink[0];
-    for (int64_t s = 0; s < hw; s++) {
-        if (a.sink[1 + s] == row) {
-            *off = (o % a.row_bytes) / a.block_bytes * QK;
-            return (int) s;
-        }
-    }
-    return -1;
-}
-
-__device__ __forceinline__ uint16_t f2h(float x) {
-    return __half_as_ushort(__float2half_rn(x));
-}
-
-__device__ __forceinline__ float h2f(uint16_t h) {
-    return __half2float(__ushort_as_half(h));
-}
-
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) {
-    return x;
-}
-template <> __device__ __forceinline__ half from_f32<half>(float x) {
-    return __float2half_rn(x);
-}
-
-// one block of 64 values x into blk: ggml/kvquant_base.c's from_float for one block, bit for bit
-__device__ void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
-    uint8_t  idx[QK];
-    uint16_t w[4];
-    if (a.row_blocks > 0) {
-        // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1)
-        const int64_t c0 = ((blk - (const uint8_t *) a.lo) / a.block_bytes) % a.row_blocks * QK;
-        int           out[2] = { -1, -1 };
-        float         ex[2]  = { 0.0f, 0.0f };
-        bool          nan    = false;
-        for (int c = 0; c < QK; c++) {
-            const float v = x[c];
-            idx[c]        = 0;
-            if (!isfinite(v)) {
-                nan = true;
-                continue;
-            }
-            const float xn = __fdiv_rn(__fsub_rn(v, a.k_mid[c0 + c]), a.k_half[c0 + c]);
-            idx[c]         = (uint8_t) nearest_level(a, xn);
-            const float e  = __fsub_rn(fabsf(xn), 1.0f);
-            if (a.outliers && e > 0.0f) {
-                if (e > ex[0]) {
-                    out[1] = out[0], ex[1] = ex[0];
-                    out[0] = c, ex[0] = e;
-                } else if (e > ex[1]) {
-                    out[1] = c, ex[1] = e;
-                }
-            }
-        }
-        w[0] = 0x0000, w[1] = 0x3c00, w[2] = 0, w[3] = 0;
-        if (nan) {
-            w[0] = 0x7e00;
-        } else {
-            const int first = out[1] >= 0 && out[1] < out[0] ? 1 : 0;
-            for (int s = 0, j = first; s < 2; s++, j = 1 - j) {
-                if (out[j] >= 0) {
-                    w[2 * s]     = (uint16_t) (0x8000u | (unsigned) out[j]);
-                    w[2 * s + 1] = f2h(x[out[j]]);
-                }
-            }
-            if (out[0] < 0 && out[1] < 0) {
-                w[0] = 0x0000, w[1] = 0x3c00;
-            }
-        }
-    } else {
-        // a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot)
-        bool finite = true;
-        int  imin = 0, imax = 0;
-        for (int c = 0; c < QK; c++) {
-            finite = finite && isfinite(x[c]);
-            imin   = x[c] < x[imin] ? c : imin;
-            imax   = x[c] > x[imax] ? c : imax;
-        }
-        if (!finite) {
-            // a NaN or infinity: a NaN block (zero indices, mid NaN), as the CPU writes it
-            for (int j = 0; j < a.dense_bytes; j++) {
-                blk[j] = 0;
-            }
-            const uint16_t nanw[4] = { 0x7e00, 0, 0, 0 };
-            memcpy(blk + a.dense_bytes, nanw, sizeof(nanw));
-            return;
-        }
-        int slot = -1;
-        if (a.outliers) {
-            float min2 = INFINITY, max2 = -INFINITY;
-            for (int c = 0; c < QK; c++) {
-                if (c != imin) {
-                    min2 = fminf(min2, x[c]);
-                }
-                if (c != imax) {
-                    max2 = fmaxf(max2, x[c]);
-                }
-            }
-            const bool drop_max = __fsub_rn(x[imax], max2) >= __fsub_rn(min2, x[imin]);
-            slot                = drop_max ? imax : imin;
-        }
-        float lo = INFINITY, hi = -INFINITY;
-        for (int c = 0; c < QK; c++) {
-            if (c != slot) {
-                lo = fminf(lo, x[c]);
-                hi = fmaxf(hi, x[c]);
-            }
-        }
-        const float mid  = __fmul_rn(__fadd_rn(hi, lo), 0.5f);
-        const float half = fmaxf(__fmul_rn(__fsub_rn(hi, lo), 0.5f), 1e-8f);
-        for (int c = 0; c < QK; c++) {
-            idx[c] = (uint8_t) nearest_level(a, __fdiv_rn(__fsub_rn(x[c], mid), half));
-        }
-        w[0] = f2h(mid), w[1] = f2h(half);
-        w[2] = slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : 0;
-        w[3] = slot >= 0 ? f2h(x[slot]) : 0;
-    }
-    // the 64 indices in the slot order of formats/kvquant/kvquant.h (head_dim 64)
-    if (a.bits == 4) {
-        for (int j = 0; j < 32; j++) {
-            blk[j] = (uint8_t) (idx[j] | idx[j + 32] << 4);
-        }
-    } else {
-        for (int j = 0; j < 16; j++) {
-            blk[j] = (uint8_t) ((idx[j] & 3) | (idx[j + 16] & 3) << 2 | (idx[j + 32] & 3) << 4 | (idx[j + 48] & 3) << 6);
-        }
-        if (a.bits == 3) {
-            for (int j = 0; j < 8; j++) {
-                uint8_t b = 0;
-                for (int k = 0; k < 8; k++) {
-                    b |= (uint8_t) (((idx[j + 8 * k] >> 2) & 1) << k);
-                }
-                blk[16 + j] = b;
-            }
-        }
-    }
-    memcpy(blk + a.dense_bytes, w, sizeof(w));
-}
-
-// value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
-__device__ __forceinline__ float dequantize_value(const kvq_args & a, const char * blk, int c) {
-    int64_t   off;
-    const int s = sink_slot(a, blk, &off);
-    if (s >= 0) {
-        return a.sink_data[s * a.row_values + off + c];
-    }
-    const uint8_t * b = (const uint8_t *) blk;
-    uint16_t        w[4];
-    memcpy(w, b + a.dense_bytes, sizeof(w));
-    const float t = a.values[get_index(b, a.bits, c)];
-    if (a.row_blocks > 0) {
-        const int64_t ch = (blk - a.lo) / a.block_bytes % a.row_blocks * QK + c;
-        float         y  = __fadd_rn(__fmul_rn(t, a.k_half[ch]), a.k_mid[ch]);
-        if (is_tag(w[2]) && (w[2] & 63) == c) {
-            y = h2f(w[3]);
-        } else if (is_tag(w[0]) && (w[0] & 63) == c) {
-            y = h2f(w[1]);
-        }
-        return y;
-    }
-    if (is_tag(w[2]) && (w[2] & 63) == c) {
-        return h2f(w[3]);
-    }
-    return __fadd_rn(__fmul_rn(t, h2f(w[1])), h2f(w[0]));
-}
+using kvq::QK;
+using kvq::kvq_args;
+static_assert(QK == GGML_EXT_KVQ_DEV_BLOCK, "kvquant_device.h's block");
 
 struct shape4 {
     int64_t ne[4];
@@ -287,13 +74,13 @@ __global__ void k_quantize(const char * src, shape4 s, char * dst, shape4 d, con
             xv[c] = x[c];
         }
         int64_t   off;
-        const int slot = sink_slot(a, blk, &off);
+        const int slot = kvq::sink_slot(a, blk, &off);
         if (slot >= 0) {  // a sink row keeps the floats too (the blocks are written as well)
             for (int c = 0; c < QK; c++) {
                 a.sink_data[slot * a.row_values + off + c] = xv[c];
             }
         }
-        quantize_block(a, xv, (uint8_t *) blk);
+        kvq::quantize_block(a, xv, (uint8_t *) blk);
     }
 }
 
@@ -312,8 +99,8 @@ __global__ void k_dequantize(const char * src, shape4 s, char * dst, shape4 d, c
         } else {
             row = src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
         }
-        const float y = dequantize_value(a, row + i0 / QK * a.block_bytes, (int) (i0 % QK));
-        *(T *) (dst + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3]) = from_f32<T>(y);
+        const float y = kvq::dequantize_value(a, row + i0 / QK * a.block_bytes, (int) (i0 % QK));
+        *(T *) (dst + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3]) = kvq::from_f32<T>(y);
     }
 }
 
