@@ -22,6 +22,7 @@
 #include "ggml-ext-cuda.cuh"
 
 #include "ggml-cuda/common.cuh"
+#include "ggml-cuda/convert.cuh"
 #include "ggml-cuda/fattn.cuh"
 #include "ggml-ext-kvq.h"
 #include "kvquant_decode.cuh"
@@ -401,8 +402,17 @@ bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op) {
                     (op->src[3] && is_nuq(op->src[3])) || (op->src[4] && is_nuq(op->src[4]))) {
                     return false;
                 }
+                // K: f16 as it is, any other type through upstream's converter to an f16 twin (the node's allocation
+                // was sized for the NUQ node, which has no room for upstream's own f16 copies)
+                const ggml_tensor * k = op->src[1];
+                if (k->type != GGML_TYPE_F16 &&
+                    (k->nb[0] != ggml_type_size(k->type) || ggml_get_to_fp16_nc_cuda(k->type) == nullptr)) {
+                    return false;
+                }
                 ggml_tensor vf   = f16_twin(v, nullptr);
+                ggml_tensor kf   = f16_twin(k, nullptr);
                 ggml_tensor node = *op;
+                node.src[1]      = &kf;
                 node.src[2]      = &vf;
                 return ggml_cuda_flash_attn_ext_supported(device, &node);
             }
@@ -447,6 +457,17 @@ bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * ds
                 launch_dequantize<half>(v, &twin, vf.get(), shape_of(&twin), nullptr, ctx.device, stream);
                 ggml_tensor node = *dst;
                 node.src[2]      = &twin;
+                const ggml_tensor *         k = dst->src[1];
+                ggml_cuda_pool_alloc<half> kf(ctx.pool());
+                ggml_tensor                 ktwin;
+                if (k->type != GGML_TYPE_F16) {
+                    kf.alloc(ggml_nelements(k));
+                    ktwin            = f16_twin(k, kf.get());
+                    const size_t ts  = ggml_type_size(k->type);
+                    ggml_get_to_fp16_nc_cuda(k->type)(k->data, kf.get(), k->ne[0], k->ne[1], k->ne[2], k->ne[3],
+                                                      k->nb[1] / ts, k->nb[2] / ts, k->nb[3] / ts, stream);
+                    node.src[1] = &ktwin;
+                }
                 ggml_cuda_flash_attn_ext(ctx, &node);
             }
             break;
