@@ -363,6 +363,16 @@ void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const ggml_tens
 }  // namespace
 
 bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op) {
+    switch (op->op) {  // views of a NUQ cache: no kernel, upstream says yes
+        case GGML_OP_NONE:
+        case GGML_OP_RESHAPE:
+        case GGML_OP_VIEW:
+        case GGML_OP_PERMUTE:
+        case GGML_OP_TRANSPOSE:
+            return false;
+        default:
+            break;
+    }
     if (is_nuq(op)) {
         return true;
     }
@@ -374,8 +384,27 @@ bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op) {
     return false;
 }
 
+// NUQ bytes this device may read or write: not in host memory. A cache kept on the CPU (--no-kv-offload) is bound
+// by its host address; a copy the scheduler would upload for the GPU would lie outside every binding (uniform
+// levels), so such nodes stay on the CPU, which reads the cache in place.
+static bool nuq_off_host(const ggml_tensor * op) {
+    for (int i = -1; i < GGML_MAX_SRC; i++) {
+        const ggml_tensor * t = i < 0 ? op : op->src[i];
+        if (t && is_nuq(t)) {
+            const ggml_backend_buffer_t b = t->view_src ? t->view_src->buffer : t->buffer;
+            if (b && ggml_backend_buffer_is_host(b)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
 bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op) {
     const ggml_tensor * s0 = op->src[0], * s1 = op->src[1];
+    if (!nuq_off_host(op)) {
+        return false;
+    }
     switch (op->op) {
         case GGML_OP_SET_ROWS:  // f32 rows into a NUQ cache
             return is_nuq(op) && rows_of_blocks(op) && plain_rows(s0, GGML_TYPE_F32) && s0->ne[0] == op->ne[0] &&
