@@ -181,6 +181,9 @@ void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
     int prev = 0;
     CUDA_CHECK(cudaGetDevice(&prev));
     ggml_cuda_set_device(b.device);
+    // graphs still in flight on ggml-cuda's streams may read the marks: the change waits for them (it is rare:
+    // only when a cell starts or stops holding a sink position)
+    CUDA_CHECK(cudaDeviceSynchronize());
     CUDA_CHECK(cudaMemcpy(b.sink, buf, (size_t) (1 + hw) * sizeof(int64_t), cudaMemcpyHostToDevice));
     ggml_cuda_set_device(prev);
 }
@@ -221,8 +224,8 @@ void hook_sink_copy(const void * lo, uint64_t serial, int slot, float * host, bo
     CUDA_CHECK(cudaGetDevice(&prev));
     ggml_cuda_set_device(b.device);
     float * dev = b.sink_data + (size_t) slot * b.row_values;
+    CUDA_CHECK(cudaDeviceSynchronize());  // the graphs that write or read the rows
     if (down) {
-        CUDA_CHECK(cudaDeviceSynchronize());  // the graphs that wrote the rows
         CUDA_CHECK(cudaMemcpy(host, dev, (size_t) b.row_values * sizeof(float), cudaMemcpyDeviceToHost));
     } else {
         CUDA_CHECK(cudaMemcpy(dev, host, (size_t) b.row_values * sizeof(float), cudaMemcpyHostToDevice));
