@@ -120,15 +120,16 @@ ppl() {
     local ch=(); [ "$chunks" != 0 ] && ch=(--chunks "$chunks")
     if [ "$build" = upstream ]; then
         LD_LIBRARY_PATH=$UBIN timeout 3000 "$bin/llama-perplexity" -m "$model" -f "$TEST" -c "$ctx" "${ch[@]}" \
-            -ngl 99 -fa on -ctk "$tk" -ctv "$tv" "$@" > "$log" 2>&1
+            -ngl 99 -fa on -ctk "$tk" -ctv "$tv" -v "$@" > "$log" 2>&1
     else
         timeout 3000 "$bin/llama-perplexity" -m "$model" -f "$TEST" -c "$ctx" "${ch[@]}" \
-            -ngl 99 -fa on -ctk "$tk" -ctv "$tv" "$@" > "$log" 2>&1
+            -ngl 99 -fa on -ctk "$tk" -ctv "$tv" -v "$@" > "$log" 2>&1
     fi
     local rc=$?
     v=$(grep -o 'Final estimate: PPL = [0-9.]* +/- [0-9.]*' "$log" | awk '{print $5" | "$7}')
-    kv=$(grep -o 'llama_kv_cache: size = *[0-9.]* MiB' "$log" | awk '{s += $(NF-1)} END {if (NR) printf "%.2f", s}')
-    buf=$(grep -o 'llama_kv_cache: *[A-Za-z0-9_]* KV buffer size' "$log" | awk '{print $2}' | sort -u | tr '\n' ' ')
+    # the last context's caches (llama.cpp may make a probe context first; Gemma's iSWA pair prints two lines)
+    kv=$(awk '/llama_context: constructing/ {s = 0; n = 0} /llama_kv_cache: size =/ {for (i = 1; i < NF; i++) if ($i == "size") {s += $(i + 2); n++}} END {if (n) printf "%.2f (%s)", s, c} /llama_kv_cache: size =/ {c = $0; sub(/.*MiB \( */, "", c); sub(/ cells.*/, " cells", c)}' "$log")
+    buf=$(awk '/llama_context: constructing/ {delete b} /KV buffer size/ {for (i = 2; i < NF; i++) if ($i == "KV") b[$(i - 1)] = 1} END {for (k in b) printf "%s ", k}' "$log")
     splits=$(grep -o 'graph splits = [0-9]*' "$log" | tail -1 | awk '{print $NF}')
     [ -n "$v" ] || v="FAILED (rc $rc, $(basename "$log")) | "
     echo "| $label | $ctx | $chunks | $shown | $tk | $tv | $v | ${kv:--} | ${buf:--} | ${splits:--} |" | tee -a "$table" >> "$out/summary.txt"

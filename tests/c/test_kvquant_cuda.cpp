@@ -448,7 +448,6 @@ int main(int argc, char ** argv) {
             return 2;
         }
     }
-    ggml_backend_load_all();
     int                         n_gpu  = 0;
     std::vector<ggml_backend_t> others = other_backends(nullptr, &n_gpu);
     if (n_gpu == 0) {

@@ -119,7 +119,7 @@ struct dev_binding {
 std::mutex                                                    dev_lock;
 std::map<std::pair<const char *, uint64_t>, dev_binding>      dev_bindings;
 
-void free_binding(dev_binding & b) {
+static void free_binding(dev_binding & b) {
     ggml_cuda_set_device(b.device);
     cudaFree(b.k_mid);
     cudaFree(b.k_half);
@@ -129,7 +129,7 @@ void free_binding(dev_binding & b) {
 
 // the device copies of binding d, made now when missing (the caller holds dev_lock); nullptr with a message
 // when the memory is not a CUDA device's or CUDA fails
-dev_binding * make_binding(const ggml_ext_kvq_binding_desc & d, bool quiet) {
+static dev_binding * make_binding(const ggml_ext_kvq_binding_desc & d, bool quiet) {
     auto it = dev_bindings.find({ d.lo, d.serial });
     if (it != dev_bindings.end()) {
         return &it->second;
@@ -172,7 +172,7 @@ dev_binding * make_binding(const ggml_ext_kvq_binding_desc & d, bool quiet) {
     return &dev_bindings.emplace(std::make_pair(d.lo, d.serial), b).first->second;
 }
 
-void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
+static void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
     int64_t buf[1 + GGML_EXT_KVQ_MAX_SINK * 256];
     buf[0] = hw;
     for (int i = 0; i < hw; i++) {
@@ -188,12 +188,12 @@ void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
     ggml_cuda_set_device(prev);
 }
 
-void hook_bound(const ggml_ext_kvq_binding_desc * d) {
+static void hook_bound(const ggml_ext_kvq_binding_desc * d) {
     std::lock_guard<std::mutex> g(dev_lock);
     make_binding(*d, false);
 }
 
-void hook_unbound(const void * lo, uint64_t serial) {
+static void hook_unbound(const void * lo, uint64_t serial) {
     std::lock_guard<std::mutex> g(dev_lock);
     auto it = dev_bindings.find({ (const char *) lo, serial });
     if (it != dev_bindings.end()) {
@@ -205,7 +205,7 @@ void hook_unbound(const void * lo, uint64_t serial) {
     }
 }
 
-void hook_sinks_changed(const void * lo, uint64_t serial, const int64_t * rows, int hw) {
+static void hook_sinks_changed(const void * lo, uint64_t serial, const int64_t * rows, int hw) {
     std::lock_guard<std::mutex> g(dev_lock);
     auto it = dev_bindings.find({ (const char *) lo, serial });
     if (it != dev_bindings.end() && it->second.sink) {
@@ -213,7 +213,7 @@ void hook_sinks_changed(const void * lo, uint64_t serial, const int64_t * rows, 
     }
 }
 
-void hook_sink_copy(const void * lo, uint64_t serial, int slot, float * host, bool down) {
+static void hook_sink_copy(const void * lo, uint64_t serial, int slot, float * host, bool down) {
     std::lock_guard<std::mutex> g(dev_lock);
     auto it = dev_bindings.find({ (const char *) lo, serial });
     if (it == dev_bindings.end() || !it->second.sink_data) {
@@ -233,11 +233,11 @@ void hook_sink_copy(const void * lo, uint64_t serial, int slot, float * host, bo
     ggml_cuda_set_device(prev);
 }
 
-void hook_sink_download(const void * lo, uint64_t serial, int slot, float * dst) {
+static void hook_sink_download(const void * lo, uint64_t serial, int slot, float * dst) {
     hook_sink_copy(lo, serial, slot, dst, true);
 }
 
-void hook_sink_upload(const void * lo, uint64_t serial, int slot, const float * src) {
+static void hook_sink_upload(const void * lo, uint64_t serial, int slot, const float * src) {
     hook_sink_copy(lo, serial, slot, const_cast<float *>(src), false);
 }
 
@@ -248,12 +248,12 @@ struct register_hooks {
     register_hooks() { ggml_ext_kvq_set_device_hooks(&hooks); }
 } register_hooks_at_load;
 
-bool is_nuq(const ggml_tensor * t) {
+static bool is_nuq(const ggml_tensor * t) {
     return t && ggml_ext_kvq_is_cache_type((int) t->type);
 }
 
 // the kernel arguments for NUQ memory at p (its binding's, or the uniform levels')
-kvq_args args_for(const void * p, ggml_type type, int device) {
+static kvq_args args_for(const void * p, ggml_type type, int device) {
     ggml_ext_kvq_binding_desc d;
     GGML_ASSERT(ggml_ext_kvq_binding_find(p, (int) type, &d));
     kvq_args a = {};
@@ -289,21 +289,21 @@ kvq_args args_for(const void * p, ggml_type type, int device) {
     return a;
 }
 
-int n_grid(int64_t n, int block) {
+static int n_grid(int64_t n, int block) {
     return (int) std::min<int64_t>((n + block - 1) / block, 65535);
 }
 
 // a NUQ tensor whose rows are whole blocks, contiguous within a row
-bool rows_of_blocks(const ggml_tensor * t) {
+static bool rows_of_blocks(const ggml_tensor * t) {
     return t->ne[0] % QK == 0 && t->nb[0] == ggml_type_size(t->type);
 }
 
-bool plain_rows(const ggml_tensor * t, ggml_type type) {
+static bool plain_rows(const ggml_tensor * t, ggml_type type) {
     return t->type == type && t->nb[0] == ggml_type_size(type);
 }
 
 // V of a flash attention node as f16 in `buf` (contiguous): the tensor that replaces it
-ggml_tensor f16_twin(const ggml_tensor * v, void * data) {
+static ggml_tensor f16_twin(const ggml_tensor * v, void * data) {
     ggml_tensor t = *v;
     t.type        = GGML_TYPE_F16;
     t.data        = data;
@@ -317,7 +317,7 @@ ggml_tensor f16_twin(const ggml_tensor * v, void * data) {
 }
 
 template <typename T>
-void launch_dequantize(const ggml_tensor * src, const ggml_tensor * dst_shape, void * dst_data, shape4 d,
+static void launch_dequantize(const ggml_tensor * src, const ggml_tensor * dst_shape, void * dst_data, shape4 d,
                        const ggml_tensor * idx, int device, cudaStream_t stream) {
     const kvq_args a = args_for(src->data, src->type, device);
     const int64_t  n = ggml_nelements(dst_shape);
@@ -340,7 +340,7 @@ void launch_dequantize(const ggml_tensor * src, const ggml_tensor * dst_shape, v
     }
 }
 
-void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const ggml_tensor * idx, int device,
+static void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const ggml_tensor * idx, int device,
                      cudaStream_t stream) {
     const kvq_args a  = args_for(dst->data, dst->type, device);
     const int64_t  nb = ggml_nelements(src) / QK;
