@@ -8,6 +8,8 @@
 //             NaN, one with an infinity) -> the caches' bytes equal the CPU's byte for byte;
 //   CPY       NUQ -> f32 of every cell: the CPU's values bit for bit (NaN where the CPU has NaN); NUQ -> f16: the
 //             CPU's f32 rounded to f16; a sink row reads back the floats written (so the device sink is used);
+//   side blob the state's sink rows (ggml_ext_kvq_side_get) of the GPU cache equal the CPU's; restored onto another cell
+//             (ggml_ext_kvq_side_set), the GPU reads them there;
 //   GET_ROWS  NUQ -> f32 of an odd list of cells: bit for bit;
 //   FLASH_ATTN_EXT with a NUQ V (256 cells, two KV heads, GQA): the GPU's result equals, bit for bit, the same GPU's
 //             flash attention on an f16 V holding the CPU's dequantized values, and is within NMSE 5e-4 of the CPU's
@@ -341,6 +343,38 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         }
         CHECK(n_sink ? exact == D_V : exact < D_V, "%s: the sink cell reads %lld of %d written values exactly",
               what.c_str(), (long long) exact, D_V);
+    }
+    if (n_sink) {
+        // the state's side blob (llama_state_*): the sink floats of the GPU cache come out of device memory equal to
+        // the CPU's; restored onto another cell on both, that cell then reads them on the GPU as on the CPU
+        std::vector<uint32_t> sc = { (uint32_t) cells[0], (uint32_t) cells[1], (uint32_t) cells[2] };
+        std::vector<std::vector<uint8_t>> blobs;
+        for (caches * c : { &cc, &gc }) {
+            std::vector<uint8_t> blob(ggml_ext_kvq_side_get(c->v->data, c->v->nb[1], sc.data(), 3, nullptr, 0));
+            ggml_ext_kvq_side_get(c->v->data, c->v->nb[1], sc.data(), 3, blob.data(), blob.size());
+            blobs.push_back(blob);
+        }
+        CHECK(blobs[0] == blobs[1] && blobs[0].size() == 8 + 4 + 4 * D_V, "%s side blob: %zu / %zu bytes, %s", what.c_str(),
+              blobs[0].size(), blobs[1].size(), blobs[0] == blobs[1] ? "equal" : "different");
+        const uint32_t dst_cell = (uint32_t) cells[N_CELLS - 1];  // never written: zero blocks
+        std::vector<run_out> back;
+        for (caches * c : { &cc, &gc }) {
+            CHECK(ggml_ext_kvq_side_set(c->v->data, c->v->nb[1], &dst_cell, 1, blobs[0].data(), blobs[0].size()) == 0,
+                  "%s side_set", what.c_str());
+            back.push_back(run_graph(*c, [&](ggml_context * ctx, std::vector<ggml_tensor *> & o,
+                                             std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> &) {
+                o.push_back(ggml_cast(ctx, c->v, GGML_TYPE_F32));
+            }));
+        }
+        CHECK(f32_diffs(back[0].bytes[0], back[1].bytes[0]) == 0, "%s after side_set: values differ", what.c_str());
+        int64_t exact = 0;
+        for (int c = 0; c < D_V; c++) {
+            float y;
+            std::memcpy(&y, &back[1].bytes[0][4 * ((size_t) dst_cell * D_V + c)], 4);
+            exact += y == sink_row[c];
+        }
+        CHECK(exact == D_V, "%s: the restored sink cell reads %lld of %d values on the GPU", what.c_str(), (long long) exact,
+              D_V);
     }
     std::printf("%s: SET_ROWS bytes equal (3 caches, %d + %d rows, %lld outlier slots), CPY / GET_ROWS bit for bit\n",
                 what.c_str(), N_WRITE, N_WRITE, (long long) slots);
