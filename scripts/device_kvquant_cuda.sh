@@ -18,7 +18,12 @@
 #            Each row logs the KV cache size llama.cpp prints, its buffer (CUDA0 or CPU) and the graph splits.
 #   bench    llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -d D (D in DEPTHS: 8192 32768) on SmolLM2: upstream f16 and q4_0,
 #            ours f16, nuq4 and nuq3 (+ outliers + sink through GGML_EXT_KV_OUTLIERS / GGML_EXT_KV_SINK)
-# One failing row is logged FAILED and the run goes on. Writes $OUT/kvquant_cuda.md (the tables) and the summary.
+# One failing row is logged FAILED and the run goes on. Writes $OUT/kvquant_cuda_ppl.md / _bench.md (the tables)
+# and the summary. The device allows 10 minutes a command: run the steps as separate calls on one warm machine
+# (the builds and calibrations are reused; each call rebuilds nothing that is current):
+#   STEPS=test  SRC=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT    # our build (cold ~5 min) + test-cuda
+#   STEPS=calib SRC=... TRAIN=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT  # pristine build + calibrations
+#   STEPS=ppl_smol ... ; STEPS=ppl_gemma ... ; STEPS=bench ...
 #
 # Usage (device, repository root):
 #   SRC=/tmp/src/llama.cpp-0c1e57098 TRAIN=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT
@@ -27,16 +32,18 @@
 #   /tmp/assets/smollm2-hf, /tmp/assets/gemma3-hf: scripts/device_assets.py makes both and the GGUFs),
 #   SMOL_CALIB / GEMMA_CALIB, CALIB (16x2048), CAL_DEVICE (cuda), CTX_SMOL (2048), CTX_GEMMA ("8192 32768"),
 #   CHUNKS_SMOL / CHUNKS_GEMMA (windows per row, 0 = every window the text holds; defaults 0 and 0),
-#   CHUNKS_CPU (16), DEPTHS ("8192 32768"), NGEN (64), REPS (3), UP (pristine build dir, /tmp/up-kvq),
-#   BUILD (our build dir, /tmp/bc), STEPS (default "test calib ppl bench").
+#   CHUNKS_CPU (4), DEPTHS ("8192 32768"), NGEN (64), REPS (3), UP (pristine build dir, /tmp/up-kvq),
+#   BUILD (our build dir, /tmp/bc), WORK (calibrations, /tmp/kvq-cuda), STEPS (default "test calib ppl_smol
+#   ppl_gemma bench"; "ppl" = both ppl steps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvquant_cuda.sh OUT}
 . scripts/device_lib.sh
 device_setup "$top" "device_kvquant_cuda"
-STEPS=${STEPS:-test calib ppl bench}
+STEPS=${STEPS:-test calib ppl_smol ppl_gemma bench}
+case " $STEPS " in *" ppl "*) STEPS="$STEPS ppl_smol ppl_gemma" ;; esac
 TRAIN=${TRAIN:-}
-TEST=${TEST:?TEST=path of wiki-test on the device}
+TEST=${TEST:-}  # wiki-test (the ppl steps)
 A=${ASSETS:-/tmp/assets}
 SMOL_GGUF=${SMOL_GGUF:-$A/SmolLM2-135M-Instruct.Q4_1.gguf}
 GEMMA_GGUF=${GEMMA_GGUF:-$A/gemma-3-270m-q4_k_m.gguf}
@@ -51,14 +58,15 @@ REPS=${REPS:-3}
 UP=${UP:-/tmp/up-kvq}
 w=${WORK:-/tmp/kvq-cuda}
 mkdir -p "$w"
-table=$top/kvquant_cuda.md
 has() { case " $STEPS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 device_build_cuda
-# the pristine upstream CUDA build (the stock rows' baseline)
+# the pristine upstream CUDA build (the stock rows' baseline), for the steps that use it
 t0=$(date +%s)
 UBIN=
-if [ -n "${SRC:-}" ] && [ -d "$SRC" ]; then
+if ! has calib && ! has ppl_smol && ! has ppl_gemma && ! has bench; then
+    :
+elif [ -n "${SRC:-}" ] && [ -d "$SRC" ]; then
     { [ -f "$UP/build.ninja" ] || cmake -S "$SRC" -B "$UP" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release > "$out/up-build.log" 2>&1; } &&
         cmake --build "$UP" -j "$jobs" --target llama-perplexity llama-bench >> "$out/up-build.log" 2>&1 &&
@@ -94,14 +102,17 @@ SMOL_KVQ=$(calib smollm2 "$SMOL_HF" "${SMOL_CALIB:-}")
 GEMMA_KVQ=$(calib gemma3 "$GEMMA_HF" "${GEMMA_CALIB:-}")
 say "calibrations: smollm2 ${SMOL_KVQ:-none}, gemma3 ${GEMMA_KVQ:-none}"
 
-{ echo "# KVQuant cache in VRAM: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
-  echo
-  echo "llama-perplexity -ngl 99 -fa on on $(basename "$TEST"); stock rows by the pristine upstream CUDA build, nuq rows by ours"
-  echo "with --kv-calib (calibration $CALIB tokens of $(basename "${TRAIN:-?}"), 1% outliers) --kv-outliers 0.01 --kv-sink 1."
-  echo "KV MiB: llama.cpp's 'llama_kv_cache: size' line (all layers, K + V; Gemma: both caches of its iSWA pair)."
-  echo
-  echo "| model | ctx | windows | build | K | V | PPL | +-  | KV MiB | KV buffer | graph splits |"
-  echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"; } > "$table"
+table=$top/kvquant_cuda_ppl.md
+if has ppl_smol || has ppl_gemma; then
+    { echo "# KVQuant cache in VRAM: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
+      echo
+      echo "llama-perplexity -ngl 99 -fa on on $(basename "$TEST"); stock rows by the pristine upstream CUDA build, nuq rows by ours"
+      echo "with --kv-calib (calibration $CALIB tokens of $(basename "${TRAIN:-?}"), 1% outliers) --kv-outliers 0.01 --kv-sink 1."
+      echo "KV MiB: llama.cpp's 'llama_kv_cache: size' line (all layers, K + V; Gemma: both caches of its iSWA pair)."
+      echo
+      echo "| model | ctx | windows | build | K | V | PPL | +-  | KV MiB | KV buffer | graph splits |"
+      echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"; } > "$table"
+fi
 
 # one perplexity row: model_label model ctx chunks build K V [extra args...]
 n_row=0
@@ -113,8 +124,8 @@ ppl() {
     case " $* " in *" --no-kv-offload "*) shown="$build, KV on CPU" ;; esac
     n_row=$((n_row + 1))
     log=$out/ppl-$n_row-$label-$ctx-$build-$tk-$tv.log
-    if [ -z "$bin" ] || [ ! -f "$model" ]; then
-        echo "| $label | $ctx | $chunks | $shown | $tk | $tv | SKIPPED (no build or model) | | | | |" >> "$table"
+    if [ -z "$bin" ] || [ ! -f "$model" ] || [ ! -f "$TEST" ]; then
+        echo "| $label | $ctx | $chunks | $shown | $tk | $tv | SKIPPED (no build, model or TEST) | | | | |" >> "$table"
         return
     fi
     local ch=(); [ "$chunks" != 0 ] && ch=(--chunks "$chunks")
@@ -135,8 +146,8 @@ ppl() {
     echo "| $label | $ctx | $chunks | $shown | $tk | $tv | $v | ${kv:--} | ${buf:--} | ${splits:--} |" | tee -a "$table" >> "$out/summary.txt"
 }
 
-if has ppl; then
-    nuq=(--kv-outliers 0.01 --kv-sink 1)
+nuq=(--kv-outliers 0.01 --kv-sink 1)
+if has ppl_smol; then
     cs=${CHUNKS_SMOL:-0}
     for t in f16 q8_0 q4_0; do ppl smollm2 "$SMOL_GGUF" "$CTX_SMOL" "$cs" upstream "$t" "$t"; done
     ppl smollm2 "$SMOL_GGUF" "$CTX_SMOL" "$cs" ours f16 f16
@@ -145,12 +156,14 @@ if has ppl; then
             ppl smollm2 "$SMOL_GGUF" "$CTX_SMOL" "$cs" ours "$t" "$t" --kv-calib "$SMOL_KVQ" "${nuq[@]}"
         done
         # the end-to-end agreement: the same nuq3 setting with the cache in VRAM and on the CPU (--no-kv-offload)
-        cc=${CHUNKS_CPU:-16}
+        cc=${CHUNKS_CPU:-4}
         ppl smollm2 "$SMOL_GGUF" "$CTX_SMOL" "$cc" ours nuq3 nuq3 --kv-calib "$SMOL_KVQ" "${nuq[@]}"
         ppl smollm2 "$SMOL_GGUF" "$CTX_SMOL" "$cc" ours nuq3 nuq3 --kv-calib "$SMOL_KVQ" "${nuq[@]}" --no-kv-offload
     else
         say "no SmolLM2 calibration: its nuq rows are skipped"
     fi
+fi
+if has ppl_gemma; then
     cg=${CHUNKS_GEMMA:-0}
     for ctx in $CTX_GEMMA; do
         for t in f16 q8_0 q4_0; do ppl gemma3 "$GEMMA_GGUF" "$ctx" "$cg" upstream "$t" "$t"; done
@@ -159,12 +172,16 @@ if has ppl; then
             for t in nuq4 nuq3 nuq2; do
                 ppl gemma3 "$GEMMA_GGUF" "$ctx" "$cg" ours f16 "$t" --kv-calib "$GEMMA_KVQ" "${nuq[@]}"
             done
+        else
+            say "no Gemma-3 calibration: its nuq rows are skipped"
         fi
     done
 fi
 
 if has bench; then
-    { echo
+    table=$top/kvquant_cuda_bench.md
+    { echo "# KVQuant cache in VRAM, decode speed: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null)"
+      echo
       echo "llama-bench -ngl 99 -fa 1 -p 0 -n $NGEN -d D -r $REPS on SmolLM2-135M ($(basename "$SMOL_GGUF")), K and V of the type;"
       echo "ours nuq with GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1 --kv-calib; stock rows by the pristine upstream build."
       echo "(SmolLM2 was trained to 8192 positions: the 32768 rows time the cache, not the model's quality.)"
@@ -198,5 +215,6 @@ if has bench; then
         bench ours nuq3 "$d"
     done
 fi
-say "tables: $table"
-cat "$table"
+for f in "$top"/kvquant_cuda_*.md; do
+    [ -f "$f" ] && { say "table: $f"; cat "$f"; }
+done
