@@ -21,9 +21,10 @@
 # One failing row is logged FAILED and the run goes on. Writes $OUT/kvquant_cuda_ppl.md / _bench.md (the tables)
 # and the summary. The device allows 10 minutes a command: run the steps as separate calls on one warm machine
 # (the builds and calibrations are reused; each call rebuilds nothing that is current):
-#   STEPS=test  SRC=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT    # our build (cold ~5 min) + test-cuda
-#   STEPS=calib SRC=... TRAIN=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT  # pristine build + calibrations
-#   STEPS=ppl_smol ... ; STEPS=ppl_gemma ... ; STEPS=bench ...
+#   STEPS=test     our build (cold ~5 min on the H100's 16 cores) + make test-cuda twice
+#   STEPS=upstream the pristine upstream CUDA build
+#   STEPS=calib    the two KV calibrations (TRAIN)
+#   STEPS=ppl_smol, STEPS=ppl_gemma, STEPS=bench
 #
 # Usage (device, repository root):
 #   SRC=/tmp/src/llama.cpp-0c1e57098 TRAIN=... TEST=... bash scripts/device_kvquant_cuda.sh $OUT
@@ -33,14 +34,14 @@
 #   SMOL_CALIB / GEMMA_CALIB, CALIB (16x2048), CAL_DEVICE (cuda), CTX_SMOL (2048), CTX_GEMMA ("8192 32768"),
 #   CHUNKS_SMOL / CHUNKS_GEMMA (windows per row, 0 = every window the text holds; defaults 0 and 0),
 #   CHUNKS_CPU (4), DEPTHS ("8192 32768"), NGEN (64), REPS (3), UP (pristine build dir, /tmp/up-kvq),
-#   BUILD (our build dir, /tmp/bc), WORK (calibrations, /tmp/kvq-cuda), STEPS (default "test calib ppl_smol
-#   ppl_gemma bench"; "ppl" = both ppl steps).
+#   BUILD (our build dir, /tmp/bc), WORK (calibrations, /tmp/kvq-cuda), STEPS (default all: "test upstream calib
+#   ppl_smol ppl_gemma bench"; "ppl" = both ppl steps).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvquant_cuda.sh OUT}
 . scripts/device_lib.sh
 device_setup "$top" "device_kvquant_cuda"
-STEPS=${STEPS:-test calib ppl_smol ppl_gemma bench}
+STEPS=${STEPS:-test upstream calib ppl_smol ppl_gemma bench}
 case " $STEPS " in *" ppl "*) STEPS="$STEPS ppl_smol ppl_gemma" ;; esac
 TRAIN=${TRAIN:-}
 TEST=${TEST:-}  # wiki-test (the ppl steps)
@@ -64,7 +65,7 @@ device_build_cuda
 # the pristine upstream CUDA build (the stock rows' baseline), for the steps that use it
 t0=$(date +%s)
 UBIN=
-if ! has calib && ! has ppl_smol && ! has ppl_gemma && ! has bench; then
+if ! has upstream && ! has ppl_smol && ! has ppl_gemma && ! has bench; then
     :
 elif [ -n "${SRC:-}" ] && [ -d "$SRC" ]; then
     { [ -f "$UP/build.ninja" ] || cmake -S "$SRC" -B "$UP" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
