@@ -142,7 +142,7 @@ ppl() {
     # the last context's caches (llama.cpp may make a probe context first; Gemma's iSWA pair prints two lines)
     kv=$(awk '/llama_context: constructing/ {s = 0; n = 0} /llama_kv_cache: size =/ {for (i = 1; i < NF; i++) if ($i == "size") {s += $(i + 2); n++}} END {if (n) printf "%.2f (%s)", s, c} /llama_kv_cache: size =/ {c = $0; sub(/.*MiB \( */, "", c); sub(/ cells.*/, " cells", c)}' "$log")
     buf=$(awk '/llama_context: constructing/ {delete b} /KV buffer size/ {for (i = 2; i < NF; i++) if ($i == "KV") b[$(i - 1)] = 1} END {for (k in b) printf "%s ", k}' "$log")
-    splits=$(grep -o 'graph splits = [0-9]*' "$log" | tail -1 | awk '{print $NF}')
+    splits=$(grep -o 'graph: nodes = [0-9]*, splits = [0-9]*' "$log" | tail -1 | awk '{print $NF}')
     [ -n "$v" ] || v="FAILED (rc $rc, $(basename "$log")) | "
     echo "| $label | $ctx | $chunks | $shown | $tk | $tv | $v | ${kv:--} | ${buf:--} | ${splits:--} |" | tee -a "$table" >> "$out/summary.txt"
 }
