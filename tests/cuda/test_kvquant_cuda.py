@@ -3,7 +3,9 @@ docs/KVQUANT.md "The CUDA path").
 
 - Host (nvcc, no GPU): the block functions the kernels run (kvquant_decode.cuh) against the CPU row functions:
   value and pre-RoPE key caches, with and without outlier slots and the sink, and memory outside every binding:
-  the same bytes and every value the same bits (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
+  the same bytes and every value the same bits; the kernels' per-thread bodies (SET_ROWS from a strided source
+  into scattered cells, CPY of the flash-attention V view and the K path's 4-D view, GET_ROWS) against ggml's CPU
+  ops on the same bound caches (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
 - GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): three caches of three tables
   bound at once on the CPU and the GPU; SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to
   f32 / GET_ROWS the CPU's values bit for bit (f16: the CPU's rounded), the sink cell its written floats; flash
@@ -39,6 +41,8 @@ def test_kvquant_cuda_block_functions_match_the_cpu_rows(tmp_path):
     for name in ("nuq4", "nuq3", "nuq2"):
         m = re.search(rf"^{name}: 9 cases checked \((\d+) outlier slots\)$", proc.stdout, re.M)
         assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
+        assert re.search(rf"^{name}: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops \(4 settings\)$",
+                         proc.stdout, re.M), proc.stdout[-2000:]
     assert "OK: 0 failures" in proc.stdout
 
 

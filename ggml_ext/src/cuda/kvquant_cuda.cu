@@ -41,10 +41,7 @@ using kvq::QK;
 using kvq::kvq_args;
 static_assert(QK == GGML_EXT_KVQ_DEV_BLOCK, "kvquant_device.h's block");
 
-struct shape4 {
-    int64_t ne[4];
-    size_t  nb[4];
-};
+using kvq::shape4;
 
 static shape4 shape_of(const ggml_tensor * t) {
     shape4 s;
@@ -55,53 +52,23 @@ static shape4 shape_of(const ggml_tensor * t) {
     return s;
 }
 
-// f32 rows of src -> NUQ blocks of dst: SET_ROWS (rows picked by idx) or CPY (the same shape)
+// f32 rows of src -> NUQ blocks of dst: SET_ROWS (rows picked by idx) or CPY (the same shape); one thread per block
 template <typename idx_t>
 __global__ void k_quantize(const char * src, shape4 s, char * dst, shape4 d, const char * idx, shape4 is, bool by_idx,
                            kvq_args a) {
-    const int64_t nbr = s.ne[0] / QK;
-    const int64_t n   = nbr * s.ne[1] * s.ne[2] * s.ne[3];
+    const int64_t n = s.ne[0] / QK * s.ne[1] * s.ne[2] * s.ne[3];
     for (int64_t t = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t) gridDim.x * blockDim.x) {
-        const int64_t ib = t % nbr, i1 = t / nbr % s.ne[1], i2 = t / nbr / s.ne[1] % s.ne[2],
-                      i3 = t / nbr / s.ne[1] / s.ne[2];
-        const float * x  = (const float *) (src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3]) + ib * QK;
-        int64_t       r1 = i1;
-        if (by_idx) {
-            r1 = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 % is.ne[1] * is.nb[1] + i3 % is.ne[2] * is.nb[2]);
-        }
-        char * blk = dst + r1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + ib * a.block_bytes;
-        float  xv[QK];
-        for (int c = 0; c < QK; c++) {
-            xv[c] = x[c];
-        }
-        int64_t   off;
-        const int slot = kvq::sink_slot(a, blk, &off);
-        if (slot >= 0) {  // a sink row keeps the floats too (the blocks are written as well)
-            for (int c = 0; c < QK; c++) {
-                a.sink_data[slot * a.row_values + off + c] = xv[c];
-            }
-        }
-        kvq::quantize_block(a, xv, (uint8_t *) blk);
+        kvq::quantize_at<idx_t>(t, src, s, dst, d, idx, is, by_idx, a);
     }
 }
 
-// NUQ -> T of dst's shape: CPY (src of the same shape) or GET_ROWS (src rows picked by idx)
+// NUQ -> T of dst's shape: CPY (src of the same shape) or GET_ROWS (src rows picked by idx); one thread per value
 template <typename T, typename idx_t>
 __global__ void k_dequantize(const char * src, shape4 s, char * dst, shape4 d, const char * idx, shape4 is,
                              bool by_idx, kvq_args a) {
     const int64_t n = d.ne[0] * d.ne[1] * d.ne[2] * d.ne[3];
     for (int64_t t = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t) gridDim.x * blockDim.x) {
-        const int64_t i0 = t % d.ne[0], i1 = t / d.ne[0] % d.ne[1], i2 = t / d.ne[0] / d.ne[1] % d.ne[2],
-                      i3 = t / d.ne[0] / d.ne[1] / d.ne[2];
-        const char *  row;
-        if (by_idx) {  // GET_ROWS: dst (i0, i1, i2, i3) = src0 (i0, idx[i1, i2, i3], i2, i3)
-            const int64_t r = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 * is.nb[1] + i3 * is.nb[2]);
-            row             = src + r * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
-        } else {
-            row = src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
-        }
-        const float y = kvq::dequantize_value(a, row + i0 / QK * a.block_bytes, (int) (i0 % QK));
-        *(T *) (dst + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3]) = kvq::from_f32<T>(y);
+        kvq::dequantize_at<T, idx_t>(t, src, s, dst, d, idx, is, by_idx, a);
     }
 }
 

@@ -251,4 +251,55 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
 }
 
+// a tensor's shape and byte strides (ggml's ne / nb)
+struct shape4 {
+    int64_t ne[4];
+    size_t  nb[4];
+};
+
+// Block t of src's f32 rows (t = ib + nbr (i1 + ne1 (i2 + ne2 i3)), nbr = ne0 / 64) into dst: SET_ROWS (by_idx: dst
+// row idx[i1, i2 % idx ne1, i3 % idx ne2] of dst's (i2, i3)) or CPY (dst of the same shape); a sink row's floats too.
+template <typename idx_t>
+KVQ_HD void quantize_at(int64_t t, const char * src, const shape4 & s, char * dst, const shape4 & d, const char * idx,
+                        const shape4 & is, bool by_idx, const kvq_args & a) {
+    const int64_t nbr = s.ne[0] / QK;
+    const int64_t ib = t % nbr, i1 = t / nbr % s.ne[1], i2 = t / nbr / s.ne[1] % s.ne[2], i3 = t / nbr / s.ne[1] / s.ne[2];
+    const float * x  = (const float *) (src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3]) + ib * QK;
+    int64_t       r1 = i1;
+    if (by_idx) {
+        r1 = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 % is.ne[1] * is.nb[1] + i3 % is.ne[2] * is.nb[2]);
+    }
+    char * blk = dst + r1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + ib * a.block_bytes;
+    float  xv[QK];
+    for (int c = 0; c < QK; c++) {
+        xv[c] = x[c];
+    }
+    int64_t   off;
+    const int slot = sink_slot(a, blk, &off);
+    if (slot >= 0) {  // a sink row keeps the floats too (the blocks are written as well)
+        for (int c = 0; c < QK; c++) {
+            a.sink_data[slot * a.row_values + off + c] = xv[c];
+        }
+    }
+    quantize_block(a, xv, (uint8_t *) blk);
+}
+
+// Value t of dst (t = i0 + ne0 (i1 + ne1 (i2 + ne2 i3)) over dst's shape): CPY (src of the same shape) or GET_ROWS
+// (by_idx: dst (i0, i1, i2, i3) = src (i0, idx[i1, i2, i3], i2, i3)).
+template <typename T, typename idx_t>
+KVQ_HD void dequantize_at(int64_t t, const char * src, const shape4 & s, char * dst, const shape4 & d, const char * idx,
+                          const shape4 & is, bool by_idx, const kvq_args & a) {
+    const int64_t i0 = t % d.ne[0], i1 = t / d.ne[0] % d.ne[1], i2 = t / d.ne[0] / d.ne[1] % d.ne[2],
+                  i3 = t / d.ne[0] / d.ne[1] / d.ne[2];
+    const char *  row;
+    if (by_idx) {
+        const int64_t r = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 * is.nb[1] + i3 * is.nb[2]);
+        row             = src + r * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    } else {
+        row = src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    }
+    const float y = dequantize_value(a, row + i0 / QK * a.block_bytes, (int) (i0 % QK));
+    *(T *) (dst + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3]) = from_f32<T>(y);
+}
+
 }  // namespace kvq
