@@ -497,10 +497,19 @@ int main(int argc, char ** argv) {
             if (type <= 0) {
                 continue;
             }
-            test_one(cpu, gpu, type, false, 0);
-            test_one(cpu, gpu, type, true, 0);
-            test_one(cpu, gpu, type, true, 1);
-            test_flash_attn(cpu, gpu, type);
+            // a fresh GPU backend per case, as llama.cpp makes one per context: ggml-cuda replays a captured CUDA
+            // graph whose nodes look the same, and a case's caches may lie where the previous case's were, bound to
+            // other tables (the kernels' table arguments are fixed per binding, for a context's lifetime)
+            ggml_backend_dev_t dev = ggml_backend_get_device(gpu);
+            for (int k = 0; k < 4; k++) {
+                ggml_backend_t g = ggml_backend_dev_init(dev, nullptr);
+                if (k < 3) {
+                    test_one(cpu, g, type, k > 0, k == 2 ? 1 : 0);
+                } else {
+                    test_flash_attn(cpu, g, type);
+                }
+                ggml_backend_free(g);
+            }
         }
         ggml_backend_free(gpu);
     }
