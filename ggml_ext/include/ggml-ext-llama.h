@@ -168,6 +168,17 @@ GGML_EXT_API int ggml_ext_llama_apq_check(int bits, char * err, size_t n);
 // GGML_EXT_APQ_BITS, else 0 (each weight's parent); -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
 GGML_EXT_API int ggml_ext_llama_apq_bits(void);
 
+// Precision per llama context (patch 0326): a context keeps the precision in effect when it was made
+// (ggml_ext_llama_apq_bits then: the thread's, the process-wide one, GGML_EXT_APQ_BITS) for its whole life,
+// so two contexts of one process run at two precisions. bind at construction, unbind in the destructor;
+// enter / leave around the building of each graph (process_ubatch, graph_reserve): enter sets the thread's
+// precision to the context's unless the caller set one (llama-server's per-request precision wins) and
+// returns whether it did; leave(entered) undoes it.
+GGML_EXT_API void ggml_ext_llama_apq_context_bind(const void * ctx);
+GGML_EXT_API void ggml_ext_llama_apq_context_unbind(const void * ctx);
+GGML_EXT_API int  ggml_ext_llama_apq_context_enter(const void * ctx);
+GGML_EXT_API void ggml_ext_llama_apq_context_leave(int entered);
+
 #ifdef __cplusplus
 }
 #endif

@@ -257,6 +257,73 @@ int ggml_ext_llama_apq_bits(void) {
     return (end && *end == '\0' && v >= 1 && v <= 8) ? (int) v : -1;
 }
 
+// Precision per llama context (patch 0326): (context, bits) of the live contexts that had one at creation
+static pthread_mutex_t apq_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    const void * ctx;
+    int          bits;
+} *             apq_ctxs;
+static size_t   apq_ctx_count, apq_ctx_cap;
+
+void ggml_ext_llama_apq_context_unbind(const void * ctx) {
+    pthread_mutex_lock(&apq_ctx_lock);
+    for (size_t i = 0; i < apq_ctx_count; i++) {
+        if (apq_ctxs[i].ctx == ctx) {
+            apq_ctxs[i] = apq_ctxs[--apq_ctx_count];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&apq_ctx_lock);
+}
+
+void ggml_ext_llama_apq_context_bind(const void * ctx) {
+    const int bits = ggml_ext_llama_apq_bits();
+    ggml_ext_llama_apq_context_unbind(ctx);  // an address reused by a new context
+    if (bits <= 0) {
+        return;  // the weights' parent precision (or a bad GGML_EXT_APQ_BITS, refused when weights load)
+    }
+    pthread_mutex_lock(&apq_ctx_lock);
+    if (apq_ctx_count == apq_ctx_cap) {
+        const size_t cap  = apq_ctx_cap ? 2 * apq_ctx_cap : 8;
+        void *       grow = realloc(apq_ctxs, cap * sizeof(*apq_ctxs));
+        if (grow == NULL) {
+            pthread_mutex_unlock(&apq_ctx_lock);
+            return;  // out of memory: the context follows the process-wide precision
+        }
+        apq_ctxs    = grow;
+        apq_ctx_cap = cap;
+    }
+    apq_ctxs[apq_ctx_count].ctx    = ctx;
+    apq_ctxs[apq_ctx_count++].bits = bits;
+    pthread_mutex_unlock(&apq_ctx_lock);
+}
+
+int ggml_ext_llama_apq_context_enter(const void * ctx) {
+    if (apq_bits_local > 0) {
+        return 0;  // the caller's (llama-server's per-request precision)
+    }
+    int bits = 0;
+    pthread_mutex_lock(&apq_ctx_lock);
+    for (size_t i = 0; i < apq_ctx_count; i++) {
+        if (apq_ctxs[i].ctx == ctx) {
+            bits = apq_ctxs[i].bits;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&apq_ctx_lock);
+    if (bits <= 0) {
+        return 0;
+    }
+    apq_bits_local = bits;
+    return 1;
+}
+
+void ggml_ext_llama_apq_context_leave(int entered) {
+    if (entered) {
+        apq_bits_local = 0;
+    }
+}
+
 // The precision w runs at, or why not (message in err, of size n): -1 on error.
 static int apq_precision(const struct ggml_tensor * w, int seed, int parent, char * err, size_t n) {
     const int bits = ggml_ext_llama_apq_bits();
