@@ -62,9 +62,10 @@ def load_llama_cpp() -> ModuleType:
 
 
 def set_apq_bits(bits: int | None) -> None:
-    """The precision any-precision (APQ) weights run at in graphs built from now on (None: back to
-    GGML_EXT_APQ_BITS, else each file's highest). Process-wide in libllama (ggml_ext_llama_set_apq_bits):
-    a Llama created earlier picks it up too when it next builds a graph."""
+    """The precision any-precision (APQ) weights run at in contexts made from now on (None: back to
+    GGML_EXT_APQ_BITS, else each file's highest). Process-wide in libllama (ggml_ext_llama_set_apq_bits);
+    a context keeps the precision in effect when it was made (patch 0326), so a Llama created earlier
+    keeps its own; one made with none set follows this setting."""
     lib = load_llama_cpp().llama_cpp._lib
     fn = lib.ggml_ext_llama_set_apq_bits
     fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
@@ -106,8 +107,8 @@ def Llama(model_path: str | os.PathLike, *, apq_bits: int | None = None, dec: st
     """`llama_cpp.Llama` on our libllama; raises ValueError with llama.cpp's reason when loading fails.
 
     ``apq_bits``: the precision of an any-precision file (``convert --method anyprec``; default: its
-    highest); checked against the file. It is process-wide (:func:`set_apq_bits`): Llama objects of one
-    process run their APQ weights at the precision last set.
+    highest); checked against the file. The Llama keeps it for its life (two Llama objects of one
+    process can run at two precisions); it is also left as the process-wide setting (:func:`set_apq_bits`).
 
     ``dec`` / ``dec_k`` / ``dec_ntb``: a QDEC side file and its k_chunk / n_tb (:func:`set_dec`; also
     process-wide: they stay set for later models; ``set_dec(None)`` goes back to the environment)."""

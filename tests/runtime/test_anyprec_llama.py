@@ -128,6 +128,34 @@ def test_llama_cpp_python_apq_bits(apq_file, tmp_path):
     assert np.abs(lg8 - want).max() >= 30 * max(err, 1e-3 * np.abs(want).max()), "apq_bits=3 did not select 3 bits"
 
 
+def test_two_contexts_of_one_process_keep_their_precisions(apq_file):
+    """Precision per context (patch 0326): a Llama keeps the precision in effect when it was made, whatever
+    is set later in the process (another Llama's apq_bits, set_apq_bits)."""
+    pytest.importorskip("llama_cpp")
+    from ggml_ext.llama_cpp_glue import Llama, set_apq_bits
+    ids = [1, 504, 3458, 314, 4649, 282]
+
+    def run(llm):
+        llm.reset()
+        llm.eval(ids)
+        return np.array(llm.scores[:len(ids)])
+
+    try:
+        a3 = Llama(apq_file, apq_bits=3, n_ctx=64, n_threads=2, logits_all=True)
+        first = run(a3)
+        a8 = Llama(apq_file, apq_bits=8, n_ctx=64, n_threads=2, logits_all=True)   # the process is at 8 now
+        lg8 = run(a8)
+        again = run(a3)
+        set_apq_bits(5)
+        again5 = run(a3)
+        lg8_again = run(a8)
+    finally:
+        set_apq_bits(None)
+    assert np.array_equal(first, again) and np.array_equal(first, again5)
+    assert np.array_equal(lg8, lg8_again)
+    assert np.abs(lg8 - first).max() > 0.1 * np.abs(lg8).max(), "the two contexts ran at one precision"
+
+
 def test_bench_runs_each_precision(apq_file, threads):
     from ggml_ext.bench import split_apq_bits
     assert split_apq_bits(["--apq-bits", "3,8", "-m", "F", "--", "-n", "4"]) == ([3, 8], ["-m", "F", "-n", "4"])
