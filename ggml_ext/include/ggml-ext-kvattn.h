@@ -40,6 +40,10 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, s
                                                     const struct ggml_ext_kvq_rope * rope, float scale, int chunk,
                                                     char * why, size_t why_size);
 
+// Whether `node` is the partial-sums node ggml_ext_kvq_attn makes (the CPU backend's supports_op: a custom
+// node reading a NUQ cache is ours only then).
+GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
+
 // ---- libllama (src/glue/kvquant_cache.c) ----
 
 // llama_graph's hook (patch 0320): the attention of a pre-RoPE K cache through ggml_ext_kvq_attn, or NULL
@@ -47,7 +51,8 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, s
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
 // (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
 // tokens (default 16), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the
-// cache in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size.
+// cache in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
+// as fused with the reference computed beside it and each layer's max difference printed on stderr.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                                          struct ggml_tensor * k, struct ggml_tensor * v,
                                                          struct ggml_tensor * kq_mask, struct ggml_tensor * sinks,

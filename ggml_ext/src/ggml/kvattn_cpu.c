@@ -272,6 +272,15 @@ static void attn_combine_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     }
 }
 
+bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node) {
+    struct ggml_custom_op_params cp;
+    if (node->op != GGML_OP_CUSTOM) {
+        return false;
+    }
+    memcpy(&cp, node->op_params, sizeof(cp));
+    return cp.fun == attn_partial_fn;
+}
+
 // ---- the graph ----
 
 static bool rows_readable(const struct ggml_tensor * t, int64_t n) {

@@ -284,15 +284,56 @@ struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggm
     return ggml_reshape_4d(ctx, r, k->ne[0], k->ne[1], k->ne[2], k->ne[3]);
 }
 
+// GGML_EXT_KV_ATTN=check: the op's result next to the reference path's (the whole cache dequantized, roped, flash
+// attention at F32 accumulation over F16 q / K / V, as build_attn_mha runs it); the op's result goes on, and each
+// layer prints "ggml_ext: kv-attn check: n_tokens N max |op - ref| D, max |ref| R" on stderr.
+static void check_fn(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) nth, (void) userdata;
+    if (ith != 0) {
+        return;
+    }
+    const float * a = (const float *) dst->src[0]->data, * b = (const float *) dst->src[1]->data;
+    double        worst = 0.0, big = 0.0;
+    for (int64_t i = 0; i < ggml_nelements(dst); i++) {
+        const double d = (double) a[i] - (double) b[i];
+        worst          = isnan(d) ? (double) INFINITY : fmax(worst, fabs(d));
+        big            = fmax(big, fabs((double) b[i]));
+    }
+    fprintf(stderr, "ggml_ext: kv-attn check: n_tokens %lld max |op - ref| %.4g, max |ref| %.4g\n",
+            (long long) dst->ne[2], worst, big);
+    memcpy(dst->data, a, ggml_nbytes(dst));
+}
+
+static struct ggml_tensor * check_against_reference(struct ggml_context * ctx, struct ggml_tensor * out,
+                                                    struct ggml_tensor * q, struct ggml_tensor * k,
+                                                    struct ggml_tensor * v, struct ggml_tensor * kq_mask,
+                                                    float kq_scale, const struct ggml_tensor * k_roped,
+                                                    struct ggml_tensor * k_pos) {
+    const int64_t        ns = k->ne[3];
+    struct ggml_tensor * kr = ggml_cast(ctx, ggml_ext_llama_k_rope(ctx, k, k_roped, k_pos), GGML_TYPE_F16);
+    struct ggml_tensor * qv = ggml_view_4d(ctx, q, q->ne[0], q->ne[1], q->ne[2] / ns, ns, q->nb[1], q->nb[2],
+                                           q->nb[2] * (q->ne[2] / ns), 0);
+    struct ggml_tensor * vv = v->type == GGML_TYPE_F32 ? ggml_cast(ctx, v, GGML_TYPE_F16) : v;
+    struct ggml_tensor * ref =
+        ggml_flash_attn_ext(ctx, ggml_permute(ctx, qv, 0, 2, 1, 3), ggml_permute(ctx, kr, 0, 2, 1, 3),
+                            ggml_permute(ctx, vv, 0, 2, 1, 3), kq_mask, kq_scale, 0.0f, 0.0f);
+    ggml_prec_set_acc(ref, GGML_PREC_F32);
+    ref                          = ggml_reshape_3d(ctx, ref, out->ne[0], out->ne[1], out->ne[2]);
+    struct ggml_tensor * args[2] = { out, ref };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, out->ne[0], out->ne[1], out->ne[2], 1, args, 2, check_fn, 1, NULL);
+}
+
 // The decode op (patch 0320; ggml-ext-kvattn.h): attention straight from the pre-RoPE cache for graphs of few
 // tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path), "fused" for any number of tokens (the
-// tests: prefill batches through the same kernel), unset / "auto" up to GGML_EXT_KV_ATTN_MAX_TOKENS (16).
+// tests: prefill batches through the same kernel), "check" as fused plus the reference beside it (above), unset /
+// "auto" up to GGML_EXT_KV_ATTN_MAX_TOKENS (16).
 struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
                                             struct ggml_tensor * v, struct ggml_tensor * kq_mask,
                                             struct ggml_tensor * sinks, float kq_scale, float max_bias, float softcap,
                                             const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos) {
     const char * mode  = getenv("GGML_EXT_KV_ATTN");
-    const bool   force = mode && !strcmp(mode, "fused");
+    const bool   check = mode && !strcmp(mode, "check");
+    const bool   force = check || (mode && !strcmp(mode, "fused"));
     if (mode && !strcmp(mode, "ref")) {
         return NULL;
     }
@@ -334,6 +375,9 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
             fprintf(stderr, "ggml_ext: GGML_EXT_KV_ATTN=fused: not taken (%s); the dequantize-and-rope path runs\n", why);
         }
         return NULL;
+    }
+    if (check) {
+        out = check_against_reference(ctx, out, q, k, v, kq_mask, kq_scale, k_roped, k_pos);
     }
     return ggml_reshape_2d(ctx, out, out->ne[0] * out->ne[1], out->ne[2]);
 }

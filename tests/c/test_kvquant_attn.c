@@ -1,0 +1,248 @@
+// The KVQuant decode attention (ggml-ext-kvattn.h, ggml/kvattn_cpu.c) against the reference path it replaces in
+// llama.cpp (patch 0307): the pre-RoPE key cache dequantized by the type's to_float (ggml_cast to F32: the
+// binding's per-channel scales, its outlier slots, its float sink rows), roped by ggml's own rope
+// (ggml_rope_ext at the cells' positions), then softmax(scale * q . k + mask) . v computed here in double.
+// Random caches of NUQ4 / NUQ3 keys bound with outliers and a 2-position sink (some cells at positions 0 / 1),
+// V in F16 or NUQ4 (values, outliers), GQA (n_head / n_head_kv 1, 3, 4), head dims 64 and 128, normal and
+// NEOX RoPE (n_dims < head_dim once, YaRN and freq factors once), masks with -inf holes and a fully masked
+// chunk, 1..5 tokens (one case of 2 streams), 1 and 3 threads, n_kv not a multiple of the chunk.
+// Tolerance: 2e-4 of the largest |v| (float against double; the op keeps F32 throughout), which holds whatever
+// the SIMD level. Prints "N passed, M failed"; exit status 1 on a failure.
+// Built and run by tests/kernels/test_kvquant_attn.py against our installed libraries.
+#include "ggml-cpu.h"
+#include "ggml-ext-kvattn.h"
+#include "ggml-ext-kvq.h"
+#include "ggml-ext.h"
+#include "ggml.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int passed, failed;
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static float    uni(void) {  // [0, 1)
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float) (rng >> 40) * (1.0f / 16777216.0f);
+}
+static float gauss(void) {
+    const float u = uni() + 1e-7f, v = uni();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+struct cfg {
+    const char * name;
+    int          k_bits, v_type;  // v_type: 0 = F16, 4 = NUQ4
+    int          hd, n_hkv, n_q, n_kv, n_tok, n_stream, mode, n_dims, threads, yarn, ff, chunk;
+};
+
+static void run(const struct cfg * c) {
+    const int  hd = c->hd, n_hkv = c->n_hkv, n_head = n_hkv * c->n_q, n_kv = c->n_kv, ns = c->n_stream;
+    const int  n_tok = c->n_tok * ns, D = n_hkv * hd, n_sink = 2;
+    char       kname[8];
+    snprintf(kname, sizeof(kname), "nuq%d", c->k_bits);
+    const enum ggml_type kt = (enum ggml_type) ggml_ext_kv_cache_type_by_name(kname);
+    const enum ggml_type vt = c->v_type ? (enum ggml_type) ggml_ext_kv_cache_type_by_name("nuq4") : GGML_TYPE_F16;
+
+    struct ggml_init_params ip  = { 256 * 1024 * 1024, NULL, false };
+    struct ggml_context *   ctx = ggml_init(ip);
+    struct ggml_tensor *    K   = ggml_new_tensor_2d(ctx, kt, D, n_kv * ns);
+    struct ggml_tensor *    V   = ggml_new_tensor_2d(ctx, vt, D, n_kv * ns);
+    struct ggml_tensor *    q   = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hd, n_head, n_tok);
+    const int               n_tok_pad = (c->n_tok + 7) / 8 * 8;
+    struct ggml_tensor *    mask = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, n_kv, n_tok_pad, 1, ns);
+    struct ggml_tensor *    kpos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_kv * ns);
+    struct ggml_tensor *    ff   = c->ff ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c->n_dims / 2) : NULL;
+
+    // the key table (ascending levels in [-1, 1]) and per-channel scales; values the same table
+    float levels[16], mid[1024], half[1024];
+    const int nl = 1 << c->k_bits;
+    for (int i = 0; i < nl; i++) {
+        levels[i] = -1.0f + 2.0f * ((float) i + 0.3f * (uni() - 0.5f)) / (float) (nl - 1);
+    }
+    levels[0] = -1.0f, levels[nl - 1] = 1.0f;
+    float vlev[16];
+    for (int i = 0; i < 16; i++) {
+        vlev[i] = -1.0f + 2.0f * (float) i / 15.0f;
+    }
+    for (int i = 0; i < D; i++) {
+        mid[i]  = 0.5f * gauss();
+        half[i] = 0.5f + 2.0f * uni();
+    }
+    char err[256];
+    if (ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), kt, D, levels, levels, mid, half, 1, n_sink, err, sizeof(err))) {
+        printf("FAIL %s: bind K: %s\n", c->name, err);
+        failed++;
+        return;
+    }
+    if (c->v_type && ggml_ext_kvq_bind_opts(V->data, ggml_nbytes(V), vt, D, vlev, vlev, NULL, NULL, 1, n_sink, err,
+                                            sizeof(err))) {
+        printf("FAIL %s: bind V: %s\n", c->name, err);
+        failed++;
+        return;
+    }
+    // positions: a shuffled 0..n_kv-1 per stream (the sink cells anywhere); the sink marks before the rows
+    int32_t * pos = (int32_t *) kpos->data;
+    for (int s = 0; s < ns; s++) {
+        for (int i = 0; i < n_kv; i++) {
+            pos[s * n_kv + i] = i;
+        }
+        for (int i = n_kv - 1; i > 0; i--) {
+            const int j = (int) (uni() * (float) (i + 1)) % (i + 1), t = pos[s * n_kv + i];
+            pos[s * n_kv + i] = pos[s * n_kv + j], pos[s * n_kv + j] = t;
+        }
+    }
+    uint32_t * cells = malloc(sizeof(uint32_t) * n_kv * ns);
+    for (int i = 0; i < n_kv * ns; i++) {
+        cells[i] = (uint32_t) i;
+    }
+    ggml_ext_kvq_rows_written(K->data, K->nb[1], cells, pos, (uint32_t) (n_kv * ns));
+    if (c->v_type) {
+        ggml_ext_kvq_rows_written(V->data, V->nb[1], cells, pos, (uint32_t) (n_kv * ns));
+    }
+    free(cells);
+    float * x = malloc(sizeof(float) * D);
+    for (int r = 0; r < n_kv * ns; r++) {
+        for (int i = 0; i < D; i++) {  // within the calibrated range, a few channels far beyond it (outliers)
+            x[i] = mid[i] + half[i] * (uni() < 0.02f ? 4.0f * gauss() : 0.9f * (2.0f * uni() - 1.0f));
+        }
+        ggml_get_type_traits(kt)->from_float_ref(x, (char *) K->data + r * K->nb[1], D);
+        for (int i = 0; i < D; i++) {
+            x[i] = gauss() * (uni() < 0.02f ? 5.0f : 1.0f);
+        }
+        if (c->v_type) {
+            ggml_get_type_traits(vt)->from_float_ref(x, (char *) V->data + r * V->nb[1], D);
+        } else {
+            ggml_fp32_to_fp16_row(x, (ggml_fp16_t *) ((char *) V->data + r * V->nb[1]), D);
+        }
+    }
+    free(x);
+    for (int i = 0; i < hd * n_head * n_tok; i++) {
+        ((float *) q->data)[i] = gauss();
+    }
+    // mask: -inf holes (~20%), every cell of the first 64 hidden from token 0 (a fully masked chunk), small biases
+    for (int s = 0; s < ns; s++) {
+        for (int t = 0; t < n_tok_pad; t++) {
+            for (int i = 0; i < n_kv; i++) {
+                const float m = (uni() < 0.2f || (t == 0 && i < 64)) ? -INFINITY : 0.1f * (uni() - 0.5f);
+                ((ggml_fp16_t *) mask->data)[(s * n_tok_pad + t) * n_kv + i] = ggml_fp32_to_fp16(m);
+            }
+        }
+    }
+    if (ff) {
+        for (int i = 0; i < c->n_dims / 2; i++) {
+            ((float *) ff->data)[i] = 1.0f + 3.0f * uni();
+        }
+    }
+
+    struct ggml_ext_kvq_rope rope = { c->mode, c->n_dims, 4096, 10000.0f, c->yarn ? 0.25f : 1.0f,
+                                      c->yarn ? 1.0f : 0.0f, 1.0f, 32.0f, 1.0f };
+    const float scale = 1.0f / sqrtf((float) hd);
+    // the op, on views of the cache as llama.cpp's get_k / get_v make them
+    struct ggml_tensor * kv = ggml_view_4d(ctx, K, hd, n_hkv, n_kv, ns, ggml_row_size(kt, hd), K->nb[1],
+                                           K->nb[1] * n_kv, 0);
+    struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, ns, ggml_row_size(vt, hd), V->nb[1],
+                                           V->nb[1] * n_kv, 0);
+    char                 why[160] = "";
+    struct ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, scale, c->chunk, why, sizeof(why));
+    if (!out) {
+        printf("FAIL %s: op refused: %s\n", c->name, why);
+        failed++;
+        ggml_free(ctx);
+        return;
+    }
+    // the reference path's keys: to_float (ggml_cast), then ggml's rope at the cells' positions
+    struct ggml_tensor * kf = ggml_cast(ctx, kv, GGML_TYPE_F32);
+    kf = ggml_reshape_3d(ctx, kf, hd, n_hkv, n_kv * ns);
+    struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, ff, c->n_dims, c->mode, rope.n_ctx_orig, rope.freq_base,
+                                            rope.freq_scale, rope.ext_factor, rope.attn_factor, rope.beta_fast,
+                                            rope.beta_slow);
+    struct ggml_tensor * vf = ggml_cast(ctx, vv, GGML_TYPE_F32);
+    struct ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_build_forward_expand(gf, kr);
+    ggml_build_forward_expand(gf, vf);
+    if (ggml_graph_compute_with_ctx(ctx, gf, c->threads) != GGML_STATUS_SUCCESS) {
+        printf("FAIL %s: compute\n", c->name);
+        failed++;
+        ggml_free(ctx);
+        return;
+    }
+
+    const float * KR = (const float *) kr->data, * VF = (const float *) vf->data, * O = (const float *) out->data;
+    double        vmax = 0.0, worst = 0.0;
+    for (int i = 0; i < hd * n_hkv * n_kv * ns; i++) {
+        vmax = fmax(vmax, fabs(VF[i]));
+    }
+    const int nts = c->n_tok;
+    double *  w   = malloc(sizeof(double) * n_kv);
+    for (int t = 0; t < n_tok; t++) {
+        const int s = t / nts, ts = t % nts;
+        for (int h = 0; h < n_head; h++) {
+            const int     g  = h / c->n_q;
+            const float * qv = (const float *) q->data + (t * n_head + h) * hd;
+            double        M  = -INFINITY, L = 0.0;
+            for (int i = 0; i < n_kv; i++) {
+                const float m = ggml_fp16_to_fp32(((ggml_fp16_t *) mask->data)[(s * n_tok_pad + ts) * n_kv + i]);
+                w[i]          = -INFINITY;
+                if (m != -INFINITY) {
+                    const float * kk = KR + ((s * n_kv + i) * n_hkv + g) * hd;
+                    double        d  = 0.0;
+                    for (int e = 0; e < hd; e++) {
+                        d += (double) qv[e] * kk[e];
+                    }
+                    w[i] = scale * d + m;
+                    M    = fmax(M, w[i]);
+                }
+            }
+            for (int e = 0; e < hd; e++) {
+                double a = 0.0;
+                L        = 0.0;
+                for (int i = 0; i < n_kv; i++) {
+                    if (w[i] != -INFINITY) {
+                        const double p = exp(w[i] - M);
+                        L += p;
+                        a += p * VF[((s * n_kv + i) * n_hkv + g) * hd + e];
+                    }
+                }
+                const double want = L > 0.0 ? a / L : 0.0;
+                worst             = fmax(worst, fabs(want - O[(t * n_head + h) * hd + e]));
+            }
+        }
+    }
+    free(w);
+    const int ok = worst <= 2e-4 * vmax;
+    if (ok) {
+        passed++;
+    } else {
+        failed++;
+    }
+    printf("%s %s: max |op - reference| = %.3g (max |v| %.3g)\n", ok ? "ok  " : "FAIL", c->name, worst, vmax);
+    ggml_ext_kvq_unbind(K->data);
+    if (c->v_type) {
+        ggml_ext_kvq_unbind(V->data);
+    }
+    ggml_free(ctx);
+}
+
+int main(void) {
+    const struct cfg cases[] = {
+        // name                         kb v   hd  hkv nq  n_kv tok ns mode                    dims th yarn ff chunk
+        { "nuq4 K, f16 V, decode",       4, 0, 64, 3, 3, 700, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 0 },
+        { "nuq4 K, nuq4 V, 5 tokens",    4, 4, 64, 2, 4, 333, 5, 1, GGML_ROPE_TYPE_NORMAL, 64, 1, 0, 0, 64 },
+        { "nuq3 K, neox, hd 128",        3, 0, 128, 2, 1, 300, 2, 1, GGML_ROPE_TYPE_NEOX, 128, 3, 0, 0, 0 },
+        { "nuq4 K, neox, n_dims < hd",   4, 4, 128, 1, 3, 200, 3, 1, GGML_ROPE_TYPE_NEOX, 64, 3, 0, 0, 64 },
+        { "nuq4 K, yarn + freq factors", 4, 0, 64, 2, 2, 257, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 1, 1, 128 },
+        { "nuq4 K, f16 V, 50 tokens",    4, 0, 64, 3, 3, 256, 50, 1, GGML_ROPE_TYPE_NORMAL, 64, 2, 0, 0, 0 },
+        { "nuq3 K, 2 streams",           3, 4, 64, 2, 3, 150, 2, 2, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 64 },
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run(&cases[i]);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
