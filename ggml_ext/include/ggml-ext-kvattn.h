@@ -32,7 +32,7 @@ struct ggml_ext_kvq_rope {
 // n_head a multiple of n_head_kv (GQA: query head i reads KV head i / (n_head / n_head_kv)). Returns the
 // result F32 [hd_v, n_head, n_tokens], or NULL and a reason in why when the graph is not one it takes.
 // Three ggml custom nodes: the cells' cos / sin table (once per k_pos and RoPE: layers share it), partial
-// softmax sums over ranges of `chunk` cells (threads over KV heads x ranges x token tiles), and the combine.
+// softmax sums over ranges of `chunk` cells (threads over ranges x token tiles), and the combine.
 GGML_EXT_API struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                                     struct ggml_tensor * k, struct ggml_tensor * v,
                                                     struct ggml_tensor * mask, struct ggml_tensor * k_pos,

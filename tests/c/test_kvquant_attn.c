@@ -229,7 +229,97 @@ static void run(const struct cfg * c) {
     ggml_free(ctx);
 }
 
-int main(void) {
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double) t.tv_sec + 1e-9 * (double) t.tv_nsec;
+}
+
+// --bench N_KV THREADS KBITS VTYPE: one decoded token of SmolLM2-135M's attention shape (head dim 64, 3 KV heads,
+// 9 query heads) over N_KV cells, the op against the reference path's graph (cast to F32, rope, cast to F16,
+// flash attention), best of 20 runs each. Not a test: a timing aid.
+static int bench(int n_kv, int threads, int k_bits, int v_nuq) {
+    enum { LAYERS = 6 };  // layers share one cos / sin table per graph, as in llama.cpp
+    const int hd = 64, n_hkv = 3, n_head = 9, D = n_hkv * hd;
+    char      kname[8];
+    snprintf(kname, sizeof(kname), "nuq%d", k_bits);
+    const enum ggml_type kt = (enum ggml_type) ggml_ext_kv_cache_type_by_name(kname);
+    const enum ggml_type vt = v_nuq ? (enum ggml_type) ggml_ext_kv_cache_type_by_name("nuq4") : GGML_TYPE_F16;
+    struct ggml_init_params ip  = { (size_t) 64 * 1024 * 1024 + (size_t) LAYERS * n_kv * D * 16, NULL, false };
+    struct ggml_context *   ctx = ggml_init(ip);
+    struct ggml_tensor *    q    = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hd, n_head, 1);
+    struct ggml_tensor *    mask = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, n_kv, 1, 1, 1);
+    struct ggml_tensor *    kpos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_kv);
+    struct ggml_cgraph *    g[2] = { ggml_new_graph(ctx), ggml_new_graph(ctx) };
+    float                   lv[16], mid[192], half[192], x[192];
+    for (int i = 0; i < 16; i++) {
+        lv[i] = -1.0f + 2.0f * (float) i / 15.0f;
+    }
+    for (int i = 0; i < D; i++) {
+        mid[i] = 0.1f * gauss(), half[i] = 1.0f + uni();
+    }
+    for (int r = 0; r < n_kv; r++) {
+        ((int32_t *) kpos->data)[r]     = r;
+        ((ggml_fp16_t *) mask->data)[r] = ggml_fp32_to_fp16(0.0f);
+    }
+    for (int i = 0; i < hd * n_head; i++) {
+        ((float *) q->data)[i] = gauss();
+    }
+    struct ggml_ext_kvq_rope rope = { GGML_ROPE_TYPE_NORMAL, hd, 8192, 100000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f };
+    for (int l = 0; l < LAYERS; l++) {
+        struct ggml_tensor * K = ggml_new_tensor_2d(ctx, kt, D, n_kv), * V = ggml_new_tensor_2d(ctx, vt, D, n_kv);
+        char                 err[256];
+        if (ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), kt, D, lv, lv, mid, half, 1, 0, err, sizeof(err)) ||
+            (v_nuq && ggml_ext_kvq_bind_opts(V->data, ggml_nbytes(V), vt, D, lv, lv, NULL, NULL, 1, 0, err, sizeof(err)))) {
+            printf("bind: %s\n", err);
+            return 1;
+        }
+        for (int r = 0; r < n_kv; r++) {
+            for (int i = 0; i < D; i++) {
+                x[i] = mid[i] + half[i] * (2.0f * uni() - 1.0f);
+            }
+            ggml_get_type_traits(kt)->from_float_ref(x, (char *) K->data + r * K->nb[1], D);
+            for (int i = 0; i < D; i++) {
+                x[i] = 2.0f * uni() - 1.0f;
+            }
+            if (v_nuq) {
+                ggml_get_type_traits(vt)->from_float_ref(x, (char *) V->data + r * V->nb[1], D);
+            } else {
+                ggml_fp32_to_fp16_row(x, (ggml_fp16_t *) ((char *) V->data + r * V->nb[1]), D);
+            }
+        }
+        struct ggml_tensor * kv = ggml_view_4d(ctx, K, hd, n_hkv, n_kv, 1, ggml_row_size(kt, hd), K->nb[1], ggml_nbytes(K), 0);
+        struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, 1, ggml_row_size(vt, hd), V->nb[1], ggml_nbytes(V), 0);
+        char                 why[160];
+        ggml_build_forward_expand(g[0], ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, 0.125f, 0, why, sizeof(why)));
+        struct ggml_tensor * kf = ggml_reshape_3d(ctx, ggml_cast(ctx, kv, GGML_TYPE_F32), hd, n_hkv, n_kv);
+        struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, NULL, hd, GGML_ROPE_TYPE_NORMAL, 8192, 100000.0f, 1.0f, 0.0f,
+                                                1.0f, 32.0f, 1.0f);
+        kr = ggml_cast(ctx, kr, GGML_TYPE_F16);
+        ggml_build_forward_expand(g[1], ggml_flash_attn_ext(ctx, ggml_permute(ctx, q, 0, 2, 1, 3),
+                                                            ggml_permute(ctx, kr, 0, 2, 1, 3),
+                                                            ggml_permute(ctx, vv, 0, 2, 1, 3), mask, 0.125f, 0.0f, 0.0f));
+    }
+    double best[2] = { 1e9, 1e9 };
+    for (int it = 0; it < 10; it++) {
+        for (int j = 0; j < 2; j++) {
+            const double t0 = now_s();
+            ggml_graph_compute_with_ctx(ctx, g[j], threads);
+            best[j] = fmin(best[j], now_s() - t0);
+        }
+    }
+    printf("n_kv %d, %d threads, K %s, V %s, per layer: op %.3f ms, reference path %.3f ms (%.2fx)\n", n_kv, threads,
+           kname, ggml_type_name(vt), 1e3 * best[0] / LAYERS, 1e3 * best[1] / LAYERS, best[1] / best[0]);
+    ggml_free(ctx);
+    return 0;
+}
+
+int main(int argc, char ** argv) {
+    if (argc == 6 && !strcmp(argv[1], "--bench")) {
+        return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
+    }
     const struct cfg cases[] = {
         // name                         kb v   hd  hkv nq  n_kv tok ns mode                    dims th yarn ff chunk
         { "nuq4 K, f16 V, decode",       4, 0, 64, 3, 3, 700, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 0 },

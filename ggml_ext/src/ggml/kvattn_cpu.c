@@ -9,10 +9,10 @@
 //            once per graph and RoPE: the layers share it.
 //   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: for each query head and token, over one range of
 //            `chunk` cells, the running max m, the sum l of exp(s - m) and acc = sum exp(s - m) v, where
-//            s = scale * q . RoPE(k_cell) + mask. One work item = one KV head x one cell range x one tile of
-//            tokens: its keys are decoded (the type's to_float: the NUQ binding, outlier slots and float sink
-//            rows exactly as the reference path reads them) and roped once, then scored against all the
-//            GQA group's query heads of the tile; its value rows decoded once, accumulated for all of them.
+//            s = scale * q . RoPE(k_cell) + mask. One work item = one cell range x one tile of tokens, all heads:
+//            a cell's key row is decoded by one to_float call (the NUQ binding, outlier slots and float sink rows
+//            exactly as the reference path reads them), each KV head roped once and scored against its GQA
+//            group's query heads of the tile; its value row decoded once, accumulated for all of them.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c.
 // Plain C written so the compiler vectorizes it (8-lane partial sums, no intrinsics): one implementation on
 // every target, its own scalar reference; tests/c/test_kvquant_attn.c checks it against ggml's rope and
@@ -115,92 +115,109 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     const int64_t hd = k->ne[0], n_hkv = k->ne[1], n_kv = k->ne[2], n_stream = k->ne[3], hdv = v->ne[0];
     const int64_t n_head = q->ne[1], n_tok = q->ne[2], n_ts = n_tok / n_stream, n_q = n_head / n_hkv;
     const int64_t n_chunks = dst->ne[1], n_tiles = (n_ts + p.tile - 1) / p.tile;
-    const int64_t n_items  = n_hkv * n_stream * n_chunks * n_tiles;
-    const int64_t nqt_max  = n_q * p.tile, h2 = p.n_dims / 2, ew = hdv + 2;
+    const int64_t n_items  = n_stream * n_chunks * n_tiles;
+    const int64_t nq_max   = n_head * p.tile, h2 = p.n_dims / 2, ew = hdv + 2;
     if (ith >= n_items) {
         return;
     }
     const ggml_to_float_t k_to_float = ggml_get_type_traits(k->type)->to_float;
     const ggml_to_float_t v_to_float = ggml_get_type_traits(v->type)->to_float;
+    // a cell's heads side by side in the cache row: one to_float call for all of them
+    const bool k_whole = (size_t) k->nb[1] == ggml_row_size(k->type, hd);
+    const bool v_whole = (size_t) v->nb[1] == ggml_row_size(v->type, hdv);
 
-    float * buf = malloc(sizeof(float) * (size_t) (nqt_max * hd + 2 * hd + hdv + p.chunk * nqt_max + nqt_max * hdv +
-                                                   2 * nqt_max));
+    float * buf = malloc(sizeof(float) * (size_t) (nq_max * hd + n_hkv * hd + hd + n_hkv * hdv + p.chunk * nq_max +
+                                                   nq_max * hdv + 2 * nq_max + p.tile));
     GGML_ASSERT(buf && "ggml-ext kvq attention: out of memory");
-    float * qb = buf, * kf = qb + nqt_max * hd, * kr = kf + hd, * vf = kr + hd, * sc = vf + hdv;
-    float * acc = sc + p.chunk * nqt_max, * mx = acc + nqt_max * hdv, * sum = mx + nqt_max;
+    float * qb = buf, * kf = qb + nq_max * hd, * kr = kf + n_hkv * hd, * vf = kr + hd, * sc = vf + n_hkv * hdv;
+    float * acc = sc + p.chunk * nq_max, * mx = acc + nq_max * hdv, * sum = mx + nq_max, * mrow = sum + nq_max;
 
     for (int64_t it = ith; it < n_items; it += nth) {
         int64_t       r    = it;
         const int64_t tile = r % n_tiles;
         r /= n_tiles;
-        const int64_t c = r % n_chunks;
-        r /= n_chunks;
-        const int64_t h = r % n_hkv, s = r / n_hkv;
-        const int64_t ts0 = tile * p.tile, nt = n_ts - ts0 < p.tile ? n_ts - ts0 : p.tile, nqt = n_q * nt;
+        const int64_t c = r % n_chunks, s = r / n_chunks;
+        const int64_t ts0 = tile * p.tile, nt = n_ts - ts0 < p.tile ? n_ts - ts0 : p.tile, nq = n_head * nt;
         const int64_t c0 = c * p.chunk, c1 = c0 + p.chunk < n_kv ? c0 + p.chunk : n_kv;
 
-        // query i = g * nt + ti: head h * n_q + g, token s * n_ts + ts0 + ti
-        for (int64_t g = 0; g < n_q; g++) {
+        // query i = head * nt + ti (head = kv head * n_q + g): token s * n_ts + ts0 + ti; a KV head's queries
+        // are the n_q * nt from kv head * n_q * nt
+        for (int64_t hq = 0; hq < n_head; hq++) {
             for (int64_t ti = 0; ti < nt; ti++) {
-                const char * src = (const char *) q->data + (h * n_q + g) * q->nb[1] + (s * n_ts + ts0 + ti) * q->nb[2];
-                float *      dq  = qb + (g * nt + ti) * hd;
+                const char * src = (const char *) q->data + hq * q->nb[1] + (s * n_ts + ts0 + ti) * q->nb[2];
+                float *      dq  = qb + (hq * nt + ti) * hd;
                 for (int64_t d = 0; d < hd; d++) {
                     dq[d] = *(const float *) (src + d * q->nb[0]);
                 }
             }
         }
-        for (int64_t i = 0; i < nqt; i++) {
+        for (int64_t i = 0; i < nq; i++) {
             mx[i]  = -INFINITY;
             sum[i] = 0.0f;
         }
-        memset(acc, 0, sizeof(float) * (size_t) (nqt * hdv));
+        memset(acc, 0, sizeof(float) * (size_t) (nq * hdv));
 
-        // scores: the key decoded and roped once per cell, against every query of the tile
+        // scores: each key decoded and roped once per cell, against every query of its group in the tile
         for (int64_t cell = c0; cell < c1; cell++) {
-            float * scr = sc + (cell - c0) * nqt;
+            float * scr = sc + (cell - c0) * nq;
             bool    any = false;
             for (int64_t ti = 0; ti < nt; ti++) {
-                const float mv = mask_at(mask, cell, ts0 + ti, s);
-                any            = any || mv != -INFINITY;
-                for (int64_t g = 0; g < n_q; g++) {
-                    scr[g * nt + ti] = mv;
-                }
+                mrow[ti] = mask_at(mask, cell, ts0 + ti, s);
+                any      = any || mrow[ti] != -INFINITY;
             }
             if (!any) {
+                for (int64_t i = 0; i < nq; i++) {
+                    scr[i] = -INFINITY;
+                }
                 continue;
             }
-            row_to_f32(k->type, k_to_float, (const char *) k->data + h * k->nb[1] + cell * k->nb[2] + s * k->nb[3], kf,
-                       hd);
-            const float * cs = (const float *) tab->data + (s * n_kv + cell) * p.n_dims;
-            if (p.mode == GGML_ROPE_TYPE_NEOX) {
-                for (int64_t j = 0; j < h2; j++) {
-                    const float a = kf[j], b = kf[j + h2];
-                    kr[j]      = a * cs[2 * j] - b * cs[2 * j + 1];
-                    kr[j + h2] = a * cs[2 * j + 1] + b * cs[2 * j];
-                }
+            const char * krow = (const char *) k->data + cell * k->nb[2] + s * k->nb[3];
+            if (k_whole) {
+                row_to_f32(k->type, k_to_float, krow, kf, n_hkv * hd);
             } else {
-                for (int64_t j = 0; j < h2; j++) {
-                    const float a = kf[2 * j], b = kf[2 * j + 1];
-                    kr[2 * j]     = a * cs[2 * j] - b * cs[2 * j + 1];
-                    kr[2 * j + 1] = a * cs[2 * j + 1] + b * cs[2 * j];
+                for (int64_t h = 0; h < n_hkv; h++) {
+                    row_to_f32(k->type, k_to_float, krow + h * k->nb[1], kf + h * hd, hd);
                 }
             }
-            for (int64_t d = p.n_dims; d < hd; d++) {
-                kr[d] = kf[d];
-            }
-            for (int64_t i = 0; i < nqt; i++) {
-                if (scr[i] != -INFINITY) {
-                    scr[i] = p.scale * dot(qb + i * hd, kr, hd) + scr[i];
-                    mx[i]  = scr[i] > mx[i] ? scr[i] : mx[i];
+            const float * cs = (const float *) tab->data + (s * n_kv + cell) * p.n_dims;
+            for (int64_t h = 0; h < n_hkv; h++) {
+                const float * kh = kf + h * hd;
+                if (p.mode == GGML_ROPE_TYPE_NEOX) {
+                    for (int64_t j = 0; j < h2; j++) {
+                        const float a = kh[j], b = kh[j + h2];
+                        kr[j]      = a * cs[2 * j] - b * cs[2 * j + 1];
+                        kr[j + h2] = a * cs[2 * j + 1] + b * cs[2 * j];
+                    }
+                } else {
+                    for (int64_t j = 0; j < h2; j++) {
+                        const float a = kh[2 * j], b = kh[2 * j + 1];
+                        kr[2 * j]     = a * cs[2 * j] - b * cs[2 * j + 1];
+                        kr[2 * j + 1] = a * cs[2 * j + 1] + b * cs[2 * j];
+                    }
+                }
+                for (int64_t d = p.n_dims; d < hd; d++) {
+                    kr[d] = kh[d];
+                }
+                for (int64_t g = 0; g < n_q; g++) {
+                    for (int64_t ti = 0; ti < nt; ti++) {
+                        const int64_t i = (h * n_q + g) * nt + ti;
+                        if (mrow[ti] == -INFINITY) {
+                            scr[i] = -INFINITY;
+                            continue;
+                        }
+                        scr[i] = p.scale * dot(qb + i * hd, kr, hd) + mrow[ti];
+                        mx[i]  = scr[i] > mx[i] ? scr[i] : mx[i];
+                    }
                 }
             }
         }
 
-        // weights and values: a value row decoded once per cell, accumulated for every query that sees it
+        // weights and values: a cell's value row decoded once, accumulated for every query that sees it
+        const int64_t ng = n_q * nt;  // queries per KV head
         for (int64_t cell = c0; cell < c1; cell++) {
-            float * scr = sc + (cell - c0) * nqt;
+            float * scr = sc + (cell - c0) * nq;
             bool    any = false;
-            for (int64_t i = 0; i < nqt; i++) {
+            for (int64_t i = 0; i < nq; i++) {
                 const float w = scr[i] != -INFINITY ? expf(scr[i] - mx[i]) : 0.0f;
                 scr[i]        = w;
                 sum[i] += w;
@@ -209,23 +226,30 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
             if (!any) {
                 continue;
             }
-            row_to_f32(v->type, v_to_float, (const char *) v->data + h * v->nb[1] + cell * v->nb[2] + s * v->nb[3], vf,
-                       hdv);
-            for (int64_t i = 0; i < nqt; i++) {
+            const char * vrow = (const char *) v->data + cell * v->nb[2] + s * v->nb[3];
+            if (v_whole) {
+                row_to_f32(v->type, v_to_float, vrow, vf, n_hkv * hdv);
+            } else {
+                for (int64_t h = 0; h < n_hkv; h++) {
+                    row_to_f32(v->type, v_to_float, vrow + h * v->nb[1], vf + h * hdv, hdv);
+                }
+            }
+            for (int64_t i = 0; i < nq; i++) {
                 const float w = scr[i];
                 if (w != 0.0f) {
-                    float * a = acc + i * hdv;
+                    const float * vh = vf + (i / ng) * hdv;
+                    float *       a  = acc + i * hdv;
                     for (int64_t d = 0; d < hdv; d++) {
-                        a[d] += w * vf[d];
+                        a[d] += w * vh[d];
                     }
                 }
             }
         }
 
-        for (int64_t g = 0; g < n_q; g++) {
+        for (int64_t hq = 0; hq < n_head; hq++) {
             for (int64_t ti = 0; ti < nt; ti++) {
-                const int64_t i   = g * nt + ti, tok = s * n_ts + ts0 + ti;
-                float *       out = (float *) dst->data + ((tok * n_head + h * n_q + g) * n_chunks + c) * ew;
+                const int64_t i = hq * nt + ti, tok = s * n_ts + ts0 + ti;
+                float *       out = (float *) dst->data + ((tok * n_head + hq) * n_chunks + c) * ew;
                 memcpy(out, acc + i * hdv, sizeof(float) * (size_t) hdv);
                 out[hdv]     = mx[i];
                 out[hdv + 1] = sum[i];
@@ -327,7 +351,7 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
         return WHY("freq factors not F32 [n_dims / 2]");
     }
     if (chunk <= 0) {
-        // ~32 ranges per KV head: work for 16+ threads at long context, ranges of 64 cells at least
+        // ~32 ranges: work for 16+ threads at long context, ranges of 64 cells at least
         chunk = (int) ((n_kv / 32 + 63) / 64 * 64);
         chunk = chunk < 64 ? 64 : chunk > 1024 ? 1024 : chunk;
     }
@@ -354,8 +378,8 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
         ggml_set_name(tab, tab_name);
     }
 
-    const int64_t      n_q  = n_head / n_hkv, n_ts = n_tok / n_stream;
-    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_q >= 64 ? 1 : 64 / n_q) };
+    const int64_t      n_ts = n_tok / n_stream;
+    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head) };
     p.tile                  = p.tile > n_ts ? (int) n_ts : p.tile;
     const int64_t      n_ch = (n_kv + chunk - 1) / chunk;
     struct ggml_tensor * args[5] = { q, k, v, mask, tab };
