@@ -1,0 +1,81 @@
+"""The KVQuant decode attention (issue 20; docs/KVQUANT.md "The decode op"; ggml-ext-kvattn.h, patch 0320).
+
+* tests/c/test_kvquant_attn.c on our installed libraries: the op against the path it replaces (the cache's
+  to_float, ggml's own rope at the cells' positions, softmax in double) on random NUQ4 / NUQ3 key caches with
+  outlier slots and float sink rows, F16 or NUQ4 values, GQA, normal / NEOX RoPE (n_dims < head_dim, YaRN and
+  freq factors), masks with holes, token tiles, two streams, 1 and 3 threads: within 2e-4 of the largest |v|.
+* llama.cpp end to end on the default model with the tests' KV calibration (outliers 1%, a 4-position sink),
+  -ctk nuq4 -ctv nuq4, batches of 4 tokens (decode-sized graphs, which take the op by default):
+  - GGML_EXT_KV_ATTN=check runs the op with the reference path (whole cache dequantized and roped, flash
+    attention) beside it in every layer and prints their largest difference: within 3% of the largest |ref| in
+    every layer of every graph (the reference rounds q and K to F16 before its dot products: a few 0.1% here;
+    a key read at a wrong position or channel order gives differences of the order of the output);
+  - the perplexity through the op (default) and through the old path (GGML_EXT_KV_ATTN=ref) within 5% of each
+    other (their attention differs by that F16 rounding only).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import convert_support as cs
+from ggml_ext import tools
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_c_op_against_dequantize_rope_softmax(tmp_path):
+    from ggml_ext import _locate
+    exe = tmp_path / "t_kvq_attn"
+    lib = _locate.lib_dir()
+    subprocess.run(["gcc", "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", f"-I{_locate.prefix() / 'include'}",
+                    f"-I{REPO / 'ggml_ext' / 'include'}", str(REPO / "tests" / "c" / "test_kvquant_attn.c"),
+                    f"-L{lib}", "-lggml", "-lggml-base", "-lggml-cpu", "-lm", f"-Wl,-rpath,{lib}", "-o", str(exe)],
+                   check=True)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    print(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert re.search(r"^(\d+) passed, 0 failed$", proc.stdout, re.M).group(1) == "7"
+
+
+@pytest.fixture(scope="module")
+def calib():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    return cs.default_kv_calibration()
+
+
+def _perplexity(model, text, calib, threads, mode):
+    """llama-perplexity over one 64-token window in batches of 4 tokens; (ppl, its log)."""
+    argv = tools.command("llama-perplexity", "-m", str(model), "-f", str(text), "-c", "64", "--chunks", "1",
+                         "-b", "64", "-ub", "4", "-t", str(threads), "--no-warmup", "-fa", "on", "-ctk", "nuq4",
+                         "-ctv", "nuq4", "--kv-calib", str(calib), "--kv-outliers", "0.01", "--kv-sink", "4")
+    for _ in range(4):  # the log thread may lose the last line on a fast exit (tools.perplexity): run again
+        proc = subprocess.run(argv, env={**tools.tool_env(), "GGML_EXT_KV_ATTN": mode}, capture_output=True,
+                              text=True, errors="replace", timeout=300)
+        log = proc.stdout + proc.stderr
+        m = re.search(r"Final estimate: PPL = ([0-9.]+)", log)
+        if proc.returncode != 0 or m:
+            break
+    assert proc.returncode == 0 and m, log[-3000:]
+    return float(m.group(1)), log
+
+
+def test_llama_decode_through_the_op_matches_the_reference_path(default_gguf, wiki_test, calib, threads):
+    ppl_check, log = _perplexity(default_gguf, wiki_test, calib, threads, "check")
+    rows = [(int(n), float(d), float(r)) for n, d, r in
+            re.findall(r"kv-attn check: n_tokens (\d+) max \|op - ref\| (\S+), max \|ref\| (\S+)", log)]
+    # 30 layers x 16 batches of 4 tokens: the op ran, and was checked, in every one
+    assert sum(1 for n, _, _ in rows if n == 4) == 30 * 16, log[-3000:]
+    worst = max(d / r for _, d, r in rows if r > 0)
+    print(f"{len(rows)} checked layer graphs, worst max |op - ref| / max |ref| = {worst:.4f}")
+    assert worst < 0.03
+    ppl_op, log_op = _perplexity(default_gguf, wiki_test, calib, threads, "auto")
+    ppl_ref, _ = _perplexity(default_gguf, wiki_test, calib, threads, "ref")
+    assert "kv-attn check" not in log_op
+    print(f"ppl: op {ppl_op:.4f}, old path {ppl_ref:.4f}, check run {ppl_check:.4f}")
+    assert ppl_check == pytest.approx(ppl_op, rel=1e-6)  # the check mode passes the op's result on
+    assert abs(ppl_op / ppl_ref - 1) < 0.05
