@@ -20,6 +20,7 @@
 #include "ggml-ext-kvattn.h"
 #include "ggml-cpu.h"
 #include "ggml-impl.h"  // struct ggml_custom_op_params: our parameters follow it in op_params
+#include "vec.h"        // ggml-cpu's ggml_vec_soft_max_f32: exp(x - max) with its SIMD exp, and the sum
 
 #include <math.h>
 #include <stdint.h>
@@ -101,11 +102,6 @@ static inline void row_to_f32(enum ggml_type type, ggml_to_float_t to_float, con
     }
 }
 
-static inline float mask_at(const struct ggml_tensor * m, int64_t cell, int64_t t, int64_t s) {
-    const char * p = (const char *) m->data + cell * m->nb[0] + t * m->nb[1] + (m->ne[3] > 1 ? s * m->nb[3] : 0);
-    return m->type == GGML_TYPE_F16 ? ggml_fp16_to_fp32(*(const ggml_fp16_t *) p) : *(const float *) p;
-}
-
 static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
     (void) userdata;
     const struct ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2], * mask = dst->src[3];
@@ -127,10 +123,10 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     const bool v_whole = (size_t) v->nb[1] == ggml_row_size(v->type, hdv);
 
     float * buf = malloc(sizeof(float) * (size_t) (nq_max * hd + n_hkv * hd + hd + n_hkv * hdv + p.chunk * nq_max +
-                                                   nq_max * hdv + 2 * nq_max + p.tile));
+                                                   nq_max * hdv + 2 * nq_max + p.tile * p.chunk));
     GGML_ASSERT(buf && "ggml-ext kvq attention: out of memory");
     float * qb = buf, * kf = qb + nq_max * hd, * kr = kf + n_hkv * hd, * vf = kr + hd, * sc = vf + n_hkv * hdv;
-    float * acc = sc + p.chunk * nq_max, * mx = acc + nq_max * hdv, * sum = mx + nq_max, * mrow = sum + nq_max;
+    float * acc = sc + p.chunk * nq_max, * mx = acc + nq_max * hdv, * sum = mx + nq_max, * mk = sum + nq_max;
 
     for (int64_t it = ith; it < n_items; it += nth) {
         int64_t       r    = it;
@@ -157,17 +153,29 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
         }
         memset(acc, 0, sizeof(float) * (size_t) (nq * hdv));
 
-        // scores: each key decoded and roped once per cell, against every query of its group in the tile
+        // the tile's mask rows over the range, as F32: mk[ti * chunk + cell - c0]
+        const int64_t nc = c1 - c0;
+        for (int64_t ti = 0; ti < nt; ti++) {
+            const char * mrow = (const char *) mask->data + c0 * mask->nb[0] + (ts0 + ti) * mask->nb[1] +
+                                (mask->ne[3] > 1 ? s * mask->nb[3] : 0);
+            if (mask->type == GGML_TYPE_F16) {
+                ggml_cpu_fp16_to_fp32((const ggml_fp16_t *) mrow, mk + ti * p.chunk, nc);
+            } else {
+                memcpy(mk + ti * p.chunk, mrow, sizeof(float) * (size_t) nc);
+            }
+        }
+
+        // scores sc[i * chunk + cell - c0]: each key decoded and roped once per cell, against every query of its
+        // group in the tile
         for (int64_t cell = c0; cell < c1; cell++) {
-            float * scr = sc + (cell - c0) * nq;
-            bool    any = false;
+            const int64_t cc  = cell - c0;
+            bool          any = false;
             for (int64_t ti = 0; ti < nt; ti++) {
-                mrow[ti] = mask_at(mask, cell, ts0 + ti, s);
-                any      = any || mrow[ti] != -INFINITY;
+                any = any || mk[ti * p.chunk + cc] != -INFINITY;
             }
             if (!any) {
                 for (int64_t i = 0; i < nq; i++) {
-                    scr[i] = -INFINITY;
+                    sc[i * p.chunk + cc] = -INFINITY;
                 }
                 continue;
             }
@@ -200,28 +208,35 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
                 }
                 for (int64_t g = 0; g < n_q; g++) {
                     for (int64_t ti = 0; ti < nt; ti++) {
-                        const int64_t i = (h * n_q + g) * nt + ti;
-                        if (mrow[ti] == -INFINITY) {
-                            scr[i] = -INFINITY;
-                            continue;
+                        const int64_t i  = (h * n_q + g) * nt + ti;
+                        const float   mv = mk[ti * p.chunk + cc];
+                        float         sv = -INFINITY;
+                        if (mv != -INFINITY) {
+                            sv    = p.scale * dot(qb + i * hd, kr, hd) + mv;
+                            mx[i] = sv > mx[i] ? sv : mx[i];
                         }
-                        scr[i] = p.scale * dot(qb + i * hd, kr, hd) + mrow[ti];
-                        mx[i]  = scr[i] > mx[i] ? scr[i] : mx[i];
+                        sc[i * p.chunk + cc] = sv;
                     }
                 }
             }
         }
 
-        // weights and values: a cell's value row decoded once, accumulated for every query that sees it
+        // weights exp(s - max) per query over the range (ggml's SIMD exp; masked cells give 0), then the values:
+        // a cell's value row decoded once, accumulated for every query that sees it
+        for (int64_t i = 0; i < nq; i++) {
+            float * w = sc + i * p.chunk;
+            if (mx[i] == -INFINITY) {
+                memset(w, 0, sizeof(float) * (size_t) nc);
+            } else {
+                sum[i] = (float) ggml_vec_soft_max_f32((int) nc, w, w, mx[i]);
+            }
+        }
         const int64_t ng = n_q * nt;  // queries per KV head
         for (int64_t cell = c0; cell < c1; cell++) {
-            float * scr = sc + (cell - c0) * nq;
-            bool    any = false;
+            const int64_t cc  = cell - c0;
+            bool          any = false;
             for (int64_t i = 0; i < nq; i++) {
-                const float w = scr[i] != -INFINITY ? expf(scr[i] - mx[i]) : 0.0f;
-                scr[i]        = w;
-                sum[i] += w;
-                any = any || w != 0.0f;
+                any = any || sc[i * p.chunk + cc] != 0.0f;
             }
             if (!any) {
                 continue;
@@ -235,7 +250,7 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
                 }
             }
             for (int64_t i = 0; i < nq; i++) {
-                const float w = scr[i];
+                const float w = sc[i * p.chunk + cc];
                 if (w != 0.0f) {
                     const float * vh = vf + (i / ng) * hdv;
                     float *       a  = acc + i * hdv;
