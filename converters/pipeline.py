@@ -433,7 +433,7 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
         for _ in stream.run(ids, hooks=collector.attach, on_layer=on_layer, progress=progress,
                             flows=max(1, len(flows)), held_out=held_out):
             pass
-    except CalibrationError as e:
+    except (CalibrationError, StreamError) as e:
         raise ConversionError(f"calibration for method {method!r}: {e}") from None
     if flows:   # the workflows' models judged on the validation windows; the method keeps the better
         try:

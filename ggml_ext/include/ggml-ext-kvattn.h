@@ -50,8 +50,8 @@ GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
 // (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
-// tokens (default 16), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the
-// cache in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
+// tokens (default 16), no ALiBi, soft-capping, attention sinks, KQ bias or K norm, a transposed V refused,
+// the cache in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
 // as fused with the reference computed beside it and each layer's max difference printed on stderr.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                                          struct ggml_tensor * k, struct ggml_tensor * v,

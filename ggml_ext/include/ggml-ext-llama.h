@@ -82,14 +82,17 @@ GGML_EXT_API int ggml_ext_kvq_bind_keys(const void * data, size_t nbytes, int ty
 // model had before RoPE and ropes the dequantized cache at attention, with the positions of the cells.
 GGML_EXT_API bool ggml_ext_llama_kv_pre_rope(int type);
 
-// The K tensor that build_attn got (the output of the model's ggml_rope_ext of K) before RoPE: its source.
+// The K tensor that build_attn got (the output of the model's ggml_rope_ext of K) before RoPE: its source,
+// or, when that source is the model's K norm (rms_norm(k) * w: Qwen3, Gemma-3), the K before the norm (where
+// `ggml-ext calibrate kv` measures the keys).
 // Aborts with a message when K was not roped by ggml_rope_ext in normal or NEOX mode right before build_attn
 // (an architecture whose K the pre-RoPE cache cannot take yet).
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped);
 
 // The cache's pre-RoPE key view k (get_k: [head_dim, n_head_kv, n_kv, n_stream] of a KVQuant type)
-// dequantized to F32 and roped as k_roped was (its mode, dimensions, frequencies and factors), each cell at
-// its position k_pos (I32, n_kv * n_stream: llama_kv_cache::set_input_k_pos). Same shape as k.
+// dequantized to F32, normed by the model's K norm if it has one, and roped as k_roped was (its mode,
+// dimensions, frequencies and factors), each cell at its position k_pos (I32, n_kv * n_stream:
+// llama_kv_cache::set_input_k_pos). Same shape as k.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggml_tensor * k,
                                                         const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos);
 

@@ -132,3 +132,12 @@ template <typename T> using ggml_ext_to_cuda_t = void (*)(const void * x, T * y,
 ggml_ext_to_cuda_t<float>       ggml_ext_cuda_get_to_fp32(ggml_type type);
 ggml_ext_to_cuda_t<half>        ggml_ext_cuda_get_to_fp16(ggml_type type);
 ggml_ext_to_cuda_t<nv_bfloat16> ggml_ext_cuda_get_to_bf16(ggml_type type);
+
+// ---- the KVQuant cache types NUQ4 / NUQ3 / NUQ2 with the cache in VRAM (kvquant_cuda.cu, patch 0421) ----
+// true for a node with a NUQ tensor among itself and its sources: supports_op and compute_forward ask the two below
+bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op);
+// SET_ROWS / CPY f32 -> NUQ, CPY NUQ -> f32 / f16, GET_ROWS NUQ -> f32, FLASH_ATTN_EXT with a NUQ V; false for
+// anything else with these types (the scheduler then keeps it off this device)
+bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op);
+// runs such a node on ctx's stream; false when no NUQ tensor is involved (upstream's switch runs it)
+bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

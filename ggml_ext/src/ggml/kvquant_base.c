@@ -14,6 +14,7 @@
 #include "formats/kvquant/nuq_decode.h"
 #include "ggml-ext-kvq.h"    // outliers and the sink
 #include "ggml-ext-llama.h"  // ggml_ext_kvq_bind_keys
+#include "ggml/kvquant_device.h"  // the device backends' view of the bindings (CUDA)
 #include "common/fp16.h"
 #include "ggml/families.h"
 
@@ -43,6 +44,7 @@ struct binding {
     struct sink_row * sinks;      // sink_cap entries, row -1 = free
     int              sink_cap;
     int              sink_hw;     // entries past sink_hw were never used
+    uint64_t         serial;      // unique per bind call (kvquant_device.h)
 };
 
 struct sink_row {
@@ -54,6 +56,9 @@ static struct binding  bindings[KVQ_MAX_BINDINGS];
 static atomic_int      n_bindings;  // slots in use so far (a prefix of the array)
 static atomic_uint     generation;  // bumped by every change of the bindings (the readers' caches)
 static pthread_mutex_t bind_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t        next_serial = 1;  // under bind_lock
+// a device backend's hooks (kvquant_device.h); called under bind_lock
+static const struct ggml_ext_kvq_device_hooks * dev_hooks;
 
 // The block decoder of to_float (nuq_decode.h): ggml-cpu hands its SIMD one over when it loads
 // (ggml/kvquant_cpu.c); the scalar reference until then, or with GGML_EXT_KVQ_DECODE=ref.
@@ -160,6 +165,29 @@ static void drop_sinks(struct binding * b) {
     b->n_sink   = 0;
 }
 
+// a binding (b NULL: the uniform layer L) as kvquant_device.h describes it
+static void describe(const struct binding * b, const struct ggml_ext_kvq_layer * L,
+                     struct ggml_ext_kvq_binding_desc * d) {
+    memset(d, 0, sizeof(*d));
+    d->bits        = L->bits;
+    d->block_bytes = L->v_row_size;
+    memcpy(d->values, L->v_values, sizeof(d->values));
+    memcpy(d->mids, L->v_mids, sizeof(d->mids));
+    if (b) {
+        d->lo         = atomic_load(&b->lo);
+        d->hi         = atomic_load(&b->hi);
+        d->serial     = b->serial;
+        d->type       = b->type;
+        d->row_blocks = b->row_blocks;
+        d->k_mid      = b->k_mid;
+        d->k_half     = b->k_half;
+        d->row_values = b->row_values;
+        d->outliers   = b->outliers;
+        d->n_sink     = b->n_sink;
+        d->sink_cap   = b->sink_cap;
+    }
+}
+
 static int bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
                 int64_t row_blocks, const float * k_mid, const float * k_half, int64_t row_values, int outliers,
                 int n_sink, char * err, size_t en) {
@@ -219,6 +247,9 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
         if (blo && lo < atomic_load(&bindings[i].hi) && blo < hi) {
             atomic_store(&bindings[i].lo, NULL);
             drop_sinks(&bindings[i]);
+            if (dev_hooks) {
+                dev_hooks->unbound(blo, bindings[i].serial);
+            }
         }
         if (slot < 0 && !atomic_load(&bindings[i].lo)) {
             slot = i;
@@ -247,6 +278,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     b->sinks           = sinks;
     b->sink_cap        = cap;
     b->sink_hw         = 0;
+    b->serial          = next_serial++;
     atomic_store(&b->layer, L);
     atomic_store(&b->hi, hi);
     atomic_store(&b->lo, lo);  // published last: readers test lo first
@@ -254,6 +286,11 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
         atomic_store(&n_bindings, used + 1);
     }
     atomic_fetch_add(&generation, 1);
+    if (dev_hooks) {
+        struct ggml_ext_kvq_binding_desc d;
+        describe(b, L, &d);
+        dev_hooks->bound(&d);
+    }
     pthread_mutex_unlock(&bind_lock);
     return 0;
 }
@@ -362,6 +399,9 @@ int ggml_ext_kvq_unbind(const void * data) {
             atomic_store(&bindings[i].lo, NULL);
             drop_sinks(&bindings[i]);
             found = 0;
+            if (dev_hooks) {
+                dev_hooks->unbound(data, bindings[i].serial);
+            }
         }
     }
     atomic_fetch_add(&generation, 1);
@@ -633,13 +673,14 @@ static int64_t row_of(const struct binding * b, const void * p) {
     return (int64_t) ((size_t) ((const char *) p - atomic_load(&b->lo)) / ((size_t) (b->row_values / KVQ_BLOCK) * bb));
 }
 
-// marks row as a sink (its data slot allocated) or not; -1: no room / memory
-static int mark_row(struct binding * b, int64_t row, bool sink) {
+// marks row as a sink (its data slot allocated) or not; -1: no room / memory. *changed |= 1 when the marks changed.
+static int mark_row(struct binding * b, int64_t row, bool sink, bool * changed) {
     int free_i = -1;
     for (int i = 0; i < b->sink_cap; i++) {
         if (b->sinks[i].row == row) {
             if (!sink) {
                 b->sinks[i].row = -1;
+                *changed        = true;
             }
             return 0;
         }
@@ -661,7 +702,20 @@ static int mark_row(struct binding * b, int64_t row, bool sink) {
     }
     b->sinks[free_i].row = row;
     b->sink_hw           = free_i + 1 > b->sink_hw ? free_i + 1 : b->sink_hw;
+    *changed             = true;
     return 0;
+}
+
+// tells a device backend the binding's sink marks (under bind_lock)
+static void sinks_changed(const struct binding * b) {
+    if (!dev_hooks || !b->sink_cap) {
+        return;
+    }
+    int64_t rows[GGML_EXT_KVQ_MAX_SINK * 256];
+    for (int i = 0; i < b->sink_hw; i++) {
+        rows[i] = b->sinks[i].row;
+    }
+    dev_hooks->sinks_changed(atomic_load(&b->lo), b->serial, rows, b->sink_hw);
 }
 
 void ggml_ext_kvq_rows_written(const void * data, size_t row_stride, const uint32_t * cells, const int32_t * pos,
@@ -672,12 +726,16 @@ void ggml_ext_kvq_rows_written(const void * data, size_t row_stride, const uint3
     pthread_mutex_lock(&bind_lock);
     struct binding * b = binding_of(data);
     if (b && b->n_sink) {
+        bool changed = false;
         for (uint32_t i = 0; i < n; i++) {
             const char * p = (const char *) data + (size_t) cells[i] * row_stride;
-            if (mark_row(b, row_of(b, p), pos[i] >= 0 && pos[i] < b->n_sink) != 0) {
+            if (mark_row(b, row_of(b, p), pos[i] >= 0 && pos[i] < b->n_sink, &changed) != 0) {
                 // more sink rows than room: the row stays quantized (a quality, not a correctness matter)
                 fprintf(stderr, "ggml_ext: KVQuant sink: no room for another sink row; row kept quantized\n");
             }
+        }
+        if (changed) {
+            sinks_changed(b);
         }
     }
     pthread_mutex_unlock(&bind_lock);
@@ -708,6 +766,9 @@ size_t ggml_ext_kvq_side_get(const void * data, size_t row_stride, const uint32_
                         rows++;
                         need += 4 + sizeof(float) * rv;
                     } else {
+                        if (dev_hooks) {  // a device cache's sink floats live in device memory
+                            dev_hooks->sink_download(atomic_load(&b->lo), b->serial, j, b->sinks[j].data);
+                        }
                         memcpy(out, &i, 4);
                         memcpy(out + 4, b->sinks[j].data, sizeof(float) * rv);
                         out += 4 + sizeof(float) * rv;
@@ -745,8 +806,9 @@ int ggml_ext_kvq_side_set(const void * data, size_t row_stride, const uint32_t *
             rc = -1;
             goto done;
         }
+        bool changed = false;
         for (uint32_t i = 0; i < n; i++) {  // the destination cells lose their marks, then get the blob's
-            mark_row(b, row_of(b, (const char *) data + (size_t) cells[i] * row_stride), false);
+            mark_row(b, row_of(b, (const char *) data + (size_t) cells[i] * row_stride), false, &changed);
         }
         const uint8_t * in = (const uint8_t *) buf + 8;
         for (uint32_t r = 0; r < rows; r++, in += 4 + sizeof(float) * rv) {
@@ -758,13 +820,16 @@ int ggml_ext_kvq_side_set(const void * data, size_t row_stride, const uint32_t *
                 goto done;
             }
             const int64_t row = row_of(b, (const char *) data + (size_t) cells[i] * row_stride);
-            if (mark_row(b, row, true) != 0) {
+            if (mark_row(b, row, true, &changed) != 0) {
                 rc = -1;
                 goto done;
             }
             for (int j = 0; j < b->sink_cap; j++) {
                 if (b->sinks[j].row == row) {
                     memcpy(b->sinks[j].data, in + 4, sizeof(float) * rv);
+                    if (dev_hooks) {
+                        dev_hooks->sink_upload(atomic_load(&b->lo), b->serial, j, b->sinks[j].data);
+                    }
                     break;
                 }
             }
@@ -772,8 +837,56 @@ int ggml_ext_kvq_side_set(const void * data, size_t row_stride, const uint32_t *
     }
     // a cache without a sink restores the rows' blocks alone (the sink floats are dropped)
 done:
+    if (b && b->n_sink) {
+        sinks_changed(b);
+    }
     pthread_mutex_unlock(&bind_lock);
     return rc;
+}
+
+// ---- the device backends' view (kvquant_device.h) ----
+
+void ggml_ext_kvq_set_device_hooks(const struct ggml_ext_kvq_device_hooks * hooks) {
+    pthread_mutex_lock(&bind_lock);
+    dev_hooks = hooks;
+    for (int i = 0, used = atomic_load(&n_bindings); hooks && i < used; i++) {
+        if (atomic_load(&bindings[i].lo)) {
+            struct ggml_ext_kvq_binding_desc d;
+            describe(&bindings[i], atomic_load(&bindings[i].layer), &d);
+            hooks->bound(&d);
+            sinks_changed(&bindings[i]);
+        }
+    }
+    pthread_mutex_unlock(&bind_lock);
+}
+
+bool ggml_ext_kvq_binding_find(const void * p, int type, struct ggml_ext_kvq_binding_desc * out) {
+    if (!type_bits(type)) {
+        return false;
+    }
+    pthread_mutex_lock(&bind_lock);  // the binding's fields are read whole (a bind may be replacing it)
+    const struct binding *            b;
+    const struct ggml_ext_kvq_layer * L = binding_at(p, type, &b);
+    describe(b, L, out);
+    out->type = type;
+    pthread_mutex_unlock(&bind_lock);
+    return true;
+}
+
+int ggml_ext_kvq_binding_sinks(const void * lo, uint64_t serial, int64_t * rows, int cap) {
+    int hw = -1;
+    pthread_mutex_lock(&bind_lock);
+    for (int i = 0, used = atomic_load(&n_bindings); i < used; i++) {
+        if (atomic_load(&bindings[i].lo) == lo && bindings[i].serial == serial) {
+            hw = bindings[i].sink_hw < cap ? bindings[i].sink_hw : cap;
+            for (int j = 0; j < hw; j++) {
+                rows[j] = bindings[i].sinks[j].row;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&bind_lock);
+    return hw;
 }
 
 #define KVQ_ROW_FUNCTIONS(NAME)                                                                          \

@@ -5,6 +5,7 @@
 // pre-RoPE key path (docs/KVQUANT.md) and is refused; no matmul.
 #include "common/simd.h"
 #include "formats/kvquant/nuq_decode.h"
+#include "ggml-backend.h"
 #include "ggml-cpu-impl.h"
 #include "ggml/families.h"
 #include "ggml-ext-kvattn.h"
@@ -32,6 +33,27 @@ static bool is_ours(const struct ggml_tensor * t) {
     return i && i->family == GGML_EXT_FAMILY_KVQUANT;
 }
 
+// NUQ bytes the CPU may read or write: in host memory. A cache in a device buffer (CUDA: ggml_ext/src/cuda/
+// kvquant_cuda.cu) is bound to its tables by its device address; a copy the scheduler would make for the CPU lies
+// outside every binding and would read with uniform levels, so the CPU refuses such nodes (the device runs them,
+// or the scheduler stops with a message) rather than compute garbage.
+static bool on_host(const struct ggml_tensor * t) {
+    const struct ggml_backend_buffer * b = t->view_src ? t->view_src->buffer : t->buffer;
+    return !b || ggml_backend_buffer_is_host((ggml_backend_buffer_t) b);
+}
+
+static bool nuq_on_host(const struct ggml_tensor * op) {
+    if (is_ours(op) && !on_host(op)) {
+        return false;
+    }
+    for (int i = 0; i < GGML_MAX_SRC; i++) {
+        if (is_ours(op->src[i]) && !on_host(op->src[i])) {
+            return false;
+        }
+    }
+    return true;
+}
+
 static bool plain(const struct ggml_tensor * t) {
     return t && (t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16);
 }
@@ -44,6 +66,9 @@ bool ggml_ext_kvq_cpu_supports_op(const struct ggml_tensor * op) {
         registered = 1;
     }
 #endif
+    if (!nuq_on_host(op)) {
+        return false;
+    }
     switch (op->op) {
         case GGML_OP_SET_ROWS:
             return is_ours(op) && plain(op->src[0]);

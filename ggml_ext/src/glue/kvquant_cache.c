@@ -201,12 +201,19 @@ static bool keys_permuted(void) {
 // in the cache's channel order. Under calib_lock.
 static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits, uint32_t head_dim, bool outliers,
                      int n_sink, char * err, size_t n) {
-    // the calibration saw k_proj's output; llama.cpp stores the K that enters RoPE, which is the same only
-    // without a K norm in between (qwen3, gemma2/3 have one: refused until the norm moves after the cache)
+    // the calibration saw k_proj's output, and that is what the cache stores: the K that enters RoPE, or the
+    // K before the model's K norm (qwen3, gemma3: ggml_ext_llama_k_unroped; the norm is applied after the
+    // cache); sliding-window models (gemma2/3) through patch 0325. The calibrations of the converter's other
+    // architectures are refused by `calibrate kv` itself (phi3's fused qkv).
+    static const char * const archs[] = { "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text" };
     const int64_t a    = gguf_find_key(loaded_gguf, "kvquant.architecture");
     const char *  arch = a >= 0 && gguf_get_kv_type(loaded_gguf, a) == GGUF_TYPE_STRING ? gguf_get_val_str(loaded_gguf, a) : "";
-    if (strcmp(arch, "llama") != 0 && strcmp(arch, "mistral") != 0 && strcmp(arch, "qwen2") != 0) {
-        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral and qwen2 models so far; KV "
+    bool          known = false;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++) {
+        known = known || strcmp(arch, archs[i]) == 0;
+    }
+    if (!known) {
+        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral, qwen2/3 and gemma2/3 models so far; KV "
                  "calibration %s is for '%s' (use -ctk f16 or q8_0; -ctv %s works)", ggml_type_name(t->type), path,
                  arch, ggml_type_name(t->type));
         return -1;
@@ -258,6 +265,18 @@ bool ggml_ext_llama_kv_pre_rope(int type) {
     return kvquant_bits(type) != 0;
 }
 
+// The K norm some models apply right before RoPE (Qwen3, Gemma-3: rope(rms_norm(k) * w), llama.cpp's
+// build_norm): its MUL node, NULL if K enters RoPE without one. The cache then stores K before the norm --
+// where `ggml-ext calibrate kv` measured the keys' per-channel ranges (the k_proj output) -- and the norm is
+// applied again to the dequantized keys, before RoPE (as the torch simulation does).
+static const struct ggml_tensor * k_norm_of(const struct ggml_tensor * k_roped) {
+    const struct ggml_tensor * m = k_roped->src[0];
+    return m->op == GGML_OP_MUL && m->src[0]->op == GGML_OP_RMS_NORM && m->src[1]->ne[0] == m->ne[0] &&
+                   ggml_nelements(m->src[1]) == m->ne[0]
+               ? m
+               : NULL;
+}
+
 struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped) {
     const int mode = k_roped->op == GGML_OP_ROPE ? ((const int32_t *) k_roped->op_params)[2] : -1;
     if (mode != GGML_ROPE_TYPE_NORMAL && mode != GGML_ROPE_TYPE_NEOX) {
@@ -266,7 +285,8 @@ struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped) {
                    "right before the cache; this model's K is %s (mode %d): use -ctk f16 / q8_0",
                    ggml_op_desc(k_roped), mode);
     }
-    return k_roped->src[0];
+    const struct ggml_tensor * norm = k_norm_of(k_roped);
+    return norm ? norm->src[0]->src[0] : k_roped->src[0];
 }
 
 struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggml_tensor * k,
@@ -276,6 +296,12 @@ struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggm
     struct ggml_tensor * kf = ggml_cast(ctx, k, GGML_TYPE_F32);
     kf = ggml_reshape_3d(ctx, kf, k->ne[0], k->ne[1], k->ne[2] * k->ne[3]);
     GGML_ASSERT(k_pos->ne[0] == kf->ne[2]);
+    const struct ggml_tensor * norm = k_norm_of(k_roped);
+    if (norm) {  // the model's K norm on the dequantized keys (the cache holds them before it)
+        float eps;
+        memcpy(&eps, norm->src[0]->op_params, sizeof(eps));
+        kf = ggml_mul(ctx, ggml_rms_norm(ctx, kf, eps), norm->src[1]);
+    }
     const int32_t * p = (const int32_t *) k_roped->op_params;
     float           f[6];
     memcpy(f, p + 5, sizeof(f));  // freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow
@@ -344,8 +370,9 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         max_tokens = strtol(mt, &end, 10);
         max_tokens = *end ? 16 : max_tokens;
     }
+    // a K norm between the cache and RoPE (qwen3, gemma3: ggml_ext_llama_k_rope applies it) is not the op's yet
     if (sinks || max_bias != 0.0f || softcap != 0.0f || !k_roped || k_roped->op != GGML_OP_ROPE || q->ne[3] != 1 ||
-        (!force && q->ne[2] > max_tokens)) {
+        k_norm_of(k_roped) || (!force && q->ne[2] > max_tokens)) {
         return NULL;
     }
     // the op reads the cache on the CPU: only where it lives in host memory

@@ -1,0 +1,305 @@
+// How the CUDA kernels of the KVQuant cache types (kvquant_cuda.cu) write and read one 64-value block: the
+// quantizer (ggml/kvquant_base.c's from_float: values with their own mid / half and one outlier slot, pre-RoPE keys
+// per channel with two) and the value reader (to_float: the block decoder of formats/kvquant/nuq_decode.h, the slots,
+// the sink rows), __host__ __device__ and free of ggml-cuda, so tests/cuda/kvquant_cuda_check.cu runs these very
+// functions on the host against the CPU row functions. The arithmetic is IEEE round-to-nearest in both
+// (ggml-cuda builds with -use_fast_math: on the device the intrinsics below keep divisions and sums exact), the
+// decode's product rounded before the sum (no fused multiply-add), so blocks and values are the CPU's bit for bit.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#define KVQ_HD __host__ __device__ __forceinline__
+
+#ifdef __CUDA_ARCH__
+#    define KVQ_ADD(a, b) __fadd_rn((a), (b))
+#    define KVQ_SUB(a, b) __fsub_rn((a), (b))
+#    define KVQ_MUL(a, b) __fmul_rn((a), (b))
+#    define KVQ_DIV(a, b) __fdiv_rn((a), (b))
+#else
+static inline float kvq_add(float a, float b) { volatile float r = a + b; return r; }
+static inline float kvq_sub(float a, float b) { volatile float r = a - b; return r; }
+static inline float kvq_mul(float a, float b) { volatile float r = a * b; return r; }
+static inline float kvq_div(float a, float b) { volatile float r = a / b; return r; }
+#    define KVQ_ADD(a, b) kvq_add((a), (b))
+#    define KVQ_SUB(a, b) kvq_sub((a), (b))
+#    define KVQ_MUL(a, b) kvq_mul((a), (b))
+#    define KVQ_DIV(a, b) kvq_div((a), (b))
+#endif
+
+namespace kvq {
+
+constexpr int QK = 64;  // values per block
+
+// what a kernel needs of one binding (by value: kernel parameters)
+struct kvq_args {
+    int           bits;
+    int           block_bytes;
+    int           dense_bytes;
+    float         values[16];
+    float         mids[15];
+    const char *  lo;          // the binding's first byte (NULL: not bound, uniform levels)
+    int64_t       row_blocks;  // > 0: keys, per-channel scales below
+    const float * k_mid;
+    const float * k_half;
+    int           outliers;
+    int64_t       row_bytes;   // bytes per cache row (sink rows; 0: no sink)
+    int64_t       row_values;
+    const int64_t * sink;      // [0]: slots in use (hw), [1 + s]: the cache row of slot s (-1: free); NULL: no sink
+    float *       sink_data;   // slot s: row_values floats
+};
+
+KVQ_HD bool is_tag(unsigned w) {
+    return (w & 0xffc0u) == 0x8000u;
+}
+
+KVQ_HD int get_index(const uint8_t * blk, int bits, int s) {
+    if (bits == 4) {
+        return (blk[s % 32] >> (4 * (s / 32))) & 15;
+    }
+    int q = (blk[s % 16] >> (2 * (s / 16))) & 3;
+    if (bits == 3) {
+        q |= ((blk[16 + s % 8] >> (s / 8)) & 1) << 2;
+    }
+    return q;
+}
+
+KVQ_HD int nearest_level(const kvq_args & a, float xn) {
+    const int n = 1 << a.bits;
+    int       q = 0;  // past the midpoints below xn; a tie goes to the lower level (NaN: 0)
+    while (q < n - 1 && a.mids[q] < xn) {
+        q++;
+    }
+    return q;
+}
+
+// the sink slot of the cache row holding blk (-1: none)
+KVQ_HD int sink_slot(const kvq_args & a, const char * blk, int64_t * off) {
+    if (!a.sink) {
+        return -1;
+    }
+    const int64_t o   = blk - a.lo;
+    const int64_t row = o / a.row_bytes;
+    const int64_t hw  = a.sink[0];
+    for (int64_t s = 0; s < hw; s++) {
+        if (a.sink[1 + s] == row) {
+            *off = (o % a.row_bytes) / a.block_bytes * QK;
+            return (int) s;
+        }
+    }
+    return -1;
+}
+
+KVQ_HD uint16_t f2h(float x) {
+    return __half_as_ushort(__float2half_rn(x));
+}
+
+KVQ_HD float h2f(uint16_t h) {
+    return __half2float(__ushort_as_half(h));
+}
+
+template <typename T> KVQ_HD T from_f32(float x);
+template <> KVQ_HD float from_f32<float>(float x) {
+    return x;
+}
+template <> KVQ_HD half from_f32<half>(float x) {
+    return __float2half_rn(x);
+}
+
+// one block of 64 values x into blk: ggml/kvquant_base.c's from_float for one block, bit for bit
+KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
+    uint8_t  idx[QK];
+    uint16_t w[4];
+    if (a.row_blocks > 0) {
+        // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1)
+        const int64_t c0 = ((blk - (const uint8_t *) a.lo) / a.block_bytes) % a.row_blocks * QK;
+        int           out[2] = { -1, -1 };
+        float         ex[2]  = { 0.0f, 0.0f };
+        bool          nan    = false;
+        for (int c = 0; c < QK; c++) {
+            const float v = x[c];
+            idx[c]        = 0;
+            if (!isfinite(v)) {
+                nan = true;
+                continue;
+            }
+            const float xn = KVQ_DIV(KVQ_SUB(v, a.k_mid[c0 + c]), a.k_half[c0 + c]);
+            idx[c]         = (uint8_t) nearest_level(a, xn);
+            const float e  = KVQ_SUB(fabsf(xn), 1.0f);
+            if (a.outliers && e > 0.0f) {
+                if (e > ex[0]) {
+                    out[1] = out[0], ex[1] = ex[0];
+                    out[0] = c, ex[0] = e;
+                } else if (e > ex[1]) {
+                    out[1] = c, ex[1] = e;
+                }
+            }
+        }
+        w[0] = 0x0000, w[1] = 0x3c00, w[2] = 0, w[3] = 0;
+        if (nan) {
+            w[0] = 0x7e00;
+        } else {
+            const int first = out[1] >= 0 && out[1] < out[0] ? 1 : 0;
+            for (int s = 0, j = first; s < 2; s++, j = 1 - j) {
+                if (out[j] >= 0) {
+                    w[2 * s]     = (uint16_t) (0x8000u | (unsigned) out[j]);
+                    w[2 * s + 1] = f2h(x[out[j]]);
+                }
+            }
+            if (out[0] < 0 && out[1] < 0) {
+                w[0] = 0x0000, w[1] = 0x3c00;
+            }
+        }
+    } else {
+        // a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot)
+        bool finite = true;
+        int  imin = 0, imax = 0;
+        for (int c = 0; c < QK; c++) {
+            finite = finite && isfinite(x[c]);
+            imin   = x[c] < x[imin] ? c : imin;
+            imax   = x[c] > x[imax] ? c : imax;
+        }
+        if (!finite) {
+            // a NaN or infinity: a NaN block (zero indices, mid NaN), as the CPU writes it
+            for (int j = 0; j < a.dense_bytes; j++) {
+                blk[j] = 0;
+            }
+            const uint16_t nanw[4] = { 0x7e00, 0, 0, 0 };
+            memcpy(blk + a.dense_bytes, nanw, sizeof(nanw));
+            return;
+        }
+        int slot = -1;
+        if (a.outliers) {
+            float min2 = INFINITY, max2 = -INFINITY;
+            for (int c = 0; c < QK; c++) {
+                if (c != imin) {
+                    min2 = fminf(min2, x[c]);
+                }
+                if (c != imax) {
+                    max2 = fmaxf(max2, x[c]);
+                }
+            }
+            const bool drop_max = KVQ_SUB(x[imax], max2) >= KVQ_SUB(min2, x[imin]);
+            slot                = drop_max ? imax : imin;
+        }
+        float lo = INFINITY, hi = -INFINITY;
+        for (int c = 0; c < QK; c++) {
+            if (c != slot) {
+                lo = fminf(lo, x[c]);
+                hi = fmaxf(hi, x[c]);
+            }
+        }
+        const float mid  = KVQ_MUL(KVQ_ADD(hi, lo), 0.5f);
+        const float half = fmaxf(KVQ_MUL(KVQ_SUB(hi, lo), 0.5f), 1e-8f);
+        for (int c = 0; c < QK; c++) {
+            idx[c] = (uint8_t) nearest_level(a, KVQ_DIV(KVQ_SUB(x[c], mid), half));
+        }
+        w[0] = f2h(mid), w[1] = f2h(half);
+        w[2] = slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : 0;
+        w[3] = slot >= 0 ? f2h(x[slot]) : 0;
+    }
+    // the 64 indices in the slot order of formats/kvquant/kvquant.h (head_dim 64)
+    if (a.bits == 4) {
+        for (int j = 0; j < 32; j++) {
+            blk[j] = (uint8_t) (idx[j] | idx[j + 32] << 4);
+        }
+    } else {
+        for (int j = 0; j < 16; j++) {
+            blk[j] = (uint8_t) ((idx[j] & 3) | (idx[j + 16] & 3) << 2 | (idx[j + 32] & 3) << 4 | (idx[j + 48] & 3) << 6);
+        }
+        if (a.bits == 3) {
+            for (int j = 0; j < 8; j++) {
+                uint8_t b = 0;
+                for (int k = 0; k < 8; k++) {
+                    b |= (uint8_t) (((idx[j + 8 * k] >> 2) & 1) << k);
+                }
+                blk[16 + j] = b;
+            }
+        }
+    }
+    memcpy(blk + a.dense_bytes, w, sizeof(w));
+}
+
+// value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
+KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
+    int64_t   off;
+    const int s = sink_slot(a, blk, &off);
+    if (s >= 0) {
+        return a.sink_data[s * a.row_values + off + c];
+    }
+    const uint8_t * b = (const uint8_t *) blk;
+    uint16_t        w[4];
+    memcpy(w, b + a.dense_bytes, sizeof(w));
+    const float t = a.values[get_index(b, a.bits, c)];
+    if (a.row_blocks > 0) {
+        const int64_t ch = (blk - a.lo) / a.block_bytes % a.row_blocks * QK + c;
+        float         y  = KVQ_ADD(KVQ_MUL(t, a.k_half[ch]), a.k_mid[ch]);
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            y = h2f(w[3]);
+        } else if (is_tag(w[0]) && (w[0] & 63) == c) {
+            y = h2f(w[1]);
+        }
+        return y;
+    }
+    if (is_tag(w[2]) && (w[2] & 63) == c) {
+        return h2f(w[3]);
+    }
+    return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+}
+
+// a tensor's shape and byte strides (ggml's ne / nb)
+struct shape4 {
+    int64_t ne[4];
+    size_t  nb[4];
+};
+
+// Block t of src's f32 rows (t = ib + nbr (i1 + ne1 (i2 + ne2 i3)), nbr = ne0 / 64) into dst: SET_ROWS (by_idx: dst
+// row idx[i1, i2 % idx ne1, i3 % idx ne2] of dst's (i2, i3)) or CPY (dst of the same shape); a sink row's floats too.
+template <typename idx_t>
+KVQ_HD void quantize_at(int64_t t, const char * src, const shape4 & s, char * dst, const shape4 & d, const char * idx,
+                        const shape4 & is, bool by_idx, const kvq_args & a) {
+    const int64_t nbr = s.ne[0] / QK;
+    const int64_t ib = t % nbr, i1 = t / nbr % s.ne[1], i2 = t / nbr / s.ne[1] % s.ne[2], i3 = t / nbr / s.ne[1] / s.ne[2];
+    const float * x  = (const float *) (src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3]) + ib * QK;
+    int64_t       r1 = i1;
+    if (by_idx) {
+        r1 = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 % is.ne[1] * is.nb[1] + i3 % is.ne[2] * is.nb[2]);
+    }
+    char * blk = dst + r1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + ib * a.block_bytes;
+    float  xv[QK];
+    for (int c = 0; c < QK; c++) {
+        xv[c] = x[c];
+    }
+    int64_t   off;
+    const int slot = sink_slot(a, blk, &off);
+    if (slot >= 0) {  // a sink row keeps the floats too (the blocks are written as well)
+        for (int c = 0; c < QK; c++) {
+            a.sink_data[slot * a.row_values + off + c] = xv[c];
+        }
+    }
+    quantize_block(a, xv, (uint8_t *) blk);
+}
+
+// Value t of dst (t = i0 + ne0 (i1 + ne1 (i2 + ne2 i3)) over dst's shape): CPY (src of the same shape) or GET_ROWS
+// (by_idx: dst (i0, i1, i2, i3) = src (i0, idx[i1, i2, i3], i2, i3)).
+template <typename T, typename idx_t>
+KVQ_HD void dequantize_at(int64_t t, const char * src, const shape4 & s, char * dst, const shape4 & d, const char * idx,
+                          const shape4 & is, bool by_idx, const kvq_args & a) {
+    const int64_t i0 = t % d.ne[0], i1 = t / d.ne[0] % d.ne[1], i2 = t / d.ne[0] / d.ne[1] % d.ne[2],
+                  i3 = t / d.ne[0] / d.ne[1] / d.ne[2];
+    const char *  row;
+    if (by_idx) {
+        const int64_t r = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 * is.nb[1] + i3 * is.nb[2]);
+        row             = src + r * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    } else {
+        row = src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3];
+    }
+    const float y = dequantize_value(a, row + i0 / QK * a.block_bytes, (int) (i0 % QK));
+    *(T *) (dst + i0 * d.nb[0] + i1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3]) = from_f32<T>(y);
+}
+
+}  // namespace kvq

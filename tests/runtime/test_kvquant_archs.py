@@ -1,0 +1,71 @@
+"""KVQuant pre-RoPE keys on the architectures beyond llama (issue 20: "every converter architecture"):
+a K norm before RoPE (Qwen3, Gemma-3: the cache holds K before the norm, where `calibrate kv` measured it,
+and the norm is applied to the dequantized keys; ggml_ext_llama_k_unroped / _k_rope) and the iSWA cache of
+sliding-window models (Gemma-2/3, patch 0325: both of its caches take the positions input).
+
+Tiny random models with 64-wide heads (NUQ blocks are 64 channels), calibrated on 2 x 48 tokens: llama.cpp
+with ``-ctk nuq4`` (f16 values) runs a prompt longer than Gemma's sliding window (6) -- so the SWA cache's
+cells are reused -- and its logits are nearer transformers' than with ``-ctk nuq2``; the f32 cache is the
+reference of what the rest of the graph costs. The real-model check (Gemma-3-270M, perplexity with nuq4
+keys near f16's) is in docs/BENCHMARKS.md; phi3 (fused qkv) is refused by `calibrate kv` itself
+(tests/methods/test_kvquant.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("llama_cpp")
+
+import convert_support as cs  # noqa: E402
+
+
+def _k_proj_scaled(model, dst, factor):
+    """A copy of `model` with k_proj's weights times `factor`: behind a K norm the model is the same, but the
+    K the cache holds (before the norm) is `factor` times larger -- read back without the norm, attention
+    would see keys `factor` times too long."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(model, dst)
+    for f in dst.glob("*.safetensors"):
+        t = load_file(f)
+        save_file({k: v * np.asarray(factor, v.dtype) if "k_proj" in k else v for k, v in t.items()}, f,
+                  metadata={"format": "pt"})
+    return dst
+
+
+def _logits(gguf, ids, type_k):
+    from ggml_ext.llama_cpp_glue import Llama
+    llm = Llama(str(gguf), logits_all=True, n_ctx=64, n_batch=64, n_threads=2, type_k=type_k, type_v=1,
+                flash_attn=True, verbose=False)
+    try:
+        llm.eval(ids)
+        return np.array(llm.scores[: len(ids)], dtype=np.float32)
+    finally:
+        llm.close()
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3"])
+def test_pre_rope_keys_on_k_norm_and_sliding_window_models(arch, tmp_path, monkeypatch):
+    from ggml_ext.converters import convert
+    from ggml_ext.methods.kvquant import calibrate
+    over = {"query_pre_attn_scalar": 64} if arch.startswith("gemma") else {}
+    model = cs.tiny(arch, head_dim=64, **over)
+    if arch in ("qwen3", "gemma3"):
+        model = _k_proj_scaled(model, tmp_path / "scaled", 20.0)
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
+    cal = tmp_path / "kv.gguf"
+    calibrate(model, str(text), n_samples=2, seq_len=48, bits=(4, 2), progress=False).save(cal, force=True)
+    gguf = tmp_path / "m.gguf"
+    convert(model, gguf, "f32")
+    ids = [int(x) for x in np.random.default_rng(1).integers(3, 200, 40)]
+    ref = cs.hf_logits(model, ids)
+    monkeypatch.setenv("GGML_EXT_KV_CALIB", str(cal))
+    err = {name: float(np.linalg.norm(_logits(gguf, ids, t) - ref) / np.linalg.norm(ref))
+           for name, t in (("f32", 0), ("nuq4", 103), ("nuq2", 105))}
+    assert err["f32"] < 0.01, err
+    assert err["f32"] < err["nuq4"] < err["nuq2"], err
+    assert err["nuq4"] < 0.5, err
