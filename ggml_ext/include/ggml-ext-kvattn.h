@@ -29,6 +29,8 @@ struct ggml_ext_kvq_rope {
 //   v     [hd_v, n_head_kv, n_kv, n_stream], F32, F16 or any type with a to_float, rows contiguous
 //   mask  F16 or F32 [n_kv, >= tokens per stream, 1, n_stream]: added to the scaled score (-inf: skip)
 //   k_pos I32 [n_kv * n_stream]: the cells' positions;  freq_factors: F32 [>= n_dims / 2] or NULL
+//   k_norm_w F32 [hd] or NULL: the model's K norm between the cache and RoPE (qwen3): each KV head's key is
+//         rms_norm(k, k_norm_eps) * k_norm_w before RoPE, as ggml_rms_norm and ggml_mul compute it
 // n_head a multiple of n_head_kv (GQA: query head i reads KV head i / (n_head / n_head_kv)). Returns the
 // result F32 [hd_v, n_head, n_tokens], or NULL and a reason in why when the graph is not one it takes.
 // Three ggml custom nodes: the cells' cos / sin table (once per k_pos and RoPE: layers share it), partial
@@ -37,8 +39,9 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, s
                                                     struct ggml_tensor * k, struct ggml_tensor * v,
                                                     struct ggml_tensor * mask, struct ggml_tensor * k_pos,
                                                     struct ggml_tensor * freq_factors,
-                                                    const struct ggml_ext_kvq_rope * rope, float scale, int chunk,
-                                                    char * why, size_t why_size);
+                                                    const struct ggml_ext_kvq_rope * rope,
+                                                    struct ggml_tensor * k_norm_w, float k_norm_eps, float scale,
+                                                    int chunk, char * why, size_t why_size);
 
 // Whether `node` is the partial-sums node ggml_ext_kvq_attn makes (the CPU backend's supports_op: a custom
 // node reading a NUQ cache is ours only then).
@@ -50,8 +53,8 @@ GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
 // (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
-// tokens (default 16), no ALiBi, soft-capping, attention sinks, KQ bias or K norm, a transposed V refused,
-// the cache in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
+// tokens (default 16), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the cache
+// (and a K norm's weight) in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
 // as fused with the reference computed beside it and each layer's max difference printed on stderr.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                                          struct ggml_tensor * k, struct ggml_tensor * v,

@@ -4,7 +4,7 @@
 // (ggml_rope_ext at the cells' positions), then softmax(scale * q . k + mask) . v computed here in double.
 // Random caches of NUQ4 / NUQ3 keys bound with outliers and a 2-position sink (some cells at positions 0 / 1),
 // V in F16 or NUQ4 (values, outliers), GQA (n_head / n_head_kv 1, 3, 4), head dims 64 and 128, normal and
-// NEOX RoPE (n_dims < head_dim once, YaRN and freq factors once), masks with -inf holes and a fully masked
+// NEOX RoPE (n_dims < head_dim once, YaRN and freq factors once, a K norm once: rms_norm * w before RoPE), masks with -inf holes and a fully masked
 // chunk, 1..5 tokens (one case of 2 streams), 1 and 3 threads, n_kv not a multiple of the chunk.
 // Tolerance: 2e-4 of the largest |v| (float against double; the op keeps F32 throughout), which holds whatever
 // the SIMD level. Prints "N passed, M failed"; exit status 1 on a failure.
@@ -37,7 +37,7 @@ static float gauss(void) {
 struct cfg {
     const char * name;
     int          k_bits, v_type;  // v_type: 0 = F16, 4 = NUQ4
-    int          hd, n_hkv, n_q, n_kv, n_tok, n_stream, mode, n_dims, threads, yarn, ff, chunk;
+    int          hd, n_hkv, n_q, n_kv, n_tok, n_stream, mode, n_dims, threads, yarn, ff, chunk, norm;
 };
 
 static void run(const struct cfg * c) {
@@ -57,6 +57,11 @@ static void run(const struct cfg * c) {
     struct ggml_tensor *    mask = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, n_kv, n_tok_pad, 1, ns);
     struct ggml_tensor *    kpos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_kv * ns);
     struct ggml_tensor *    ff   = c->ff ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c->n_dims / 2) : NULL;
+    struct ggml_tensor *    nw   = c->norm ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, hd) : NULL;
+    const float             eps  = 1e-6f;
+    for (int i = 0; nw && i < hd; i++) {
+        ((float *) nw->data)[i] = 0.5f + uni();
+    }
 
     // the key table (ascending levels in [-1, 1]) and per-channel scales; values the same table
     float levels[16], mid[1024], half[1024];
@@ -148,7 +153,8 @@ static void run(const struct cfg * c) {
     struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, ns, ggml_row_size(vt, hd), V->nb[1],
                                            V->nb[1] * n_kv, 0);
     char                 why[160] = "";
-    struct ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, scale, c->chunk, why, sizeof(why));
+    struct ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, nw, eps, scale, c->chunk, why,
+                                                 sizeof(why));
     if (!out) {
         printf("FAIL %s: op refused: %s\n", c->name, why);
         failed++;
@@ -158,6 +164,9 @@ static void run(const struct cfg * c) {
     // the reference path's keys: to_float (ggml_cast), then ggml's rope at the cells' positions
     struct ggml_tensor * kf = ggml_cast(ctx, kv, GGML_TYPE_F32);
     kf = ggml_reshape_3d(ctx, kf, hd, n_hkv, n_kv * ns);
+    if (nw) {  // a model's K norm (qwen3) between the cache and RoPE, as ggml_ext_llama_k_rope applies it
+        kf = ggml_mul(ctx, ggml_rms_norm(ctx, kf, eps), nw);
+    }
     struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, ff, c->n_dims, c->mode, rope.n_ctx_orig, rope.freq_base,
                                             rope.freq_scale, rope.ext_factor, rope.attn_factor, rope.beta_fast,
                                             rope.beta_slow);
@@ -293,7 +302,8 @@ static int bench(int n_kv, int threads, int k_bits, int v_nuq) {
         struct ggml_tensor * kv = ggml_view_4d(ctx, K, hd, n_hkv, n_kv, 1, ggml_row_size(kt, hd), K->nb[1], ggml_nbytes(K), 0);
         struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, 1, ggml_row_size(vt, hd), V->nb[1], ggml_nbytes(V), 0);
         char                 why[160];
-        ggml_build_forward_expand(g[0], ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, 0.125f, 0, why, sizeof(why)));
+        ggml_build_forward_expand(g[0], ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, NULL, 0.0f, 0.125f, 0,
+                                                          why, sizeof(why)));
         struct ggml_tensor * kf = ggml_reshape_3d(ctx, ggml_cast(ctx, kv, GGML_TYPE_F32), hd, n_hkv, n_kv);
         struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, NULL, hd, GGML_ROPE_TYPE_NORMAL, 8192, 100000.0f, 1.0f, 0.0f,
                                                 1.0f, 32.0f, 1.0f);
@@ -321,14 +331,15 @@ int main(int argc, char ** argv) {
         return bench(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]));
     }
     const struct cfg cases[] = {
-        // name                         kb v   hd  hkv nq  n_kv tok ns mode                    dims th yarn ff chunk
-        { "nuq4 K, f16 V, decode",       4, 0, 64, 3, 3, 700, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 0 },
-        { "nuq4 K, nuq4 V, 5 tokens",    4, 4, 64, 2, 4, 333, 5, 1, GGML_ROPE_TYPE_NORMAL, 64, 1, 0, 0, 64 },
-        { "nuq3 K, neox, hd 128",        3, 0, 128, 2, 1, 300, 2, 1, GGML_ROPE_TYPE_NEOX, 128, 3, 0, 0, 0 },
-        { "nuq4 K, neox, n_dims < hd",   4, 4, 128, 1, 3, 200, 3, 1, GGML_ROPE_TYPE_NEOX, 64, 3, 0, 0, 64 },
-        { "nuq4 K, yarn + freq factors", 4, 0, 64, 2, 2, 257, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 1, 1, 128 },
-        { "nuq4 K, f16 V, 50 tokens",    4, 0, 64, 3, 3, 256, 50, 1, GGML_ROPE_TYPE_NORMAL, 64, 2, 0, 0, 0 },
-        { "nuq3 K, 2 streams",           3, 4, 64, 2, 3, 150, 2, 2, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 64 },
+        // name                         kb v   hd  hkv nq  n_kv tok ns mode                    dims th yarn ff chunk norm
+        { "nuq4 K, f16 V, decode",       4, 0, 64, 3, 3, 700, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 0, 0 },
+        { "nuq4 K, nuq4 V, 5 tokens",    4, 4, 64, 2, 4, 333, 5, 1, GGML_ROPE_TYPE_NORMAL, 64, 1, 0, 0, 64, 0 },
+        { "nuq3 K, neox, hd 128",        3, 0, 128, 2, 1, 300, 2, 1, GGML_ROPE_TYPE_NEOX, 128, 3, 0, 0, 0, 0 },
+        { "nuq4 K, neox, n_dims < hd",   4, 4, 128, 1, 3, 200, 3, 1, GGML_ROPE_TYPE_NEOX, 64, 3, 0, 0, 64, 0 },
+        { "nuq4 K, yarn + freq factors", 4, 0, 64, 2, 2, 257, 1, 1, GGML_ROPE_TYPE_NORMAL, 64, 3, 1, 1, 128, 0 },
+        { "nuq4 K, f16 V, 50 tokens",    4, 0, 64, 3, 3, 256, 50, 1, GGML_ROPE_TYPE_NORMAL, 64, 2, 0, 0, 0, 0 },
+        { "nuq4 K, K norm (qwen3), neox",  4, 4, 64, 2, 4, 300, 3, 1, GGML_ROPE_TYPE_NEOX, 64, 3, 0, 0, 0, 1 },
+        { "nuq3 K, 2 streams",           3, 4, 64, 2, 3, 150, 2, 2, GGML_ROPE_TYPE_NORMAL, 64, 3, 0, 0, 64, 0 },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         run(&cases[i]);

@@ -3,7 +3,8 @@
 * tests/c/test_kvquant_attn.c on our installed libraries: the op against the path it replaces (the cache's
   to_float, ggml's own rope at the cells' positions, softmax in double) on random NUQ4 / NUQ3 key caches with
   outlier slots and float sink rows, F16 or NUQ4 values, GQA, normal / NEOX RoPE (n_dims < head_dim, YaRN and
-  freq factors), masks with holes, token tiles, two streams, 1 and 3 threads: within 2e-4 of the largest |v|.
+  freq factors), a K norm (qwen3: rms_norm * w before RoPE), masks with holes, token tiles, two streams, 1 and 3
+  threads: within 2e-4 of the largest |v|.
 * llama.cpp end to end on the default model with the tests' KV calibration (outliers 1%, a 4-position sink),
   -ctk nuq4 -ctv nuq4, batches of 4 tokens (decode-sized graphs, which take the op by default; 64-token window):
   - GGML_EXT_KV_ATTN=check runs the op with the reference path (whole cache dequantized and roped, flash
@@ -41,7 +42,7 @@ def test_c_op_against_dequantize_rope_softmax(tmp_path):
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     print(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert re.search(r"^(\d+) passed, 0 failed$", proc.stdout, re.M).group(1) == "7"
+    assert re.search(r"^(\d+) passed, 0 failed$", proc.stdout, re.M).group(1) == "8"
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@
 //            `chunk` cells, the running max m, the sum l of exp(s - m) and acc = sum exp(s - m) v, where
 //            s = scale * q . RoPE(k_cell) + mask. One work item = one cell range x one tile of tokens, all heads:
 //            a cell's key row is decoded by one to_float call (the NUQ binding, outlier slots and float sink rows
-//            exactly as the reference path reads them), each KV head roped once and scored against its GQA
+//            exactly as the reference path reads them), each KV head normalised (a model's K norm) and roped once and scored against its GQA
 //            group's query heads of the tile; its value row decoded once, accumulated for all of them.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c.
 // Plain C written so the compiler vectorizes it (8-lane partial sums, no intrinsics): one implementation on
@@ -33,6 +33,7 @@
 struct attn_params {
     float scale;
     int   chunk, mode, n_dims, tile;
+    float norm_eps;  // with a K norm (src[5], its weight): rms_norm(k, eps) * w per KV head before RoPE
 };
 
 static_assert(sizeof(struct ggml_custom_op_params) + sizeof(struct ggml_ext_kvq_rope) <= GGML_MAX_OP_PARAMS,
@@ -118,6 +119,7 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     }
     const ggml_to_float_t k_to_float = ggml_get_type_traits(k->type)->to_float;
     const ggml_to_float_t v_to_float = ggml_get_type_traits(v->type)->to_float;
+    const float *         norm_w     = dst->src[5] ? (const float *) dst->src[5]->data : NULL;
     // a cell's heads side by side in the cache row: one to_float call for all of them
     const bool k_whole = (size_t) k->nb[1] == ggml_row_size(k->type, hd);
     const bool v_whole = (size_t) v->nb[1] == ggml_row_size(v->type, hdv);
@@ -189,7 +191,17 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
             }
             const float * cs = (const float *) tab->data + (s * n_kv + cell) * p.n_dims;
             for (int64_t h = 0; h < n_hkv; h++) {
-                const float * kh = kf + h * hd;
+                float * kh = kf + h * hd;
+                if (norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
+                    double ss = 0.0;
+                    for (int64_t d = 0; d < hd; d++) {
+                        ss += (double) (kh[d] * kh[d]);
+                    }
+                    const float mean = (float) (ss / (double) hd), sc1 = 1.0f / sqrtf(mean + p.norm_eps);
+                    for (int64_t d = 0; d < hd; d++) {
+                        kh[d] = (kh[d] * sc1) * norm_w[d];
+                    }
+                }
                 if (p.mode == GGML_ROPE_TYPE_NEOX) {
                     for (int64_t j = 0; j < h2; j++) {
                         const float a = kh[j], b = kh[j + h2];
@@ -335,7 +347,8 @@ static bool rows_readable(const struct ggml_tensor * t, int64_t n) {
 struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
                                        struct ggml_tensor * v, struct ggml_tensor * mask, struct ggml_tensor * k_pos,
                                        struct ggml_tensor * freq_factors, const struct ggml_ext_kvq_rope * rope,
-                                       float scale, int chunk, char * why, size_t why_size) {
+                                       struct ggml_tensor * k_norm_w, float k_norm_eps, float scale, int chunk,
+                                       char * why, size_t why_size) {
     const int64_t hd = k->ne[0], n_hkv = k->ne[1], n_kv = k->ne[2], n_stream = k->ne[3], hdv = v->ne[0];
     if (q->type != GGML_TYPE_F32 || q->ne[0] != hd || q->ne[3] != 1) {
         return WHY("q is not F32 [%lld, n_head, n_tokens]", (long long) hd);
@@ -364,6 +377,9 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     }
     if (freq_factors && (freq_factors->type != GGML_TYPE_F32 || freq_factors->ne[0] < rope->n_dims / 2)) {
         return WHY("freq factors not F32 [n_dims / 2]");
+    }
+    if (k_norm_w && (k_norm_w->type != GGML_TYPE_F32 || ggml_nelements(k_norm_w) != hd || !ggml_is_contiguous(k_norm_w))) {
+        return WHY("K norm weight not F32 [%lld]", (long long) hd);
     }
     if (chunk <= 0) {
         // ~32 ranges: work for 16+ threads at long context, ranges of 64 cells at least
@@ -394,11 +410,12 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     }
 
     const int64_t      n_ts = n_tok / n_stream;
-    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head) };
+    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head),
+                                k_norm_eps };
     p.tile                  = p.tile > n_ts ? (int) n_ts : p.tile;
     const int64_t      n_ch = (n_kv + chunk - 1) / chunk;
-    struct ggml_tensor * args[5] = { q, k, v, mask, tab };
-    struct ggml_tensor * part    = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv + 2, n_ch, n_head, n_tok, args, 5,
+    struct ggml_tensor * args[6] = { q, k, v, mask, tab, k_norm_w };
+    struct ggml_tensor * part    = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv + 2, n_ch, n_head, n_tok, args, 6,
                                                   attn_partial_fn, GGML_N_TASKS_MAX, NULL);
     memcpy((char *) part->op_params + KVA_OFF, &p, sizeof(p));
     ggml_set_name(part, "ggml_ext_kvq_attn_part");

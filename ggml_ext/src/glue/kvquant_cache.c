@@ -370,10 +370,20 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         max_tokens = strtol(mt, &end, 10);
         max_tokens = *end ? 16 : max_tokens;
     }
-    // a K norm between the cache and RoPE (qwen3, gemma3: ggml_ext_llama_k_rope applies it) is not the op's yet
     if (sinks || max_bias != 0.0f || softcap != 0.0f || !k_roped || k_roped->op != GGML_OP_ROPE || q->ne[3] != 1 ||
-        k_norm_of(k_roped) || (!force && q->ne[2] > max_tokens)) {
+        (!force && q->ne[2] > max_tokens)) {
         return NULL;
+    }
+    // a K norm between the cache and RoPE (qwen3, gemma3): the op applies it as ggml_ext_llama_k_rope does
+    const struct ggml_tensor * norm   = k_norm_of(k_roped);
+    struct ggml_tensor *       norm_w = norm ? norm->src[1] : NULL;
+    float                      eps    = 0.0f;
+    if (norm) {
+        const struct ggml_tensor * wb = norm_w->view_src ? norm_w->view_src : norm_w;
+        if (!wb->buffer || !ggml_backend_buffer_is_host(wb->buffer)) {
+            return NULL;
+        }
+        memcpy(&eps, norm->src[0]->op_params, sizeof(eps));
     }
     // the op reads the cache on the CPU: only where it lives in host memory
     const struct ggml_tensor * kb = k->view_src ? k->view_src : k, * vb = v->view_src ? v->view_src : v;
@@ -394,7 +404,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.beta_slow, p + 10, sizeof(float));
     char                 why[160];
     struct ggml_tensor * out =
-        ggml_ext_kvq_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, kq_scale, 0, why, sizeof(why));
+        ggml_ext_kvq_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale, 0, why, sizeof(why));
     if (!out) {
         static int said;
         if (force && !said) {
