@@ -83,3 +83,58 @@ def test_llama_decode_through_the_op_matches_the_reference_path(default_gguf, wi
     assert "kv-attn check" not in log_op
     print(f"ppl: op {ppl_op:.4f}, old path {ppl_ref:.4f}")
     assert abs(ppl_op / ppl_ref - 1) < 0.08
+
+
+def test_k_norm_model_through_the_op(tmp_path, monkeypatch, capfd):
+    """A tiny Qwen3 (K norm between the cache and RoPE; k_proj scaled x20 so that keys read back without the norm
+    are 20x too long) evaluated in 4-token batches with -ctk nuq4: GGML_EXT_KV_ATTN=check's per-layer differences
+    under 3%, and the logits through the op within 5% (relative norm) of the old path's."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("llama_cpp")
+    import numpy as np
+
+    from ggml_ext.converters import convert
+    from ggml_ext.llama_cpp_glue import Llama
+    from ggml_ext.methods.kvquant import calibrate
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+    model = tmp_path / "scaled"
+    shutil.copytree(cs.tiny("qwen3", head_dim=64), model)
+    for f in model.glob("*.safetensors"):  # as test_kvquant_archs: the same model, 20x longer stored keys
+        t = load_file(f)
+        save_file({k: v * np.asarray(20.0, v.dtype) if "k_proj" in k else v for k, v in t.items()}, f,
+                  metadata={"format": "pt"})
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
+    cal = tmp_path / "kv.gguf"
+    calibrate(model, str(text), n_samples=2, seq_len=48, bits=(4,), progress=False).save(cal, force=True)
+    gguf = tmp_path / "m.gguf"
+    convert(model, gguf, "f32")
+    ids = [int(x) for x in np.random.default_rng(1).integers(3, 200, 40)]
+    monkeypatch.setenv("GGML_EXT_KV_CALIB", str(cal))
+
+    def logits(mode):
+        monkeypatch.setenv("GGML_EXT_KV_ATTN", mode)
+        llm = Llama(str(gguf), logits_all=True, n_ctx=64, n_batch=4, n_ubatch=4, n_threads=2, type_k=103, type_v=1,
+                    flash_attn=True, verbose=False)
+        try:
+            llm.eval(ids)
+            return np.array(llm.scores[: len(ids)], dtype=np.float32)
+        finally:
+            llm.close()
+
+    capfd.readouterr()
+    checked = logits("check")
+    err = capfd.readouterr().err
+    rows = [(float(d), float(r)) for d, r in re.findall(r"kv-attn check: n_tokens 4 max \|op - ref\| (\S+), max \|ref\| (\S+)", err)]
+    assert len(rows) >= 10, err[-2000:]  # every layer of every 4-token batch
+    worst = max(d / r for d, r in rows if r > 0)
+    ref = logits("ref")
+    op = logits("auto")
+    rel = float(np.linalg.norm(op - ref) / np.linalg.norm(ref))
+    print(f"qwen3: {len(rows)} checked layer graphs, worst {worst:.4f}; logits op vs old path {rel:.4f}")
+    assert worst < 0.03
+    np.testing.assert_array_equal(op, checked)  # the check mode passes the op's result on
+    assert rel < 0.05
