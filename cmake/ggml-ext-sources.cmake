@@ -73,6 +73,6 @@ set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" TARGET_DIRECTORY ll
 if (DEFINED GGML_EXT_INSTALL_DIR)
     install(FILES "${GGML_EXT_DIR}/include/ggml-ext-ops.def" "${GGML_EXT_DIR}/include/ggml-ext-ops.h"
                   "${GGML_EXT_DIR}/include/ggml-ext-llama.h" "${GGML_EXT_DIR}/include/ggml-ext-dec.h"
-                  "${GGML_EXT_DIR}/include/ggml-ext-kvq.h"
+                  "${GGML_EXT_DIR}/include/ggml-ext-kvq.h" "${GGML_EXT_DIR}/include/ggml-ext-kvattn.h"
             DESTINATION ${GGML_EXT_INSTALL_DIR}/include COMPONENT ggml_ext)
 endif()

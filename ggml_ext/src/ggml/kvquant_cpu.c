@@ -8,6 +8,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpu-impl.h"
 #include "ggml/families.h"
+#include "ggml-ext-kvattn.h"
 
 // The types' to_float (ggml-base) decodes blocks with this build's SIMD decoder from the moment
 // ggml-cpu is loaded (formats/kvquant/nuq_decode.h); GGML_EXT_KVQ_DECODE=ref keeps the scalar reference.
@@ -79,6 +80,8 @@ bool ggml_ext_kvq_cpu_supports_op(const struct ggml_tensor * op) {
             return is_ours(op->src[0]) && op->type == GGML_TYPE_F32;
         case GGML_OP_FLASH_ATTN_EXT:
             return !is_ours(op->src[0]) && !is_ours(op->src[1]) && is_ours(op->src[2]);
+        case GGML_OP_CUSTOM:
+            return ggml_ext_kvq_attn_is_node(op);  // the decode attention's partial sums (ggml/kvattn_cpu.c)
         default:
             return false;
     }

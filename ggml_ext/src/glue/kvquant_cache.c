@@ -3,8 +3,10 @@
 // each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvq_bind, in ggml-base);
 // keys are stored before RoPE with per-channel scales (ggml_ext_kvq_bind_keys) and roped when attention reads
 // them (patch 0307: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
+#include "ggml-ext-kvattn.h"
 #include "ggml-ext-kvq.h"
 #include "ggml-ext-llama.h"
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "gguf.h"
 
@@ -306,6 +308,115 @@ struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggm
     struct ggml_tensor * r = ggml_rope_ext(ctx, kf, k_pos, k_roped->src[2], p[1], p[2], p[4], f[0], f[1], f[2], f[3],
                                            f[4], f[5]);
     return ggml_reshape_4d(ctx, r, k->ne[0], k->ne[1], k->ne[2], k->ne[3]);
+}
+
+// GGML_EXT_KV_ATTN=check: the op's result next to the reference path's (the whole cache dequantized, roped, flash
+// attention at F32 accumulation over F16 q / K / V, as build_attn_mha runs it); the op's result goes on, and each
+// layer prints "ggml_ext: kv-attn check: n_tokens N max |op - ref| D, max |ref| R" on stderr.
+static void check_fn(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
+    (void) nth, (void) userdata;
+    if (ith != 0) {
+        return;
+    }
+    const float * a = (const float *) dst->src[0]->data, * b = (const float *) dst->src[1]->data;
+    double        worst = 0.0, big = 0.0;
+    for (int64_t i = 0; i < ggml_nelements(dst); i++) {
+        const double d = (double) a[i] - (double) b[i];
+        worst          = isnan(d) ? (double) INFINITY : fmax(worst, fabs(d));
+        big            = fmax(big, fabs((double) b[i]));
+    }
+    fprintf(stderr, "ggml_ext: kv-attn check: n_tokens %lld max |op - ref| %.4g, max |ref| %.4g\n",
+            (long long) dst->ne[2], worst, big);
+    memcpy(dst->data, a, ggml_nbytes(dst));
+}
+
+static struct ggml_tensor * check_against_reference(struct ggml_context * ctx, struct ggml_tensor * out,
+                                                    struct ggml_tensor * q, struct ggml_tensor * k,
+                                                    struct ggml_tensor * v, struct ggml_tensor * kq_mask,
+                                                    float kq_scale, const struct ggml_tensor * k_roped,
+                                                    struct ggml_tensor * k_pos) {
+    const int64_t        ns = k->ne[3];
+    struct ggml_tensor * kr = ggml_cast(ctx, ggml_ext_llama_k_rope(ctx, k, k_roped, k_pos), GGML_TYPE_F16);
+    struct ggml_tensor * qv = ggml_view_4d(ctx, q, q->ne[0], q->ne[1], q->ne[2] / ns, ns, q->nb[1], q->nb[2],
+                                           q->nb[2] * (q->ne[2] / ns), 0);
+    struct ggml_tensor * vv = v->type == GGML_TYPE_F32 ? ggml_cast(ctx, v, GGML_TYPE_F16) : v;
+    struct ggml_tensor * ref =
+        ggml_flash_attn_ext(ctx, ggml_permute(ctx, qv, 0, 2, 1, 3), ggml_permute(ctx, kr, 0, 2, 1, 3),
+                            ggml_permute(ctx, vv, 0, 2, 1, 3), kq_mask, kq_scale, 0.0f, 0.0f);
+    ggml_prec_set_acc(ref, GGML_PREC_F32);
+    ref                          = ggml_reshape_3d(ctx, ref, out->ne[0], out->ne[1], out->ne[2]);
+    struct ggml_tensor * args[2] = { out, ref };
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, out->ne[0], out->ne[1], out->ne[2], 1, args, 2, check_fn, 1, NULL);
+}
+
+// The decode op (patch 0320; ggml-ext-kvattn.h): attention straight from the pre-RoPE cache for graphs of few
+// tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path), "fused" for any number of tokens (the
+// tests: prefill batches through the same kernel), "check" as fused plus the reference beside it (above), unset /
+// "auto" up to GGML_EXT_KV_ATTN_MAX_TOKENS (16).
+struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
+                                            struct ggml_tensor * v, struct ggml_tensor * kq_mask,
+                                            struct ggml_tensor * sinks, float kq_scale, float max_bias, float softcap,
+                                            const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos) {
+    const char * mode  = getenv("GGML_EXT_KV_ATTN");
+    const bool   check = mode && !strcmp(mode, "check");
+    const bool   force = check || (mode && !strcmp(mode, "fused"));
+    if (mode && !strcmp(mode, "ref")) {
+        return NULL;
+    }
+    long         max_tokens = 16;
+    const char * mt         = getenv("GGML_EXT_KV_ATTN_MAX_TOKENS");
+    if (mt && mt[0]) {
+        char * end;
+        max_tokens = strtol(mt, &end, 10);
+        max_tokens = *end ? 16 : max_tokens;
+    }
+    if (sinks || max_bias != 0.0f || softcap != 0.0f || !k_roped || k_roped->op != GGML_OP_ROPE || q->ne[3] != 1 ||
+        (!force && q->ne[2] > max_tokens)) {
+        return NULL;
+    }
+    // a K norm between the cache and RoPE (qwen3, gemma3): the op applies it as ggml_ext_llama_k_rope does
+    const struct ggml_tensor * norm   = k_norm_of(k_roped);
+    struct ggml_tensor *       norm_w = norm ? norm->src[1] : NULL;
+    float                      eps    = 0.0f;
+    if (norm) {
+        const struct ggml_tensor * wb = norm_w->view_src ? norm_w->view_src : norm_w;
+        if (!wb->buffer || !ggml_backend_buffer_is_host(wb->buffer)) {
+            return NULL;
+        }
+        memcpy(&eps, norm->src[0]->op_params, sizeof(eps));
+    }
+    // the op reads the cache on the CPU: only where it lives in host memory
+    const struct ggml_tensor * kb = k->view_src ? k->view_src : k, * vb = v->view_src ? v->view_src : v;
+    if (!kb->buffer || !vb->buffer || !ggml_backend_buffer_is_host(kb->buffer) ||
+        !ggml_backend_buffer_is_host(vb->buffer)) {
+        return NULL;
+    }
+    const int32_t *         p = (const int32_t *) k_roped->op_params;
+    struct ggml_ext_kvq_rope r;
+    r.n_dims     = p[1];
+    r.mode       = p[2];
+    r.n_ctx_orig = p[4];
+    memcpy(&r.freq_base, p + 5, sizeof(float));
+    memcpy(&r.freq_scale, p + 6, sizeof(float));
+    memcpy(&r.ext_factor, p + 7, sizeof(float));
+    memcpy(&r.attn_factor, p + 8, sizeof(float));
+    memcpy(&r.beta_fast, p + 9, sizeof(float));
+    memcpy(&r.beta_slow, p + 10, sizeof(float));
+    char                 why[160];
+    struct ggml_tensor * out =
+        ggml_ext_kvq_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale, 0, why, sizeof(why));
+    if (!out) {
+        static int said;
+        if (force && !said) {
+            said = 1;
+            fprintf(stderr, "ggml_ext: GGML_EXT_KV_ATTN=fused: not taken (%s); the dequantize-and-rope path runs\n", why);
+        }
+        return NULL;
+    }
+    if (check) {
+        out = check_against_reference(ctx, out, q, k, v, kq_mask, kq_scale, k_roped, k_pos);
+    }
+    return ggml_reshape_2d(ctx, out, out->ne[0] * out->ne[1], out->ne[2]);
 }
 
 int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err, size_t n) {
