@@ -7,8 +7,8 @@
 
 A configuration is `K/V`, optionally with `+o` (--kv-outliers at the calibration's fraction), `+s`
 (--kv-sink 1), `+r` (GGML_EXT_KV_VROT=1: NUQ values Hadamard-rotated, the calibration's rotated tables) and
-`+t` (GGML_EXT_KV_VTABLE=token: the value tables fitted per token, as before the 64-value block tables) for
-our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
+`+t` (GGML_EXT_KV_VTABLE=token: the value tables fitted per token, as before the 64-value block tables) and
+`+k` (GGML_EXT_KV_KROT=1: NUQ keys after RoPE, Hadamard-rotated, per-64 scales) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
 --upstream, default ~/.cache/ggml-ext/upstream-0c1e57098/bin) and `up-norot:` (the same with
 LLAMA_ATTN_ROT_DISABLE=1: upstream's quantized caches without their Hadamard rotation).
 Bits per element (K and V averaged) come from the types' block sizes; the sink's float rows add
@@ -82,6 +82,8 @@ def main() -> int:
                 env["GGML_EXT_KV_VROT"] = "1"
             if "t" in flags:
                 env["GGML_EXT_KV_VTABLE"] = "token"
+            if "k" in flags:
+                env["GGML_EXT_KV_KROT"] = "1"
         sink = 32.0 / a.ctx if "s" in flags else 0.0
         bpe = (bits[k] + bits[v]) / 2 + sink
         t0 = time.time()
