@@ -8,7 +8,8 @@
 A configuration is `K/V`, optionally with `+o` (--kv-outliers at the calibration's fraction), `+s`
 (--kv-sink 1), `+r` (GGML_EXT_KV_VROT=1: NUQ values Hadamard-rotated, the calibration's rotated tables) and
 `+t` (GGML_EXT_KV_VTABLE=token: the value tables fitted per token, as before the 64-value block tables) and
-`+k` (GGML_EXT_KV_KROT=1: NUQ keys after RoPE, Hadamard-rotated, per-64 scales) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
+`+k` (GGML_EXT_KV_KROT=1: NUQ keys after RoPE, Hadamard-rotated, per-64 scales) and `+b`
+(GGML_EXT_KV_KBLOCK=1: NUQ keys before RoPE, per channel and then per token and 64-channel block) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
 --upstream, default ~/.cache/ggml-ext/upstream-0c1e57098/bin) and `up-norot:` (the same with
 LLAMA_ATTN_ROT_DISABLE=1: upstream's quantized caches without their Hadamard rotation).
 Bits per element (K and V averaged) come from the types' block sizes; the sink's float rows add
@@ -84,6 +85,8 @@ def main() -> int:
                 env["GGML_EXT_KV_VTABLE"] = "token"
             if "k" in flags:
                 env["GGML_EXT_KV_KROT"] = "1"
+            if "b" in flags:
+                env["GGML_EXT_KV_KBLOCK"] = "1"
         sink = 32.0 / a.ctx if "s" in flags else 0.0
         bpe = (bits[k] + bits[v]) / 2 + sink
         t0 = time.time()
@@ -97,15 +100,18 @@ def main() -> int:
     names = {"up": "upstream", "up-norot": "upstream, no rotation", "ours": "ours"}
     print(f"\n{cpu_name()} ({platform.machine()}), {Path(model).name}, wiki-test, ctx {a.ctx}, {a.chunks} chunks, "
           f"-t {a.threads}, calibration {a.calib.name}\n")
-    print("| build | K cache | V cache | outliers | sink | V tables | bits / element | perplexity | vs f16/f16 | wall s |")
-    print("| --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
+    print("| build | K cache | V cache | outliers | sink | K scales | V tables | bits / element | perplexity | vs f16/f16 "
+          "| wall s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: |")
     for r in rows:
         d = f"{100 * (r['ppl'] / base - 1):+.2f}%" if base else "-"
         o = "o" in r["flags"] and f"{100 * a.outliers:g}%" or "-"
         sk = "s" in r["flags"] and "1" or "-"
         vt = "-" if not r["v"].startswith("nuq") else (
             "rotated, block" if "r" in r["flags"] else "token" if "t" in r["flags"] else "block")
-        print(f"| {names[r['build']]} | {r['k']} | {r['v']} | {o} | {sk} | {vt} | {r['bits']:.3f} | {r['ppl']:.4f} "
+        ks = "-" if not r["k"].startswith("nuq") else (
+            "rotated, after RoPE" if "k" in r["flags"] else "channel + block" if "b" in r["flags"] else "channel")
+        print(f"| {names[r['build']]} | {r['k']} | {r['v']} | {o} | {sk} | {ks} | {vt} | {r['bits']:.3f} | {r['ppl']:.4f} "
               f"+/- {r['stderr']:.4f} | {d} | {r['seconds']:.0f} |")
     if a.json:
         a.json.write_text(json.dumps({"ctx": a.ctx, "chunks": a.chunks, "threads": a.threads, "calib": str(a.calib),

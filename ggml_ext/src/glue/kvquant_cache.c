@@ -130,6 +130,19 @@ static int kv_krot(void) {
     return !strcmp(env, "1") ? 1 : -1;
 }
 
+// GGML_EXT_KV_KBLOCK=1: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
+// without outliers) and then, per token and 64-channel block, by the block's own mid / half (the value blocks'
+// trailer: one outlier slot), with the calibration's k_nuqB_h / _ho tables (ggml_ext_kvq_key_blocks).
+static int kv_kblock(void) {
+    const char * env = getenv("GGML_EXT_KV_KBLOCK");
+    if (!env || !env[0] || !strcmp(env, "0")) {
+        return 0;
+    }
+    return !strcmp(env, "1") ? 1 : -1;
+}
+
+int ggml_ext_kvq_key_blocks(const void * data, int on);  // ggml-base (ggml/kvquant_base.c)
+
 // Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0318 asks this instead of
 // ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
 bool ggml_ext_llama_kv_rotate_keys(int type);  // declared in patch 0318 (not in ggml-ext-llama.h: a change there rebuilds llama)
@@ -202,7 +215,9 @@ static int nuq_table(const char * path, char role, int il, int bits, const char 
         if (!t) {
             snprintf(err, n, "KV calibration %s has no nuq%d %s tables (no tensor %s): calibrate with "
                      "--bits including %d%s", path, bits, role == 'k' ? "key" : "value", names[i], bits,
-                     tag[0] == '_' && tag[1] == 'r' ? (role == 'k' ? " and this version of `ggml-ext calibrate kv` "
+                     tag[0] == '_' && tag[1] == 'h' ? " and this version of `ggml-ext calibrate kv` (key tables of "
+                                                      "block-scaled keys, for GGML_EXT_KV_KBLOCK=1)"
+                     : tag[0] == '_' && tag[1] == 'r' ? (role == 'k' ? " and this version of `ggml-ext calibrate kv` "
                                                                      "(rotated key tables, for GGML_EXT_KV_KROT=1: "
                                                                      "models with plain RoPE)"
                                                                    : " and this version of `ggml-ext calibrate kv` "
@@ -273,8 +288,16 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  arch, ggml_type_name(t->type));
         return -1;
     }
+    // GGML_EXT_KV_KBLOCK=1: a per-token scale per 64-channel block over the per-channel one, its own tables
+    const int kblock = kv_kblock();
+    if (kblock < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=%s: 1 (per-block token scales over the keys' channel scales) or 0",
+                 getenv("GGML_EXT_KV_KBLOCK"));
+        return -1;
+    }
     const float * levels, * values;
-    if (nuq_table(path, 'k', il, bits, outliers ? "_o" : "", &levels, &values, err, n) != 0) {
+    if (nuq_table(path, 'k', il, bits, kblock ? (outliers ? "_ho" : "_h") : outliers ? "_o" : "", &levels, &values,
+                  err, n) != 0) {
         return -1;
     }
     const int64_t D = t->ne[0];
@@ -309,8 +332,12 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         mid[c]  = (lohi[1][src] + lohi[0][src]) / 2;
         half[c] = fmaxf((lohi[1][src] - lohi[0][src]) / 2, 1e-8f);
     }
-    const int rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
-                                          outliers, n_sink, err, n);
+    int rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
+                                    outliers, n_sink, err, n);
+    if (rc == 0 && kblock && ggml_ext_kvq_key_blocks(t->data, 1) != 0) {
+        snprintf(err, n, "ggml-ext: the key cache of layer %d is not bound", il);
+        rc = -1;
+    }
     free(mid);
     free(half);
     return rc;

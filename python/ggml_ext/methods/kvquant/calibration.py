@@ -196,7 +196,8 @@ def _model_shape(model_dir) -> tuple[str, int, int, int]:
 
 VBLOCK = 64              # llama.cpp's NUQ value block (one scale per 64 values of a token)
 V_TABLE_TAGS = ("_b", "_bo", "_r", "_ro")  # the block tables: plain / one outlier slot, unrotated / Hadamard-rotated
-K_TABLE_TAGS = ("_r", "_ro")  # keys after RoPE, Hadamard-rotated, in 64-value blocks (GGML_EXT_KV_KROT=1)
+K_TABLE_TAGS = ("_r", "_ro",  # keys after RoPE, Hadamard-rotated, in 64-value blocks (GGML_EXT_KV_KROT=1)
+                "_h", "_ho")  # keys before RoPE, per channel and then per 64-channel block (GGML_EXT_KV_KBLOCK=1)
 
 
 def hadamard(n: int = VBLOCK) -> np.ndarray:
@@ -288,14 +289,17 @@ def _subsample(n: int, limit: int, seed: int):
 
 def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outliers: float = DEFAULT_OUTLIERS,
               qnorm_bits=DEFAULT_QNORM_BITS, max_points: int = MAX_POINTS, seed: int = 0,
-              value_fisher_rot=None, keys_rot=None, key_fisher_rot=None) -> dict[str, np.ndarray]:
+              value_fisher_rot=None, keys_rot=None, key_fisher_rot=None,
+              key_order=None) -> dict[str, np.ndarray]:
     """One layer's quantizers from its calibration keys/values (tokens x channels, float tensors) and their
     per-element Fisher information (same shape): the paper's offline part. With ``value_fisher_rot`` (the
     Fisher of the Hadamard-rotated values: the squared gradient, rotated before squaring) and channels a
     multiple of 64, also the value tables of llama.cpp's 64-value blocks (``v_{nuq,deq}B_{b,bo,r,ro}``:
     plain / one outlier slot, unrotated / rotated; :func:`block_normalised`); with ``keys_rot`` and
     ``key_fisher_rot`` (keys as cached with GGML_EXT_KV_KROT=1: :func:`keys_as_cached_rotated`) the key tables
-    ``k_{nuq,deq}B_{r,ro}`` of those blocks."""
+    ``k_{nuq,deq}B_{r,ro}`` of those blocks; with ``key_order`` (the cache's channel order: an index array into
+    the calibration's) the tables ``k_{nuq,deq}B_{h,ho}`` of keys normalised per channel (min / max, or the
+    outlier thresholds) and then per 64-channel block of a token (GGML_EXT_KV_KBLOCK=1)."""
     torch = _torch()
     k, kf = keys.float(), key_fisher.double()
     v, vf = values.float(), value_fisher.double()
@@ -333,9 +337,14 @@ def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outlier
         blocks += [("v", "_b", v, vf), ("v", "_r", rotate_blocks(v), value_fisher_rot.double())]
     if keys_rot is not None and keys_rot.shape[1] % VBLOCK == 0:
         blocks += [("k", "_r", keys_rot.float(), key_fisher_rot.double())]
+    if key_order is not None and k.shape[1] % VBLOCK == 0:
+        order = torch.as_tensor(np.asarray(key_order), dtype=torch.long)
+        for tag, (lo_, hi_) in (("_h", (lo0, hi0)), ("_ho", (lo, hi))):
+            mid, half = (hi_ + lo_) / 2, ((hi_ - lo_) / 2).clamp_min(1e-8)
+            blocks += [("k", tag, ((k - mid) / half)[:, order], kf[:, order])]
     if blocks:
         for which, tag, x, w in blocks:
-            for slot in (False, True):
+            for slot in ((tag == "_ho",) if tag in ("_h", "_ho") else (False, True)):
                 xn, keep = block_normalised(x, slot)
                 xn, wn = xn[keep], w.reshape(-1, VBLOCK)[keep]
                 idx = _subsample(xn.numel(), max_points, seed)
@@ -344,8 +353,9 @@ def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outlier
                     xn, wn = xn[idx], wn[idx]
                 for b in bits:
                     c = fit_nuq(xn, wn, b, seed=seed)
-                    out[f"{which}_nuq{b}{tag}{'o' if slot else ''}"] = c
-                    out[f"{which}_deq{b}{tag}{'o' if slot else ''}"] = q_norm(xn, c) if b in qnorm_bits else c
+                    name = tag if tag in ("_h", "_ho") else tag + ("o" if slot else "")
+                    out[f"{which}_nuq{b}{name}"] = c
+                    out[f"{which}_deq{b}{name}"] = q_norm(xn, c) if b in qnorm_bits else c
     del torch
     return out
 
@@ -373,6 +383,11 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
     torch = _torch()
     theta = rope_default(model_dir)
     permuted = arch in ("llama", "mistral")  # the converter's permute_qk (the glue's keys_permuted)
+    # the cache's channel c of a head is the calibration's (k_proj's) channel key_order[c]
+    key_order = np.arange(kvh * hd)
+    if permuted:
+        j = np.arange(hd)
+        key_order = (np.arange(kvh)[:, None] * hd + np.where(j % 2, j // 2 + hd // 2, j // 2)[None, :]).reshape(-1)
 
     def on_kv(name, act, grad):
         g = grad.double().reshape(-1, grad.shape[-1]).cpu()
@@ -410,7 +425,7 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
                                      f"expected {kvh} KV heads x {hd}")
         buf.clear()
         layers[i] = fit_layer(k, kf, v, vf, bits, outliers, qnorm_bits, max_points, seed, value_fisher_rot=vfr,
-                              keys_rot=kr, key_fisher_rot=kfr)
+                              keys_rot=kr, key_fisher_rot=kfr, key_order=key_order)
         bar.update(1)
 
     try:
