@@ -229,7 +229,7 @@ def default_kv_calibration() -> Path:
     import os
     from ggml_ext.methods.kvquant import calibrate
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"
-    path = cache / "kvquant-kernels-smollm2-1x64-v2.kvq.gguf"
+    path = cache / "kvquant-kernels-smollm2-1x64-v3.kvq.gguf"
     if not path.exists():
         cal = calibrate(default_hf(), "wiki-train", n_samples=1, seq_len=64, bits=(2, 3, 4), progress=False)
         cache.mkdir(parents=True, exist_ok=True)

@@ -83,6 +83,84 @@ def test_block_normalisation_is_the_written_one(calib):
     assert xn[keep].abs().max() <= 1 + 1e-6
 
 
+def _pack(idx, bits):
+    """The kvquant head block of 64 indices (docs/formats/kvquant.md, "Inside a head block")."""
+    out = np.zeros(8 * bits, np.uint8)
+    for s, q in enumerate(idx):
+        q = int(q)
+        if bits == 4:
+            out[s % 32] |= q << (4 * (s // 32))
+        else:
+            out[s % 16] |= (q & 3) << (2 * (s // 16))
+            if bits == 3:
+                out[16 + s % 8] |= ((q >> 2) & 1) << (s // 8)
+    return out
+
+
+def _u16(x):
+    return int(np.array(x, np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("bits", [4, 3, 2])
+def test_block_scaled_keys_numpy_twin(calib, bits):
+    """GGML_EXT_KV_KBLOCK's key blocks (ggml_ext_kvq_key_blocks): each channel normalised by its calibrated
+    mid / half, then the block written as a value block (its own fp16 mid / half, one slot with the raw key)."""
+    from ggml_ext import _locate, quants
+    from ggml_ext.methods.kvquant import KVCalibration
+    quants.library()
+    lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
+    p, sz = ctypes.c_void_p, ctypes.c_size_t
+    lib.ggml_ext_kvq_bind_opts.restype = ctypes.c_int
+    lib.ggml_ext_kvq_bind_opts.argtypes = [p, sz, ctypes.c_int, ctypes.c_int64, p, p, p, p, ctypes.c_int,
+                                           ctypes.c_int, ctypes.c_char_p, sz]
+    lib.ggml_ext_kvq_key_blocks.restype = ctypes.c_int
+    lib.ggml_ext_kvq_key_blocks.argtypes = [p, ctypes.c_int]
+    lib.ggml_ext_kvq_unbind.argtypes = [p]
+    to_f, from_f = getattr(lib, f"ggml_ext_to_float_NUQ{bits}"), getattr(lib, f"ggml_ext_from_float_ref_NUQ{bits}")
+    to_f.argtypes = from_f.argtypes = [p, p, ctypes.c_int64]
+    cal = KVCalibration.load(calib)
+    levels, values = (np.ascontiguousarray(cal.layers[3][f"k_{t}{bits}_ho"], np.float32) for t in ("nuq", "deq"))
+    D, rows, size = 128, 3, {4: 40, 3: 32, 2: 24}[bits]
+    rng = np.random.default_rng(bits)
+    mid = rng.standard_normal(D).astype(np.float32)
+    half = (0.5 + rng.random(D)).astype(np.float32)
+    x = (mid + half * rng.standard_normal((rows, D)).astype(np.float32) * np.float32(0.7)).astype(np.float32)
+    x[0, 5], x[1, 100] = 40.0, -25.0  # far beyond their channels' ranges: the slot keeps them
+    buf = np.zeros(rows * 2 * size, np.uint8)
+    err = ctypes.create_string_buffer(256)
+    assert lib.ggml_ext_kvq_bind_opts(buf.ctypes.data, buf.nbytes, {4: 103, 3: 104, 2: 105}[bits], D,
+                                      levels.ctypes.data, values.ctypes.data, mid.ctypes.data, half.ctypes.data, 1, 0,
+                                      err, 256) == 0, err.value
+    try:
+        assert lib.ggml_ext_kvq_key_blocks(buf.ctypes.data, 1) == 0
+        assert lib.ggml_ext_kvq_key_blocks(buf.ctypes.data + 1, 1) == -1  # no binding starts there
+        from_f(x.ctypes.data, buf.ctypes.data, x.size)
+        y = np.empty_like(x)
+        to_f(buf.ctypes.data, y.ctypes.data, x.size)
+    finally:
+        lib.ggml_ext_kvq_unbind(buf.ctypes.data)
+    mids = ((levels[:-1] + levels[1:]) / 2).astype(np.float32)
+    for r in range(rows):
+        for cb in range(2):
+            c = slice(64 * cb, 64 * cb + 64)
+            xb = x[r, c]
+            xn = ((xb - mid[c]) / half[c]).astype(np.float32)
+            imin, imax = int(np.argmin(xn)), int(np.argmax(xn))
+            slot = imax if xn[imax] - np.delete(xn, imax).max() >= np.delete(xn, imin).min() - xn[imin] else imin
+            rest = np.delete(xn, slot)
+            lo, hi = np.float32(rest.min()), np.float32(rest.max())
+            m, h = np.float32((hi + lo) / 2), np.float32(max((hi - lo) / 2, 1e-8))
+            idx = np.searchsorted(mids, ((xn - m) / h).astype(np.float32), side="left")
+            want = np.concatenate([_pack(idx, bits), np.array([_u16(m), _u16(h), 0x8000 | slot, _u16(xb[slot])],
+                                                               np.uint16).view(np.uint8)])
+            k = (r * 2 + cb) * size
+            assert bytes(buf[k:k + size]) == bytes(want), (r, cb)
+            deq = (values[idx] * np.float32(np.float16(h)) + np.float32(np.float16(m))) * half[c] + mid[c]
+            deq[slot] = np.float32(np.float16(xb[slot]))
+            np.testing.assert_allclose(y[r, c], deq, rtol=1e-6, atol=1e-6)
+    assert y[0, 5] == 40.0 and y[1, 100] == -25.0
+
+
 def test_rotated_keys_rope_like_transformers():
     import torch
     from transformers import AutoConfig
