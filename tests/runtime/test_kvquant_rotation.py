@@ -6,8 +6,10 @@
   against the fp16 mid / half and the slot a real from_float writes.
 * ``keys_as_cached_rotated`` ropes like Hugging Face's own ``apply_rotary_pos_emb`` on the model's config
   (then llama.cpp's channel order and the Hadamard matrix, which squares to the identity).
+* Block-scaled keys (GGML_EXT_KV_KBLOCK=1, ggml_ext_kvq_key_blocks): bytes and read-back equal a numpy twin.
 * llama-perplexity (ctx 256, 2 windows) on the default model: nuq2 values with the block tables
-  (the default) are closer to f16 than with the per-token tables (GGML_EXT_KV_VTABLE=token); the rotated
+  (the default) are closer to f16 than with the per-token tables (GGML_EXT_KV_VTABLE=token); nuq3 keys with
+  the per-token block scale are closer to f16 than with the channel scale alone; the rotated
   value cache (GGML_EXT_KV_VROT=1) and the rotated post-RoPE key cache (GGML_EXT_KV_KROT=1, K and V nuq4)
   run, log the rotation on, and stay within a tolerance of f16 that an unrotated read of rotated data (or a
   key roped twice) would not meet; bad settings and a calibration without the tables are refused clearly.
@@ -195,6 +197,15 @@ def test_block_tables_closer_to_f16(default_gguf, wiki_test, threads, calib):
     assert abs(block - f16) < 0.85 * abs(token - f16), (f16, token, block)
 
 
+def test_block_scaled_keys_closer_to_f16(default_gguf, wiki_test, threads, calib):
+    f16 = _ppl(default_gguf, wiki_test, threads)
+    k = ["-ctk", "nuq3", "--kv-calib", str(calib), *OS]
+    channel = _ppl(default_gguf, wiki_test, threads, *k)
+    block = _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "1"})
+    # ctx 256: f16 18.40, nuq3 K per channel 19.66 (+6.9%), per channel + per-token block scale 18.64 (+1.3%)
+    assert abs(block - f16) < 0.5 * abs(channel - f16), (f16, channel, block)
+
+
 def test_rotated_caches_run_near_f16(default_gguf, wiki_test, threads, calib):
     f16 = _ppl(default_gguf, wiki_test, threads)
     # -lv 4: the cache's "attn_rot_k / attn_rot_v" lines (llama_kv_cache's own log)
@@ -225,11 +236,13 @@ def test_refusals(default_gguf, wiki_test, threads, calib, tmp_path):
     assert "GGML_EXT_KV_VTABLE" in _refused(default_gguf, wiki_test, threads, *v, env={"GGML_EXT_KV_VTABLE": "x"})
     assert "GGML_EXT_KV_KROT" in _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib", str(calib),
                                           env={"GGML_EXT_KV_KROT": "yes"})
+    assert "GGML_EXT_KV_KBLOCK" in _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib",
+                                            str(calib), env={"GGML_EXT_KV_KBLOCK": "2"})
     # a calibration without the rotated tables (made before them): a clear message, not the wrong table
     from ggml_ext.methods.kvquant import KVCalibration
     cal = KVCalibration.load(calib)
     for layer in cal.layers:
-        for name in [n for n in layer if n.endswith(("_r", "_ro"))]:
+        for name in [n for n in layer if n.endswith(("_r", "_ro", "_h", "_ho"))]:
             del layer[name]
     old = tmp_path / "old.kvq.gguf"
     cal.save(old)
@@ -239,3 +252,6 @@ def test_refusals(default_gguf, wiki_test, threads, calib, tmp_path):
     msg = _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib", str(old),
                    env={"GGML_EXT_KV_KROT": "1"})
     assert "rotated key tables" in msg and "k_nuq3_r" in msg
+    msg = _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib", str(old), *OS,
+                   env={"GGML_EXT_KV_KBLOCK": "1"})
+    assert "block-scaled keys" in msg and "k_nuq3_ho" in msg
