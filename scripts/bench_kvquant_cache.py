@@ -9,8 +9,7 @@ A configuration is `K/V`, optionally with `+o` (--kv-outliers at the calibration
 (--kv-sink 1), `+r` (GGML_EXT_KV_VROT=1: NUQ values Hadamard-rotated, the calibration's rotated tables) and
 `+t` (GGML_EXT_KV_VTABLE=token: the value tables fitted per token, as before the 64-value block tables) and
 `+k` (GGML_EXT_KV_KROT=1: NUQ keys after RoPE, Hadamard-rotated, per-64 scales) and `+b`
-(GGML_EXT_KV_KBLOCK=1: NUQ keys before RoPE, per channel and then per token and 64-channel block), `+c`
-(GGML_EXT_KV_VCHAN=1: values the same way) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
+(GGML_EXT_KV_KBLOCK=1: NUQ keys before RoPE, per channel and then per token and 64-channel block)) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
 --upstream, default ~/.cache/ggml-ext/upstream-0c1e57098/bin) and `up-norot:` (the same with
 LLAMA_ATTN_ROT_DISABLE=1: upstream's quantized caches without their Hadamard rotation).
 Bits per element (K and V averaged) come from the types' block sizes; the sink's float rows add
@@ -88,8 +87,7 @@ def main() -> int:
                 env["GGML_EXT_KV_KROT"] = "1"
             if "b" in flags:
                 env["GGML_EXT_KV_KBLOCK"] = "1"
-            if "c" in flags:
-                env["GGML_EXT_KV_VCHAN"] = "1"
+
         sink = 32.0 / a.ctx if "s" in flags else 0.0
         bpe = (bits[k] + bits[v]) / 2 + sink
         t0 = time.time()
@@ -111,8 +109,7 @@ def main() -> int:
         o = "o" in r["flags"] and f"{100 * a.outliers:g}%" or "-"
         sk = "s" in r["flags"] and "1" or "-"
         vt = "-" if not r["v"].startswith("nuq") else (
-            "rotated, block" if "r" in r["flags"] else "token" if "t" in r["flags"]
-            else "channel + block" if "c" in r["flags"] else "block")
+            "rotated, block" if "r" in r["flags"] else "token" if "t" in r["flags"] else "block")
         ks = "-" if not r["k"].startswith("nuq") else (
             "rotated, after RoPE" if "k" in r["flags"] else "channel + block" if "b" in r["flags"] else "channel")
         print(f"| {names[r['build']]} | {r['k']} | {r['v']} | {o} | {sk} | {ks} | {vt} | {r['bits']:.3f} | {r['ppl']:.4f} "

@@ -143,16 +143,6 @@ static int kv_kblock(void) {
 
 int ggml_ext_kvq_key_blocks(const void * data, int on);  // ggml-base (ggml/kvquant_base.c)
 
-// GGML_EXT_KV_VCHAN=1: values as GGML_EXT_KV_KBLOCK keys: normalised per channel (the calibration's v_lo / v_hi
-// at its outlier fraction, or v_lo0 / v_hi0), then per token and 64-value block, with the v_nuqB_h / _ho tables.
-static int kv_vchan(void) {
-    const char * env = getenv("GGML_EXT_KV_VCHAN");
-    if (!env || !env[0] || !strcmp(env, "0")) {
-        return 0;
-    }
-    return !strcmp(env, "1") ? 1 : -1;
-}
-
 // Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0318 asks this instead of
 // ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
 bool ggml_ext_llama_kv_rotate_keys(int type);  // declared in patch 0318 (not in ggml-ext-llama.h: a change there rebuilds llama)
@@ -225,12 +215,8 @@ static int nuq_table(const char * path, char role, int il, int bits, const char 
         if (!t) {
             snprintf(err, n, "KV calibration %s has no nuq%d %s tables (no tensor %s): calibrate with "
                      "--bits including %d%s", path, bits, role == 'k' ? "key" : "value", names[i], bits,
-                     tag[0] == '_' && tag[1] == 'h' ? (role == 'k' ? " and this version of `ggml-ext calibrate kv` "
-                                                                     "(key tables of block-scaled keys, for "
-                                                                     "GGML_EXT_KV_KBLOCK=1)"
-                                                                   : " and this version of `ggml-ext calibrate kv` "
-                                                                     "(value tables under per-channel scales, for "
-                                                                     "GGML_EXT_KV_VCHAN=1)")
+                     tag[0] == '_' && tag[1] == 'h' ? " and this version of `ggml-ext calibrate kv` (key tables of "
+                                                      "block-scaled keys, for GGML_EXT_KV_KBLOCK=1)"
                      : tag[0] == '_' && tag[1] == 'r' ? (role == 'k' ? " and this version of `ggml-ext calibrate kv` "
                                                                      "(rotated key tables, for GGML_EXT_KV_KROT=1: "
                                                                      "models with plain RoPE)"
@@ -257,15 +243,6 @@ static const char * v_table_tag(int il, int bits, bool outliers, char * err, siz
     if (rot < 0) {
         snprintf(err, n, "ggml-ext: GGML_EXT_KV_VROT=%s: 1 (rotate NUQ value caches) or 0", getenv("GGML_EXT_KV_VROT"));
         return NULL;
-    }
-    const int chan = kv_vchan();
-    if (chan < 0 || (chan && rot)) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_VCHAN=%s: 1 (per-channel value scales under the block ones) or 0, "
-                 "not with GGML_EXT_KV_VROT=1", getenv("GGML_EXT_KV_VCHAN"));
-        return NULL;
-    }
-    if (chan) {
-        return outliers ? "_ho" : "_h";
     }
     if (rot) {
         return outliers ? "_ro" : "_r";
@@ -468,41 +445,6 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
     const float * levels, * values;
     const char *  tag = role == 'k' ? (frac > 0.0f ? "_ro" : "_r") : v_table_tag(il, bits, frac > 0.0f, err, n);
     if (!tag || nuq_table(path, role, il, bits, tag, &levels, &values, err, n) != 0) {
-        goto done;
-    }
-    if (role == 'v' && tag[1] == 'h' && t->data) {  // GGML_EXT_KV_VCHAN: per-channel scales, then per block
-        const int64_t D = t->ne[0];
-        const float * lohi[2];
-        for (int i = 0; i < 2; i++) {
-            char name[64];
-            snprintf(name, sizeof(name), "kvq.%d.v_%s%s", il, i ? "hi" : "lo", frac > 0.0f ? "" : "0");
-            const struct ggml_tensor * r = ggml_get_tensor(loaded_ctx, name);
-            if (!r || r->type != GGML_TYPE_F32 || ggml_nelements(r) != D) {
-                snprintf(err, n, "KV calibration %s: tensor %s missing or not %lld F32 values (calibrate with this "
-                         "version of `ggml-ext calibrate kv` for GGML_EXT_KV_VCHAN=1)", path, name, (long long) D);
-                goto done;
-            }
-            lohi[i] = (const float *) r->data;
-        }
-        float * mid = malloc(sizeof(float) * D), * half = malloc(sizeof(float) * D);
-        if (!mid || !half) {
-            free(mid);
-            free(half);
-            snprintf(err, n, "ggml-ext: out of memory");
-            goto done;
-        }
-        for (int64_t c = 0; c < D; c++) {
-            mid[c]  = (lohi[1][c] + lohi[0][c]) / 2;
-            half[c] = fmaxf((lohi[1][c] - lohi[0][c]) / 2, 1e-8f);
-        }
-        rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half, frac > 0.0f,
-                                    n_sink, err, n);
-        free(mid);
-        free(half);
-        if (rc == 0 && ggml_ext_kvq_key_blocks(t->data, 1) != 0) {
-            snprintf(err, n, "ggml-ext: the value cache of layer %d is not bound", il);
-            rc = -1;
-        }
         goto done;
     }
     rc = t->data ? ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, t->ne[0], levels, values, NULL,

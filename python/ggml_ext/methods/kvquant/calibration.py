@@ -86,7 +86,7 @@ class KVCalibration:
 
     def expected_shapes(self) -> dict[str, tuple[int, ...]]:
         d = int(self.meta["n_kv_heads"]) * int(self.meta["head_dim"])
-        shapes = {n: (d,) for n in ("k_lo", "k_hi", "k_lo0", "k_hi0", "k_fisher", "v_fisher", *V_CHANNEL)}
+        shapes = {n: (d,) for n in ("k_lo", "k_hi", "k_lo0", "k_hi0", "k_fisher", "v_fisher")}
         for b in self.meta["bits"]:
             for kv in "kv":
                 for t in ("nuq", "deq"):
@@ -155,7 +155,7 @@ class KVCalibration:
                 if not np.isfinite(a).all():
                     raise KVCalibrationError(f"{path}: tensor {t.name} holds non-finite values")
                 cal.layers[i][name] = a
-        optional = {n for n in shapes if (n.startswith("v_") and n.endswith(V_TABLE_TAGS)) or n in V_CHANNEL
+        optional = {n for n in shapes if (n.startswith("v_") and n.endswith(V_TABLE_TAGS))
                     or (n.startswith("k_") and n.endswith(K_TABLE_TAGS))}
         for i, layer in enumerate(cal.layers):
             missing = sorted(set(shapes) - optional - set(layer))
@@ -195,9 +195,7 @@ def _model_shape(model_dir) -> tuple[str, int, int, int]:
 
 
 VBLOCK = 64              # llama.cpp's NUQ value block (one scale per 64 values of a token)
-V_TABLE_TAGS = ("_b", "_bo", "_r", "_ro",  # the block tables: plain / one outlier slot, unrotated / Hadamard-rotated
-                "_h", "_ho")  # per channel (v_lo0 / v_hi0, v_lo / v_hi), then per block (GGML_EXT_KV_VCHAN=1)
-V_CHANNEL = ("v_lo", "v_hi", "v_lo0", "v_hi0")  # optional per-channel value thresholds (GGML_EXT_KV_VCHAN=1)
+V_TABLE_TAGS = ("_b", "_bo", "_r", "_ro")  # the block tables: plain / one outlier slot, unrotated / Hadamard-rotated
 K_TABLE_TAGS = ("_r", "_ro",  # keys after RoPE, Hadamard-rotated, in 64-value blocks (GGML_EXT_KV_KROT=1)
                 "_h", "_ho")  # keys before RoPE, per channel and then per 64-channel block (GGML_EXT_KV_KBLOCK=1)
 
@@ -337,13 +335,6 @@ def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outlier
     blocks = []
     if value_fisher_rot is not None and v.shape[1] % VBLOCK == 0:
         blocks += [("v", "_b", v, vf), ("v", "_r", rotate_blocks(v), value_fisher_rot.double())]
-        # values normalised per channel too (like the keys), then per block: GGML_EXT_KV_VCHAN=1
-        clo0, chi0 = quantile_thresholds(v, 0.0)
-        clo, chi = quantile_thresholds(v, outliers)
-        out.update(v_lo0=clo0.numpy(), v_hi0=chi0.numpy(), v_lo=clo.numpy(), v_hi=chi.numpy())
-        for tag, (lo_, hi_) in (("_h", (clo0, chi0)), ("_ho", (clo, chi))):
-            mid, half = (hi_ + lo_) / 2, ((hi_ - lo_) / 2).clamp_min(1e-8)
-            blocks += [("v", tag, (v - mid) / half, vf)]
     if keys_rot is not None and keys_rot.shape[1] % VBLOCK == 0:
         blocks += [("k", "_r", keys_rot.float(), key_fisher_rot.double())]
     if key_order is not None and k.shape[1] % VBLOCK == 0:
