@@ -192,7 +192,6 @@ def test_block_tables_closer_to_f16(default_gguf, wiki_test, threads, calib):
     kv = ["-ctv", "nuq2", "--kv-calib", str(calib), *OS]
     token = _ppl(default_gguf, wiki_test, threads, *kv, env={"GGML_EXT_KV_VTABLE": "token"})
     block = _ppl(default_gguf, wiki_test, threads, *kv)
-    assert _ppl(default_gguf, wiki_test, threads, *kv, env={"GGML_EXT_KV_VTABLE": "block"}) == block
     # ctx 256: f16 18.40, nuq2 V token tables 20.94 (+13.8%), block tables 20.19 (+9.8%) on this machine
     assert abs(block - f16) < 0.85 * abs(token - f16), (f16, token, block)
 
