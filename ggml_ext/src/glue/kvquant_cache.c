@@ -120,7 +120,7 @@ bool ggml_ext_llama_kv_rotate(int type) {
 // GGML_EXT_KV_KROT=1: a NUQ key cache holds K after RoPE, Hadamard-rotated as upstream rotates a quantized K
 // (attn_rot_k, q rotated alike), in value-style blocks (per-64 mid / half, one outlier slot) with the
 // calibration's k_nuqB_r / _ro tables; attention reads it as F32 without roping (the pre-RoPE hook stays in
-// place), and a context shift ropes it like upstream's rotated caches (patch 0318). 0 / unset: off (keys
+// place); patch 0318 lets a context shift take upstream's path for rotated keys (untested). 0 / unset: off (keys
 // before RoPE, per-channel scales); -1: a bad value.
 static int kv_krot(void) {
     const char * env = getenv("GGML_EXT_KV_KROT");
