@@ -225,11 +225,11 @@ def default_hf() -> Path:
 def default_kv_calibration() -> Path:
     """The default model's KV calibration (`ggml-ext calibrate kv`: 1 x 64 tokens of wiki-train, nuq2/3/4,
     1% outliers), made once and cached under ~/.cache/ggml-ext/tests/ (the KVQuant kernel and cache tests
-    share it)."""
+    share it; "-v3": with the block, rotated and block-scaled key tables of session 10)."""
     import os
     from ggml_ext.methods.kvquant import calibrate
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"
-    path = cache / "kvquant-kernels-smollm2-1x64.kvq.gguf"
+    path = cache / "kvquant-kernels-smollm2-1x64-v3.kvq.gguf"
     if not path.exists():
         cal = calibrate(default_hf(), "wiki-train", n_samples=1, seq_len=64, bits=(2, 3, 4), progress=False)
         cache.mkdir(parents=True, exist_ok=True)

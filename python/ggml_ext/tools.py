@@ -5,7 +5,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _locate
@@ -45,6 +45,7 @@ class Perplexity:
     n_ctx: int
     n_chunks: int
     n_tokens_scored: int  # tokens first..n_ctx-2 of each window, first = n_ctx//2 (llama-perplexity)
+    log: str = field(default="", repr=False, compare=False)  # the tool's output (stdout and stderr)
 
     def __str__(self) -> str:
         return (f"PPL = {self.ppl:.4f} +/- {self.stderr:.4f} (ctx {self.n_ctx}, {self.n_chunks} chunks, "
@@ -97,4 +98,4 @@ def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 5
         tail = "\n".join(log.strip().splitlines()[-15:])
         raise RuntimeError(f"llama-perplexity failed (exit {rc}):\n{tail}")
     n_chunks, ctx = int(c.group(1)), int(c.group(2))
-    return Perplexity(float(m.group(1)), float(m.group(2)), ctx, n_chunks, n_chunks * (ctx - 1 - ctx // 2))
+    return Perplexity(float(m.group(1)), float(m.group(2)), ctx, n_chunks, n_chunks * (ctx - 1 - ctx // 2), log)

@@ -37,6 +37,7 @@ struct binding {
     // a pre-RoPE key cache (ggml_ext_kvq_bind_keys): per-channel scales of rows of row_blocks blocks
     int64_t       row_blocks;  // 0: a value cache
     const float * k_mid, * k_half;
+    int           k_block;     // keys: 1 = a per-token scale per block over the per-channel one (ggml_ext_kvq_key_blocks)
     // outliers and the sink (ggml_ext_kvq_bind_opts; docs/KVQUANT.md "Outliers and the sink")
     int64_t          row_values;  // values per cache row (0: not known, no sink)
     int              outliers;    // 1: in-block outlier slots when quantizing
@@ -271,6 +272,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
     b->row_blocks      = row_blocks;
     b->k_mid           = k_mid;
     b->k_half          = k_half;
+    b->k_block         = 0;
     drop_sinks(b);  // a slot freed by unbind may still hold its old table
     b->row_values      = row_values;
     b->outliers        = outliers;
@@ -391,6 +393,26 @@ int ggml_ext_kvq_bind_opts(const void * data, size_t nbytes, int type, int64_t r
                 n_sink, err, en);
 }
 
+// Keys with a per-token scale per 64-channel block over the calibrated per-channel one (GGML_EXT_KV_KBLOCK;
+// docs/KVQUANT.md "Block tables and rotation"): the key binding at data writes and reads its blocks as value
+// blocks of the channel-normalised keys (fp16 mid / half of the block, one outlier slot holding the raw key).
+// Declared by its one caller (glue/kvquant_cache.c), so the ggml sources that include ggml-ext.h need no rebuild.
+// -1: no key binding starts at data.
+GGML_EXT_API int ggml_ext_kvq_key_blocks(const void * data, int on);
+int ggml_ext_kvq_key_blocks(const void * data, int on) {
+    int found = -1;
+    pthread_mutex_lock(&bind_lock);
+    for (int i = 0, used = atomic_load(&n_bindings); i < used; i++) {
+        if (data && atomic_load(&bindings[i].lo) == data && bindings[i].row_blocks) {
+            bindings[i].k_block = on != 0;
+            found               = 0;
+        }
+    }
+    atomic_fetch_add(&generation, 1);
+    pthread_mutex_unlock(&bind_lock);
+    return found;
+}
+
 int ggml_ext_kvq_unbind(const void * data) {
     int found = -1;
     pthread_mutex_lock(&bind_lock);
@@ -477,11 +499,20 @@ static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_lay
         const int64_t c0 = key_channel0(b, blk, L->v_row_size);
         int64_t       n  = b->row_blocks - c0 / KVQ_BLOCK;
         n                = n < nb - i ? n : nb - i;
-        decode(L->bits, blk, n, L->v_row_size, L->v_values, b->k_mid + c0, b->k_half + c0, y + i * KVQ_BLOCK);
+        if (b->k_block) {
+            // per-token block scale first (the value blocks' trailer), then the channel's calibrated one
+            decode(L->bits, blk, n, L->v_row_size, L->v_values, NULL, NULL, y + i * KVQ_BLOCK);
+            for (int64_t j = 0; j < n * KVQ_BLOCK; j++) {
+                float * v = y + i * KVQ_BLOCK + j;
+                *v        = *v * b->k_half[c0 + j] + b->k_mid[c0 + j];
+            }
+        } else {
+            decode(L->bits, blk, n, L->v_row_size, L->v_values, b->k_mid + c0, b->k_half + c0, y + i * KVQ_BLOCK);
+        }
         for (int64_t j = 0; j < n; j++) {
             uint16_t w[4];
             memcpy(w, blk + j * L->v_row_size + L->dense_bytes, sizeof(w));
-            for (int s = 0; s < 2; s++) {
+            for (int s = b->k_block ? 1 : 0; s < 2; s++) {  // a scaled key block has one slot (words 2, 3)
                 if (KVQ_IS_TAG(w[2 * s])) {
                     y[(i + j) * KVQ_BLOCK + (w[2 * s] & 63)] = ggml_ext_fp16_to_fp32(w[2 * s + 1]);
                 }
@@ -491,9 +522,41 @@ static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_lay
     }
 }
 
+static int value_block_with_slot(const struct ggml_ext_kvq_layer * L, const float * x, uint8_t * blk);
+
+// A scaled key block (ggml_ext_kvq_key_blocks): the channels normalised by their calibrated mid / half, then
+// written as a value block (per-token mid / half of the block, with outliers one slot: written as the block's
+// normalised value, stored back as the raw key). -1 for a NaN or infinity.
+static int key_block_scaled(const struct binding * b, const struct ggml_ext_kvq_layer * L, const float * x,
+                            int64_t c0, uint8_t * blk) {
+    float xn[KVQ_BLOCK];
+    for (int c = 0; c < KVQ_BLOCK; c++) {
+        xn[c] = (x[c] - b->k_mid[c0 + c]) / b->k_half[c0 + c];
+    }
+    const int rc = b->outliers ? value_block_with_slot(L, xn, blk) : ggml_ext_kvq_quantize_v(L, xn, (char *) blk);
+    uint16_t  w[4];
+    memcpy(w, blk + L->dense_bytes, sizeof(w));
+    if (rc == 0 && KVQ_IS_TAG(w[2])) {
+        w[3] = ggml_ext_fp32_to_fp16(x[w[2] & 63]);
+        memcpy(blk + L->dense_bytes, w, sizeof(w));
+    }
+    return rc;
+}
+
 static void key_from_float(const struct binding * b, const struct ggml_ext_kvq_layer * L, const float * x, void * y,
                            int64_t k) {
     const int n = 1 << L->bits;
+    if (b->k_block) {
+        for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
+            uint8_t * blk = (uint8_t *) y + i * L->v_row_size;
+            if (key_block_scaled(b, L, x + i * KVQ_BLOCK, key_channel0(b, blk, L->v_row_size), blk) != 0) {
+                memset(blk, 0, L->v_row_size);
+                const uint16_t nan[2] = { 0x7e00, 0 };  // a NaN block, as for values
+                memcpy(blk + L->dense_bytes, nan, sizeof(nan));
+            }
+        }
+        return;
+    }
     for (int64_t i = 0; i < k / KVQ_BLOCK; i++) {
         uint8_t *     blk = (uint8_t *) y + i * L->v_row_size;
         const int64_t c0  = key_channel0(b, blk, L->v_row_size);

@@ -104,8 +104,52 @@ static int kvquant_bits(int type) {
     return t && t->family == GGML_EXT_FAMILY_KVQUANT ? t->layout : 0;
 }
 
+// GGML_EXT_KV_VROT=1: a NUQ value cache takes upstream's Hadamard rotation (attn_rot_v: 64 channels at a time,
+// rotated back after attention) and the calibration's tables fitted on rotated values (v_nuqB_r / _ro). Keys
+// never rotate (stored before RoPE; patch 0318 keeps attn_rot_k off for them). 0 / unset: off; -1: a bad value.
+static int kv_vrot(void) {
+    const char * env = getenv("GGML_EXT_KV_VROT");
+    if (!env || !env[0] || !strcmp(env, "0")) {
+        return 0;
+    }
+    return !strcmp(env, "1") ? 1 : -1;
+}
+
 bool ggml_ext_llama_kv_rotate(int type) {
-    return kvquant_bits(type) == 0;
+    return kvquant_bits(type) == 0 || kv_vrot() == 1;
+}
+
+// GGML_EXT_KV_KROT=1: a NUQ key cache holds K after RoPE, Hadamard-rotated as upstream rotates a quantized K
+// (attn_rot_k, q rotated alike), in value-style blocks (per-64 mid / half, one outlier slot) with the
+// calibration's k_nuqB_r / _ro tables; attention reads it as F32 without roping (the pre-RoPE hook stays in
+// place); patch 0318 lets a context shift take upstream's path for rotated keys (untested). 0 / unset: off (keys
+// before RoPE, per-channel scales); -1: a bad value.
+static int kv_krot(void) {
+    const char * env = getenv("GGML_EXT_KV_KROT");
+    if (!env || !env[0] || !strcmp(env, "0")) {
+        return 0;
+    }
+    return !strcmp(env, "1") ? 1 : -1;
+}
+
+// GGML_EXT_KV_KBLOCK=1: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
+// without outliers) and then, per token and 64-channel block, by the block's own mid / half (the value blocks'
+// trailer: one outlier slot), with the calibration's k_nuqB_h / _ho tables (ggml_ext_kvq_key_blocks).
+static int kv_kblock(void) {
+    const char * env = getenv("GGML_EXT_KV_KBLOCK");
+    if (!env || !env[0] || !strcmp(env, "0")) {
+        return 0;
+    }
+    return !strcmp(env, "1") ? 1 : -1;
+}
+
+int ggml_ext_kvq_key_blocks(const void * data, int on);  // ggml-base (ggml/kvquant_base.c)
+
+// Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0318 asks this instead of
+// ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
+bool ggml_ext_llama_kv_rotate_keys(int type);  // declared in patch 0318 (not in ggml-ext-llama.h: a change there rebuilds llama)
+bool ggml_ext_llama_kv_rotate_keys(int type) {
+    return kvquant_bits(type) != 0 && kv_krot() == 1;
 }
 
 // "cache_<tag>k_l<il>" / "cache_<tag>v_l<il>": K or V ('k' / 'v') and the layer; 0 when the name is not one
@@ -161,17 +205,26 @@ static int load_calibration(const char * path, char * err, size_t n) {
 }
 
 // layer il's key ('k') or value ('v') table for `bits`: 2^B F32 levels and dequantization values
-// (with outliers: the tables fitted without them, kvq.il.{k,v}_{nuq,deq}B_o)
-static int nuq_table(const char * path, char role, int il, int bits, bool outliers, const float ** levels,
+// (kvq.il.{k,v}_{nuq,deq}B<tag>; tag "_o": with outliers, the tables fitted without them; values also
+// "_b" / "_bo" / "_r" / "_ro": fitted on llama.cpp's 64-value blocks, unrotated / rotated: v_table_tag)
+static int nuq_table(const char * path, char role, int il, int bits, const char * tag, const float ** levels,
                      const float ** values, char * err, size_t n) {
     char names[2][64];
-    snprintf(names[0], sizeof(names[0]), "kvq.%d.%c_nuq%d%s", il, role, bits, outliers ? "_o" : "");
-    snprintf(names[1], sizeof(names[1]), "kvq.%d.%c_deq%d%s", il, role, bits, outliers ? "_o" : "");
+    snprintf(names[0], sizeof(names[0]), "kvq.%d.%c_nuq%d%s", il, role, bits, tag);
+    snprintf(names[1], sizeof(names[1]), "kvq.%d.%c_deq%d%s", il, role, bits, tag);
     for (int i = 0; i < 2; i++) {
         const struct ggml_tensor * t = ggml_get_tensor(loaded_ctx, names[i]);
         if (!t) {
             snprintf(err, n, "KV calibration %s has no nuq%d %s tables (no tensor %s): calibrate with "
-                     "--bits including %d", path, bits, role == 'k' ? "key" : "value", names[i], bits);
+                     "--bits including %d%s", path, bits, role == 'k' ? "key" : "value", names[i], bits,
+                     tag[0] == '_' && tag[1] == 'h' ? " and this version of `ggml-ext calibrate kv` (key tables of "
+                                                      "block-scaled keys, for GGML_EXT_KV_KBLOCK=1)"
+                     : tag[0] == '_' && tag[1] == 'r' ? (role == 'k' ? " and this version of `ggml-ext calibrate kv` "
+                                                                     "(rotated key tables, for GGML_EXT_KV_KROT=1: "
+                                                                     "models with plain RoPE)"
+                                                                   : " and this version of `ggml-ext calibrate kv` "
+                                                                     "(rotated value tables, for GGML_EXT_KV_VROT=1)")
+                                                    : "");
             return -1;
         }
         if (t->type != GGML_TYPE_F32 || ggml_nelements(t) != (1 << bits)) {
@@ -181,6 +234,32 @@ static int nuq_table(const char * path, char role, int il, int bits, bool outlie
         *(i ? values : levels) = (const float *) t->data;
     }
     return 0;
+}
+
+// The value tables a V cache binds (suffix of kvq.il.v_{nuq,deq}B): rotated (GGML_EXT_KV_VROT=1) "_r" / "_ro";
+// else the ones fitted on llama.cpp's 64-value blocks, "_b" / "_bo", where the calibration has them, and the
+// per-token ones ("" / "_o": the simulation's normalisation) where it does not or GGML_EXT_KV_VTABLE=token.
+// NULL with err for a bad setting. Under calib_lock.
+static const char * v_table_tag(int il, int bits, bool outliers, char * err, size_t n) {
+    const int rot = kv_vrot();
+    if (rot < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_VROT=%s: 1 (rotate NUQ value caches) or 0", getenv("GGML_EXT_KV_VROT"));
+        return NULL;
+    }
+    if (rot) {
+        return outliers ? "_ro" : "_r";
+    }
+    const char * env = getenv("GGML_EXT_KV_VTABLE");
+    if (env && env[0] && strcmp(env, "token") && strcmp(env, "block")) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_VTABLE=%s: block (tables fitted on 64-value blocks, the default "
+                 "where the calibration has them) or token", env);
+        return NULL;
+    }
+    char name[64];
+    snprintf(name, sizeof(name), "kvq.%d.v_nuq%d%s", il, bits, outliers ? "_bo" : "_b");
+    const bool block = env && !strcmp(env, "block") ? true : !(env && !strcmp(env, "token")) &&
+                                                              ggml_get_tensor(loaded_ctx, name) != NULL;
+    return block ? (outliers ? "_bo" : "_b") : (outliers ? "_o" : "");
 }
 
 // Whether the calibrated model's K rows reach llama.cpp permuted (the converter's permute_qk: llama-arch
@@ -218,8 +297,16 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  arch, ggml_type_name(t->type));
         return -1;
     }
+    // GGML_EXT_KV_KBLOCK=1: a per-token scale per 64-channel block over the per-channel one, its own tables
+    const int kblock = kv_kblock();
+    if (kblock < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=%s: 1 (per-block token scales over the keys' channel scales) or 0",
+                 getenv("GGML_EXT_KV_KBLOCK"));
+        return -1;
+    }
     const float * levels, * values;
-    if (nuq_table(path, 'k', il, bits, outliers, &levels, &values, err, n) != 0) {
+    if (nuq_table(path, 'k', il, bits, kblock ? (outliers ? "_ho" : "_h") : outliers ? "_o" : "", &levels, &values,
+                  err, n) != 0) {
         return -1;
     }
     const int64_t D = t->ne[0];
@@ -254,8 +341,12 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         mid[c]  = (lohi[1][src] + lohi[0][src]) / 2;
         half[c] = fmaxf((lohi[1][src] - lohi[0][src]) / 2, 1e-8f);
     }
-    const int rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
-                                          outliers, n_sink, err, n);
+    int rc = ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
+                                    outliers, n_sink, err, n);
+    if (rc == 0 && kblock && ggml_ext_kvq_key_blocks(t->data, 1) != 0) {
+        snprintf(err, n, "ggml-ext: the key cache of layer %d is not bound", il);
+        rc = -1;
+    }
     free(mid);
     free(half);
     return rc;
@@ -278,6 +369,9 @@ static const struct ggml_tensor * k_norm_of(const struct ggml_tensor * k_roped) 
 }
 
 struct ggml_tensor * ggml_ext_llama_k_unroped(struct ggml_tensor * k_roped) {
+    if (kv_krot() == 1) {
+        return k_roped;  // GGML_EXT_KV_KROT: the cache holds K after RoPE
+    }
     const int mode = k_roped->op == GGML_OP_ROPE ? ((const int32_t *) k_roped->op_params)[2] : -1;
     if (mode != GGML_ROPE_TYPE_NORMAL && mode != GGML_ROPE_TYPE_NEOX) {
         // the model ropes K otherwise (or not at all): the pre-RoPE cache cannot take it
@@ -294,6 +388,9 @@ struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggm
     // k: [head_dim, n_head_kv, n_kv, n_stream] of the cache; dequantized (contiguous), roped as one sequence of
     // n_kv * n_stream cells, each at its own position
     struct ggml_tensor * kf = ggml_cast(ctx, k, GGML_TYPE_F32);
+    if (kv_krot() == 1) {
+        return kf;  // GGML_EXT_KV_KROT: roped (and rotated) before the cache
+    }
     kf = ggml_reshape_3d(ctx, kf, k->ne[0], k->ne[1], k->ne[2] * k->ne[3]);
     GGML_ASSERT(k_pos->ne[0] == kf->ne[2]);
     const struct ggml_tensor * norm = k_norm_of(k_roped);
@@ -473,12 +570,18 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
             goto done;
         }
     }
-    if (role == 'k') {
+    const int krot = kv_krot();
+    if (krot < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KROT=%s: 1 (NUQ keys after RoPE, rotated) or 0", getenv("GGML_EXT_KV_KROT"));
+        goto done;
+    }
+    if (role == 'k' && !krot) {
         rc = bind_keys(t, path, il, bits, head_dim, frac > 0.0f, n_sink, err, n);
         goto done;
     }
     const float * levels, * values;
-    if (nuq_table(path, 'v', il, bits, frac > 0.0f, &levels, &values, err, n) != 0) {
+    const char *  tag = role == 'k' ? (frac > 0.0f ? "_ro" : "_r") : v_table_tag(il, bits, frac > 0.0f, err, n);
+    if (!tag || nuq_table(path, role, il, bits, tag, &levels, &values, err, n) != 0) {
         goto done;
     }
     rc = t->data ? ggml_ext_kvq_bind_opts(t->data, ggml_nbytes(t), (int) t->type, t->ne[0], levels, values, NULL,

@@ -92,6 +92,11 @@ class KVCalibration:
                 for t in ("nuq", "deq"):
                     shapes[f"{kv}_{t}{b}"] = (2 ** int(b),)
                     shapes[f"{kv}_{t}{b}_o"] = (2 ** int(b),)
+            for t in ("nuq", "deq"):
+                for tag in V_TABLE_TAGS:  # optional (calibrations before them lack them)
+                    shapes[f"v_{t}{b}{tag}"] = (2 ** int(b),)
+                for tag in K_TABLE_TAGS:
+                    shapes[f"k_{t}{b}{tag}"] = (2 ** int(b),)
         return shapes
 
     # ---------------------------------------------------------------- file
@@ -150,8 +155,10 @@ class KVCalibration:
                 if not np.isfinite(a).all():
                     raise KVCalibrationError(f"{path}: tensor {t.name} holds non-finite values")
                 cal.layers[i][name] = a
+        optional = {n for n in shapes if (n.startswith("v_") and n.endswith(V_TABLE_TAGS))
+                    or (n.startswith("k_") and n.endswith(K_TABLE_TAGS))}
         for i, layer in enumerate(cal.layers):
-            missing = sorted(set(shapes) - set(layer))
+            missing = sorted(set(shapes) - optional - set(layer))
             if missing:
                 raise KVCalibrationError(f"{path}: layer {i} lacks {', '.join(missing)}")
         if model_dir is not None:
@@ -187,6 +194,92 @@ def _model_shape(model_dir) -> tuple[str, int, int, int]:
     return t.model_type, t.num_hidden_layers, kvh, hd
 
 
+VBLOCK = 64              # llama.cpp's NUQ value block (one scale per 64 values of a token)
+V_TABLE_TAGS = ("_b", "_bo", "_r", "_ro")  # the block tables: plain / one outlier slot, unrotated / Hadamard-rotated
+K_TABLE_TAGS = ("_r", "_ro",  # keys after RoPE, Hadamard-rotated, in 64-value blocks (GGML_EXT_KV_KROT=1)
+                "_h", "_ho")  # keys before RoPE, per channel and then per 64-channel block (GGML_EXT_KV_KBLOCK=1)
+
+
+def hadamard(n: int = VBLOCK) -> np.ndarray:
+    """The orthonormal Sylvester-Walsh-Hadamard matrix of order n (symmetric, H @ H = I): the rotation
+    llama.cpp applies to a quantized V cache per 64 channels (``attn_rot_v``), ``1/sqrt(n)`` times +-1."""
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    if h.shape[0] != n:
+        raise ValueError(f"hadamard: order {n} is not a power of two")
+    return h / np.sqrt(n)
+
+
+def rotate_blocks(x, n: int = VBLOCK):
+    """Each token's channels, n at a time, times the order-n Hadamard matrix (llama.cpp's V rotation)."""
+    torch = _torch()
+    h = torch.as_tensor(hadamard(n), dtype=x.dtype)
+    return (x.reshape(-1, n) @ h).reshape(x.shape)
+
+
+def block_normalised(x, slot: bool):
+    """Values normalised as llama.cpp's NUQ value blocks are written (src/ggml/kvquant_base.c): per 64
+    values of a token mid / half from the min and max, with ``slot`` after taking out the block's minimum
+    or maximum, whichever leaves the narrower range (it goes to the block's outlier slot). Returns the
+    normalised values (blocks x 64) and the mask of those quantized densely (all but the slot's)."""
+    torch = _torch()
+    b = x.reshape(-1, VBLOCK)
+    keep = torch.ones_like(b, dtype=torch.bool)
+    if slot:
+        s, _ = b.sort(-1)
+        drop_max = (s[:, -1] - s[:, -2]) >= (s[:, 1] - s[:, 0])
+        idx = torch.where(drop_max, b.argmax(-1), b.argmin(-1))
+        keep[torch.arange(b.shape[0]), idx] = False
+    inf = torch.tensor(float("inf"), dtype=b.dtype)
+    lo = torch.where(keep, b, inf).amin(-1, keepdim=True)
+    hi = torch.where(keep, b, -inf).amax(-1, keepdim=True)
+    mid, half = (hi + lo) / 2, ((hi - lo) / 2).clamp_min(1e-8)
+    return (b - mid) / half, keep
+
+
+def key_rotation(head_dim: int) -> int:
+    """The order of llama.cpp's Hadamard rotation of K (``build_input_k_rot``): the largest power of two
+    dividing the head dimension."""
+    n = 1
+    while head_dim % (2 * n) == 0:
+        n *= 2
+    return n
+
+
+def rope_default(model_dir) -> float | None:
+    """The RoPE base of a model with plain RoPE on every channel (``rope_type`` default, no partial rotation),
+    else None (no rotated key tables: their keys would need the model's own RoPE variant)."""
+    from transformers import AutoConfig
+    t = AutoConfig.from_pretrained(model_dir, local_files_only=True).get_text_config()
+    rp = getattr(t, "rope_parameters", None) or getattr(t, "rope_scaling", None) or {}
+    if isinstance(rp, dict) and set(rp) - {"rope_theta", "rope_type"}:
+        return None  # per-layer-type dicts (Gemma-3) or scaled RoPE
+    if (rp.get("rope_type") or "default") != "default" or (getattr(t, "partial_rotary_factor", None) or 1) != 1:
+        return None
+    theta = rp.get("rope_theta") or getattr(t, "rope_theta", None)
+    return float(theta) if theta else None
+
+
+def keys_as_cached_rotated(x, head_dim: int, theta: float, permuted: bool):
+    """Keys (or their gradients: RoPE and the rotation are orthogonal) of one sequence, tokens x channels at
+    positions 0, 1, ..., as llama.cpp caches them with GGML_EXT_KV_KROT=1: roped (HF's rotate-half pairs
+    (j, j + hd/2)), in the cache's channel order (``permuted``: llama-arch GGUFs interleave the pairs, channel 2j
+    <- j, 2j + 1 <- j + hd/2), times the Hadamard matrix of :func:`key_rotation` per head."""
+    torch = _torch()
+    t, d = x.shape
+    h2 = head_dim // 2
+    inv = theta ** (-torch.arange(0, h2, dtype=torch.float64) * 2 / head_dim)
+    ang = torch.arange(t, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = torch.cos(ang)[:, None, :], torch.sin(ang)[:, None, :]
+    xh = x.double().reshape(t, d // head_dim, head_dim)
+    a, b = xh[..., :h2], xh[..., h2:]
+    r = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    if permuted:
+        r = torch.stack([r[..., :h2], r[..., h2:]], -1).reshape(t, -1, head_dim)
+    return rotate_blocks(r.reshape(t, d), key_rotation(head_dim)).to(x.dtype)
+
+
 def _subsample(n: int, limit: int, seed: int):
     if n <= limit:
         return None
@@ -195,9 +288,18 @@ def _subsample(n: int, limit: int, seed: int):
 
 
 def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outliers: float = DEFAULT_OUTLIERS,
-              qnorm_bits=DEFAULT_QNORM_BITS, max_points: int = MAX_POINTS, seed: int = 0) -> dict[str, np.ndarray]:
+              qnorm_bits=DEFAULT_QNORM_BITS, max_points: int = MAX_POINTS, seed: int = 0,
+              value_fisher_rot=None, keys_rot=None, key_fisher_rot=None,
+              key_order=None) -> dict[str, np.ndarray]:
     """One layer's quantizers from its calibration keys/values (tokens x channels, float tensors) and their
-    per-element Fisher information (same shape): the paper's offline part."""
+    per-element Fisher information (same shape): the paper's offline part. With ``value_fisher_rot`` (the
+    Fisher of the Hadamard-rotated values: the squared gradient, rotated before squaring) and channels a
+    multiple of 64, also the value tables of llama.cpp's 64-value blocks (``v_{nuq,deq}B_{b,bo,r,ro}``:
+    plain / one outlier slot, unrotated / rotated; :func:`block_normalised`); with ``keys_rot`` and
+    ``key_fisher_rot`` (keys as cached with GGML_EXT_KV_KROT=1: :func:`keys_as_cached_rotated`) the key tables
+    ``k_{nuq,deq}B_{r,ro}`` of those blocks; with ``key_order`` (the cache's channel order: an index array into
+    the calibration's) the tables ``k_{nuq,deq}B_{h,ho}`` of keys normalised per channel (min / max, or the
+    outlier thresholds) and then per 64-channel block of a token (GGML_EXT_KV_KBLOCK=1)."""
     torch = _torch()
     k, kf = keys.float(), key_fisher.double()
     v, vf = values.float(), value_fisher.double()
@@ -230,6 +332,30 @@ def fit_layer(keys, key_fisher, values, value_fisher, bits=DEFAULT_BITS, outlier
                 c = fit_nuq(xn, wn, b, seed=seed)
                 out[f"{which}_nuq{b}{tag}"] = c
                 out[f"{which}_deq{b}{tag}"] = q_norm(xn, c) if b in qnorm_bits else c
+    blocks = []
+    if value_fisher_rot is not None and v.shape[1] % VBLOCK == 0:
+        blocks += [("v", "_b", v, vf), ("v", "_r", rotate_blocks(v), value_fisher_rot.double())]
+    if keys_rot is not None and keys_rot.shape[1] % VBLOCK == 0:
+        blocks += [("k", "_r", keys_rot.float(), key_fisher_rot.double())]
+    if key_order is not None and k.shape[1] % VBLOCK == 0:
+        order = torch.as_tensor(np.asarray(key_order), dtype=torch.long)
+        for tag, (lo_, hi_) in (("_h", (lo0, hi0)), ("_ho", (lo, hi))):
+            mid, half = (hi_ + lo_) / 2, ((hi_ - lo_) / 2).clamp_min(1e-8)
+            blocks += [("k", tag, ((k - mid) / half)[:, order], kf[:, order])]
+    if blocks:
+        for which, tag, x, w in blocks:
+            for slot in ((tag == "_ho",) if tag in ("_h", "_ho") else (False, True)):
+                xn, keep = block_normalised(x, slot)
+                xn, wn = xn[keep], w.reshape(-1, VBLOCK)[keep]
+                idx = _subsample(xn.numel(), max_points, seed)
+                xn, wn = xn.numpy(), wn.numpy()
+                if idx is not None:
+                    xn, wn = xn[idx], wn[idx]
+                for b in bits:
+                    c = fit_nuq(xn, wn, b, seed=seed)
+                    name = tag if tag in ("_h", "_ho") else tag + ("o" if slot else "")
+                    out[f"{which}_nuq{b}{name}"] = c
+                    out[f"{which}_deq{b}{name}"] = q_norm(xn, c) if b in qnorm_bits else c
     del torch
     return out
 
@@ -254,31 +380,52 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
     tokens = tokenize(model_dir, text, n_samples, seq_len)
     digest = open_checkpoint(model_dir).source_hash()
     buf: dict[str, list] = {}
+    torch = _torch()
+    theta = rope_default(model_dir)
+    permuted = arch in ("llama", "mistral")  # the converter's permute_qk (the glue's keys_permuted)
+    # the cache's channel c of a head is the calibration's (k_proj's) channel key_order[c]
+    key_order = np.arange(kvh * hd)
+    if permuted:
+        j = np.arange(hd)
+        key_order = (np.arange(kvh)[:, None] * hd + np.where(j % 2, j // 2 + hd // 2, j // 2)[None, :]).reshape(-1)
 
     def on_kv(name, act, grad):
-        buf.setdefault(name, []).append((act.reshape(-1, act.shape[-1]).cpu(),
-                                         grad.double().pow(2).reshape(-1, grad.shape[-1]).cpu()))
+        g = grad.double().reshape(-1, grad.shape[-1]).cpu()
+        # values: also the Fisher of the Hadamard-rotated values (the gradient rotates with them)
+        a = act.reshape(-1, act.shape[-1]).cpu()
+        gr = rotate_blocks(g).pow(2) if name.endswith("v_proj") and g.shape[-1] % VBLOCK == 0 else None
+        if name.endswith("k_proj") and theta is not None and g.shape[-1] % VBLOCK == 0:
+            # keys as a KROT cache holds them: each sample's tokens at positions 0.. (one sequence per row)
+            seq = act.shape[-2] if act.dim() >= 2 else a.shape[0]
+            kr = torch.cat([keys_as_cached_rotated(c, hd, theta, permuted) for c in a.split(seq)])
+            gk = torch.cat([keys_as_cached_rotated(c, hd, theta, permuted) for c in g.split(seq)]).pow(2)
+            buf.setdefault(name + ".rot", []).append((kr, gk, None))
+        buf.setdefault(name, []).append((a, g.pow(2), gr))
 
     layers: list[dict | None] = [None] * n_layers
     bar = tqdm(total=n_layers, desc="kv datatypes (k-means)", unit="layer", disable=not progress)
 
     def on_layer(i, _res):
-        names = sorted(buf)
+        names = sorted(n for n in buf if not n.endswith(".rot"))
         ks = [n for n in names if n.endswith("k_proj")]
         vs = [n for n in names if n.endswith("v_proj")]
         if len(ks) != 1 or len(vs) != 1:
             raise KVCalibrationError(f"layer {i}: expected one k_proj and one v_proj output, got {names or 'none'} "
                                      f"(fused QKV projections are not supported yet)")
         torch = _torch()
-        k = torch.cat([a for a, _ in buf[ks[0]]])
-        kf = torch.cat([g for _, g in buf[ks[0]]])
-        v = torch.cat([a for a, _ in buf[vs[0]]])
-        vf = torch.cat([g for _, g in buf[vs[0]]])
+        k = torch.cat([a for a, _, _ in buf[ks[0]]])
+        kf = torch.cat([g for _, g, _ in buf[ks[0]]])
+        v = torch.cat([a for a, _, _ in buf[vs[0]]])
+        vf = torch.cat([g for _, g, _ in buf[vs[0]]])
+        vfr = None if buf[vs[0]][0][2] is None else torch.cat([g for _, _, g in buf[vs[0]]])
+        kr = buf.get(ks[0] + ".rot")
+        kr, kfr = (None, None) if kr is None else (torch.cat([a for a, _, _ in kr]), torch.cat([g for _, g, _ in kr]))
         if k.shape[1] != kvh * hd or v.shape[1] != kvh * hd:
             raise KVCalibrationError(f"layer {i}: K/V outputs of {k.shape[1]}/{v.shape[1]} channels, "
                                      f"expected {kvh} KV heads x {hd}")
         buf.clear()
-        layers[i] = fit_layer(k, kf, v, vf, bits, outliers, qnorm_bits, max_points, seed)
+        layers[i] = fit_layer(k, kf, v, vf, bits, outliers, qnorm_bits, max_points, seed, value_fisher_rot=vfr,
+                              keys_rot=kr, key_fisher_rot=kfr, key_order=key_order)
         bar.update(1)
 
     try:
