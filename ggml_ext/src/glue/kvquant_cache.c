@@ -457,8 +457,8 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     const char * mode  = getenv("GGML_EXT_KV_ATTN");
     const bool   check = mode && !strcmp(mode, "check");
     const bool   force = check || (mode && !strcmp(mode, "fused"));
-    if (mode && !strcmp(mode, "ref")) {
-        return NULL;
+    if ((mode && !strcmp(mode, "ref")) || kv_krot() == 1) {
+        return NULL;  // GGML_EXT_KV_KROT: keys stored after RoPE (and rotated): the reference path reads them
     }
     long         max_tokens = 16;
     const char * mt         = getenv("GGML_EXT_KV_ATTN_MAX_TOKENS");
