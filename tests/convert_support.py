@@ -237,6 +237,33 @@ def default_kv_calibration() -> Path:
     return path
 
 
+def k_proj_scaled(model: Path, dst: Path, factor: float) -> Path:
+    """A copy of `model` with k_proj's weights times `factor`: behind a K norm (Qwen3, Gemma-3) the model is the
+    same, but the K a pre-RoPE KVQuant cache holds (before the norm) is `factor` times larger -- read back without
+    the norm, attention would see keys `factor` times too long."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(model, dst)
+    for f in dst.glob("*.safetensors"):
+        t = load_file(f)
+        save_file({k: v * np.asarray(factor, v.dtype) if "k_proj" in k else v for k, v in t.items()}, f,
+                  metadata={"format": "pt"})
+    return dst
+
+
+def tiny_kv_setup(model: Path, dst: Path, bits=(4,)) -> tuple[Path, Path]:
+    """(KV calibration, f32 GGUF) of a tiny model for the KVQuant cache tests: `ggml-ext calibrate kv` on 2 x 48
+    tokens of a synthetic text (nuq `bits`, 1% outliers) and the model converted to f32, both under `dst`."""
+    from ggml_ext.converters import convert
+    from ggml_ext.methods.kvquant import calibrate
+    text = dst / "kv-text.txt"
+    text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
+    cal, gguf = dst / "kv.gguf", dst / "m.gguf"
+    calibrate(model, str(text), n_samples=2, seq_len=48, bits=tuple(bits), progress=False).save(cal, force=True)
+    convert(model, gguf, "f32")
+    return cal, gguf
+
+
 def default_converted(out_type: str) -> Path:
     """The default model converted by us to ``out_type`` (once per run)."""
     def build() -> Path:

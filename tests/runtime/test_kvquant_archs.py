@@ -21,21 +21,6 @@ pytest.importorskip("llama_cpp")
 import convert_support as cs  # noqa: E402
 
 
-def _k_proj_scaled(model, dst, factor):
-    """A copy of `model` with k_proj's weights times `factor`: behind a K norm the model is the same, but the
-    K the cache holds (before the norm) is `factor` times larger -- read back without the norm, attention
-    would see keys `factor` times too long."""
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-    shutil.copytree(model, dst)
-    for f in dst.glob("*.safetensors"):
-        t = load_file(f)
-        save_file({k: v * np.asarray(factor, v.dtype) if "k_proj" in k else v for k, v in t.items()}, f,
-                  metadata={"format": "pt"})
-    return dst
-
-
 def _logits(gguf, ids, type_k):
     from ggml_ext.llama_cpp_glue import Llama
     llm = Llama(str(gguf), logits_all=True, n_ctx=64, n_batch=64, n_threads=2, type_k=type_k, type_v=1,
@@ -49,18 +34,11 @@ def _logits(gguf, ids, type_k):
 
 @pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3"])
 def test_pre_rope_keys_on_k_norm_and_sliding_window_models(arch, tmp_path, monkeypatch):
-    from ggml_ext.converters import convert
-    from ggml_ext.methods.kvquant import calibrate
     over = {"query_pre_attn_scalar": 64} if arch.startswith("gemma") else {}
     model = cs.tiny(arch, head_dim=64, **over)
     if arch in ("qwen3", "gemma3"):
-        model = _k_proj_scaled(model, tmp_path / "scaled", 20.0)
-    text = tmp_path / "t.txt"
-    text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
-    cal = tmp_path / "kv.gguf"
-    calibrate(model, str(text), n_samples=2, seq_len=48, bits=(4, 2), progress=False).save(cal, force=True)
-    gguf = tmp_path / "m.gguf"
-    convert(model, gguf, "f32")
+        model = cs.k_proj_scaled(model, tmp_path / "scaled", 20.0)
+    cal, gguf = cs.tiny_kv_setup(model, tmp_path, bits=(4, 2))
     ids = [int(x) for x in np.random.default_rng(1).integers(3, 200, 40)]
     ref = cs.hf_logits(model, ids)
     monkeypatch.setenv("GGML_EXT_KV_CALIB", str(cal))

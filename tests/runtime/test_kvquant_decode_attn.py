@@ -94,24 +94,10 @@ def test_k_norm_model_through_the_op(tmp_path, monkeypatch, capfd):
     pytest.importorskip("llama_cpp")
     import numpy as np
 
-    from ggml_ext.converters import convert
     from ggml_ext.llama_cpp_glue import Llama
-    from ggml_ext.methods.kvquant import calibrate
-    import shutil
-
-    from safetensors.numpy import load_file, save_file
-    model = tmp_path / "scaled"
-    shutil.copytree(cs.tiny("qwen3", head_dim=64), model)
-    for f in model.glob("*.safetensors"):  # as test_kvquant_archs: the same model, 20x longer stored keys
-        t = load_file(f)
-        save_file({k: v * np.asarray(20.0, v.dtype) if "k_proj" in k else v for k, v in t.items()}, f,
-                  metadata={"format": "pt"})
-    text = tmp_path / "t.txt"
-    text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
-    cal = tmp_path / "kv.gguf"
-    calibrate(model, str(text), n_samples=2, seq_len=48, bits=(4,), progress=False).save(cal, force=True)
-    gguf = tmp_path / "m.gguf"
-    convert(model, gguf, "f32")
+    # as test_kvquant_archs: the same model, 20x longer stored keys
+    model = cs.k_proj_scaled(cs.tiny("qwen3", head_dim=64), tmp_path / "scaled", 20.0)
+    cal, gguf = cs.tiny_kv_setup(model, tmp_path)
     ids = [int(x) for x in np.random.default_rng(1).integers(3, 200, 40)]
     monkeypatch.setenv("GGML_EXT_KV_CALIB", str(cal))
 
