@@ -237,6 +237,21 @@ def default_kv_calibration() -> Path:
     return path
 
 
+def kvq_pack_head_block(idx, bits: int):
+    """numpy twin of the kvquant head block of 64 indices (docs/formats/kvquant.md, "Inside a head block")."""
+    import numpy as np
+    out = np.zeros(8 * bits, np.uint8)
+    for s, q in enumerate(idx):
+        q = int(q)
+        if bits == 4:
+            out[s % 32] |= q << (4 * (s // 32))
+        else:
+            out[s % 16] |= (q & 3) << (2 * (s // 16))
+            if bits == 3:
+                out[16 + s % 8] |= ((q >> 2) & 1) << (s // 8)
+    return out
+
+
 def k_proj_scaled(model: Path, dst: Path, factor: float) -> Path:
     """A copy of `model` with k_proj's weights times `factor`: behind a K norm (Qwen3, Gemma-3) the model is the
     same, but the K a pre-RoPE KVQuant cache holds (before the norm) is `factor` times larger -- read back without

@@ -70,18 +70,6 @@ def _table(calib, role, bits):
     return [np.ascontiguousarray(a, dtype=np.float32) for a in cal.levels(LAYER, role, bits, True)]
 
 
-def _pack(idx, bits):
-    """The kvquant head block of 64 indices (docs/formats/kvquant.md, "Inside a head block")."""
-    out = np.zeros(8 * bits, np.uint8)
-    for s, q in enumerate(idx):
-        q = int(q)
-        if bits == 4:
-            out[s % 32] |= q << (4 * (s // 32))
-        else:
-            out[s % 16] |= (q & 3) << (2 * (s // 16))
-            if bits == 3:
-                out[16 + s % 8] |= ((q >> 2) & 1) << (s // 8)
-    return out
 
 
 def _nearest(levels, xn):
@@ -140,7 +128,7 @@ def test_value_blocks_keep_one_outlier(calib, bits):
         lo, hi = np.float32(rest.min()), np.float32(rest.max())
         mid, half = np.float32((hi + lo) / 2), np.float32(max((hi - lo) / 2, 1e-8))
         idx = _nearest(levels, (xb - mid) / half)
-        want = np.concatenate([_pack(idx, bits), np.array([_u16(mid), _u16(half), 0x8000 | slot, _u16(xb[slot])],
+        want = np.concatenate([cs.kvq_pack_head_block(idx, bits), np.array([_u16(mid), _u16(half), 0x8000 | slot, _u16(xb[slot])],
                                                            np.uint16).view(np.uint8)])
         assert bytes(buf[size * b:size * (b + 1)]) == bytes(want), b
         deq = values[idx] * _f16(half) + _f16(mid)
@@ -178,7 +166,7 @@ def test_key_blocks_keep_two_outliers(calib, bits):
             for s, ch in enumerate(kept):
                 w[2 * s], w[2 * s + 1] = 0x8000 | int(ch), _u16(x[r, 64 * b + ch])
             blk = 2 * r + b
-            want = np.concatenate([_pack(idx, bits), np.array(w, np.uint16).view(np.uint8)])
+            want = np.concatenate([cs.kvq_pack_head_block(idx, bits), np.array(w, np.uint16).view(np.uint8)])
             assert bytes(buf[size * blk:size * (blk + 1)]) == bytes(want), (r, b)
             deq = values[idx] * half[c] + mid[c]
             for ch in kept:

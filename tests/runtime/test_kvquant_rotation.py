@@ -85,18 +85,6 @@ def test_block_normalisation_is_the_written_one(calib):
     assert xn[keep].abs().max() <= 1 + 1e-6
 
 
-def _pack(idx, bits):
-    """The kvquant head block of 64 indices (docs/formats/kvquant.md, "Inside a head block")."""
-    out = np.zeros(8 * bits, np.uint8)
-    for s, q in enumerate(idx):
-        q = int(q)
-        if bits == 4:
-            out[s % 32] |= q << (4 * (s // 32))
-        else:
-            out[s % 16] |= (q & 3) << (2 * (s // 16))
-            if bits == 3:
-                out[16 + s % 8] |= ((q >> 2) & 1) << (s // 8)
-    return out
 
 
 def _u16(x):
@@ -153,7 +141,7 @@ def test_block_scaled_keys_numpy_twin(calib, bits):
             lo, hi = np.float32(rest.min()), np.float32(rest.max())
             m, h = np.float32((hi + lo) / 2), np.float32(max((hi - lo) / 2, 1e-8))
             idx = np.searchsorted(mids, ((xn - m) / h).astype(np.float32), side="left")
-            want = np.concatenate([_pack(idx, bits), np.array([_u16(m), _u16(h), 0x8000 | slot, _u16(xb[slot])],
+            want = np.concatenate([cs.kvq_pack_head_block(idx, bits), np.array([_u16(m), _u16(h), 0x8000 | slot, _u16(xb[slot])],
                                                                np.uint16).view(np.uint8)])
             k = (r * 2 + cb) * size
             assert bytes(buf[k:k + size]) == bytes(want), (r, cb)
