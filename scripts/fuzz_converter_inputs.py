@@ -57,6 +57,7 @@ with _instrumented:
     from ggml_ext.converters import OUTPUT_TYPES, ConversionError, ConversionResult, convert, plan
     from ggml_ext.gguf.writer import _encode_value
     from ggml_ext.converters.pipeline import _transform
+    from ggml_ext.converters.policy import CODEBOOK_RECIPES
 from ggml_ext import quants
 from ggml_ext.gguf import GGUFFile, TensorInfo, read_gguf
 
@@ -113,9 +114,11 @@ def check_one(data: bytes) -> GGUFFile | None:
         pre = split(data)[1].get(PRE_SLOT)
         options = {"pre_tokenizer": None if pre is None else pre.decode("utf-8", "replace")}  # plan() takes them too
         out = work / "out.gguf"
-        text = work / "calib.txt"             # the calibrated types (cb2, cb3...): a short text, two windows
-        text.write_text(CALIB_TEXT)
-        calibration = {"calib": text, "calib_samples": 2, "calib_seq_len": 32, "calib_progress": False}
+        calibration = {}
+        if out_type in CODEBOOK_RECIPES:      # the types that calibrate (cb2, cb3...): a short text, two windows
+            text = work / "calib.txt"
+            text.write_text(CALIB_TEXT)
+            calibration = {"calib": text, "calib_samples": 2, "calib_seq_len": 32, "calib_progress": False}
         try:
             result = convert(work / "model", out, out_type, force=True, threads=1, warn=lambda msg: None,
                              **calibration, **options)
