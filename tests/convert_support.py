@@ -237,6 +237,19 @@ def default_kv_calibration() -> Path:
     return path
 
 
+def tool_refused(run) -> str:
+    """The message of a llama tool run (`run()`: ggml_ext.tools.perplexity and the like, which raise RuntimeError
+    with the tool's output and "exit N") that must fail: an error exit of the tool, not a signal (no abort, no
+    crash)."""
+    import pytest
+    with pytest.raises(RuntimeError) as e:
+        run()
+    msg = str(e.value)
+    code = int(msg.split("exit ", 1)[1].split(")", 1)[0])
+    assert 0 < code < 128, msg
+    return msg
+
+
 def kvq_pack_head_block(idx, bits: int):
     """numpy twin of the kvquant head block of 64 indices (docs/formats/kvquant.md, "Inside a head block")."""
     import numpy as np
