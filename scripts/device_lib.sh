@@ -7,8 +7,8 @@
 #                           $B/install on every call (ninja redoes only what changed: a warm machine whose $B
 #                           holds an older build picks up the current kernels; an unchanged tree costs seconds);
 #                           exports P (the prefix), BIN, PYTHONPATH, GGML_EXT_PREFIX, LD_LIBRARY_PATH
-#   device_test_cuda PATTERN N  scripts/test_cuda.sh twice (a result that changes from run to run shows) into
-#                           $out/test_cuda-{1,2}.log; the summary keeps rc, the lines matching PATTERN and the
+#   device_test_cuda PATTERN N [ROUNDS]  scripts/test_cuda.sh ROUNDS times (default 2: a result that changes from
+#                           run to run shows) into $out/test_cuda-{1,2}.log; the summary keeps rc, the lines matching PATTERN and the
 #                           first N FAIL lines of each round
 device_setup() {
     top=$1
@@ -42,7 +42,7 @@ device_build_cuda() {
 
 device_test_cuda() {
     local round
-    for round in 1 2; do
+    for round in $(seq "${3:-2}"); do
         bash scripts/test_cuda.sh "$P" > "$out/test_cuda-$round.log" 2>&1
         say "make test-cuda (round $round): rc=$? | $(grep -E "$1" "$out/test_cuda-$round.log" | tr '\n' '|')"
         grep FAIL "$out/test_cuda-$round.log" | head -"$2" | tee -a "$out/summary.txt"
