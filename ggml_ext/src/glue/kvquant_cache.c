@@ -397,7 +397,11 @@ struct ggml_tensor * ggml_ext_llama_k_rope(struct ggml_context * ctx, struct ggm
     if (norm) {  // the model's K norm on the dequantized keys (the cache holds them before it)
         float eps;
         memcpy(&eps, norm->src[0]->op_params, sizeof(eps));
-        kf = ggml_mul(ctx, ggml_rms_norm(ctx, kf, eps), norm->src[1]);
+        // on the rows as one 2-D tensor: ggml-cuda's rms_norm puts ne[2] in grid.y (at most 65535), and ne[2]
+        // here is the cell count (131072 cells aborted the CUDA build); the values are the same row by row
+        struct ggml_tensor * k2 = ggml_reshape_2d(ctx, kf, kf->ne[0], kf->ne[1] * kf->ne[2]);
+        k2 = ggml_mul(ctx, ggml_rms_norm(ctx, k2, eps), norm->src[1]);
+        kf = ggml_reshape_3d(ctx, k2, k->ne[0], k->ne[1], k->ne[2] * k->ne[3]);
     }
     const int32_t * p = (const int32_t *) k_roped->op_params;
     float           f[6];
