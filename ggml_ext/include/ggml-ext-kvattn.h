@@ -49,7 +49,8 @@ GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
 
 // ---- libllama (src/glue/kvquant_cache.c) ----
 
-// llama_graph's hook (patch 0320): the attention of a pre-RoPE K cache through ggml_ext_kvq_attn, or NULL
+// llama_graph's hook (patch 0320; the iSWA build_attn of patch 0325 with each layer's own cache, positions and
+// mask): the attention of a pre-RoPE K cache through ggml_ext_kvq_attn, or NULL
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
 // (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
