@@ -2,7 +2,7 @@
 docs/KVQUANT.md "The CUDA path").
 
 - Host (nvcc, no GPU): the block functions the kernels run (kvquant_decode.cuh) against the CPU row functions:
-  value and pre-RoPE key caches, with and without outlier slots and the sink, and memory outside every binding:
+  value and pre-RoPE key caches (per-channel blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK), with and without outlier slots and the sink, and memory outside every binding:
   the same bytes and every value the same bits; the kernels' per-thread bodies (SET_ROWS from a strided source
   into scattered cells, CPY of the flash-attention V view and the K path's 4-D view, GET_ROWS) against ggml's CPU
   ops on the same bound caches (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
@@ -39,10 +39,11 @@ def test_kvquant_cuda_block_functions_match_the_cpu_rows(tmp_path):
     proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     for name in ("nuq4", "nuq3", "nuq2"):
-        m = re.search(rf"^{name}: 9 cases checked \((\d+) outlier slots\)$", proc.stdout, re.M)
-        assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
-        assert re.search(rf"^{name}: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops \(4 settings\)$",
-                         proc.stdout, re.M), proc.stdout[-2000:]
+        m = re.search(rf"^{name}: 13 cases checked \((\d+) outlier slots, (\d+) in block-scaled keys\)$", proc.stdout,
+                      re.M)
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, proc.stdout[-2000:]
+        assert re.search(rf"^{name}: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops \(8 settings, 4 "
+                         rf"with block-scaled keys\)$", proc.stdout, re.M), proc.stdout[-2000:]
     assert "OK: 0 failures" in proc.stdout
 
 

@@ -186,6 +186,7 @@ static void describe(const struct binding * b, const struct ggml_ext_kvq_layer *
         d->outliers   = b->outliers;
         d->n_sink     = b->n_sink;
         d->sink_cap   = b->sink_cap;
+        d->k_block    = b->row_blocks ? b->k_block : 0;
     }
 }
 
