@@ -6,8 +6,8 @@ docs/KVQUANT.md "The CUDA path").
   the same bytes and every value the same bits; the kernels' per-thread bodies (SET_ROWS from a strided source
   into scattered cells, CPY of the flash-attention V view and the K path's 4-D view, GET_ROWS) against ggml's CPU
   ops on the same bound caches (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
-- GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): three caches of three tables
-  bound at once on the CPU and the GPU; SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to
+- GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): four caches bound at once on the
+  CPU and the GPU (values, per-channel keys, block-scaled keys of the same rows and table, values of another table); SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to
   f32 / GET_ROWS the CPU's values bit for bit (f16: the CPU's rounded), the sink cell its written floats; flash
   attention with a NUQ V equals the GPU's own on the CPU's dequantized V in f16 and is within NMSE 5e-4 of the CPU.
   Skipped without a GGML_EXT_CUDA build or a CUDA device."""
@@ -52,5 +52,6 @@ def test_kvquant_cache_on_cuda_matches_the_cpu(kvquant_cuda):
     proc = run_on_gpus(kvquant_cuda)
     for name in ("nuq4", "nuq3", "nuq2"):
         for what in ("", " +outliers", " +outliers +sink"):
-            assert re.search(rf"^{name}{re.escape(what)}: SET_ROWS bytes equal", proc.stdout, re.M), proc.stdout[-2000:]
+            assert re.search(rf"^{name}{re.escape(what)}: SET_ROWS bytes equal \(4 caches: V, K, block-scaled K, V2;",
+                             proc.stdout, re.M), proc.stdout[-2000:]
         assert re.search(rf"^{name} FLASH_ATTN_EXT .*= GPU on f16 V", proc.stdout, re.M), proc.stdout[-2000:]
