@@ -2,14 +2,16 @@
 docs/KVQUANT.md "The CUDA path").
 
 - Host (nvcc, no GPU): the block functions the kernels run (kvquant_decode.cuh) against the CPU row functions:
-  value and pre-RoPE key caches (per-channel blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK), with and without outlier slots and the sink, and memory outside every binding:
-  the same bytes and every value the same bits; the kernels' per-thread bodies (SET_ROWS from a strided source
-  into scattered cells, CPY of the flash-attention V view and the K path's 4-D view, GET_ROWS) against ggml's CPU
-  ops on the same bound caches (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
+  value and pre-RoPE key caches (per-channel blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK), with and without
+  outlier slots and the sink, and memory outside every binding: the same bytes and every value the same bits; the
+  kernels' per-thread bodies (SET_ROWS from a strided source into scattered cells, CPY of the flash-attention V view
+  and the K path's 4-D view, GET_ROWS) against ggml's CPU ops on the same bound caches, keys per channel and
+  block-scaled (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
 - GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): four caches bound at once on the
-  CPU and the GPU (values, per-channel keys, block-scaled keys of the same rows and table, values of another table); SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to
-  f32 / GET_ROWS the CPU's values bit for bit (f16: the CPU's rounded), the sink cell its written floats; flash
-  attention with a NUQ V equals the GPU's own on the CPU's dequantized V in f16 and is within NMSE 5e-4 of the CPU.
+  CPU and the GPU (values, per-channel keys, block-scaled keys of the same rows and table, values of another
+  table); SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to f32 / GET_ROWS the CPU's values
+  bit for bit (f16: the CPU's rounded), the sink cell its written floats; flash attention with a NUQ V equals the
+  GPU's own on the CPU's dequantized V in f16 and is within NMSE 5e-4 of the CPU.
   Skipped without a GGML_EXT_CUDA build or a CUDA device."""
 from __future__ import annotations
 
