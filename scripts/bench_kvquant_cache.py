@@ -9,7 +9,9 @@ A configuration is `K/V`, optionally with `+o` (--kv-outliers at the calibration
 (--kv-sink 1), `+r` (GGML_EXT_KV_VROT=1: NUQ values Hadamard-rotated, the calibration's rotated tables) and
 `+t` (GGML_EXT_KV_VTABLE=token: the value tables fitted per token, as before the 64-value block tables) and
 `+k` (GGML_EXT_KV_KROT=1: NUQ keys after RoPE, Hadamard-rotated, per-64 scales) and `+b`
-(GGML_EXT_KV_KBLOCK=1: NUQ keys before RoPE, per channel and then per token and 64-channel block)) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
+(GGML_EXT_KV_KBLOCK=1: NUQ keys before RoPE, per channel and then per token and 64-channel block; without `+b`
+a NUQ K row runs GGML_EXT_KV_KBLOCK=0, per channel alone, so rows keep the meaning they had before block-scaled
+keys became the default)) for our types, or prefixed `up:` (the pristine upstream build's llama-perplexity from
 --upstream, default ~/.cache/ggml-ext/upstream-0c1e57098/bin) and `up-norot:` (the same with
 LLAMA_ATTN_ROT_DISABLE=1: upstream's quantized caches without their Hadamard rotation).
 Bits per element (K and V averaged) come from the types' block sizes; the sink's float rows add
@@ -85,8 +87,7 @@ def main() -> int:
                 env["GGML_EXT_KV_VTABLE"] = "token"
             if "k" in flags:
                 env["GGML_EXT_KV_KROT"] = "1"
-            if "b" in flags:
-                env["GGML_EXT_KV_KBLOCK"] = "1"
+            env["GGML_EXT_KV_KBLOCK"] = "1" if "b" in flags else "0"
 
         sink = 32.0 / a.ctx if "s" in flags else 0.0
         bpe = (bits[k] + bits[v]) / 2 + sink

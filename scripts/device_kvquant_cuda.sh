@@ -13,7 +13,9 @@
 #            full context): upstream f16, q8_0, q4_0 (rotated, upstream's default) and q4_0 unrotated
 #            (LLAMA_ATTN_ROT_DISABLE=1); ours f16, and nuq4 / nuq3 / nuq2 with --kv-outliers 0.01 --kv-sink 1;
 #            then the agreement check: the same nuq3 setting with the cache in VRAM and on the CPU
-#            (--no-kv-offload: the cache and attention on the CPU), CHUNKS_CPU windows at ctx CTX_CPU (2048).
+#            (--no-kv-offload: the cache and attention on the CPU), CHUNKS_CPU windows at ctx CTX_CPU (2048),
+#            with the default keys (block-scaled: the calibrations made here have the k_nuqB_ho tables) and with
+#            GGML_EXT_KV_KBLOCK=0 (build column "ours-kchannel": keys per channel alone).
 #            Each row logs the KV cache size llama.cpp prints, its buffer (CUDA0 or CPU) and the graph splits.
 #   bench    llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -d D (D in DEPTHS: 8192 32768) on BENCH_MODEL (gemma, or smol):
 #            upstream f16 and q4_0, ours f16, nuq4 / nuq3 / nuq2 (+ outliers + sink through GGML_EXT_KV_OUTLIERS /
@@ -165,6 +167,8 @@ agree() {  # label model kvq
     local cc=${CHUNKS_CPU:-4} cx=${CTX_CPU:-2048}
     ppl "$1" "$2" "$cx" "$cc" ours nuq3 nuq3 --kv-calib "$3" "${nuq[@]}"
     ppl "$1" "$2" "$cx" "$cc" ours nuq3 nuq3 --kv-calib "$3" "${nuq[@]}" --no-kv-offload
+    GGML_EXT_KV_KBLOCK=0 ppl "$1" "$2" "$cx" "$cc" ours-kchannel nuq3 nuq3 --kv-calib "$3" "${nuq[@]}"
+    GGML_EXT_KV_KBLOCK=0 ppl "$1" "$2" "$cx" "$cc" ours-kchannel nuq3 nuq3 --kv-calib "$3" "${nuq[@]}" --no-kv-offload
 }
 ladder() {  # label model ctx chunks kvq
     local t

@@ -1,13 +1,17 @@
 // The KVQuant cache types NUQ4 / NUQ3 / NUQ2 on a GPU against the CPU (ggml_ext/src/cuda/kvquant_cuda.cu, patch
 // 0421; docs/KVQUANT.md "The CUDA path"). Each backend gets the same caches, allocated in its own buffer and bound
-// by address to the same per-layer tables (ggml_ext_kvq_bind_opts, as the llama glue does), three "layers" at
+// by address to the same per-layer tables (ggml_ext_kvq_bind_opts, as the llama glue does), four "layers" at
 // once: a value cache (two 64-value blocks per row) and a pre-RoPE key cache (three blocks per row, per-channel
-// scales) of one table each, and a second value cache of another table. For nuq4 / 3 / 2, without and with the
-// in-block outlier slots and the float sink (--kv-outliers / --kv-sink):
+// scales) of one table each, a block-scaled key cache (GGML_EXT_KV_KBLOCK, ggml_ext_kvq_key_blocks: per channel,
+// then each block a value block of the normalised keys with one slot) of the key cache's table and scales, and a
+// second value cache of another table. For nuq4 / 3 / 2, without and with the in-block outlier slots and the float
+// sink (--kv-outliers / --kv-sink):
 //   SET_ROWS  f32 rows (an odd count, into scattered cells; rows with values far outside the key ranges, one with a
-//             NaN, one with an infinity) -> the caches' bytes equal the CPU's byte for byte;
-//   CPY       NUQ -> f32 of every cell: the CPU's values bit for bit (NaN where the CPU has NaN); NUQ -> f16: the
-//             CPU's f32 rounded to f16; a sink row reads back the floats written (so the device sink is used);
+//             NaN, one with an infinity) -> the caches' bytes equal the CPU's byte for byte (the two key caches get
+//             the same rows: the CPU's bytes of the two must differ, so a GPU that ignores the block scale fails);
+//   CPY       NUQ -> f32 of every cell (and of a 4-D block view of the block-scaled keys, as the K path casts it):
+//             the CPU's values bit for bit (NaN where the CPU has NaN); NUQ -> f16: the CPU's f32 rounded to f16; a
+//             sink row reads back the floats written (values and block-scaled keys: so the device sink is used);
 //   side blob the state's sink rows (ggml_ext_kvq_side_get) of the GPU cache equal the CPU's; restored onto another cell
 //             (ggml_ext_kvq_side_set), the GPU reads them there;
 //   GET_ROWS  NUQ -> f32 of an odd list of cells: bit for bit;
@@ -31,6 +35,9 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only, as the llama glue does)
+extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
 
 static const int N_CELLS = 257;  // cache rows (odd)
 static const int D_V     = 128;  // value row: 2 blocks (two heads of 64)
@@ -63,10 +70,10 @@ struct caches {
     ggml_backend_t        be  = nullptr;
     ggml_context *        ctx = nullptr;
     ggml_backend_buffer_t buf = nullptr;
-    ggml_tensor *         v = nullptr, *k = nullptr, *v2 = nullptr;
+    ggml_tensor *         v = nullptr, *k = nullptr, *kb = nullptr, *v2 = nullptr;  // kb: block-scaled keys
 
     ~caches() {
-        for (ggml_tensor * t : { v, k, v2 }) {
+        for (ggml_tensor * t : { v, k, kb, v2 }) {
             if (t && t->data) {
                 ggml_ext_kvq_unbind(t->data);
             }
@@ -94,6 +101,7 @@ static bool make_caches(caches & c, ggml_backend_t be, const setup & s) {
     c.ctx                   = ggml_init(ip);
     c.v                     = ggml_new_tensor_2d(c.ctx, (ggml_type) s.type, D_V, N_CELLS);
     c.k                     = ggml_new_tensor_2d(c.ctx, (ggml_type) s.type, D_K, N_CELLS);
+    c.kb                    = ggml_new_tensor_2d(c.ctx, (ggml_type) s.type, D_K, N_CELLS);
     c.v2                    = ggml_new_tensor_2d(c.ctx, (ggml_type) s.type, D_V, N_CELLS);
     c.buf                   = ggml_backend_alloc_ctx_tensors(c.ctx, be);
     if (!c.buf) {
@@ -106,6 +114,9 @@ static bool make_caches(caches & c, ggml_backend_t be, const setup & s) {
                                            nullptr, s.outliers, s.n_sink, err, sizeof(err));
     rc |= ggml_ext_kvq_bind_opts(c.k->data, ggml_nbytes(c.k), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
                                  s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+    rc |= ggml_ext_kvq_bind_opts(c.kb->data, ggml_nbytes(c.kb), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
+                                 s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+    rc |= ggml_ext_kvq_key_blocks(c.kb->data, 1) != 0 ? (snprintf(err, sizeof(err), "key_blocks"), 1) : 0;
     rc |= ggml_ext_kvq_bind_opts(c.v2->data, ggml_nbytes(c.v2), s.type, D_V, s.tv2.levels, s.tv2.values, nullptr,
                                  nullptr, s.outliers, s.n_sink, err, sizeof(err));
     CHECK(rc == 0, "bind on %s: %s", ggml_backend_name(be), err);
@@ -174,12 +185,13 @@ static int64_t f32_diffs(const std::vector<uint8_t> & a, const std::vector<uint8
     return n + (a.size() != b.size());
 }
 
-static int64_t count_slots(const std::vector<uint8_t> & cache, size_t block_bytes, int bits) {
+// outlier slots in a cache's blocks (value_style: one slot, words 2 / 3; words 0 / 1 are the block's mid / half)
+static int64_t count_slots(const std::vector<uint8_t> & cache, size_t block_bytes, int bits, bool value_style) {
     int64_t n = 0;
     for (size_t o = 0; o + block_bytes <= cache.size(); o += block_bytes) {
         uint16_t w[4];
         std::memcpy(w, &cache[o + 64 * bits / 8], sizeof(w));
-        n += (w[0] & 0xffc0) == 0x8000;
+        n += !value_style && (w[0] & 0xffc0) == 0x8000;
         n += (w[2] & 0xffc0) == 0x8000;
     }
     return n;
@@ -223,7 +235,7 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
     for (int i = 0; i < N_CELLS; i++) {
         cells[i] = (i * 101 + 7) % N_CELLS;
     }
-    std::vector<float> sink_row;  // what the sink cell (pass 0's first row, position 0) was written with
+    std::vector<float> sink_row, sink_key;  // what the sink cell (pass 0's first row, position 0) was written with
     for (int pass = 0; pass < 2; pass++) {
         std::vector<int64_t> idx(cells.begin() + pass * 20, cells.begin() + pass * 20 + N_WRITE);
         std::vector<float>   xv(D_V * N_WRITE), xk(D_K * N_WRITE), xv2(D_V * N_WRITE);
@@ -245,6 +257,7 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         xv2[6 * D_V + 1]  = 40.0f;     // one value far from its block (the outlier slot)
         if (pass == 0) {
             sink_row.assign(xv.begin(), xv.begin() + D_V);
+            sink_key.assign(xk.begin(), xk.begin() + D_K);
         }
         // the sink: the first written cell holds position 0 (before the graph that writes it, as apply_ubatch)
         std::vector<uint32_t> wc(N_WRITE);
@@ -254,7 +267,7 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
             pos[i] = pass == 0 && i == 0 ? 0 : 100 + i;
         }
         for (caches * c : { &cc, &gc }) {
-            for (ggml_tensor * t : { c->v, c->k, c->v2 }) {
+            for (ggml_tensor * t : { c->v, c->k, c->kb, c->v2 }) {
                 ggml_ext_kvq_rows_written(t->data, t->nb[1], wc.data(), pos.data(), N_WRITE);
             }
             run_graph(*c, [&](ggml_context * ctx, std::vector<ggml_tensor *> & outs,
@@ -269,14 +282,15 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
                 in.push_back({ sv2, as_bytes(xv2) });
                 outs.push_back(ggml_set_rows(ctx, c->v, sv, i64));
                 outs.push_back(ggml_set_rows(ctx, c->k, sk, i64));
+                outs.push_back(ggml_set_rows(ctx, c->kb, sk, i64));  // the same key rows, block-scaled
                 outs.push_back(ggml_set_rows(ctx, c->v2, sv2, i64));
             });
         }
     }
-    const char * names[3] = { "V", "K", "V2" };
-    ggml_tensor * ct[3] = { cc.v, cc.k, cc.v2 }, *gt[3] = { gc.v, gc.k, gc.v2 };
-    int64_t slots = 0;
-    for (int i = 0; i < 3; i++) {
+    const char * names[4] = { "V", "K", "block-scaled K", "V2" };
+    ggml_tensor * ct[4] = { cc.v, cc.k, cc.kb, cc.v2 }, *gt[4] = { gc.v, gc.k, gc.kb, gc.v2 };
+    int64_t slots = 0, kb_slots = 0;
+    for (int i = 0; i < 4; i++) {
         const std::vector<uint8_t> a = tensor_bytes(ct[i]), b = tensor_bytes(gt[i]);
         int64_t                    diff = 0, first = -1;
         for (size_t j = 0; j < a.size(); j++) {
@@ -287,9 +301,27 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         }
         CHECK(diff == 0, "%s %s SET_ROWS: %lld bytes differ from the CPU's (first at %lld, block %lld)", what.c_str(),
               names[i], (long long) diff, (long long) first, (long long) (first / (int64_t) ti->type_size));
-        slots += count_slots(a, ti->type_size, s.bits);
+        if (i == 2) {
+            kb_slots = count_slots(a, ti->type_size, s.bits, true);
+        } else {
+            slots += count_slots(a, ti->type_size, s.bits, false);
+        }
     }
     CHECK(outliers ? slots > 0 : slots == 0, "%s: %lld outlier slots in the CPU's blocks", what.c_str(), (long long) slots);
+    CHECK(outliers ? kb_slots > 0 : kb_slots == 0, "%s: %lld outlier slots in the CPU's block-scaled key blocks",
+          what.c_str(), (long long) kb_slots);
+    {  // the CPU wrote the same key rows differently into the block-scaled cache: the GPU's equality above means it
+       // follows the block scale (a GPU writing per-channel key blocks there would differ from the CPU)
+        const std::vector<uint8_t> a = tensor_bytes(cc.k), b = tensor_bytes(cc.kb);
+        int64_t                    same = 0, written = 0;
+        for (size_t o = 0; o < a.size(); o += ti->type_size) {
+            const bool zero = std::all_of(a.begin() + o, a.begin() + o + ti->type_size, [](uint8_t x) { return x == 0; });
+            written += !zero;
+            same += !zero && std::equal(a.begin() + o, a.begin() + o + ti->type_size, b.begin() + o);
+        }
+        CHECK(written > 0 && same == 0, "%s: %lld of %lld written key blocks are the same per channel and block-scaled",
+              what.c_str(), (long long) same, (long long) written);
+    }
 
     // dequantize: CPY to f32 (and f16 on the GPU) of every cell, GET_ROWS of an odd list
     std::vector<int32_t> gidx;
@@ -303,27 +335,36 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
                                          std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> & in) {
             ggml_tensor * gi = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, (int64_t) gidx.size());
             in.push_back({ gi, as_bytes(gidx) });
-            for (ggml_tensor * t : { c->v, c->k, c->v2 }) {
+            for (ggml_tensor * t : { c->v, c->k, c->kb, c->v2 }) {
                 o.push_back(ggml_cast(ctx, t, GGML_TYPE_F32));
             }
             // a strided view: every other cell of the value cache, as a [64, 2, n] block view
             ggml_tensor * vv = ggml_view_3d(ctx, c->v, 64, 2, N_CELLS / 2, ggml_row_size(c->v->type, 64), 2 * c->v->nb[1], 0);
             o.push_back(ggml_cast(ctx, vv, GGML_TYPE_F32));
+            // the block-scaled keys as the K path casts them before RoPE: [64, 2 blocks, cells - 1, 1] from the second
+            // block of the first cell on (channel of a block from its offset in the cache, not in the view)
+            ggml_tensor * kv = ggml_view_4d(ctx, c->kb, 64, 2, N_CELLS - 1, 1, ggml_row_size(c->kb->type, 64),
+                                            c->kb->nb[1], c->kb->nb[1] * (N_CELLS - 1), ggml_row_size(c->kb->type, 64));
+            o.push_back(ggml_cast(ctx, kv, GGML_TYPE_F32));
             o.push_back(ggml_get_rows(ctx, c->k, gi));
+            o.push_back(ggml_get_rows(ctx, c->kb, gi));
             o.push_back(ggml_get_rows(ctx, c->v2, gi));
             if (is_gpu) {
                 o.push_back(ggml_cast(ctx, c->v, GGML_TYPE_F16));
                 o.push_back(ggml_cast(ctx, c->k, GGML_TYPE_F16));
+                o.push_back(ggml_cast(ctx, c->kb, GGML_TYPE_F16));
             }
         }));
     }
-    const char * dnames[6] = { "CPY V", "CPY K", "CPY V2", "CPY V view", "GET_ROWS K", "GET_ROWS V2" };
-    for (int i = 0; i < 6; i++) {
+    const int    n_f32     = 9;
+    const char * dnames[n_f32] = { "CPY V",        "CPY K",      "CPY block-scaled K", "CPY V2",     "CPY V view",
+                                   "CPY block-scaled K view", "GET_ROWS K", "GET_ROWS block-scaled K", "GET_ROWS V2" };
+    for (int i = 0; i < n_f32; i++) {
         const int64_t d = f32_diffs(outs[0].bytes[i], outs[1].bytes[i]);
         CHECK(d == 0, "%s %s -> f32: %lld values differ from the CPU's", what.c_str(), dnames[i], (long long) d);
     }
-    for (int i = 0; i < 2; i++) {  // f16 = the CPU's f32 rounded
-        const std::vector<uint8_t> & f32 = outs[0].bytes[i], & f16 = outs[1].bytes[6 + i];
+    for (int i = 0; i < 3; i++) {  // f16 = the CPU's f32 rounded (V, K, block-scaled K)
+        const std::vector<uint8_t> & f32 = outs[0].bytes[i], & f16 = outs[1].bytes[n_f32 + i];
         int64_t                      d   = 0;
         for (size_t j = 0; j < f16.size() / 2; j++) {
             float x;
@@ -343,6 +384,14 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         }
         CHECK(n_sink ? exact == D_V : exact < D_V, "%s: the sink cell reads %lld of %d written values exactly",
               what.c_str(), (long long) exact, D_V);
+        exact = 0;  // the block-scaled key cache's sink cell
+        for (int c = 0; c < D_K; c++) {
+            float y;
+            std::memcpy(&y, &outs[1].bytes[2][4 * ((size_t) cells[0] * D_K + c)], 4);
+            exact += y == sink_key[c];
+        }
+        CHECK(n_sink ? exact == D_K : exact < D_K, "%s: the block-scaled key sink cell reads %lld of %d written keys "
+              "exactly", what.c_str(), (long long) exact, D_K);
     }
     if (n_sink) {
         // the state's side blob (llama_state_*): the sink floats of the GPU cache come out of device memory equal to
@@ -376,8 +425,8 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         CHECK(exact == D_V, "%s: the restored sink cell reads %lld of %d values on the GPU", what.c_str(), (long long) exact,
               D_V);
     }
-    std::printf("%s: SET_ROWS bytes equal (3 caches, %d + %d rows, %lld outlier slots), CPY / GET_ROWS bit for bit\n",
-                what.c_str(), N_WRITE, N_WRITE, (long long) slots);
+    std::printf("%s: SET_ROWS bytes equal (4 caches: V, K, block-scaled K, V2; %d + %d rows, %lld + %lld outlier slots), "
+                "CPY / GET_ROWS bit for bit\n", what.c_str(), N_WRITE, N_WRITE, (long long) slots, (long long) kb_slots);
 }
 
 // flash attention with a NUQ V on the GPU: upstream's kernel on the dequantized V; bit for bit that kernel on an f16

@@ -1,7 +1,8 @@
 // The KVQuant cache types' CUDA block functions (ggml_ext/src/cuda/kvquant_decode.cuh: what the SET_ROWS / CPY /
 // GET_ROWS / flash-attention kernels of kvquant_cuda.cu run per block and per value) on the host against the CPU
 // row functions (ggml's from_float_ref / to_float of NUQ4 / NUQ3 / NUQ2, ggml/kvquant_base.c): for each type, value
-// and pre-RoPE key caches, without and with outlier slots, without and with the float sink, and memory outside every
+// and pre-RoPE key caches (per-channel key blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK, ggml_ext_kvq_key_blocks),
+// without and with outlier slots, without and with the float sink, and memory outside every
 // binding (uniform levels), rows of random values (some far outside the key ranges, a NaN, an infinity) quantized by
 // both must give the same bytes, and every value read back the same bits (NaN where the CPU has NaN). The kernel
 // arguments come from ggml-base's view of the binding (ggml_ext_kvq_binding_find / _sinks, kvquant_device.h), as
@@ -26,6 +27,9 @@
 
 static int fails = 0;
 
+// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only)
+extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
+
 #define CHECK(cond, ...)                                                     \
     do {                                                                     \
         if (!(cond)) {                                                       \
@@ -38,12 +42,12 @@ static int fails = 0;
 
 static const int N_ROWS = 9;
 
-static void check(int type, bool key, bool outliers, int n_sink, bool bound, int * n_slots) {
+static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bool bound, int * n_slots) {
     const ggml_ext_type_info * ti   = ggml_ext_type_info_by_id(type);
     const int                  bits = ti->layout;
     const int                  D    = key ? 192 : 128;
     const size_t               bs = ti->type_size, row_bytes = (size_t) D / 64 * bs;
-    std::mt19937               gen(1000 * type + 100 * key + 10 * outliers + n_sink + 5 * bound);
+    std::mt19937               gen(1000 * type + 100 * key + 10 * outliers + n_sink + 5 * bound + 3 * kblock);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const int                  n = 1 << bits;
     float                      levels[16] = {}, values[16] = {};
@@ -76,6 +80,9 @@ static void check(int type, bool key, bool outliers, int n_sink, bool bound, int
                                               key ? mid.data() : nullptr, key ? half.data() : nullptr, outliers, n_sink,
                                               err, sizeof(err));
         CHECK(rc == 0, "bind: %s", err);
+        if (kblock) {
+            CHECK(ggml_ext_kvq_key_blocks(ref.data(), 1) == 0, "key_blocks");
+        }
         std::vector<uint32_t> cells(N_ROWS);
         std::vector<int32_t>  pos(N_ROWS);
         for (int r = 0; r < N_ROWS; r++) {
@@ -95,7 +102,7 @@ static void check(int type, bool key, bool outliers, int n_sink, bool bound, int
     if (d.lo) {
         a.lo = (const char *) mine.data();  // the shadow's own addresses: channels and rows follow from offsets
         a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half, a.outliers = d.outliers;
-        a.row_values = d.row_values;
+        a.k_block = d.k_block, a.row_values = d.row_values;
         if (d.n_sink > 0) {
             sink[0]     = ggml_ext_kvq_binding_sinks(d.lo, d.serial, sink.data() + 1, d.sink_cap);
             a.sink      = sink.data();
@@ -105,6 +112,7 @@ static void check(int type, bool key, bool outliers, int n_sink, bool bound, int
         }
     }
     CHECK((d.lo != nullptr) == bound, "binding found %d", d.lo != nullptr);
+    CHECK(d.k_block == (int) kblock, "the binding's k_block %d", d.k_block);
     // quantize: the CPU's from_float_ref per row, the kernel's per block (sink floats first, as k_quantize)
     const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) type);
     for (int r = 0; r < N_ROWS; r++) {
@@ -123,13 +131,13 @@ static void check(int type, bool key, bool outliers, int n_sink, bool bound, int
     for (size_t i = 0; i < N_ROWS * row_bytes; i++) {
         diff += ref[i] != mine[i];
     }
-    const char * what = key ? "keys" : "values";
+    const char * what = kblock ? "block-scaled keys" : key ? "keys" : "values";
     CHECK(diff == 0, "%s %s outliers %d sink %d bound %d: %lld bytes differ", ti->ggml_name, what, outliers, n_sink,
           bound, (long long) diff);
     for (size_t o = 0; o < N_ROWS * row_bytes; o += bs) {
         uint16_t w[4];
         std::memcpy(w, &ref[o + 64 * bits / 8], sizeof(w));
-        *n_slots += ((w[0] & 0xffc0) == 0x8000) + ((w[2] & 0xffc0) == 0x8000);
+        *n_slots += (!kblock && (w[0] & 0xffc0) == 0x8000) + ((w[2] & 0xffc0) == 0x8000);  // kblock: w[0] = mid
     }
     // dequantize every value: the CPU's to_float per row, the kernel's per value
     int64_t vdiff = 0, exact_sink = 0;
@@ -153,7 +161,7 @@ static void check(int type, bool key, bool outliers, int n_sink, bool bound, int
 // The kernels' per-thread bodies (kvq::quantize_at / dequantize_at: the index arithmetic of SET_ROWS, CPY and GET_ROWS
 // over ggml's shapes and strides) on the host against ggml's CPU ops on the same bound caches: SET_ROWS of 7 rows
 // from a strided source into scattered cells, the flash-attention V view ([64, cells, 2 heads], permuted) and the K
-// path's 4-D view cast to f32, GET_ROWS of 5 cells.
+// path's 4-D view cast to f32, GET_ROWS of 5 cells; the key cache per channel or block-scaled (kblock).
 static kvq::shape4 shape_of(const ggml_tensor * t) {
     kvq::shape4 s;
     for (int i = 0; i < 4; i++) {
@@ -163,10 +171,10 @@ static kvq::shape4 shape_of(const ggml_tensor * t) {
     return s;
 }
 
-static void check_ops(int type, bool outliers, int n_sink) {
+static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
     const ggml_ext_type_info * ti = ggml_ext_type_info_by_id(type);
     const int DV = 128, DK = 192, NC = 33, NW = 7;
-    std::mt19937 gen(77 + type * 10 + outliers * 3 + n_sink);
+    std::mt19937 gen(77 + type * 10 + outliers * 3 + n_sink + 5 * kblock);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     const int n = 1 << ti->layout;
     float     levels[16] = {}, values[16] = {};
@@ -193,6 +201,7 @@ static void check_ops(int type, bool outliers, int n_sink) {
                                  err, sizeof(err)) == 0, "bind v: %s", err);
     CHECK(ggml_ext_kvq_bind_opts(k->data, ggml_nbytes(k), type, DK, levels, values, mid.data(), half.data(), outliers,
                                  n_sink, err, sizeof(err)) == 0, "bind k: %s", err);
+    CHECK(!kblock || ggml_ext_kvq_key_blocks(k->data, 1) == 0, "key_blocks");
     std::vector<int64_t> cells = { 5, 31, 0, 17, 2, 29, 11 };
     std::vector<int32_t> pos   = { 0, 40, 41, 42, 43, 44, 45 };  // cell 5 holds position 0: a sink row with n_sink
     std::vector<uint32_t> uc(cells.begin(), cells.end());
@@ -237,7 +246,8 @@ static void check_ops(int type, bool outliers, int n_sink) {
         std::memcpy(a.values, d.values, sizeof(a.values));
         std::memcpy(a.mids, d.mids, sizeof(a.mids));
         a.lo = shadow.data(), a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half;
-        a.outliers = d.outliers, a.row_values = d.row_values;
+        a.outliers = d.outliers, a.k_block = d.k_block, a.row_values = d.row_values;
+        CHECK(d.k_block == (int) (kblock && cache == k), "the binding's k_block %d", d.k_block);
         std::vector<int64_t> sink(1 + std::max(d.sink_cap, 0), 0);
         std::vector<float>   sink_data((size_t) std::max(d.sink_cap, 0) * d.row_values);
         if (d.n_sink > 0) {
@@ -249,8 +259,8 @@ static void check_ops(int type, bool outliers, int n_sink) {
         for (int64_t t = 0; t < src->ne[0] / 64 * src->ne[1]; t++) {
             kvq::quantize_at<int64_t>(t, (const char *) src->data, ss, shadow.data(), ds, (const char *) idx->data, is, true, a);
         }
-        CHECK(std::memcmp(shadow.data(), cache->data, shadow.size()) == 0, "%s %s: SET_ROWS bytes differ", ti->ggml_name,
-              cache == v ? "V" : "K");
+        CHECK(std::memcmp(shadow.data(), cache->data, shadow.size()) == 0, "%s %s%s: SET_ROWS bytes differ", ti->ggml_name,
+              cache == v ? "V" : "K", kblock ? " (block-scaled)" : "");
         // reads
         std::vector<ggml_tensor *> reads = cache == v ? std::vector<ggml_tensor *>{ outs[0] }
                                                       : std::vector<ggml_tensor *>{ outs[1], outs[2] };
@@ -272,8 +282,8 @@ static void check_ops(int type, bool outliers, int n_sink) {
                 const float c = ((const float *) o->data)[i];
                 bad += !(std::isnan(c) && std::isnan(y[i])) && std::memcmp(&c, &y[i], 4) != 0;
             }
-            CHECK(bad == 0, "%s %s %s: %lld values differ", ti->ggml_name, cache == v ? "V" : "K", ggml_op_desc(o),
-                  (long long) bad);
+            CHECK(bad == 0, "%s %s%s %s: %lld values differ", ti->ggml_name, cache == v ? "V" : "K",
+                  kblock ? " (block-scaled)" : "", ggml_op_desc(o), (long long) bad);
         }
     }
     ggml_ext_kvq_unbind(v->data);
@@ -289,24 +299,30 @@ int main() {
     for (const char * name : { "nuq4", "nuq3", "nuq2" }) {
         const int type    = ggml_ext_kv_cache_type_by_name(name);
         int       n_slots = 0, cases = 0;
-        for (int key = 0; key < 2; key++) {
+        int kb_slots = 0;
+        for (int kind = 0; kind < 3; kind++) {  // values, keys per channel, block-scaled keys
             for (int outliers = 0; outliers < 2; outliers++) {
                 for (int sink = 0; sink < 2; sink++) {
-                    check(type, key, outliers, sink, true, &n_slots);
+                    check(type, kind > 0, kind == 2, outliers, sink, true, kind == 2 ? &kb_slots : &n_slots);
                     cases++;
                 }
             }
         }
-        check(type, false, false, 0, false, &n_slots);  // outside every binding: uniform levels
+        CHECK(kb_slots > 0, "%s: no outlier slot written in a block-scaled key cache", name);
+        n_slots += kb_slots;
+        check(type, false, false, false, 0, false, &n_slots);  // outside every binding: uniform levels
         cases++;
         CHECK(n_slots > 0, "%s: no outlier slot written", name);
-        std::printf("%s: %d cases checked (%d outlier slots)\n", name, cases, n_slots);
-        for (int outliers = 0; outliers < 2; outliers++) {
-            for (int sink = 0; sink < 2; sink++) {
-                check_ops(type, outliers, sink);
+        std::printf("%s: %d cases checked (%d outlier slots, %d in block-scaled keys)\n", name, cases, n_slots, kb_slots);
+        for (int kblock = 0; kblock < 2; kblock++) {
+            for (int outliers = 0; outliers < 2; outliers++) {
+                for (int sink = 0; sink < 2; sink++) {
+                    check_ops(type, outliers, sink, kblock);
+                }
             }
         }
-        std::printf("%s: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops (4 settings)\n", name);
+        std::printf("%s: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops (8 settings, 4 with "
+                    "block-scaled keys)\n", name);
     }
     std::printf("%s: %d failures\n", fails ? "FAIL" : "OK", fails);
     return fails ? 1 : 0;

@@ -6,13 +6,16 @@
   against the fp16 mid / half and the slot a real from_float writes.
 * ``keys_as_cached_rotated`` ropes like Hugging Face's own ``apply_rotary_pos_emb`` on the model's config
   (then llama.cpp's channel order and the Hadamard matrix, which squares to the identity).
-* Block-scaled keys (GGML_EXT_KV_KBLOCK=1, ggml_ext_kvq_key_blocks): bytes and read-back equal a numpy twin.
+* Block-scaled keys (the default where the calibration has their tables; GGML_EXT_KV_KBLOCK=0 opts out,
+  ggml_ext_kvq_key_blocks): bytes and read-back equal a numpy twin.
 * llama-perplexity (ctx 256, 2 windows) on the default model: nuq2 values with the block tables
   (the default) are closer to f16 than with the per-token tables (GGML_EXT_KV_VTABLE=token); nuq3 keys with
-  the per-token block scale are closer to f16 than with the channel scale alone; the rotated
+  the per-token block scale (the default) are closer to f16 than with the channel scale alone
+  (GGML_EXT_KV_KBLOCK=0), and GGML_EXT_KV_KBLOCK=1 is the default; the rotated
   value cache (GGML_EXT_KV_VROT=1) and the rotated post-RoPE key cache (GGML_EXT_KV_KROT=1, K and V nuq4)
   run, log the rotation on, and stay within a tolerance of f16 that an unrotated read of rotated data (or a
-  key roped twice) would not meet; bad settings and a calibration without the tables are refused clearly.
+  key roped twice) would not meet; bad settings and a calibration without the tables are refused clearly, except
+  that a calibration without the block-scaled key tables falls back to per-channel keys by default.
 
 The calibration is the shared 1 x 64-token one (convert_support.default_kv_calibration).
 """
@@ -187,10 +190,11 @@ def test_block_tables_closer_to_f16(default_gguf, wiki_test, threads, calib):
 def test_block_scaled_keys_closer_to_f16(default_gguf, wiki_test, threads, calib):
     f16 = _ppl(default_gguf, wiki_test, threads)
     k = ["-ctk", "nuq3", "--kv-calib", str(calib), *OS]
-    channel = _ppl(default_gguf, wiki_test, threads, *k)
-    block = _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "1"})
+    channel = _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "0"})
+    block = _ppl(default_gguf, wiki_test, threads, *k)  # the default: the calibration has the k_nuq3_ho tables
     # ctx 256: f16 18.40, nuq3 K per channel 19.66 (+6.9%), per channel + per-token block scale 18.64 (+1.3%)
     assert abs(block - f16) < 0.5 * abs(channel - f16), (f16, channel, block)
+    assert _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "1"}) == block
 
 
 def test_rotated_caches_run_near_f16(default_gguf, wiki_test, threads, calib):
@@ -237,3 +241,7 @@ def test_refusals(default_gguf, wiki_test, threads, calib, tmp_path):
     msg = _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib", str(old), *OS,
                    env={"GGML_EXT_KV_KBLOCK": "1"})
     assert "block-scaled keys" in msg and "k_nuq3_ho" in msg
+    # by default, such a calibration keys per channel alone: the per-channel tables of the full one, the same run
+    k = ["-ctk", "nuq3", *OS]
+    assert _ppl(default_gguf, wiki_test, threads, *k, "--kv-calib", str(old)) == \
+        _ppl(default_gguf, wiki_test, threads, *k, "--kv-calib", str(calib), env={"GGML_EXT_KV_KBLOCK": "0"})

@@ -2,7 +2,8 @@
 // cache in VRAM: what llama.cpp's graph sends to ggml-cuda for them, called through patch 0421:
 //   SET_ROWS  f32 -> NUQ   append and quantize (one thread per 64-value block; values with the block's own
 //                          mid / half and, with --kv-outliers, one outlier slot; pre-RoPE keys per channel with
-//                          two slots), and the sink rows' floats;
+//                          two slots, or with GGML_EXT_KV_KBLOCK per channel and then as such a value block with
+//                          its one slot), and the sink rows' floats;
 //   CPY       NUQ -> f32 / f16, f32 -> NUQ (same shapes): the K path's ggml_cast before RoPE (patch 0307);
 //   GET_ROWS  NUQ -> f32;
 //   FLASH_ATTN_EXT with a NUQ V: V dequantized to f16 in ggml-cuda's pool, then upstream's flash attention on it.
@@ -234,6 +235,7 @@ static kvq_args args_for(const void * p, ggml_type type, int device) {
     }
     a.lo         = d.lo;
     a.row_blocks = d.row_blocks;
+    a.k_block    = d.k_block;
     a.outliers   = d.outliers;
     a.row_values = d.row_values;
     std::lock_guard<std::mutex> g(dev_lock);

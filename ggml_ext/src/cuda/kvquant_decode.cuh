@@ -1,7 +1,8 @@
 // How the CUDA kernels of the KVQuant cache types (kvquant_cuda.cu) write and read one 64-value block: the
 // quantizer (ggml/kvquant_base.c's from_float: values with their own mid / half and one outlier slot, pre-RoPE keys
 // per channel with two) and the value reader (to_float: the block decoder of formats/kvquant/nuq_decode.h, the slots,
-// the sink rows), __host__ __device__ and free of ggml-cuda, so tests/cuda/kvquant_cuda_check.cu runs these very
+// the sink rows; block-scaled keys, GGML_EXT_KV_KBLOCK: value blocks of the channel-normalised keys), __host__
+// __device__ and free of ggml-cuda, so tests/cuda/kvquant_cuda_check.cu runs these very
 // functions on the host against the CPU row functions. The arithmetic is IEEE round-to-nearest in both
 // (ggml-cuda builds with -use_fast_math: on the device the intrinsics below keep divisions and sums exact), the
 // decode's product rounded before the sum (no fused multiply-add), so blocks and values are the CPU's bit for bit.
@@ -46,6 +47,7 @@ struct kvq_args {
     int64_t       row_blocks;  // > 0: keys, per-channel scales below
     const float * k_mid;
     const float * k_half;
+    int           k_block;     // keys: 1 = block-scaled (a value block of the channel-normalised keys, one slot)
     int           outliers;
     int64_t       row_bytes;   // bytes per cache row (sink rows; 0: no sink)
     int64_t       row_values;
@@ -110,100 +112,9 @@ template <> KVQ_HD half from_f32<half>(float x) {
     return __float2half_rn(x);
 }
 
-// one block of 64 values x into blk: ggml/kvquant_base.c's from_float for one block, bit for bit
-KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
-    uint8_t  idx[QK];
-    uint16_t w[4];
-    if (a.row_blocks > 0) {
-        // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1)
-        const int64_t c0 = ((blk - (const uint8_t *) a.lo) / a.block_bytes) % a.row_blocks * QK;
-        int           out[2] = { -1, -1 };
-        float         ex[2]  = { 0.0f, 0.0f };
-        bool          nan    = false;
-        for (int c = 0; c < QK; c++) {
-            const float v = x[c];
-            idx[c]        = 0;
-            if (!isfinite(v)) {
-                nan = true;
-                continue;
-            }
-            const float xn = KVQ_DIV(KVQ_SUB(v, a.k_mid[c0 + c]), a.k_half[c0 + c]);
-            idx[c]         = (uint8_t) nearest_level(a, xn);
-            const float e  = KVQ_SUB(fabsf(xn), 1.0f);
-            if (a.outliers && e > 0.0f) {
-                if (e > ex[0]) {
-                    out[1] = out[0], ex[1] = ex[0];
-                    out[0] = c, ex[0] = e;
-                } else if (e > ex[1]) {
-                    out[1] = c, ex[1] = e;
-                }
-            }
-        }
-        w[0] = 0x0000, w[1] = 0x3c00, w[2] = 0, w[3] = 0;
-        if (nan) {
-            w[0] = 0x7e00;
-        } else {
-            const int first = out[1] >= 0 && out[1] < out[0] ? 1 : 0;
-            for (int s = 0, j = first; s < 2; s++, j = 1 - j) {
-                if (out[j] >= 0) {
-                    w[2 * s]     = (uint16_t) (0x8000u | (unsigned) out[j]);
-                    w[2 * s + 1] = f2h(x[out[j]]);
-                }
-            }
-            if (out[0] < 0 && out[1] < 0) {
-                w[0] = 0x0000, w[1] = 0x3c00;
-            }
-        }
-    } else {
-        // a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot)
-        bool finite = true;
-        int  imin = 0, imax = 0;
-        for (int c = 0; c < QK; c++) {
-            finite = finite && isfinite(x[c]);
-            imin   = x[c] < x[imin] ? c : imin;
-            imax   = x[c] > x[imax] ? c : imax;
-        }
-        if (!finite) {
-            // a NaN or infinity: a NaN block (zero indices, mid NaN), as the CPU writes it
-            for (int j = 0; j < a.dense_bytes; j++) {
-                blk[j] = 0;
-            }
-            const uint16_t nanw[4] = { 0x7e00, 0, 0, 0 };
-            memcpy(blk + a.dense_bytes, nanw, sizeof(nanw));
-            return;
-        }
-        int slot = -1;
-        if (a.outliers) {
-            float min2 = INFINITY, max2 = -INFINITY;
-            for (int c = 0; c < QK; c++) {
-                if (c != imin) {
-                    min2 = fminf(min2, x[c]);
-                }
-                if (c != imax) {
-                    max2 = fmaxf(max2, x[c]);
-                }
-            }
-            const bool drop_max = KVQ_SUB(x[imax], max2) >= KVQ_SUB(min2, x[imin]);
-            slot                = drop_max ? imax : imin;
-        }
-        float lo = INFINITY, hi = -INFINITY;
-        for (int c = 0; c < QK; c++) {
-            if (c != slot) {
-                lo = fminf(lo, x[c]);
-                hi = fmaxf(hi, x[c]);
-            }
-        }
-        const float mid  = KVQ_MUL(KVQ_ADD(hi, lo), 0.5f);
-        const float half = fmaxf(KVQ_MUL(KVQ_SUB(hi, lo), 0.5f), 1e-8f);
-        for (int c = 0; c < QK; c++) {
-            idx[c] = (uint8_t) nearest_level(a, KVQ_DIV(KVQ_SUB(x[c], mid), half));
-        }
-        w[0] = f2h(mid), w[1] = f2h(half);
-        w[2] = slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : 0;
-        w[3] = slot >= 0 ? f2h(x[slot]) : 0;
-    }
-    // the 64 indices in the slot order of formats/kvquant/kvquant.h (head_dim 64)
-    if (a.bits == 4) {
+// the 64 indices in the slot order of formats/kvquant/kvquant.h (head_dim 64), then the trailer's words
+KVQ_HD void pack_block(int bits, int dense_bytes, const uint8_t * idx, const uint16_t * w, uint8_t * blk) {
+    if (bits == 4) {
         for (int j = 0; j < 32; j++) {
             blk[j] = (uint8_t) (idx[j] | idx[j + 32] << 4);
         }
@@ -211,7 +122,7 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
         for (int j = 0; j < 16; j++) {
             blk[j] = (uint8_t) ((idx[j] & 3) | (idx[j + 16] & 3) << 2 | (idx[j + 32] & 3) << 4 | (idx[j + 48] & 3) << 6);
         }
-        if (a.bits == 3) {
+        if (bits == 3) {
             for (int j = 0; j < 8; j++) {
                 uint8_t b = 0;
                 for (int k = 0; k < 8; k++) {
@@ -221,7 +132,129 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
             }
         }
     }
-    memcpy(blk + a.dense_bytes, w, sizeof(w));
+    memcpy(blk + dense_bytes, w, 4 * sizeof(uint16_t));
+}
+
+// a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot); a NaN or
+// infinity gives a NaN block (zero indices, mid NaN), as the CPU writes it
+KVQ_HD void quantize_value_block(const kvq_args & a, const float * x, uint8_t * blk) {
+    uint8_t idx[QK];
+    bool    finite = true;
+    int  imin = 0, imax = 0;
+    for (int c = 0; c < QK; c++) {
+        finite = finite && isfinite(x[c]);
+        imin   = x[c] < x[imin] ? c : imin;
+        imax   = x[c] > x[imax] ? c : imax;
+    }
+    if (!finite) {
+        for (int j = 0; j < a.dense_bytes; j++) {
+            blk[j] = 0;
+        }
+        const uint16_t nanw[4] = { 0x7e00, 0, 0, 0 };
+        memcpy(blk + a.dense_bytes, nanw, sizeof(nanw));
+        return;
+    }
+    int slot = -1;
+    if (a.outliers) {
+        float min2 = INFINITY, max2 = -INFINITY;
+        for (int c = 0; c < QK; c++) {
+            if (c != imin) {
+                min2 = fminf(min2, x[c]);
+            }
+            if (c != imax) {
+                max2 = fmaxf(max2, x[c]);
+            }
+        }
+        const bool drop_max = KVQ_SUB(x[imax], max2) >= KVQ_SUB(min2, x[imin]);
+        slot                = drop_max ? imax : imin;
+    }
+    float lo = INFINITY, hi = -INFINITY;
+    for (int c = 0; c < QK; c++) {
+        if (c != slot) {
+            lo = fminf(lo, x[c]);
+            hi = fmaxf(hi, x[c]);
+        }
+    }
+    const float mid  = KVQ_MUL(KVQ_ADD(hi, lo), 0.5f);
+    const float half = fmaxf(KVQ_MUL(KVQ_SUB(hi, lo), 0.5f), 1e-8f);
+    for (int c = 0; c < QK; c++) {
+        idx[c] = (uint8_t) nearest_level(a, KVQ_DIV(KVQ_SUB(x[c], mid), half));
+    }
+    const uint16_t w[4] = { f2h(mid), f2h(half), slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : (uint16_t) 0,
+                            slot >= 0 ? f2h(x[slot]) : (uint16_t) 0 };
+    pack_block(a.bits, a.dense_bytes, idx, w, blk);
+}
+
+// the first channel of the key block at blk (block i of the cache: channels (i % row_blocks) * 64 ..)
+KVQ_HD int64_t key_channel0(const kvq_args & a, const void * blk) {
+    return ((const char *) blk - a.lo) / a.block_bytes % a.row_blocks * QK;
+}
+
+// one block of 64 values x into blk: ggml/kvquant_base.c's from_float for one block, bit for bit
+KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
+    if (a.row_blocks > 0 && a.k_block) {
+        // a block-scaled key (kvquant_base.c's key_block_scaled): the channels normalised by their calibrated
+        // mid / half, then a value block of those; its slot holds the raw key
+        const int64_t c0 = key_channel0(a, blk);
+        float         xn[QK];
+        for (int c = 0; c < QK; c++) {
+            xn[c] = KVQ_DIV(KVQ_SUB(x[c], a.k_mid[c0 + c]), a.k_half[c0 + c]);
+        }
+        quantize_value_block(a, xn, blk);
+        uint16_t w[4];
+        memcpy(w, blk + a.dense_bytes, sizeof(w));
+        if (is_tag(w[2])) {
+            w[3] = f2h(x[w[2] & 63]);
+            memcpy(blk + a.dense_bytes, w, sizeof(w));
+        }
+        return;
+    }
+    if (a.row_blocks <= 0) {
+        quantize_value_block(a, x, blk);
+        return;
+    }
+    // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1)
+    uint8_t       idx[QK];
+    uint16_t      w[4];
+    const int64_t c0 = key_channel0(a, blk);
+    int           out[2] = { -1, -1 };
+    float         ex[2]  = { 0.0f, 0.0f };
+    bool          nan    = false;
+    for (int c = 0; c < QK; c++) {
+        const float v = x[c];
+        idx[c]        = 0;
+        if (!isfinite(v)) {
+            nan = true;
+            continue;
+        }
+        const float xn = KVQ_DIV(KVQ_SUB(v, a.k_mid[c0 + c]), a.k_half[c0 + c]);
+        idx[c]         = (uint8_t) nearest_level(a, xn);
+        const float e  = KVQ_SUB(fabsf(xn), 1.0f);
+        if (a.outliers && e > 0.0f) {
+            if (e > ex[0]) {
+                out[1] = out[0], ex[1] = ex[0];
+                out[0] = c, ex[0] = e;
+            } else if (e > ex[1]) {
+                out[1] = c, ex[1] = e;
+            }
+        }
+    }
+    w[0] = 0x0000, w[1] = 0x3c00, w[2] = 0, w[3] = 0;
+    if (nan) {
+        w[0] = 0x7e00;
+    } else {
+        const int first = out[1] >= 0 && out[1] < out[0] ? 1 : 0;
+        for (int s = 0, j = first; s < 2; s++, j = 1 - j) {
+            if (out[j] >= 0) {
+                w[2 * s]     = (uint16_t) (0x8000u | (unsigned) out[j]);
+                w[2 * s + 1] = f2h(x[out[j]]);
+            }
+        }
+        if (out[0] < 0 && out[1] < 0) {
+            w[0] = 0x0000, w[1] = 0x3c00;
+        }
+    }
+    pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
 // value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
@@ -235,8 +268,18 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     uint16_t        w[4];
     memcpy(w, b + a.dense_bytes, sizeof(w));
     const float t = a.values[get_index(b, a.bits, c)];
+    if (a.row_blocks > 0 && a.k_block) {
+        // a block-scaled key: the block's own mid / half, then the channel's calibrated ones (each product rounded
+        // before its sum); one slot (words 2, 3), words 0 / 1 are the scale
+        const int64_t ch = key_channel0(a, blk) + c;
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            return h2f(w[3]);
+        }
+        const float yn = KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+        return KVQ_ADD(KVQ_MUL(yn, a.k_half[ch]), a.k_mid[ch]);
+    }
     if (a.row_blocks > 0) {
-        const int64_t ch = (blk - a.lo) / a.block_bytes % a.row_blocks * QK + c;
+        const int64_t ch = key_channel0(a, blk) + c;
         float         y  = KVQ_ADD(KVQ_MUL(t, a.k_half[ch]), a.k_mid[ch]);
         if (is_tag(w[2]) && (w[2] & 63) == c) {
             y = h2f(w[3]);

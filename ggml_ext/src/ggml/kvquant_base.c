@@ -186,6 +186,7 @@ static void describe(const struct binding * b, const struct ggml_ext_kvq_layer *
         d->outliers   = b->outliers;
         d->n_sink     = b->n_sink;
         d->sink_cap   = b->sink_cap;
+        d->k_block    = b->row_blocks ? b->k_block : 0;
     }
 }
 
@@ -500,11 +501,22 @@ static void key_to_float(const struct binding * b, const struct ggml_ext_kvq_lay
         int64_t       n  = b->row_blocks - c0 / KVQ_BLOCK;
         n                = n < nb - i ? n : nb - i;
         if (b->k_block) {
-            // per-token block scale first (the value blocks' trailer), then the channel's calibrated one
-            decode(L->bits, blk, n, L->v_row_size, L->v_values, NULL, NULL, y + i * KVQ_BLOCK);
-            for (int64_t j = 0; j < n * KVQ_BLOCK; j++) {
-                float * v = y + i * KVQ_BLOCK + j;
-                *v        = *v * b->k_half[c0 + j] + b->k_mid[c0 + j];
+            // per-token block scale first (the value blocks' trailer), then the channel's calibrated one:
+            // (val[q] * half_t + mid_t) * half_c + mid_c. The first part depends on the index alone, so each block
+            // decodes as a per-channel key block with its own 2^B-entry table val[q] * half_t + mid_t (the same
+            // roundings, product before sum: the same bits as the two passes, at the per-channel decode's speed)
+            for (int64_t j = 0; j < n; j++) {
+                const uint8_t * bj = blk + j * L->v_row_size;
+                uint16_t        w[2];
+                memcpy(w, bj + L->dense_bytes, sizeof(w));
+                const float mid_t = ggml_ext_fp16_to_fp32(w[0]), half_t = ggml_ext_fp16_to_fp32(w[1]);
+                float       table[16] = { 0 };
+                for (int q = 0; q < (1 << L->bits); q++) {
+                    const float p = L->v_values[q] * half_t;
+                    table[q]      = p + mid_t;
+                }
+                decode(L->bits, bj, 1, L->v_row_size, table, b->k_mid + c0 + j * KVQ_BLOCK,
+                       b->k_half + c0 + j * KVQ_BLOCK, y + (i + j) * KVQ_BLOCK);
             }
         } else {
             decode(L->bits, blk, n, L->v_row_size, L->v_values, b->k_mid + c0, b->k_half + c0, y + i * KVQ_BLOCK);

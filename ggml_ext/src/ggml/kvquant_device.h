@@ -33,6 +33,8 @@ struct ggml_ext_kvq_binding_desc {
     int          outliers;       // 1: in-block outlier slots when quantizing
     int          n_sink;         // positions < n_sink keep their row in float
     int          sink_cap;       // sink slots (rows) the binding has room for
+    int          k_block;        // keys: 1 = block-scaled (ggml_ext_kvq_key_blocks, GGML_EXT_KV_KBLOCK): each block a
+                                 // value block of the channel-normalised keys (own fp16 mid / half, one slot)
 };
 
 struct ggml_ext_kvq_device_hooks {

@@ -132,15 +132,18 @@ static int kv_krot(void) {
     return !strcmp(env, "1") ? 1 : -1;
 }
 
-// GGML_EXT_KV_KBLOCK=1: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
+// Block-scaled keys: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
 // without outliers) and then, per token and 64-channel block, by the block's own mid / half (the value blocks'
 // trailer: one outlier slot), with the calibration's k_nuqB_h / _ho tables (ggml_ext_kvq_key_blocks).
+// GGML_EXT_KV_KBLOCK unset / empty: 2 (the default: block-scaled where the calibration has those tables, per
+// channel alone where it has not); 1: block-scaled (a calibration without the tables is refused); 0: per channel
+// alone; -1: a bad value.
 static int kv_kblock(void) {
     const char * env = getenv("GGML_EXT_KV_KBLOCK");
-    if (!env || !env[0] || !strcmp(env, "0")) {
-        return 0;
+    if (!env || !env[0]) {
+        return 2;
     }
-    return !strcmp(env, "1") ? 1 : -1;
+    return !strcmp(env, "0") ? 0 : !strcmp(env, "1") ? 1 : -1;
 }
 
 int ggml_ext_kvq_key_blocks(const void * data, int on);  // ggml-base (ggml/kvquant_base.c)
@@ -297,12 +300,19 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  arch, ggml_type_name(t->type));
         return -1;
     }
-    // GGML_EXT_KV_KBLOCK=1: a per-token scale per 64-channel block over the per-channel one, its own tables
-    const int kblock = kv_kblock();
+    // a per-token scale per 64-channel block over the per-channel one, its own tables: by default where the
+    // calibration has them (GGML_EXT_KV_KBLOCK=0: per channel alone; 1: required)
+    int kblock = kv_kblock();
     if (kblock < 0) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=%s: 1 (per-block token scales over the keys' channel scales) or 0",
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=%s: 1 (per-block token scales over the keys' channel scales, "
+                 "the default where the calibration has their tables) or 0 (per-channel scales alone)",
                  getenv("GGML_EXT_KV_KBLOCK"));
         return -1;
+    }
+    if (kblock == 2) {
+        char name[64];
+        snprintf(name, sizeof(name), "kvq.%d.k_nuq%d%s", il, bits, outliers ? "_ho" : "_h");
+        kblock = ggml_get_tensor(loaded_ctx, name) != NULL;
     }
     const float * levels, * values;
     if (nuq_table(path, 'k', il, bits, kblock ? (outliers ? "_ho" : "_h") : outliers ? "_o" : "", &levels, &values,
