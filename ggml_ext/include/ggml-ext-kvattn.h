@@ -56,7 +56,7 @@ enum { GGML_EXT_KVA_TABLE = 1, GGML_EXT_KVA_PARTIAL = 2, GGML_EXT_KVA_COMBINE = 
 // compute_forward (patch 0421, src/cuda/kvattn_cuda.cu) take the three by it. The nodes carry the tag of their
 // kind as their userdata.
 GGML_EXT_API int ggml_ext_kvq_attn_node_kind(const struct ggml_tensor * node);
-GGML_EXT_API const void * ggml_ext_kvq_attn_tag(int kind);
+GGML_EXT_API void * ggml_ext_kvq_attn_tag(int kind);
 
 // ---- libllama (src/glue/kvquant_cache.c) ----
 

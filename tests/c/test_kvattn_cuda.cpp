@@ -159,7 +159,7 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
         mask16[i] = ggml_fp32_to_fp16(maskv[i]);
     }
 
-    ggml_init_params ip  = { 64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_init_params ip  = { 64 * ggml_tensor_overhead() + 2 * ggml_graph_overhead(), nullptr, true };
     ggml_context *   ctx = ggml_init(ip);
     ggml_tensor *    sk  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, n_cells);
     ggml_tensor *    sv  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, D, n_cells);
@@ -272,18 +272,25 @@ static void test_case(ggml_backend_t cpu, ggml_backend_dev_t dev, const cfg & c)
 }
 
 int main(int argc, char ** argv) {
-    bool require_gpu = false;
+    bool require_gpu = false, cpu_twice = false;
     for (int i = 1; i < argc; i++) {
         if (!std::strcmp(argv[i], "--require-gpu")) {
             require_gpu = true;
+        } else if (!std::strcmp(argv[i], "--cpu-twice")) {
+            cpu_twice = true;  // the harness alone on a machine without a GPU: the CPU in the GPU's place
         } else {
-            std::fprintf(stderr, "usage: %s [--require-gpu]\n", argv[0]);
+            std::fprintf(stderr, "usage: %s [--require-gpu | --cpu-twice]\n", argv[0]);
             return 2;
         }
     }
     int                         n_gpu  = 0;
     std::vector<ggml_backend_t> others = other_backends(nullptr, &n_gpu);
-    if (n_gpu == 0) {
+    if (cpu_twice) {
+        for (ggml_backend_t b : others) {
+            ggml_backend_free(b);
+        }
+        others = { ggml_backend_cpu_init() };
+    } else if (n_gpu == 0) {
         std::printf("SKIP: no GPU device in the ggml registry (a build without GGML_EXT_CUDA=ON, or no CUDA device)\n");
         return require_gpu ? 77 : 0;
     }

@@ -7,9 +7,9 @@
 
 #include <string.h>
 
-static const char kva_tags[3] = { 't', 'p', 'c' };
+static char kva_tags[3] = { 't', 'p', 'c' };  // only their addresses matter
 
-const void * ggml_ext_kvq_attn_tag(int kind) {
+void * ggml_ext_kvq_attn_tag(int kind) {
     return kind >= GGML_EXT_KVA_TABLE && kind <= GGML_EXT_KVA_COMBINE ? &kva_tags[kind - 1] : NULL;
 }
 
@@ -20,7 +20,7 @@ int ggml_ext_kvq_attn_node_kind(const struct ggml_tensor * node) {
     struct ggml_custom_op_params cp;
     memcpy(&cp, node->op_params, sizeof(cp));
     for (int kind = GGML_EXT_KVA_TABLE; kind <= GGML_EXT_KVA_COMBINE; kind++) {
-        if (cp.userdata == (void *) &kva_tags[kind - 1]) {
+        if (cp.userdata == &kva_tags[kind - 1]) {
             return kind;
         }
     }

@@ -397,7 +397,7 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     if (!tab) {
         struct ggml_tensor * args[2] = { k_pos, freq_factors };
         tab = ggml_custom_4d(ctx, GGML_TYPE_F32, rope->n_dims, n_kv * n_stream, 1, 1, args, 2, rope_table_fn,
-                             GGML_N_TASKS_MAX, (void *) ggml_ext_kvq_attn_tag(GGML_EXT_KVA_TABLE));
+                             GGML_N_TASKS_MAX, ggml_ext_kvq_attn_tag(GGML_EXT_KVA_TABLE));
         memcpy((char *) tab->op_params + KVA_OFF, rope, sizeof(*rope));
         ggml_set_name(tab, tab_name);
     }
@@ -410,11 +410,11 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     struct ggml_tensor * args[6] = { q, k, v, mask, tab, k_norm_w };
     struct ggml_tensor * part    = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv + 2, n_ch, n_head, n_tok, args, 6,
                                                   attn_partial_fn, GGML_N_TASKS_MAX,
-                                                  (void *) ggml_ext_kvq_attn_tag(GGML_EXT_KVA_PARTIAL));
+                                                  ggml_ext_kvq_attn_tag(GGML_EXT_KVA_PARTIAL));
     memcpy((char *) part->op_params + KVA_OFF, &p, sizeof(p));
     ggml_set_name(part, "ggml_ext_kvq_attn_part");
     struct ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv, n_head, n_tok, 1, &part, 1, attn_combine_fn,
-                                              GGML_N_TASKS_MAX, (void *) ggml_ext_kvq_attn_tag(GGML_EXT_KVA_COMBINE));
+                                              GGML_N_TASKS_MAX, ggml_ext_kvq_attn_tag(GGML_EXT_KVA_COMBINE));
     ggml_set_name(out, "ggml_ext_kvq_attn");
     return out;
 }
