@@ -21,7 +21,7 @@
 #include "ggml-ext-kvattn.h"
 #include "ggml-ext-kvq.h"
 #include "ggml/kvattn_params.h"
-#include "kvquant_decode.cuh"
+#include "kvattn_decode.cuh"
 
 #include <cuda_fp16.h>
 
@@ -38,22 +38,11 @@ constexpr int KVA_THREADS = 32 * KVA_WARPS;
 constexpr int KVA_QMAX    = 16;  // queries (head, token) per block
 constexpr int KVA_SUB     = 64;  // cells scored before their weights and values (the online-softmax step)
 
-// a K or V row's storage: NUQ blocks (decoded by kvq::dequantize_value), F16 or F32
-enum kva_kind { KVA_NUQ = 0, KVA_F16 = 1, KVA_F32 = 2 };
+using kva::row_kind;
+using kva::row_value;
 
-static kva_kind kind_of(ggml_type t) {
-    return t == GGML_TYPE_F16 ? KVA_F16 : t == GGML_TYPE_F32 ? KVA_F32 : KVA_NUQ;
-}
-
-// value d of the row at p
-__device__ __forceinline__ float row_value(kva_kind kind, const kvq::kvq_args & a, const char * p, int d) {
-    if (kind == KVA_F32) {
-        return ((const float *) p)[d];
-    }
-    if (kind == KVA_F16) {
-        return __half2float(((const half *) p)[d]);
-    }
-    return kvq::dequantize_value(a, p + (d / kvq::QK) * a.block_bytes, d % kvq::QK);
+static row_kind kind_of(ggml_type t) {
+    return t == GGML_TYPE_F16 ? kva::ROW_F16 : t == GGML_TYPE_F32 ? kva::ROW_F32 : kva::ROW_NUQ;
 }
 
 __device__ __forceinline__ float warp_sum(float x) {
@@ -86,30 +75,10 @@ __device__ __forceinline__ float exp_rn(float x) {
 
 // ---- the table ----
 
-struct table_args {
-    int   n_dims;
-    float freq_scale, ext_factor, mscale, step, corr0, corr1;
-};
-
-__global__ void k_table(const int32_t * pos, const float * ff, float * out, int64_t n, table_args r) {
+__global__ void k_table(const int32_t * pos, const float * ff, float * out, int64_t n, kva::table_args r) {
     const int64_t c = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= n) {
-        return;
-    }
-    float *   row   = out + c * r.n_dims;
-    float     theta = (float) pos[c];
-    const int h2    = r.n_dims / 2;
-    for (int j = 0; j < h2; j++) {
-        const float extrap = ff ? __fdiv_rn(theta, ff[j]) : theta;
-        float       th     = __fmul_rn(r.freq_scale, extrap);
-        if (r.ext_factor != 0.0f) {
-            const float y   = __fdiv_rn(__fsub_rn((float) j, r.corr0), fmaxf(0.001f, __fsub_rn(r.corr1, r.corr0)));
-            const float mix = __fmul_rn(__fsub_rn(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.ext_factor);
-            th              = __fadd_rn(__fmul_rn(th, __fsub_rn(1.0f, mix)), __fmul_rn(extrap, mix));
-        }
-        row[2 * j]     = __fmul_rn((float) cos((double) th), r.mscale);
-        row[2 * j + 1] = __fmul_rn((float) sin((double) th), r.mscale);
-        theta          = __fmul_rn(theta, r.step);
+    if (c < n) {
+        kva::table_row(r, pos[c], ff, out + c * r.n_dims);
     }
 }
 
@@ -131,7 +100,7 @@ struct partial_args {
     int          hd, hdv, n_hkv, n_kv, n_head, n_ts, n_q, n_chunks, n_slices;
     int          chunk, mode, n_dims;
     float        scale, norm_eps;
-    kva_kind     k_kind, v_kind;
+    row_kind     k_kind, v_kind;
 };
 
 // shared memory of a block: q [QMAX][hd], key rows [WARPS][hd], weights [QMAX][SUB], acc [QMAX][hdv],
@@ -176,7 +145,6 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
     // lane i's query (i < nqb): its token's mask row
     const int    my_ti  = lane < nqb ? (q0 + lane) % p.n_ts : 0;
-    const int    h2     = p.n_dims / 2;
     float *      kr     = kb + warp * p.hd;
 
     for (int b0 = c0; b0 < c1; b0 += KVA_SUB) {
@@ -209,10 +177,9 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                     ss += (double) __fmul_rn(kr[d], kr[d]);
                 }
                 ss               = warp_sum_d(ss);
-                const float mean = (float) (ss / (double) p.hd);
-                const float sc1  = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, p.norm_eps)));
+                const float sc1  = kva::norm_scale(ss, p.hd, p.norm_eps);
                 for (int d = lane; d < p.hd; d += 32) {
-                    kr[d] = __fmul_rn(__fmul_rn(kr[d], sc1), p.norm_w[d]);
+                    kr[d] = kva::norm_apply(kr[d], sc1, p.norm_w[d]);
                 }
             }
             __syncwarp();
@@ -224,18 +191,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 dots[i] = 0.0f;
             }
             for (int d = lane; d < p.hd; d += 32) {
-                float y;
-                if (d >= p.n_dims) {
-                    y = kr[d];
-                } else if (p.mode == GGML_ROPE_TYPE_NEOX) {
-                    const int   j = d < h2 ? d : d - h2;
-                    const float a = kr[j], bb = kr[j + h2], co = cs[2 * j], si = cs[2 * j + 1];
-                    y = d < h2 ? __fsub_rn(__fmul_rn(a, co), __fmul_rn(bb, si)) : __fadd_rn(__fmul_rn(a, si), __fmul_rn(bb, co));
-                } else {
-                    const int   j = d / 2;
-                    const float a = kr[2 * j], bb = kr[2 * j + 1], co = cs[2 * j], si = cs[2 * j + 1];
-                    y = d % 2 == 0 ? __fsub_rn(__fmul_rn(a, co), __fmul_rn(bb, si)) : __fadd_rn(__fmul_rn(a, si), __fmul_rn(bb, co));
-                }
+                const float y = kva::rope_at(p.mode, p.n_dims, kr, cs, d);
 #pragma unroll
                 for (int i = 0; i < KVA_QMAX; i++) {
                     if (i < nqb) {
@@ -371,7 +327,7 @@ static void launch_table(ggml_tensor * dst, cudaStream_t stream) {
     memcpy(&r, (const char *) dst->op_params + GGML_EXT_KVA_OFF, sizeof(r));
     float corr[2];
     ggml_rope_yarn_corr_dims(r.n_dims, r.n_ctx_orig, r.freq_base, r.beta_fast, r.beta_slow, corr);
-    table_args a;
+    kva::table_args a;
     a.n_dims     = r.n_dims;
     a.freq_scale = r.freq_scale;
     a.ext_factor = r.ext_factor;
@@ -430,10 +386,10 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     p.k_kind       = kind_of(k->type);
     p.v_kind       = kind_of(v->type);
     kvq::kvq_args ka = {}, va = {};
-    if (p.k_kind == KVA_NUQ) {
+    if (p.k_kind == kva::ROW_NUQ) {
         ka = ggml_ext_cuda_kvq_args(k->data, k->type, device);
     }
-    if (p.v_kind == KVA_NUQ) {
+    if (p.v_kind == kva::ROW_NUQ) {
         va = ggml_ext_cuda_kvq_args(v->data, v->type, device);
     }
     if (p.n_kv == 0 || p.n_ts == 0) {
