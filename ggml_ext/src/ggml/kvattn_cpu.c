@@ -32,8 +32,6 @@
 
 #define KVA_OFF GGML_EXT_KVA_OFF
 
-#define attn_params ggml_ext_kva_params
-
 // ---- the cos / sin table ----
 
 static void rope_table_fn(struct ggml_tensor * dst, int ith, int nth, void * userdata) {
@@ -100,7 +98,7 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     (void) userdata;
     const struct ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2], * mask = dst->src[3];
     const struct ggml_tensor * tab = dst->src[4];
-    struct attn_params         p;
+    struct ggml_ext_kva_params p;
     memcpy(&p, (const char *) dst->op_params + KVA_OFF, sizeof(p));
     const int64_t hd = k->ne[0], n_hkv = k->ne[1], n_kv = k->ne[2], n_stream = k->ne[3], hdv = v->ne[0];
     const int64_t n_head = q->ne[1], n_tok = q->ne[2], n_ts = n_tok / n_stream, n_q = n_head / n_hkv;
@@ -403,7 +401,7 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     }
 
     const int64_t      n_ts = n_tok / n_stream;
-    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head),
+    struct ggml_ext_kva_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head),
                                 k_norm_eps };
     p.tile                  = p.tile > n_ts ? (int) n_ts : p.tile;
     const int64_t      n_ch = (n_kv + chunk - 1) / chunk;
