@@ -19,7 +19,8 @@
 #   SMOL_CALIB=... GEMMA_CALIB=... bash scripts/device_kvattn_cuda.sh $OUT
 # Environment: SMOL_GGUF (default /tmp/assets/SmolLM2-135M-Instruct.Q4_1.gguf), GEMMA_GGUF (default
 #   /tmp/assets/gemma-3-270m-q4_k_m.gguf), DEPTHS ("8192 32768"; SmolLM2 only up to 8192, its training length),
-#   NGEN (64), REPS (3), CHECK_DEPTH (1024), BUILD (/tmp/bc), STEPS ("test check bench").
+#   NGEN (64), REPS (3), CHECK_DEPTH (1024), BUILD (/tmp/bc), STEPS ("test check bench"), CHUNKS (e.g. "16 64":
+#   extra op rows with GGML_EXT_KV_ATTN_CHUNK, cells per range; default none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvattn_cuda.sh OUT}
@@ -78,6 +79,9 @@ for mc in "smol:$SMOL_GGUF:${SMOL_CALIB:-}" "gemma:$GEMMA_GGUF:${GEMMA_CALIB:-}"
             ARGS=("${kv[@]}")
             echo "| $name | nuq3 | ref | $d | $(row "$m" ref "$d" GGML_EXT_KV_ATTN=ref) |" | tee -a "$table" >> "$out/summary.txt"
             echo "| $name | nuq3 | op | $d | $(row "$m" op "$d" GGML_EXT_KV_ATTN=auto) |" | tee -a "$table" >> "$out/summary.txt"
+            for c in ${CHUNKS:-}; do  # other cell ranges (GGML_EXT_KV_ATTN_CHUNK), for tuning
+                echo "| $name | nuq3 | op, ranges of $c | $d | $(row "$m" "op$c" "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CHUNK="$c") |" | tee -a "$table" >> "$out/summary.txt"
+            done
         done
     fi
 done

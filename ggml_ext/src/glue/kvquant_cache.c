@@ -511,13 +511,17 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.attn_factor, p + 8, sizeof(float));
     memcpy(&r.beta_fast, p + 9, sizeof(float));
     memcpy(&r.beta_slow, p + 10, sizeof(float));
-    // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV
-    // head (blocks for every SM)
+    // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
+    // (blocks for every SM). GGML_EXT_KV_ATTN_CHUNK=N: N cells per range on either (tuning)
     int chunk = 0;
     if (on_device) {
         const int64_t n_kv = k->ne[2];
         chunk              = (int) ((n_kv / 512 + 31) / 32 * 32);
         chunk              = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+    }
+    const char * ch = getenv("GGML_EXT_KV_ATTN_CHUNK");
+    if (ch && atoi(ch) > 0) {
+        chunk = atoi(ch);
     }
     char                 why[160];
     struct ggml_tensor * out =
