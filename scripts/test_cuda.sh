@@ -8,7 +8,8 @@
 # codebook types CB2 / CB3 on ggml-ext's own CUDA kernels (patch 0410) at 1-512 tokens (NMSE at most 1e-5
 # against the exact product of the dequantized weights, 2e-4 against the CPU); tests/c/test_kvquant_cuda.cpp: the
 # KVQuant cache types NUQ4 / NUQ3 / NUQ2 in VRAM (patch 0421): SET_ROWS bytes, CPY / GET_ROWS values bit for bit
-# against the CPU with and without outlier slots and the sink, flash attention with a NUQ V.
+# against the CPU with and without outlier slots and the sink, flash attention with a NUQ V; tests/c/test_kvattn_cuda.cpp:
+# the KVQuant decode op's three nodes on the GPU (kvattn_cuda.cu) within NMSE 1e-6 of the CPU op on the same caches.
 # Usage: scripts/test_cuda.sh [PREFIX]   PREFIX holds lib/ and include/ of the build (default:
 # $GGML_EXT_PREFIX, else the installed ggml_ext package's). Fails when there is no GPU.
 set -euo pipefail
@@ -17,7 +18,7 @@ prefix=${1:-${GGML_EXT_PREFIX:-$("${PYTHON:-python3}" -c 'from ggml_ext import _
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
-for prog in test_ext_ops test_types_backends test_kvquant_cuda; do
+for prog in test_ext_ops test_types_backends test_kvquant_cuda test_kvattn_cuda; do
     "${CXX:-g++}" -std=c++17 -O2 -Wall -Wextra -Werror -I"$prefix/include" "tests/c/$prog.cpp" \
         -L"$prefix/lib" -lggml -lggml-base -lggml-cpu -lggml-rpc -Wl,-rpath,"$prefix/lib" -o "$work/$prog"
     rc=0

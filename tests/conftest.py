@@ -153,6 +153,13 @@ def kvquant_cuda(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def kvattn_cuda(tmp_path_factory):
+    """Runs tests/c/test_kvattn_cuda.cpp: the KVQuant decode op on each GPU against the CPU (--require-gpu: exit 77
+    when there is none)."""
+    return _c_program(tmp_path_factory, "test_kvattn_cuda")
+
+
+@pytest.fixture(scope="session")
 def types_backends(tmp_path_factory):
     """Runs tests/c/test_types_backends.cpp: ggml-ext's types with a stock twin (the interleaved layouts)
     in mul_mat on the CPU backend, through RPC (--rpc HOST:PORT) and on each GPU (--require-gpu)."""

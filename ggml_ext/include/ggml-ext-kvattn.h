@@ -47,6 +47,17 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, s
 // node reading a NUQ cache is ours only then).
 GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
 
+// ---- ggml-base (src/ggml/kvattn_base.c): the op's nodes, for every backend ----
+
+// The op's three GGML_OP_CUSTOM nodes (ggml_ext_kvq_attn_node_kind): the cos / sin table, the partial sums, the combine.
+enum { GGML_EXT_KVA_TABLE = 1, GGML_EXT_KVA_PARTIAL = 2, GGML_EXT_KVA_COMBINE = 3 };
+
+// Which of the op's nodes `node` is (GGML_EXT_KVA_*), 0 for any other tensor: ggml-cuda's supports_op and
+// compute_forward (patch 0421, src/cuda/kvattn_cuda.cu) take the three by it. The nodes carry the tag of their
+// kind as their userdata.
+GGML_EXT_API int ggml_ext_kvq_attn_node_kind(const struct ggml_tensor * node);
+GGML_EXT_API void * ggml_ext_kvq_attn_tag(int kind);
+
 // ---- libllama (src/glue/kvquant_cache.c) ----
 
 // llama_graph's hook (patch 0320; the iSWA build_attn of patch 0325 with each layer's own cache, positions and
@@ -55,7 +66,8 @@ GGML_EXT_API bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node);
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
 // (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
 // tokens (default 16), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the cache
-// (and a K norm's weight) in host memory. GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
+// (and a K norm's weight) in host memory or, in a GGML_EXT_CUDA build, the cache in a device's memory (the op's nodes
+// then run on ggml-cuda, src/cuda/kvattn_cuda.cu; not with GGML_EXT_KV_KBLOCK's block-scaled keys). GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
 // as fused with the reference computed beside it and each layer's max difference printed on stderr.
 GGML_EXT_API struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q,
                                                          struct ggml_tensor * k, struct ggml_tensor * v,

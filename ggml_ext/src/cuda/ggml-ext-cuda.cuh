@@ -141,3 +141,9 @@ bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op);
 bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op);
 // runs such a node on ctx's stream; false when no NUQ tensor is involved (upstream's switch runs it)
 bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+
+// ---- the KVQuant decode op's nodes with the cache in VRAM (kvattn_cuda.cu; ggml-ext-kvattn.h) ----
+// supports_op / compute_forward of the table, partial and combine nodes (ggml_ext_kvq_attn_node_kind), through
+// ggml_ext_cuda_kvq_supports / _forward
+bool ggml_ext_cuda_kvattn_supports(int device, const ggml_tensor * op);
+void ggml_ext_cuda_kvattn_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

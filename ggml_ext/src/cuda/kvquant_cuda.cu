@@ -25,6 +25,7 @@
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda/convert.cuh"
 #include "ggml-cuda/fattn.cuh"
+#include "ggml-ext-kvattn.h"
 #include "ggml-ext-kvq.h"
 #include "kvquant_decode.cuh"
 #include "ggml/kvquant_device.h"
@@ -334,7 +335,15 @@ static void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const gg
 
 }  // namespace
 
+// the kernel arguments of NUQ memory, for the decode op's kernels (kvattn_cuda.cu)
+kvq::kvq_args ggml_ext_cuda_kvq_args(const void * p, ggml_type type, int device) {
+    return args_for(p, type, device);
+}
+
 bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op) {
+    if (ggml_ext_kvq_attn_node_kind(op)) {
+        return true;  // the decode op's nodes (kvattn_cuda.cu)
+    }
     switch (op->op) {  // views of a NUQ cache: no kernel, upstream says yes
         case GGML_OP_NONE:
         case GGML_OP_RESHAPE:
@@ -378,6 +387,8 @@ bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op) {
         return false;
     }
     switch (op->op) {
+        case GGML_OP_CUSTOM:  // the decode op's nodes (kvattn_cuda.cu)
+            return ggml_ext_cuda_kvattn_supports(device, op);
         case GGML_OP_SET_ROWS:  // f32 rows into a NUQ cache
             return is_nuq(op) && rows_of_blocks(op) && plain_rows(s0, GGML_TYPE_F32) && s0->ne[0] == op->ne[0] &&
                    (s1->type == GGML_TYPE_I64 || s1->type == GGML_TYPE_I32) && s1->ne[0] == s0->ne[1] &&
@@ -429,6 +440,9 @@ bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     cudaStream_t        stream = ctx.stream();
     const ggml_tensor * s0     = dst->src[0];
     switch (dst->op) {
+        case GGML_OP_CUSTOM:
+            ggml_ext_cuda_kvattn_forward(ctx, dst);
+            break;
         case GGML_OP_SET_ROWS:
             launch_quantize(s0, dst, dst->src[1], ctx.device, stream);
             break;

@@ -3,7 +3,8 @@
 // to F32, roping it, casting it to F16 and running flash attention over that (three passes over n_kv cells per
 // layer and token).
 //
-// Three ggml custom nodes (GGML_OP_CUSTOM: CPU only; the cache must be in host memory):
+// Three ggml custom nodes (GGML_OP_CUSTOM; their userdata the tag of their kind, ggml/kvattn_base.c: ggml-cuda runs
+// them with its own kernels, cuda/kvattn_cuda.cu, when the cache is in VRAM):
 //   table    F32 [n_dims, n_cells]: cos / sin (pair-interleaved, like ggml's rope cache) of every cell's
 //            position, computed as ggml's CPU rope computes them (YaRN ramp, freq factors, attn_factor);
 //            once per graph and RoPE: the layers share it.
@@ -20,6 +21,7 @@
 #include "ggml-ext-kvattn.h"
 #include "ggml-cpu.h"
 #include "ggml-impl.h"  // struct ggml_custom_op_params: our parameters follow it in op_params
+#include "ggml/kvattn_params.h"
 #include "vec.h"        // ggml-cpu's ggml_vec_soft_max_f32: exp(x - max) with its SIMD exp, and the sum
 
 #include <math.h>
@@ -28,18 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KVA_OFF sizeof(struct ggml_custom_op_params)
-
-struct attn_params {
-    float scale;
-    int   chunk, mode, n_dims, tile;
-    float norm_eps;  // with a K norm (src[5], its weight): rms_norm(k, eps) * w per KV head before RoPE
-};
-
-static_assert(sizeof(struct ggml_custom_op_params) + sizeof(struct ggml_ext_kvq_rope) <= GGML_MAX_OP_PARAMS,
-              "rope parameters do not fit in op_params");
-static_assert(sizeof(struct ggml_custom_op_params) + sizeof(struct attn_params) <= GGML_MAX_OP_PARAMS,
-              "attention parameters do not fit in op_params");
+#define KVA_OFF GGML_EXT_KVA_OFF
 
 // ---- the cos / sin table ----
 
@@ -107,7 +98,7 @@ static void attn_partial_fn(struct ggml_tensor * dst, int ith, int nth, void * u
     (void) userdata;
     const struct ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2], * mask = dst->src[3];
     const struct ggml_tensor * tab = dst->src[4];
-    struct attn_params         p;
+    struct ggml_ext_kva_params p;
     memcpy(&p, (const char *) dst->op_params + KVA_OFF, sizeof(p));
     const int64_t hd = k->ne[0], n_hkv = k->ne[1], n_kv = k->ne[2], n_stream = k->ne[3], hdv = v->ne[0];
     const int64_t n_head = q->ne[1], n_tok = q->ne[2], n_ts = n_tok / n_stream, n_q = n_head / n_hkv;
@@ -329,7 +320,7 @@ bool ggml_ext_kvq_attn_is_node(const struct ggml_tensor * node) {
         return false;
     }
     memcpy(&cp, node->op_params, sizeof(cp));
-    return cp.fun == attn_partial_fn;
+    return cp.fun == attn_partial_fn && ggml_ext_kvq_attn_node_kind(node) == GGML_EXT_KVA_PARTIAL;
 }
 
 // ---- the graph ----
@@ -404,23 +395,24 @@ struct ggml_tensor * ggml_ext_kvq_attn(struct ggml_context * ctx, struct ggml_te
     if (!tab) {
         struct ggml_tensor * args[2] = { k_pos, freq_factors };
         tab = ggml_custom_4d(ctx, GGML_TYPE_F32, rope->n_dims, n_kv * n_stream, 1, 1, args, 2, rope_table_fn,
-                             GGML_N_TASKS_MAX, NULL);
+                             GGML_N_TASKS_MAX, ggml_ext_kvq_attn_tag(GGML_EXT_KVA_TABLE));
         memcpy((char *) tab->op_params + KVA_OFF, rope, sizeof(*rope));
         ggml_set_name(tab, tab_name);
     }
 
     const int64_t      n_ts = n_tok / n_stream;
-    struct attn_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head),
+    struct ggml_ext_kva_params p    = { scale, chunk, rope->mode, rope->n_dims, (int) (n_head >= 64 ? 1 : 64 / n_head),
                                 k_norm_eps };
     p.tile                  = p.tile > n_ts ? (int) n_ts : p.tile;
     const int64_t      n_ch = (n_kv + chunk - 1) / chunk;
     struct ggml_tensor * args[6] = { q, k, v, mask, tab, k_norm_w };
     struct ggml_tensor * part    = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv + 2, n_ch, n_head, n_tok, args, 6,
-                                                  attn_partial_fn, GGML_N_TASKS_MAX, NULL);
+                                                  attn_partial_fn, GGML_N_TASKS_MAX,
+                                                  ggml_ext_kvq_attn_tag(GGML_EXT_KVA_PARTIAL));
     memcpy((char *) part->op_params + KVA_OFF, &p, sizeof(p));
     ggml_set_name(part, "ggml_ext_kvq_attn_part");
     struct ggml_tensor * out = ggml_custom_4d(ctx, GGML_TYPE_F32, hdv, n_head, n_tok, 1, &part, 1, attn_combine_fn,
-                                              GGML_N_TASKS_MAX, NULL);
+                                              GGML_N_TASKS_MAX, ggml_ext_kvq_attn_tag(GGML_EXT_KVA_COMBINE));
     ggml_set_name(out, "ggml_ext_kvq_attn");
     return out;
 }

@@ -485,22 +485,30 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         (!force && q->ne[2] > max_tokens)) {
         return NULL;
     }
+    // where the cache lives: host memory (the op's CPU functions read it), or a CUDA device's (a GGML_EXT_CUDA build:
+    // ggml-cuda runs the op's nodes, src/cuda/kvattn_cuda.cu; not GGML_EXT_KV_KBLOCK's block-scaled keys, which its
+    // kernels do not decode: the dequantize-and-rope path reads those)
+    const struct ggml_tensor * kb = k->view_src ? k->view_src : k, * vb = v->view_src ? v->view_src : v;
+    if (!kb->buffer || !vb->buffer) {
+        return NULL;
+    }
+    const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
+    const bool on_device = !on_host && ggml_ext_has_cuda() && kv_kblock() == 0 &&
+                           !strncmp(ggml_backend_buffer_name(kb->buffer), "CUDA", 4) &&
+                           !strncmp(ggml_backend_buffer_name(vb->buffer), "CUDA", 4);
+    if (!on_host && !on_device) {
+        return NULL;
+    }
     // a K norm between the cache and RoPE (qwen3, gemma3): the op applies it as ggml_ext_llama_k_rope does
     const struct ggml_tensor * norm   = k_norm_of(k_roped);
     struct ggml_tensor *       norm_w = norm ? norm->src[1] : NULL;
     float                      eps    = 0.0f;
     if (norm) {
         const struct ggml_tensor * wb = norm_w->view_src ? norm_w->view_src : norm_w;
-        if (!wb->buffer || !ggml_backend_buffer_is_host(wb->buffer)) {
+        if (on_host && (!wb->buffer || !ggml_backend_buffer_is_host(wb->buffer))) {
             return NULL;
         }
         memcpy(&eps, norm->src[0]->op_params, sizeof(eps));
-    }
-    // the op reads the cache on the CPU: only where it lives in host memory
-    const struct ggml_tensor * kb = k->view_src ? k->view_src : k, * vb = v->view_src ? v->view_src : v;
-    if (!kb->buffer || !vb->buffer || !ggml_backend_buffer_is_host(kb->buffer) ||
-        !ggml_backend_buffer_is_host(vb->buffer)) {
-        return NULL;
     }
     const int32_t *         p = (const int32_t *) k_roped->op_params;
     struct ggml_ext_kvq_rope r;
@@ -513,9 +521,21 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.attn_factor, p + 8, sizeof(float));
     memcpy(&r.beta_fast, p + 9, sizeof(float));
     memcpy(&r.beta_slow, p + 10, sizeof(float));
+    // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
+    // (blocks for every SM). GGML_EXT_KV_ATTN_CHUNK=N: N cells per range on either (tuning)
+    int chunk = 0;
+    if (on_device) {
+        const int64_t n_kv = k->ne[2];
+        chunk              = (int) ((n_kv / 512 + 31) / 32 * 32);
+        chunk              = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+    }
+    const char * ch = getenv("GGML_EXT_KV_ATTN_CHUNK");
+    if (ch && atoi(ch) > 0) {
+        chunk = atoi(ch);
+    }
     char                 why[160];
     struct ggml_tensor * out =
-        ggml_ext_kvq_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale, 0, why, sizeof(why));
+        ggml_ext_kvq_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale, chunk, why, sizeof(why));
     if (!out) {
         static int said;
         if (force && !said) {

@@ -1,0 +1,461 @@
+// The KVQuant decode op (ggml-ext-kvattn.h; docs/KVQUANT.md "The decode op", "The CUDA path") on ggml-cuda, for a
+// cache in VRAM: the op's three GGML_OP_CUSTOM nodes (recognised by ggml_ext_kvq_attn_node_kind, through patch
+// 0421's hook in kvquant_cuda.cu) with kernels of their own, the same contract as the CPU functions of
+// ggml/kvattn_cpu.c:
+//   table    F32 [n_dims, n_cells]: cos / sin of every cell's position (one thread per cell, the angles stepped as
+//            the CPU steps them, in IEEE round-to-nearest intrinsics; cos / sin in double, rounded to float: the
+//            CPU's cosf / sinf to the last bit or one ulp; ggml-cuda's -use_fast_math would make them __cosf);
+//   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: one CUDA block per (cell range, KV head, stream, slice of
+//            at most KVA_QMAX of the KV head's query (head, token) pairs). Sub-ranges of KVA_SUB cells: each warp
+//            takes a cell, decodes the KV head's key row (kvq::dequantize_value: the binding's per-channel scales,
+//            outlier slots and sink rows, bit for bit the CPU's to_float; or F16 / F32), applies the K norm, ropes
+//            it from the table and scores it against the slice's queries (warp sums); the scores become weights
+//            exp(s - m) with the running max m rescaled per sub-range (online softmax); then every thread owns
+//            value dimensions and accumulates the decoded V (NUQ / F16 / F32) of the range's visible cells.
+//            F32 throughout; exp in double.
+//   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c (a block per row).
+// tests/c/test_kvattn_cuda.cpp checks the GPU op against the CPU op on the same bound caches.
+#include "ggml-ext-cuda.cuh"
+
+#include "ggml-cuda/common.cuh"
+#include "ggml-ext-kvattn.h"
+#include "ggml-ext-kvq.h"
+#include "ggml/kvattn_params.h"
+#include "kvattn_decode.cuh"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+
+// the kernel arguments of the NUQ memory at p (kvquant_cuda.cu: its binding's device tables)
+kvq::kvq_args ggml_ext_cuda_kvq_args(const void * p, ggml_type type, int device);
+
+namespace {
+
+constexpr int KVA_WARPS   = 4;   // warps per block of the partial kernel
+constexpr int KVA_THREADS = 32 * KVA_WARPS;
+constexpr int KVA_QMAX    = 16;  // queries (head, token) per block
+constexpr int KVA_SUB     = 64;  // cells scored before their weights and values (the online-softmax step)
+
+using kva::row_kind;
+using kva::row_value;
+
+static row_kind kind_of(ggml_type t) {
+    return t == GGML_TYPE_F16 ? kva::ROW_F16 : t == GGML_TYPE_F32 ? kva::ROW_F32 : kva::ROW_NUQ;
+}
+
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    }
+    return x;
+}
+
+__device__ __forceinline__ double warp_sum_d(double x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    }
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    }
+    return x;
+}
+
+__device__ __forceinline__ float exp_rn(float x) {
+    return (float) exp((double) x);  // not __expf (-use_fast_math): the CPU's exp to an ulp
+}
+
+// ---- the table ----
+
+__global__ void k_table(const int32_t * pos, const float * ff, float * out, int64_t n, kva::table_args r) {
+    const int64_t c = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < n) {
+        kva::table_row(r, pos[c], ff, out + c * r.n_dims);
+    }
+}
+
+// ---- the partial sums ----
+
+struct partial_args {
+    const char * q;
+    int64_t      q_nb1, q_nb2, q_nb0;
+    const char * k;
+    int64_t      k_nb1, k_nb2, k_nb3;
+    const char * v;
+    int64_t      v_nb1, v_nb2, v_nb3;
+    const char * mask;
+    int64_t      m_nb0, m_nb1, m_nb3;
+    int          mask_f16, mask_streams;
+    const float * tab;
+    const float * norm_w;
+    float *      out;
+    int          hd, hdv, n_hkv, n_kv, n_head, n_ts, n_q, n_chunks, n_slices;
+    int          chunk, mode, n_dims;
+    float        scale, norm_eps;
+    row_kind     k_kind, v_kind;
+};
+
+// shared memory of a block: q [QMAX][hd], key rows [WARPS][hd], weights [QMAX][SUB], acc [QMAX][hdv],
+// m / l / factor [QMAX], visible [SUB]
+static size_t partial_smem(int hd, int hdv) {
+    return sizeof(float) * ((size_t) KVA_QMAX * hd + (size_t) KVA_WARPS * hd + (size_t) KVA_QMAX * KVA_SUB +
+                            (size_t) KVA_QMAX * hdv + 3 * KVA_QMAX + KVA_SUB);
+}
+
+__global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kvq_args ka, kvq::kvq_args va) {
+    extern __shared__ float smem[];
+    const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int n_group = p.n_q * p.n_ts;  // the KV head's queries: gq = g * n_ts + ti
+    const int q0 = slice * KVA_QMAX, nqb = min(KVA_QMAX, n_group - q0);
+    const int c0 = c * p.chunk, c1 = min(c0 + p.chunk, p.n_kv);
+
+    float * qs   = smem;
+    float * kb   = qs + KVA_QMAX * p.hd;
+    float * wt   = kb + KVA_WARPS * p.hd;
+    float * acc  = wt + KVA_QMAX * KVA_SUB;
+    float * mx   = acc + KVA_QMAX * p.hdv;
+    float * sum  = mx + KVA_QMAX;
+    float * fac  = sum + KVA_QMAX;
+    float * seen = fac + KVA_QMAX;
+
+    // the slice's queries: query i = KV head h's gq = q0 + i, head h * n_q + gq / n_ts, token s * n_ts + gq % n_ts
+    for (int e = tid; e < nqb * p.hd; e += KVA_THREADS) {
+        const int i = e / p.hd, d = e % p.hd, gq = q0 + i;
+        const int hq = h * p.n_q + gq / p.n_ts, tok = s * p.n_ts + gq % p.n_ts;
+        qs[e]        = *(const float *) (p.q + hq * p.q_nb1 + (int64_t) tok * p.q_nb2 + d * p.q_nb0);
+    }
+    for (int e = tid; e < nqb * p.hdv; e += KVA_THREADS) {
+        acc[e] = 0.0f;
+    }
+    if (tid < KVA_QMAX) {
+        mx[tid]  = -INFINITY;
+        sum[tid] = 0.0f;
+    }
+    __syncthreads();
+
+    const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
+    // lane i's query (i < nqb): its token's mask row
+    const int    my_ti  = lane < nqb ? (q0 + lane) % p.n_ts : 0;
+    float *      kr     = kb + warp * p.hd;
+
+    for (int b0 = c0; b0 < c1; b0 += KVA_SUB) {
+        const int nb = min(KVA_SUB, c1 - b0);
+        // scores: a warp per cell
+        for (int cc = warp; cc < nb; cc += KVA_WARPS) {
+            const int64_t cell = b0 + cc;
+            float         mv   = -INFINITY;
+            if (lane < nqb) {
+                const char * mp = mask_s + cell * p.m_nb0 + my_ti * p.m_nb1;
+                mv              = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
+            }
+            const bool any = __any_sync(0xffffffffu, mv != -INFINITY);
+            if (lane == 0) {
+                seen[cc] = any ? 1.0f : 0.0f;
+            }
+            if (!any) {
+                if (lane < nqb) {
+                    wt[lane * KVA_SUB + cc] = -INFINITY;
+                }
+                continue;
+            }
+            const char * krow = p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1;
+            for (int d = lane; d < p.hd; d += 32) {
+                kr[d] = row_value(p.k_kind, ka, krow, d);
+            }
+            if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
+                double ss = 0.0;
+                for (int d = lane; d < p.hd; d += 32) {
+                    ss += (double) __fmul_rn(kr[d], kr[d]);
+                }
+                ss               = warp_sum_d(ss);
+                const float sc1  = kva::norm_scale(ss, p.hd, p.norm_eps);
+                for (int d = lane; d < p.hd; d += 32) {
+                    kr[d] = kva::norm_apply(kr[d], sc1, p.norm_w[d]);
+                }
+            }
+            __syncwarp();
+            // RoPE from the table: lane's dims into registers (d = lane + 32 i), then the dots
+            const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
+            float         dots[KVA_QMAX];
+#pragma unroll
+            for (int i = 0; i < KVA_QMAX; i++) {
+                dots[i] = 0.0f;
+            }
+            for (int d = lane; d < p.hd; d += 32) {
+                const float y = kva::rope_at(p.mode, p.n_dims, kr, cs, d);
+#pragma unroll
+                for (int i = 0; i < KVA_QMAX; i++) {
+                    if (i < nqb) {
+                        dots[i] += qs[i * p.hd + d] * y;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < KVA_QMAX; i++) {
+                if (i < nqb) {
+                    const float dt = warp_sum(dots[i]);
+                    const float m  = __shfl_sync(0xffffffffu, mv, i);
+                    if (lane == 0) {
+                        wt[i * KVA_SUB + cc] = m == -INFINITY ? -INFINITY : p.scale * dt + m;
+                    }
+                }
+            }
+            __syncwarp();  // kr is rewritten by the warp's next cell
+        }
+        __syncthreads();
+
+        // weights: a warp per query, the running max, exp(s - m), the sum
+        for (int i = warp; i < nqb; i += KVA_WARPS) {
+            float * w  = wt + i * KVA_SUB;
+            float   lm = -INFINITY;
+            for (int cc = lane; cc < nb; cc += 32) {
+                lm = fmaxf(lm, w[cc]);
+            }
+            const float m_old = mx[i], m_new = fmaxf(m_old, warp_max(lm));
+            float       ls    = 0.0f;
+            for (int cc = lane; cc < nb; cc += 32) {
+                const float e = w[cc] == -INFINITY ? 0.0f : exp_rn(w[cc] - m_new);
+                w[cc]         = e;
+                ls += e;
+            }
+            ls = warp_sum(ls);
+            __syncwarp();
+            if (lane == 0) {
+                const float f = m_old == -INFINITY ? 0.0f : exp_rn(m_old - m_new);
+                fac[i]        = m_new == -INFINITY ? 1.0f : f;
+                sum[i]        = m_new == -INFINITY ? 0.0f : sum[i] * f + ls;
+                mx[i]         = m_new;
+            }
+        }
+        __syncthreads();
+
+        // values: a thread per value dimension, every query of the slice
+        for (int d = tid; d < p.hdv; d += KVA_THREADS) {
+            float a[KVA_QMAX];
+#pragma unroll
+            for (int i = 0; i < KVA_QMAX; i++) {
+                a[i] = i < nqb ? acc[i * p.hdv + d] * fac[i] : 0.0f;
+            }
+            for (int cc = 0; cc < nb; cc++) {
+                if (seen[cc] == 0.0f) {
+                    continue;
+                }
+                const char * vrow = p.v + (int64_t) (b0 + cc) * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1;
+                const float  vv   = row_value(p.v_kind, va, vrow, d);
+#pragma unroll
+                for (int i = 0; i < KVA_QMAX; i++) {
+                    if (i < nqb) {
+                        const float w = wt[i * KVA_SUB + cc];
+                        if (w != 0.0f) {  // a masked cell's NaN-free zero weight adds nothing (as on the CPU)
+                            a[i] += w * vv;
+                        }
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < KVA_QMAX; i++) {
+                if (i < nqb) {
+                    acc[i * p.hdv + d] = a[i];
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    const int ew = p.hdv + 2;
+    for (int e = tid; e < nqb * ew; e += KVA_THREADS) {
+        const int i = e / ew, d = e % ew, gq = q0 + i;
+        const int hq = h * p.n_q + gq / p.n_ts, tok = s * p.n_ts + gq % p.n_ts;
+        float *   o  = p.out + (((int64_t) tok * p.n_head + hq) * p.n_chunks + c) * ew;
+        o[d]         = d < p.hdv ? acc[i * p.hdv + d] : d == p.hdv ? mx[i] : sum[i];
+    }
+}
+
+// ---- the combine ----
+
+__global__ void k_combine(const float * part, float * out, int hdv, int n_chunks) {
+    const int64_t r   = blockIdx.x;
+    const int     ew  = hdv + 2;
+    const float * P   = part + r * n_chunks * ew;
+    float         M   = -INFINITY;
+    for (int c = 0; c < n_chunks; c++) {
+        M = fmaxf(M, P[c * ew + hdv]);
+    }
+    float L = 0.0f;
+    for (int c = 0; c < n_chunks; c++) {
+        const float m = P[c * ew + hdv];
+        if (m != -INFINITY) {
+            L += exp_rn(m - M) * P[c * ew + hdv + 1];
+        }
+    }
+    for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
+        float o = 0.0f;
+        if (M != -INFINITY) {  // no cell visible to this query: zeros
+            for (int c = 0; c < n_chunks; c++) {
+                const float m = P[c * ew + hdv];
+                if (m != -INFINITY) {
+                    o += exp_rn(m - M) * P[c * ew + d];
+                }
+            }
+            o = __fdiv_rn(o, L);
+        }
+        out[r * hdv + d] = o;
+    }
+}
+
+static bool row_ok(const ggml_tensor * t, int64_t n) {
+    if (!t || t->nb[0] != ggml_type_size(t->type)) {
+        return false;
+    }
+    if (t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_F32) {
+        return true;
+    }
+    return ggml_ext_kvq_is_cache_type((int) t->type) && n % kvq::QK == 0;
+}
+
+static void launch_table(ggml_tensor * dst, cudaStream_t stream) {
+    ggml_ext_kvq_rope r;
+    memcpy(&r, (const char *) dst->op_params + GGML_EXT_KVA_OFF, sizeof(r));
+    float corr[2];
+    ggml_rope_yarn_corr_dims(r.n_dims, r.n_ctx_orig, r.freq_base, r.beta_fast, r.beta_slow, corr);
+    kva::table_args a;
+    a.n_dims     = r.n_dims;
+    a.freq_scale = r.freq_scale;
+    a.ext_factor = r.ext_factor;
+    a.mscale     = r.ext_factor != 0.0f ? r.attn_factor * (1.0f + 0.1f * logf(1.0f / r.freq_scale)) : r.attn_factor;
+    a.step       = powf(r.freq_base, -2.0f / (float) r.n_dims);  // on the host: the CPU's powf
+    a.corr0      = corr[0];
+    a.corr1      = corr[1];
+    const int64_t n = dst->ne[1];
+    if (n > 0) {
+        k_table<<<(unsigned) ((n + 127) / 128), 128, 0, stream>>>(
+            (const int32_t *) dst->src[0]->data, dst->src[1] ? (const float *) dst->src[1]->data : nullptr,
+            (float *) dst->data, n, a);
+    }
+}
+
+static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
+    const ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2], * mask = dst->src[3];
+    ggml_ext_kva_params pp;
+    memcpy(&pp, (const char *) dst->op_params + GGML_EXT_KVA_OFF, sizeof(pp));
+    partial_args p;
+    p.q            = (const char *) q->data;
+    p.q_nb0        = q->nb[0];
+    p.q_nb1        = q->nb[1];
+    p.q_nb2        = q->nb[2];
+    p.k            = (const char *) k->data;
+    p.k_nb1        = k->nb[1];
+    p.k_nb2        = k->nb[2];
+    p.k_nb3        = k->nb[3];
+    p.v            = (const char *) v->data;
+    p.v_nb1        = v->nb[1];
+    p.v_nb2        = v->nb[2];
+    p.v_nb3        = v->nb[3];
+    p.mask         = (const char *) mask->data;
+    p.m_nb0        = mask->nb[0];
+    p.m_nb1        = mask->nb[1];
+    p.m_nb3        = mask->nb[3];
+    p.mask_f16     = mask->type == GGML_TYPE_F16;
+    p.mask_streams = (int) mask->ne[3];
+    p.tab          = (const float *) dst->src[4]->data;
+    p.norm_w       = dst->src[5] ? (const float *) dst->src[5]->data : nullptr;
+    p.out          = (float *) dst->data;
+    p.hd           = (int) k->ne[0];
+    p.hdv          = (int) v->ne[0];
+    p.n_hkv        = (int) k->ne[1];
+    p.n_kv         = (int) k->ne[2];
+    p.n_head       = (int) q->ne[1];
+    p.n_ts         = (int) (q->ne[2] / k->ne[3]);
+    p.n_q          = p.n_head / p.n_hkv;
+    p.n_chunks     = (int) dst->ne[1];
+    p.n_slices     = (p.n_q * p.n_ts + KVA_QMAX - 1) / KVA_QMAX;
+    p.chunk        = pp.chunk;
+    p.mode         = pp.mode;
+    p.n_dims       = pp.n_dims;
+    p.scale        = pp.scale;
+    p.norm_eps     = pp.norm_eps;
+    p.k_kind       = kind_of(k->type);
+    p.v_kind       = kind_of(v->type);
+    kvq::kvq_args ka = {}, va = {};
+    if (p.k_kind == kva::ROW_NUQ) {
+        ka = ggml_ext_cuda_kvq_args(k->data, k->type, device);
+    }
+    if (p.v_kind == kva::ROW_NUQ) {
+        va = ggml_ext_cuda_kvq_args(v->data, v->type, device);
+    }
+    if (p.n_kv == 0 || p.n_ts == 0) {
+        return;
+    }
+    const size_t smem = partial_smem(p.hd, p.hdv);
+    if (smem > 48 * 1024) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+    }
+    const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (k->ne[3] * p.n_slices));
+    k_partial<<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);
+}
+
+}  // namespace
+
+bool ggml_ext_cuda_kvattn_supports(int device, const ggml_tensor * op) {
+    switch (ggml_ext_kvq_attn_node_kind(op)) {
+        case GGML_EXT_KVA_TABLE:
+            return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && op->src[0]->type == GGML_TYPE_I32 &&
+                   ggml_is_contiguous(op->src[0]) && (!op->src[1] || op->src[1]->type == GGML_TYPE_F32);
+        case GGML_EXT_KVA_COMBINE:
+            return op->type == GGML_TYPE_F32 && ggml_is_contiguous(op) && op->src[0]->type == GGML_TYPE_F32 &&
+                   ggml_is_contiguous(op->src[0]);
+        case GGML_EXT_KVA_PARTIAL:
+            {
+                const ggml_tensor * q = op->src[0], * k = op->src[1], * v = op->src[2], * mask = op->src[3];
+                const ggml_tensor * tab = op->src[4], * w = op->src[5];
+                if (!q || q->type != GGML_TYPE_F32 || !row_ok(k, k->ne[0]) || !row_ok(v, v->ne[0]) || !mask ||
+                    (mask->type != GGML_TYPE_F16 && mask->type != GGML_TYPE_F32) || !tab ||
+                    tab->type != GGML_TYPE_F32 || !ggml_is_contiguous(tab) ||
+                    (w && (w->type != GGML_TYPE_F32 || !ggml_is_contiguous(w))) ||
+                    op->type != GGML_TYPE_F32 || !ggml_is_contiguous(op)) {
+                    return false;
+                }
+                ggml_ext_kva_params pp;
+                memcpy(&pp, (const char *) op->op_params + GGML_EXT_KVA_OFF, sizeof(pp));
+                if (pp.mode != GGML_ROPE_TYPE_NORMAL && pp.mode != GGML_ROPE_TYPE_NEOX) {
+                    return false;
+                }
+                return partial_smem((int) k->ne[0], (int) v->ne[0]) <= ggml_cuda_info().devices[device].smpbo;
+            }
+        default:
+            return false;
+    }
+}
+
+void ggml_ext_cuda_kvattn_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    cudaStream_t stream = ctx.stream();
+    switch (ggml_ext_kvq_attn_node_kind(dst)) {
+        case GGML_EXT_KVA_TABLE:
+            launch_table(dst, stream);
+            break;
+        case GGML_EXT_KVA_PARTIAL:
+            launch_partial(dst, ctx.device, stream);
+            break;
+        case GGML_EXT_KVA_COMBINE:
+            {
+                const ggml_tensor * part = dst->src[0];
+                const int64_t       rows = dst->ne[1] * dst->ne[2];
+                if (rows > 0) {
+                    k_combine<<<(unsigned) rows, 128, 0, stream>>>((const float *) part->data, (float *) dst->data,
+                                                                   (int) dst->ne[0], (int) part->ne[1]);
+                }
+            }
+            break;
+        default:
+            GGML_ABORT("ggml-ext: %s is not a node of the KVQuant decode op", dst->name);
+    }
+}

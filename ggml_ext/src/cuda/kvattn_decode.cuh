@@ -1,0 +1,83 @@
+// The per-value pieces of the KVQuant decode op's CUDA kernels (kvattn_cuda.cu): a row of the cos / sin table, a
+// value of a K / V row (NUQ through kvq::dequantize_value, F16, F32), the K norm's scale and product, the RoPE of
+// one dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
+// these very functions on the host against ggml's CPU table (ggml/kvattn_cpu.c) and ggml's to_float, rms_norm, mul
+// and rope_ext. IEEE round-to-nearest in both (KVQ_* of kvquant_decode.cuh: ggml-cuda builds with -use_fast_math);
+// cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
+#pragma once
+
+#include "kvquant_decode.cuh"
+
+namespace kva {
+
+// the table's arguments, the host-side parts (powf, the YaRN dims, mscale) computed as the CPU computes them
+struct table_args {
+    int   n_dims;
+    float freq_scale, ext_factor, mscale, step, corr0, corr1;
+};
+
+// the cos / sin row (pair-interleaved, n_dims floats) of position pos: ggml/kvattn_cpu.c's rope_table_fn
+KVQ_HD void table_row(const table_args & r, int32_t pos, const float * ff, float * row) {
+    float     theta = (float) pos;
+    const int h2    = r.n_dims / 2;
+    for (int j = 0; j < h2; j++) {
+        const float extrap = ff ? KVQ_DIV(theta, ff[j]) : theta;
+        float       th     = KVQ_MUL(r.freq_scale, extrap);
+        if (r.ext_factor != 0.0f) {
+            const float y   = KVQ_DIV(KVQ_SUB((float) j, r.corr0), fmaxf(0.001f, KVQ_SUB(r.corr1, r.corr0)));
+            const float mix = KVQ_MUL(KVQ_SUB(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.ext_factor);
+            th              = KVQ_ADD(KVQ_MUL(th, KVQ_SUB(1.0f, mix)), KVQ_MUL(extrap, mix));
+        }
+        row[2 * j]     = KVQ_MUL((float) cos((double) th), r.mscale);
+        row[2 * j + 1] = KVQ_MUL((float) sin((double) th), r.mscale);
+        theta          = KVQ_MUL(theta, r.step);
+    }
+}
+
+// how a K or V row is stored
+enum row_kind { ROW_NUQ = 0, ROW_F16 = 1, ROW_F32 = 2 };
+
+// value d of the row at p (a NUQ row: the binding's per-channel scales, outlier slots and sink rows)
+KVQ_HD float row_value(row_kind kind, const kvq::kvq_args & a, const char * p, int d) {
+    if (kind == ROW_F32) {
+        return ((const float *) p)[d];
+    }
+    if (kind == ROW_F16) {
+        return kvq::h2f(((const uint16_t *) p)[d]);
+    }
+    return kvq::dequantize_value(a, p + (d / kvq::QK) * a.block_bytes, d % kvq::QK);
+}
+
+// the K norm: 1 / sqrt(mean + eps) from the sum of the squares (accumulated in double), as ggml's rms_norm
+KVQ_HD float norm_scale(double ss, int hd, float eps) {
+    const float mean = (float) (ss / (double) hd);
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#else
+    return KVQ_DIV(1.0f, sqrtf(KVQ_ADD(mean, eps)));
+#endif
+}
+
+// a normalised value: (x * scale) * w, as ggml's rms_norm then mul
+KVQ_HD float norm_apply(float x, float scale, float w) {
+    return KVQ_MUL(KVQ_MUL(x, scale), w);
+}
+
+// dimension d of the roped key whose decoded (and normalised) values are kr, cs its cell's table row
+KVQ_HD float rope_at(int mode, int n_dims, const float * kr, const float * cs, int d) {
+    if (d >= n_dims) {
+        return kr[d];
+    }
+    const int h2 = n_dims / 2;
+    int       j, i0, i1;
+    bool      first;
+    if (mode == 2 /* GGML_ROPE_TYPE_NEOX */) {
+        j = d < h2 ? d : d - h2, i0 = j, i1 = j + h2, first = d < h2;
+    } else {
+        j = d / 2, i0 = 2 * j, i1 = 2 * j + 1, first = d % 2 == 0;
+    }
+    const float a = kr[i0], b = kr[i1], co = cs[2 * j], si = cs[2 * j + 1];
+    return first ? KVQ_SUB(KVQ_MUL(a, co), KVQ_MUL(b, si)) : KVQ_ADD(KVQ_MUL(a, si), KVQ_MUL(b, co));
+}
+
+}  // namespace kva

@@ -1,0 +1,212 @@
+// The KVQuant decode op's CUDA pieces (ggml_ext/src/cuda/kvattn_decode.cuh: what the table and partial kernels of
+// kvattn_cuda.cu run per cell and per dimension) on the host against the CPU: for NUQ4 / NUQ3 / NUQ2 key caches
+// bound with per-channel scales and outlier slots, head dims 64 / 128 / 256, normal and NEOX RoPE (n_dims < hd
+// once, YaRN with freq factors once), with and without a K norm:
+//   table  kva::table_row of every cell's position (up to ~10^5 radians) against the table node of the CPU op
+//          (ggml/kvattn_cpu.c's rope_table_fn, through ggml_ext_kvq_attn): within 2 ulp of mscale, most bit-equal (YaRN:
+//          plus 2 ulp of the largest angle, positions up to ~10^3: the CPU's compiler may fuse the ramp's blend);
+//   keys   kva::row_value (kvq::dequantize_value), norm_scale / norm_apply and rope_at against ggml's CPU ops on the
+//          same bound cache: ggml_cast to F32 (the type's to_float), rms_norm * w, rope_ext at the cells'
+//          positions: within 2e-6 of the largest |k| (YaRN: plus the table's tolerance).
+// Host code only: built with nvcc and run without a GPU by tests/cuda/test_kvattn_cuda.py. The kernels on a GPU
+// against the CPU op: tests/c/test_kvattn_cuda.cpp.
+#include "ggml-cpu.h"
+#include "ggml-ext-kvattn.h"
+#include "ggml-ext-kvq.h"
+#include "ggml-ext.h"
+#include "ggml.h"
+#include "ggml/kvquant_device.h"
+#include "kvattn_decode.cuh"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+static int fails = 0;
+
+#define CHECK(cond, ...)                                                \
+    do {                                                                \
+        if (!(cond)) {                                                  \
+            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            std::printf(__VA_ARGS__);                                   \
+            std::printf("\n");                                          \
+            fails++;                                                    \
+        }                                                               \
+    } while (0)
+
+struct cfg {
+    const char * type;
+    int          hd, n_hkv, mode, n_dims, norm, yarn;
+};
+
+static void check(const cfg & c) {
+    const int                  type = ggml_ext_kv_cache_type_by_name(c.type);
+    const ggml_ext_type_info * ti   = ggml_ext_type_info_by_id(type);
+    const int                  bits = ti->layout, hd = c.hd, D = hd * c.n_hkv, n_cells = 37;
+    std::mt19937               gen(100 * hd + 10 * c.norm + c.yarn + bits);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    float                      levels[16] = {}, values[16] = {};
+    const int                  n = 1 << bits;
+    for (int i = 0; i < n; i++) {
+        levels[i] = -1.0f + 2.0f * i / (n - 1) + (i > 0 && i < n - 1 ? 0.2f / n * u(gen) : 0.0f);
+    }
+    std::sort(levels, levels + n);
+    for (int i = 0; i < n; i++) {
+        values[i] = levels[i] * (1.0f + 0.05f * u(gen));
+    }
+    std::vector<float> mid(D), half(D);
+    for (int i = 0; i < D; i++) {
+        mid[i]  = 0.3f * u(gen);
+        half[i] = 0.6f + 0.3f * u(gen);
+    }
+
+    ggml_init_params ip  = { 64u << 20, nullptr, false };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    K   = ggml_new_tensor_2d(ctx, (ggml_type) type, D, n_cells);
+    char             err[256] = "";
+    CHECK(ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), type, D, levels, values, mid.data(), half.data(), 1, 0, err,
+                                 sizeof(err)) == 0,
+          "bind: %s", err);
+    const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) type);
+    std::vector<float>       x(D);
+    for (int r = 0; r < n_cells; r++) {
+        for (int i = 0; i < D; i++) {
+            const float v = u(gen);
+            x[i]          = mid[i] + half[i] * (std::fabs(v) > 0.96f ? 3.0f * v : 0.9f * v);
+        }
+        tr->from_float_ref(x.data(), (char *) K->data + r * K->nb[1], D);
+    }
+    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_cells);
+    for (int r = 0; r < n_cells; r++) {
+        ((int32_t *) pos->data)[r] = r * (c.yarn ? 27 : 2711) + 3;  // up to ~10^5 radians (YaRN: ~10^3, below)
+    }
+    ggml_tensor * ff = c.yarn ? ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.n_dims / 2) : nullptr;
+    ggml_tensor * w  = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, hd);
+    for (int i = 0; i < hd; i++) {
+        ((float *) w->data)[i] = 1.0f + 0.5f * u(gen);
+    }
+    if (ff) {
+        for (int i = 0; i < c.n_dims / 2; i++) {
+            ((float *) ff->data)[i] = 1.0f + 3.0f * std::fabs(u(gen));
+        }
+    }
+    const float       eps  = 1e-6f;
+    ggml_ext_kvq_rope rope = { c.mode, c.n_dims, 4096, 10000.0f, c.yarn ? 0.25f : 1.0f, c.yarn ? 1.0f : 0.0f, 1.0f, 32.0f,
+                               1.0f };
+    // ggml's path: to_float, rms_norm * w, rope_ext
+    ggml_tensor * kv = ggml_view_3d(ctx, K, hd, c.n_hkv, n_cells, ggml_row_size(K->type, hd), K->nb[1], 0);
+    ggml_tensor * kf = ggml_cast(ctx, kv, GGML_TYPE_F32);
+    if (c.norm) {
+        kf = ggml_mul(ctx, ggml_rms_norm(ctx, kf, eps), w);
+    }
+    ggml_tensor * kr = ggml_rope_ext(ctx, kf, pos, ff, rope.n_dims, rope.mode, rope.n_ctx_orig, rope.freq_base,
+                                     rope.freq_scale, rope.ext_factor, rope.attn_factor, rope.beta_fast, rope.beta_slow);
+    // the CPU op (for its table node)
+    ggml_tensor * q    = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hd, c.n_hkv, 1);
+    ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_cells, 1);
+    std::memset(q->data, 0, ggml_nbytes(q));
+    std::memset(mask->data, 0, ggml_nbytes(mask));
+    ggml_tensor * k4  = ggml_view_4d(ctx, K, hd, c.n_hkv, n_cells, 1, ggml_row_size(K->type, hd), K->nb[1],
+                                     K->nb[1] * n_cells, 0);
+    char          why[160] = "";
+    ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, k4, k4, mask, pos, ff, &rope, c.norm ? w : nullptr, eps, 1.0f, 0, why,
+                                          sizeof(why));
+    CHECK(out != nullptr, "ggml_ext_kvq_attn: %s", why);
+    if (!out) {
+        ggml_free(ctx);
+        return;
+    }
+    ggml_tensor * tab = out->src[0]->src[4];
+    CHECK(ggml_ext_kvq_attn_node_kind(tab) == GGML_EXT_KVA_TABLE && ggml_ext_kvq_attn_node_kind(out->src[0]) ==
+                                                                         GGML_EXT_KVA_PARTIAL &&
+              ggml_ext_kvq_attn_node_kind(out) == GGML_EXT_KVA_COMBINE && ggml_ext_kvq_attn_node_kind(kr) == 0,
+          "node kinds");
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, kr);
+    ggml_build_forward_expand(gf, out);
+    ggml_graph_compute_with_ctx(ctx, gf, 1);
+
+    // the kernels' arguments, as kvattn_cuda.cu gets them (kvquant_cuda.cu's args_for), on host memory
+    ggml_ext_kvq_binding_desc d;
+    CHECK(ggml_ext_kvq_binding_find(K->data, type, &d) && d.lo, "find");
+    kvq::kvq_args a = {};
+    a.bits = d.bits, a.block_bytes = (int) d.block_bytes, a.dense_bytes = 64 * d.bits / 8;
+    std::memcpy(a.values, d.values, sizeof(a.values));
+    std::memcpy(a.mids, d.mids, sizeof(a.mids));
+    a.lo = d.lo, a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half, a.outliers = d.outliers;
+    a.row_values = d.row_values;
+    // the table's arguments, as kvattn_cuda.cu's launch_table computes them
+    float corr[2];
+    ggml_rope_yarn_corr_dims(rope.n_dims, rope.n_ctx_orig, rope.freq_base, rope.beta_fast, rope.beta_slow, corr);
+    kva::table_args ta;
+    ta.n_dims     = rope.n_dims;
+    ta.freq_scale = rope.freq_scale;
+    ta.ext_factor = rope.ext_factor;
+    ta.mscale     = rope.ext_factor != 0.0f ? rope.attn_factor * (1.0f + 0.1f * logf(1.0f / rope.freq_scale)) : rope.attn_factor;
+    ta.step       = powf(rope.freq_base, -2.0f / (float) rope.n_dims);
+    ta.corr0 = corr[0], ta.corr1 = corr[1];
+
+    int64_t            tab_equal = 0, tab_n = 0;
+    double             tab_max = 0, key_max = 0, ref_max = 0;
+    std::vector<float> row(rope.n_dims), kd(hd);
+    for (int r = 0; r < n_cells; r++) {
+        kva::table_row(ta, ((const int32_t *) pos->data)[r], ff ? (const float *) ff->data : nullptr, row.data());
+        const float * cpu = (const float *) tab->data + (size_t) r * rope.n_dims;
+        for (int i = 0; i < rope.n_dims; i++) {
+            tab_equal += row[i] == cpu[i];
+            tab_n++;
+            tab_max = std::max(tab_max, (double) std::fabs(row[i] - cpu[i]));
+        }
+        for (int h = 0; h < c.n_hkv; h++) {
+            const char * krow = (const char *) K->data + r * K->nb[1] + h * ggml_row_size(K->type, hd);
+            double       ss   = 0.0;
+            for (int i = 0; i < hd; i++) {
+                kd[i] = kva::row_value(kva::ROW_NUQ, a, krow, i);
+                const volatile float sq = kd[i] * kd[i];  // rounded to float, as the kernel's __fmul_rn
+                ss += (double) sq;
+            }
+            if (c.norm) {
+                const float sc = kva::norm_scale(ss, hd, eps);
+                for (int i = 0; i < hd; i++) {
+                    kd[i] = kva::norm_apply(kd[i], sc, ((const float *) w->data)[i]);
+                }
+            }
+            const float * ref = (const float *) ((const char *) kr->data + r * kr->nb[2] + h * kr->nb[1]);
+            for (int i = 0; i < hd; i++) {
+                const float y = kva::rope_at(rope.mode, rope.n_dims, kd.data(), row.data(), i);
+                key_max       = std::max(key_max, (double) std::fabs(y - ref[i]));
+                ref_max       = std::max(ref_max, (double) std::fabs(ref[i]));
+            }
+        }
+    }
+    // 2 ulp of mscale; with YaRN the CPU's compiler may fuse the blend th (1 - mix) + extrap mix (one rounding of an
+    // angle up to ~10^3 rad less): 2 ulp of the largest angle more, and its effect on the keys
+    const double pos_max = (double) ((const int32_t *) pos->data)[n_cells - 1];
+    const double tab_tol = ta.mscale * (2.0 * FLT_EPSILON + (c.yarn ? 2.0 * FLT_EPSILON * pos_max : 0.0));
+    const double key_tol = 2e-6 * ref_max + (c.yarn ? 2.0 * tab_tol * ref_max : 0.0);
+    CHECK(tab_max <= tab_tol, "%s hd %d: table differs by %g (> %g)", c.type, hd, tab_max, tab_tol);
+    CHECK(key_max <= key_tol, "%s hd %d: roped keys differ by %g (largest |k| %g)", c.type, hd, key_max, ref_max);
+    std::printf("%s hd %d %s n_dims %d%s%s: table %lld of %lld bit-equal (max diff %.3g), keys max diff %.3g of |k| %.3g\n",
+                c.type, hd, c.mode == 2 ? "neox" : "normal", c.n_dims, c.norm ? " +knorm" : "", c.yarn ? " yarn+ff" : "",
+                (long long) tab_equal, (long long) tab_n, tab_max, key_max, ref_max);
+    ggml_ext_kvq_unbind(K->data);
+    ggml_free(ctx);
+}
+
+int main() {
+    const cfg cases[] = {
+        { "nuq3", 128, 2, GGML_ROPE_TYPE_NEOX, 128, 1, 0 },
+        { "nuq4", 64, 1, GGML_ROPE_TYPE_NORMAL, 32, 0, 1 },
+        { "nuq2", 256, 1, GGML_ROPE_TYPE_NEOX, 256, 1, 0 },
+        { "nuq4", 128, 2, GGML_ROPE_TYPE_NEOX, 96, 0, 1 },
+    };
+    for (const cfg & c : cases) {
+        check(c);
+    }
+    std::printf("%s: %d failures\n", fails ? "FAIL" : "OK", fails);
+    return fails ? 1 : 0;
+}

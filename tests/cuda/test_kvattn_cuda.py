@@ -1,0 +1,50 @@
+"""The KVQuant decode op with the cache in VRAM (ggml_ext/src/cuda/kvattn_cuda.cu through patch 0421's hook;
+docs/KVQUANT.md "The decode op", "The CUDA path").
+
+- Host (nvcc, no GPU): the per-cell pieces the kernels run (kvattn_decode.cuh: the cos / sin table row, the K / V
+  row values, the K norm, the RoPE of a dimension) against the CPU op's table node and ggml's to_float, rms_norm,
+  mul and rope_ext on the same bound NUQ key caches (tests/cuda/kvattn_cuda_check.cu). Skipped without nvcc.
+- GPU (tests/c/test_kvattn_cuda.cpp --require-gpu, also run by `make test-cuda`): the same bound NUQ caches written
+  by SET_ROWS on the CPU and on the GPU, ggml_ext_kvq_attn over them with every node on that backend (the GPU takes
+  the table, partial and combine nodes); the GPU's result within NMSE 1e-6 of the CPU's for six cases (n_kv not a
+  multiple of the cell range, GQA up to 20, 1-6 tokens, 2 streams, NEOX / normal RoPE, partial rotary, YaRN with
+  freq factors, a K norm, outlier slots, a float sink row, NUQ / F16 / F32 V, F16 / F32 masks with -inf holes and a
+  fully masked query: zeros on both). Skipped without a GGML_EXT_CUDA build or a CUDA device."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cuda_support import run_on_gpus
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_kvattn_cuda_pieces_match_the_cpu(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("no nvcc: the CUDA pieces cannot be compiled here")
+    from ggml_ext import _locate
+    lib, inc = _locate.lib_dir(), _locate.prefix() / "include"
+    exe = tmp_path / "kvattn_cuda_check"
+    subprocess.run([nvcc, "-std=c++17", "-x", "cu", str(REPO / "tests/cuda/kvattn_cuda_check.cu"),
+                    f"-I{REPO / 'ggml_ext/src/cuda'}", f"-I{REPO / 'ggml_ext/src'}", f"-I{REPO / 'ggml_ext/include'}",
+                    f"-I{inc}", f"-L{lib}", "-lggml-base", "-lggml-cpu", "-Xlinker", "-rpath", "-Xlinker", str(lib),
+                    "-o", str(exe)], check=True, timeout=300)
+    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert len(re.findall(r"^nuq\d hd \d+ .*: table \d+ of \d+ bit-equal", proc.stdout, re.M)) == 4, proc.stdout
+    assert "OK: 0 failures" in proc.stdout
+
+
+@pytest.mark.cuda
+def test_kvattn_on_cuda_matches_the_cpu_op(kvattn_cuda):
+    proc = run_on_gpus(kvattn_cuda)
+    lines = re.findall(r"^K nuq\d V \w+ .*: NMSE (\S+) against the CPU$", proc.stdout, re.M)
+    assert lines and len(lines) % 6 == 0, proc.stdout[-3000:]  # six cases per GPU
+    assert all(float(e) <= 1e-6 for e in lines), proc.stdout[-3000:]
+    assert "OK: the KVQuant decode op, CPU + GPU, 6 cases, 0 failure(s)" in proc.stdout
