@@ -66,7 +66,7 @@ for mc in "smol:$SMOL_GGUF:${SMOL_CALIB:-}" "gemma:$GEMMA_GGUF:${GEMMA_CALIB:-}"
     kv=(-ctk nuq3 -ctv nuq3 --kv-calib "$cal")
     if has check; then
         log=$out/check-$name.log
-        GGML_EXT_KV_ATTN=check GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1 timeout 300 "$BIN/llama-bench" -m "$m" \
+        GGML_EXT_KV_ATTN=check GGML_EXT_KV_ATTN_CUDA=1 GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1 timeout 300 "$BIN/llama-bench" -m "$m" \
             -p 0 -n 4 -r 1 -d "${CHECK_DEPTH:-1024}" -ngl 99 -fa 1 "${kv[@]}" > "$log" 2>&1
         say "check $name (GGML_EXT_KV_ATTN=check, depth ${CHECK_DEPTH:-1024}): rc=$? | $(awk '/kv-attn check:/ {n++; d = $(NF - 3) + 0; r = $NF + 0; q = r > 0 ? d / r : 0; if (q > mq) mq = q; if (d > md) md = d} END {printf "%d layer checks, largest |op - ref| %.4g, largest ratio to the layer max |ref| %.4g", n, md, mq}' "$log")"
         grep "not taken\|error\|abort\|FAIL" "$log" | head -5 | tee -a "$out/summary.txt"
@@ -78,9 +78,9 @@ for mc in "smol:$SMOL_GGUF:${SMOL_CALIB:-}" "gemma:$GEMMA_GGUF:${GEMMA_CALIB:-}"
             echo "| $name | f16 | upstream FA | $d | $(row "$m" f16 "$d" GGML_EXT_KV_ATTN=auto) |" | tee -a "$table" >> "$out/summary.txt"
             ARGS=("${kv[@]}")
             echo "| $name | nuq3 | ref | $d | $(row "$m" ref "$d" GGML_EXT_KV_ATTN=ref) |" | tee -a "$table" >> "$out/summary.txt"
-            echo "| $name | nuq3 | op | $d | $(row "$m" op "$d" GGML_EXT_KV_ATTN=auto) |" | tee -a "$table" >> "$out/summary.txt"
+            echo "| $name | nuq3 | op | $d | $(row "$m" op "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1) |" | tee -a "$table" >> "$out/summary.txt"
             for c in ${CHUNKS:-}; do  # other cell ranges (GGML_EXT_KV_ATTN_CHUNK), for tuning
-                echo "| $name | nuq3 | op, ranges of $c | $d | $(row "$m" "op$c" "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CHUNK="$c") |" | tee -a "$table" >> "$out/summary.txt"
+                echo "| $name | nuq3 | op, ranges of $c | $d | $(row "$m" "op$c" "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1 GGML_EXT_KV_ATTN_CHUNK="$c") |" | tee -a "$table" >> "$out/summary.txt"
             done
         done
     fi

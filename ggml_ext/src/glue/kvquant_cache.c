@@ -309,6 +309,18 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  getenv("GGML_EXT_KV_KBLOCK"));
         return -1;
     }
+    // a cache in device memory (CUDA): per channel by default, and block-scaled keys with outliers are refused --
+    // on the H100 (session 11) the CUDA writer's outlier slot of a block-scaled key differed from the CPU's
+    // (tests/c/test_kvquant_cuda.cpp), so only the per-channel keys are the CPU's bit for bit there
+    const bool on_device = t->buffer && !ggml_backend_buffer_is_host(t->buffer);
+    if (kblock == 1 && on_device && outliers) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=1 with --kv-outliers: block-scaled keys with outlier slots are "
+                 "not supported for a cache in GPU memory yet (use GGML_EXT_KV_KBLOCK=0, or --no-kv-offload)");
+        return -1;
+    }
+    if (kblock == 2 && on_device) {
+        kblock = 0;
+    }
     if (kblock == 2) {
         char name[64];
         snprintf(name, sizeof(name), "kvq.%d.k_nuq%d%s", il, bits, outliers ? "_ho" : "_h");
@@ -493,7 +505,11 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         return NULL;
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
-    const bool on_device = !on_host && ggml_ext_has_cuda() && kv_kblock() == 0 &&
+    // On CUDA the op is opt-in (GGML_EXT_KV_ATTN_CUDA=1): on the H100 it passed its test but decoded at about half
+    // the speed of the dequantize-and-rope path (docs/BENCHMARKS.md "KVQuant decode op on CUDA")
+    const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
+    const bool   cuda_op   = cuda_env && !strcmp(cuda_env, "1");
+    const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() && kv_kblock() != 1 &&
                            !strncmp(ggml_backend_buffer_name(kb->buffer), "CUDA", 4) &&
                            !strncmp(ggml_backend_buffer_name(vb->buffer), "CUDA", 4);
     if (!on_host && !on_device) {
