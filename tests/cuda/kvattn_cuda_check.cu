@@ -17,6 +17,7 @@
 #include "ggml.h"
 #include "ggml/kvquant_device.h"
 #include "kvattn_decode.cuh"
+#include "kvq_check.h"
 
 #include <algorithm>
 #include <cfloat>
@@ -26,17 +27,7 @@
 #include <random>
 #include <vector>
 
-static int fails = 0;
 
-#define CHECK(cond, ...)                                                \
-    do {                                                                \
-        if (!(cond)) {                                                  \
-            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            std::printf(__VA_ARGS__);                                   \
-            std::printf("\n");                                          \
-            fails++;                                                    \
-        }                                                               \
-    } while (0)
 
 struct cfg {
     const char * type;
@@ -50,19 +41,9 @@ static void check(const cfg & c) {
     std::mt19937               gen(100 * hd + 10 * c.norm + c.yarn + bits);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     float                      levels[16] = {}, values[16] = {};
-    const int                  n = 1 << bits;
-    for (int i = 0; i < n; i++) {
-        levels[i] = -1.0f + 2.0f * i / (n - 1) + (i > 0 && i < n - 1 ? 0.2f / n * u(gen) : 0.0f);
-    }
-    std::sort(levels, levels + n);
-    for (int i = 0; i < n; i++) {
-        values[i] = levels[i] * (1.0f + 0.05f * u(gen));
-    }
+    random_table(gen, bits, levels, values);
     std::vector<float> mid(D), half(D);
-    for (int i = 0; i < D; i++) {
-        mid[i]  = 0.3f * u(gen);
-        half[i] = 0.6f + 0.3f * u(gen);
-    }
+    random_scales(gen, mid, half);
 
     ggml_init_params ip  = { 64u << 20, nullptr, false };
     ggml_context *   ctx = ggml_init(ip);

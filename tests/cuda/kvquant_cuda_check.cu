@@ -17,6 +17,7 @@
 #include "ggml.h"
 #include "ggml/kvquant_device.h"
 #include "kvquant_decode.cuh"
+#include "kvq_check.h"
 
 #include <algorithm>
 #include <cmath>
@@ -25,20 +26,10 @@
 #include <random>
 #include <vector>
 
-static int fails = 0;
 
 // GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only)
 extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
 
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            std::printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);      \
-            std::printf(__VA_ARGS__);                                        \
-            std::printf("\n");                                               \
-            fails++;                                                         \
-        }                                                                    \
-    } while (0)
 
 static const int N_ROWS = 9;
 
@@ -49,20 +40,10 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     const size_t               bs = ti->type_size, row_bytes = (size_t) D / 64 * bs;
     std::mt19937               gen(1000 * type + 100 * key + 10 * outliers + n_sink + 5 * bound + 3 * kblock);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int                  n = 1 << bits;
     float                      levels[16] = {}, values[16] = {};
-    for (int i = 0; i < n; i++) {
-        levels[i] = -1.0f + 2.0f * i / (n - 1) + (i > 0 && i < n - 1 ? 0.2f / n * u(gen) : 0.0f);
-    }
-    std::sort(levels, levels + n);
-    for (int i = 0; i < n; i++) {
-        values[i] = levels[i] * (1.0f + 0.05f * u(gen));
-    }
+    random_table(gen, bits, levels, values);
     std::vector<float> mid(D), half(D);
-    for (int c = 0; c < D; c++) {
-        mid[c]  = 0.3f * u(gen);
-        half[c] = 0.6f + 0.3f * u(gen);
-    }
+    random_scales(gen, mid, half);
     std::vector<float> x((size_t) N_ROWS * D);
     for (int r = 0; r < N_ROWS; r++) {
         for (int c = 0; c < D; c++) {
