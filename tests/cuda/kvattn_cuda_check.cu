@@ -120,16 +120,8 @@ static void check(const cfg & c) {
     std::memcpy(a.mids, d.mids, sizeof(a.mids));
     a.lo = d.lo, a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half, a.outliers = d.outliers;
     a.row_values = d.row_values;
-    // the table's arguments, as kvattn_cuda.cu's launch_table computes them
-    float corr[2];
-    ggml_rope_yarn_corr_dims(rope.n_dims, rope.n_ctx_orig, rope.freq_base, rope.beta_fast, rope.beta_slow, corr);
-    kva::table_args ta;
-    ta.n_dims     = rope.n_dims;
-    ta.freq_scale = rope.freq_scale;
-    ta.ext_factor = rope.ext_factor;
-    ta.mscale     = rope.ext_factor != 0.0f ? rope.attn_factor * (1.0f + 0.1f * logf(1.0f / rope.freq_scale)) : rope.attn_factor;
-    ta.step       = powf(rope.freq_base, -2.0f / (float) rope.n_dims);
-    ta.corr0 = corr[0], ta.corr1 = corr[1];
+    // the table's arguments, as kvattn_cuda.cu's launch_table takes them
+    const kva::table_args ta = kva::table_args_of(rope);
 
     int64_t            tab_equal = 0, tab_n = 0;
     double             tab_max = 0, key_max = 0, ref_max = 0;

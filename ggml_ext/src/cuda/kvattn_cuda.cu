@@ -325,16 +325,7 @@ static bool row_ok(const ggml_tensor * t, int64_t n) {
 static void launch_table(ggml_tensor * dst, cudaStream_t stream) {
     ggml_ext_kvq_rope r;
     memcpy(&r, (const char *) dst->op_params + GGML_EXT_KVA_OFF, sizeof(r));
-    float corr[2];
-    ggml_rope_yarn_corr_dims(r.n_dims, r.n_ctx_orig, r.freq_base, r.beta_fast, r.beta_slow, corr);
-    kva::table_args a;
-    a.n_dims     = r.n_dims;
-    a.freq_scale = r.freq_scale;
-    a.ext_factor = r.ext_factor;
-    a.mscale     = r.ext_factor != 0.0f ? r.attn_factor * (1.0f + 0.1f * logf(1.0f / r.freq_scale)) : r.attn_factor;
-    a.step       = powf(r.freq_base, -2.0f / (float) r.n_dims);  // on the host: the CPU's powf
-    a.corr0      = corr[0];
-    a.corr1      = corr[1];
+    const kva::table_args a = kva::table_args_of(r);
     const int64_t n = dst->ne[1];
     if (n > 0) {
         k_table<<<(unsigned) ((n + 127) / 128), 128, 0, stream>>>(

@@ -6,7 +6,11 @@
 // cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
 #pragma once
 
+#include "ggml-ext-kvattn.h"
+#include "ggml.h"
 #include "kvquant_decode.cuh"
+
+#include <math.h>
 
 namespace kva {
 
@@ -15,6 +19,22 @@ struct table_args {
     int   n_dims;
     float freq_scale, ext_factor, mscale, step, corr0, corr1;
 };
+
+// the table's arguments of the model's RoPE (on the host: the CPU's powf and YaRN dims; the kernel launch and
+// tests/cuda/kvattn_cuda_check.cu both take them from here)
+static inline table_args table_args_of(const ggml_ext_kvq_rope & r) {
+    float corr[2];
+    ggml_rope_yarn_corr_dims(r.n_dims, r.n_ctx_orig, r.freq_base, r.beta_fast, r.beta_slow, corr);
+    table_args a;
+    a.n_dims     = r.n_dims;
+    a.freq_scale = r.freq_scale;
+    a.ext_factor = r.ext_factor;
+    a.mscale     = r.ext_factor != 0.0f ? r.attn_factor * (1.0f + 0.1f * logf(1.0f / r.freq_scale)) : r.attn_factor;
+    a.step       = powf(r.freq_base, -2.0f / (float) r.n_dims);
+    a.corr0      = corr[0];
+    a.corr1      = corr[1];
+    return a;
+}
 
 // the cos / sin row (pair-interleaved, n_dims floats) of position pos: ggml/kvattn_cpu.c's rope_table_fn
 KVQ_HD void table_row(const table_args & r, int32_t pos, const float * ff, float * row) {
