@@ -18,6 +18,7 @@
 #include "ggml-ext-kvq.h"
 #include "ggml-ext.h"
 #include "ggml.h"
+#include "kvq_tables.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,25 +27,6 @@
 #include <cstring>
 #include <string>
 #include <vector>
-
-struct tables {
-    float levels[16], values[16];
-};
-
-// a random ascending table of 2^bits levels in [-1, 1] (ends at -1 / 1), values a little off the levels
-static tables make_table(int bits, uint64_t seed) {
-    rng       r{ seed };
-    tables    t{};
-    const int n = 1 << bits;
-    for (int i = 0; i < n; i++) {
-        t.levels[i] = -1.0f + 2.0f * (float) i / (float) (n - 1) + (i > 0 && i < n - 1 ? 0.2f / n * r.next() : 0.0f);
-    }
-    std::sort(t.levels, t.levels + n);
-    for (int i = 0; i < n; i++) {
-        t.values[i] = t.levels[i] * (1.0f + 0.05f * r.next());
-    }
-    return t;
-}
 
 struct cfg {
     const char * k_name;

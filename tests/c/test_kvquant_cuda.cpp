@@ -27,6 +27,7 @@
 #include "ggml-ext-kvq.h"
 #include "ggml-ext.h"
 #include "ggml.h"
+#include "kvq_tables.h"
 
 #include <algorithm>
 #include <cmath>
@@ -43,28 +44,6 @@ static const int N_CELLS = 257;  // cache rows (odd)
 static const int D_V     = 128;  // value row: 2 blocks (two heads of 64)
 static const int D_K     = 192;  // key row: 3 blocks
 static const int N_WRITE = 37;   // rows written per SET_ROWS (odd)
-
-struct tables {
-    float levels[16], values[16];
-};
-
-// a random ascending table of 2^bits levels in [-1, 1] (ends at -1 / 1), values a little off the levels
-static tables make_table(int bits, uint64_t seed) {
-    rng     r{ seed };
-    tables  t{};
-    const int n = 1 << bits;
-    for (int i = 0; i < n; i++) {
-        t.levels[i] = -1.0f + 2.0f * (float) i / (float) (n - 1) + (i > 0 && i < n - 1 ? 0.2f / n * r.next() : 0.0f);
-    }
-    std::sort(t.levels, t.levels + n);
-    for (int i = 0; i < n; i++) {
-        t.values[i] = t.levels[i] * (1.0f + 0.05f * r.next());
-    }
-    for (int i = n; i < 16; i++) {
-        t.levels[i] = t.values[i] = 0.0f;
-    }
-    return t;
-}
 
 struct caches {
     ggml_backend_t        be  = nullptr;

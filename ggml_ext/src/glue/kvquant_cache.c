@@ -506,7 +506,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
     // On CUDA the op is opt-in (GGML_EXT_KV_ATTN_CUDA=1): on the H100 it passed its test but decoded at about half
-    // the speed of the dequantize-and-rope path (docs/BENCHMARKS.md "KVQuant decode op on CUDA")
+    // the speed of the dequantize-and-rope path (docs/BENCHMARKS.md "KVQuant on the H100, second device session")
     const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
     const bool   cuda_op   = cuda_env && !strcmp(cuda_env, "1");
     const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() && kv_kblock() != 1 &&
