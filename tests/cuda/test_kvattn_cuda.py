@@ -13,30 +13,17 @@ docs/KVQUANT.md "The decode op", "The CUDA path").
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from cuda_support import run_on_gpus
+from cuda_support import run_host_check, run_on_gpus
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_kvattn_cuda_pieces_match_the_cpu(tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("no nvcc: the CUDA pieces cannot be compiled here")
-    from ggml_ext import _locate
-    lib, inc = _locate.lib_dir(), _locate.prefix() / "include"
-    exe = tmp_path / "kvattn_cuda_check"
-    subprocess.run([nvcc, "-std=c++17", "-x", "cu", str(REPO / "tests/cuda/kvattn_cuda_check.cu"),
-                    f"-I{REPO / 'ggml_ext/src/cuda'}", f"-I{REPO / 'ggml_ext/src'}", f"-I{REPO / 'ggml_ext/include'}",
-                    f"-I{inc}", f"-L{lib}", "-lggml-base", "-lggml-cpu", "-Xlinker", "-rpath", "-Xlinker", str(lib),
-                    "-o", str(exe)], check=True, timeout=300)
-    proc = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    proc = run_host_check(REPO / "tests/cuda/kvattn_cuda_check.cu", tmp_path, "the CUDA pieces")
     assert len(re.findall(r"^nuq\d hd \d+ .*: table \d+ of \d+ bit-equal", proc.stdout, re.M)) == 4, proc.stdout
     assert "OK: 0 failures" in proc.stdout
 
