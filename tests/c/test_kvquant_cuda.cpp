@@ -280,6 +280,23 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         }
         CHECK(diff == 0, "%s %s SET_ROWS: %lld bytes differ from the CPU's (first at %lld, block %lld)", what.c_str(),
               names[i], (long long) diff, (long long) first, (long long) (first / (int64_t) ti->type_size));
+        // on a difference, the first few differing blocks' trailers (u16 words, and as fp16), CPU then GPU
+        for (size_t o = 0, shown = 0; diff && o < a.size() && shown < 4; o += ti->type_size) {
+            if (std::equal(a.begin() + o, a.begin() + o + ti->type_size, b.begin() + o)) {
+                continue;
+            }
+            shown++;
+            const size_t dense = ti->type_size - 8;
+            uint16_t     wa[4], wb[4];
+            std::memcpy(wa, a.data() + o + dense, sizeof(wa));
+            std::memcpy(wb, b.data() + o + dense, sizeof(wb));
+            const bool dense_same = std::equal(a.begin() + o, a.begin() + o + dense, b.begin() + o);
+            std::printf("  block %lld (dense %s): CPU %04x %04x %04x %04x (%g %g %g)  GPU %04x %04x %04x %04x (%g %g %g)\n",
+                        (long long) (o / ti->type_size), dense_same ? "same" : "differs", wa[0], wa[1], wa[2], wa[3],
+                        (double) ggml_fp16_to_fp32(wa[0]), (double) ggml_fp16_to_fp32(wa[1]),
+                        (double) ggml_fp16_to_fp32(wa[3]), wb[0], wb[1], wb[2], wb[3], (double) ggml_fp16_to_fp32(wb[0]),
+                        (double) ggml_fp16_to_fp32(wb[1]), (double) ggml_fp16_to_fp32(wb[3]));
+        }
         if (i == 2) {
             kb_slots = count_slots(a, ti->type_size, s.bits, true);
         } else {
