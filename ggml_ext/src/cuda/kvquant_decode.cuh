@@ -135,9 +135,10 @@ KVQ_HD void pack_block(int bits, int dense_bytes, const uint8_t * idx, const uin
     memcpy(blk + dense_bytes, w, 4 * sizeof(uint16_t));
 }
 
-// a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot); a NaN or
-// infinity gives a NaN block (zero indices, mid NaN), as the CPU writes it
-KVQ_HD void quantize_value_block(const kvq_args & a, const float * x, uint8_t * blk) {
+// a value block: its own mid / half from the min / max (with outliers: of the 63 left after the slot, whose fp16
+// value is slot_src's element: x's, or a block-scaled key's raw key); a NaN or infinity gives a NaN block (zero
+// indices, mid NaN), as the CPU writes it
+KVQ_HD void quantize_value_block(const kvq_args & a, const float * x, uint8_t * blk, const float * slot_src) {
     uint8_t idx[QK];
     bool    finite = true;
     int  imin = 0, imax = 0;
@@ -181,7 +182,7 @@ KVQ_HD void quantize_value_block(const kvq_args & a, const float * x, uint8_t * 
         idx[c] = (uint8_t) nearest_level(a, KVQ_DIV(KVQ_SUB(x[c], mid), half));
     }
     const uint16_t w[4] = { f2h(mid), f2h(half), slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : (uint16_t) 0,
-                            slot >= 0 ? f2h(x[slot]) : (uint16_t) 0 };
+                            slot >= 0 ? f2h(slot_src[slot]) : (uint16_t) 0 };
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
@@ -200,17 +201,13 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
         for (int c = 0; c < QK; c++) {
             xn[c] = KVQ_DIV(KVQ_SUB(x[c], a.k_mid[c0 + c]), a.k_half[c0 + c]);
         }
-        quantize_value_block(a, xn, blk);
-        uint16_t w[4];
-        memcpy(w, blk + a.dense_bytes, sizeof(w));
-        if (is_tag(w[2])) {
-            w[3] = f2h(x[w[2] & 63]);
-            memcpy(blk + a.dense_bytes, w, sizeof(w));
-        }
+        // (the slot's raw key goes into the trailer as it is packed: on the H100 reading the packed trailer back
+        // and rewriting its last word left the word's low byte stale, 169 of 169 slots in tests/c/test_kvquant_cuda)
+        quantize_value_block(a, xn, blk, x);
         return;
     }
     if (a.row_blocks <= 0) {
-        quantize_value_block(a, x, blk);
+        quantize_value_block(a, x, blk, x);
         return;
     }
     // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1)
