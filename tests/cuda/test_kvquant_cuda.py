@@ -33,6 +33,9 @@ def test_kvquant_cuda_block_functions_match_the_cpu_rows(tmp_path):
         assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, proc.stdout[-2000:]
         assert re.search(rf"^{name}: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops \(8 settings, 4 "
                          rf"with block-scaled keys\)$", proc.stdout, re.M), proc.stdout[-2000:]
+    # the decode op's row reader (row_geo_of / row_sink / block_value) on every bound case of the three types
+    m = re.search(r"^the decode op's row reader: (\d+) values, the bits of dequantize_value$", proc.stdout, re.M)
+    assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
     assert "OK: 0 failures" in proc.stdout
 
 
