@@ -118,48 +118,44 @@ static size_t partial_smem(int hd, int hdv, int nqa) {
                             (size_t) nqa * KVA_SUB + (size_t) nqa * hdv + 3 * nqa + KVA_SUB);
 }
 
-// the sink floats of the head row of cell i, stream s (kvq::row_sink with a lane per slot), NULL: not a sink row
-__device__ __forceinline__ const float * warp_row_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t i,
-                                                       int64_t s, int lane) {
-    if (g.row0 < 0) {
-        return nullptr;
-    }
-    const int64_t row = g.row0 + i * g.d_cell + s * g.d_stream, hw = a.sink[0];
-    for (int64_t k0 = 0; k0 < hw; k0 += 32) {
-        const int64_t  k   = k0 + lane;
-        const unsigned hit = __ballot_sync(0xffffffffu, k < hw && a.sink[1 + k] == row);
-        if (hit) {
-            return a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off;  // the first slot, as sink_slot
-        }
-    }
-    return nullptr;
-}
-
 // the n values of the head row of cell i, stream s at p into dst, by a warp (lane: d = lane + 32 k). A NUQ row whose
-// view kvq::row_geo_of took (geo): its sink floats, or per block the trailer read once and each lane's two values
-// (kvq::block_value); otherwise value by value (kva::row_value).
+// view kvq::row_geo_of took (geo): per block the trailer read once and each lane's two values (kvq::block_value),
+// then, for a sink row (kvq::row_sink with a lane per slot, hw slots in use; the first slot that holds the row, as
+// kvq::sink_slot), its floats over them (the marks are loaded before the blocks: one round of memory latency);
+// otherwise value by value (kva::row_value).
 __device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a, bool geo, const kvq::row_geo & g,
-                                         const char * p, int64_t i, int64_t s, int n, float * dst, int lane) {
+                                         int64_t hw, const char * p, int64_t i, int64_t s, int n, float * dst,
+                                         int lane) {
     if (kind != kva::ROW_NUQ || !geo) {
         for (int d = lane; d < n; d += 32) {
             dst[d] = row_value(kind, a, p, d);
         }
         return;
     }
-    const float * sk = warp_row_sink(a, g, i, s, lane);
-    if (sk) {
-        for (int d = lane; d < n; d += 32) {
-            dst[d] = sk[d];
-        }
-        return;
-    }
+    const int64_t row  = g.row0 < 0 ? -1 : g.row0 + i * g.d_cell + s * g.d_stream;
+    const int64_t mark = row >= 0 && lane < hw ? a.sink[1 + lane] : -2;
     for (int j = 0; j < n / kvq::QK; j++) {
-        const char *     blk = p + j * a.block_bytes;
-        const uint16_t * wp  = (const uint16_t *) (blk + a.dense_bytes);  // 2-byte aligned: row_geo_of's o % bb == 0
+        const char *     blk  = p + j * a.block_bytes;
+        const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);  // 2-byte aligned (kvq::row_geo_of)
         const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
         const int64_t    ch   = g.ch0 + j * kvq::QK;
         dst[j * kvq::QK + lane]      = kvq::block_value(a, ch, blk, w, lane);
         dst[j * kvq::QK + 32 + lane] = kvq::block_value(a, ch, blk, w, lane + 32);
+    }
+    if (row < 0) {
+        return;
+    }
+    unsigned hit = __ballot_sync(0xffffffffu, mark == row);
+    int64_t  k0  = 0;
+    while (!hit && k0 + 32 < hw) {  // more than 32 slots in use: the next ones
+        k0 += 32;
+        hit = __ballot_sync(0xffffffffu, k0 + lane < hw && a.sink[1 + k0 + lane] == row);
+    }
+    if (hit) {
+        const float * sk = a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off;
+        for (int d = lane; d < n; d += 32) {
+            dst[d] = sk[d];
+        }
     }
 }
 
@@ -187,6 +183,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                        kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, &kg);
     const bool v_geo = p.v_kind == kva::ROW_NUQ &&
                        kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, p.hdv / kvq::QK, &vg);
+    const int64_t k_hw = kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = vg.row0 >= 0 ? va.sink[0] : 0;  // sink slots in use
 
     // the slice's queries: query i = KV head h's gq = q0 + i, head h * n_q + gq / n_ts, token s * n_ts + gq % n_ts
     for (int e = tid; e < nqb * p.hd; e += KVA_THREADS) {
@@ -204,20 +201,22 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     __syncthreads();
 
     const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
-    // lane i's query (i < nqb): its token's mask row
-    const int    my_ti  = lane < nqb ? (q0 + lane) % p.n_ts : 0;
     float *      kr     = kb + warp * p.hd;
 
     for (int b0 = c0; b0 < c1; b0 += KVA_SUB) {
         const int nb = min(KVA_SUB, c1 - b0);
+        // the mask of the slice's queries over the sub-range into wt (each entry later replaced by its score by the
+        // warp that reads it)
+        for (int e = tid; e < nqb * nb; e += KVA_THREADS) {
+            const int    i  = e / nb, cc = e % nb;
+            const char * mp = mask_s + (int64_t) (b0 + cc) * p.m_nb0 + (int64_t) ((q0 + i) % p.n_ts) * p.m_nb1;
+            wt[i * KVA_SUB + cc] = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
+        }
+        __syncthreads();
         // a warp per cell: its V row decoded into vb, its key decoded, normed, roped and scored
         for (int cc = warp; cc < nb; cc += KVA_WARPS) {
             const int64_t cell = b0 + cc;
-            float         mv   = -INFINITY;
-            if (lane < nqb) {
-                const char * mp = mask_s + cell * p.m_nb0 + my_ti * p.m_nb1;
-                mv              = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
-            }
+            const float   mv   = lane < nqb ? wt[lane * KVA_SUB + cc] : -INFINITY;
             const bool any = __any_sync(0xffffffffu, mv != -INFINITY);
             if (lane == 0) {
                 seen[cc] = any ? 1.0f : 0.0f;
@@ -228,10 +227,10 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
                 continue;
             }
-            warp_row(p.v_kind, va, v_geo, vg, p.v + cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s, p.hdv,
+            warp_row(p.v_kind, va, v_geo, vg, v_hw, p.v + cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s, p.hdv,
                      vb + cc * p.hdv, lane);
-            warp_row(p.k_kind, ka, k_geo, kg, p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s, p.hd, kr,
-                     lane);
+            warp_row(p.k_kind, ka, k_geo, kg, k_hw, p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s, p.hd,
+                     kr, lane);
             if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
                 double ss = 0.0;
                 for (int d = lane; d < p.hd; d += 32) {
@@ -478,8 +477,10 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
         return;
     }
     const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);
-    if (smem > 48 * 1024) {
+    static size_t smem_set[GGML_CUDA_MAX_DEVICES] = {};  // the largest size allowed so far, per device
+    if (smem > 48 * 1024 && smem > smem_set[device]) {
         CUDA_CHECK(cudaFuncSetAttribute(k_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+        smem_set[device] = smem;
     }
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (k->ne[3] * p.n_slices));
     k_partial<<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);

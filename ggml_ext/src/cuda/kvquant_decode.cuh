@@ -343,11 +343,15 @@ struct row_geo {
 KVQ_HD bool row_geo_of(const kvq_args & a, const char * row, int64_t nb_cell, int64_t nb_stream, int n_blocks,
                        row_geo * g) {
     g->ch0 = 0, g->row0 = -1, g->off = 0, g->d_cell = 0, g->d_stream = 0;
-    if (!a.lo) {
-        return a.row_blocks <= 0 && !a.sink;  // outside every binding: uniform levels, nothing per row
+    const int64_t bb = a.block_bytes;  // whole blocks (the trailer's words 2-byte aligned)
+    if (nb_cell < 0 || nb_stream < 0 || nb_cell % bb || nb_stream % bb) {
+        return false;
     }
-    const int64_t o = row - a.lo, bb = a.block_bytes;
-    if (o < 0 || o % bb || nb_cell < 0 || nb_stream < 0) {
+    if (!a.lo) {  // outside every binding: uniform levels, nothing per row
+        return a.row_blocks <= 0 && !a.sink && (uintptr_t) row % 2 == 0;
+    }
+    const int64_t o = row - a.lo;
+    if (o < 0 || o % bb) {
         return false;
     }
     if (a.row_blocks > 0) {
