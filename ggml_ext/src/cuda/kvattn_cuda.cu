@@ -183,7 +183,8 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                        kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, &kg);
     const bool v_geo = p.v_kind == kva::ROW_NUQ &&
                        kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, p.hdv / kvq::QK, &vg);
-    const int64_t k_hw = kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = vg.row0 >= 0 ? va.sink[0] : 0;  // sink slots in use
+    // the sink slots in use (row0 >= 0: the binding has sink rows)
+    const int64_t k_hw = k_geo && kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = v_geo && vg.row0 >= 0 ? va.sink[0] : 0;
 
     // the slice's queries: query i = KV head h's gq = q0 + i, head h * n_q + gq / n_ts, token s * n_ts + gq % n_ts
     for (int e = tid; e < nqb * p.hd; e += KVA_THREADS) {
