@@ -153,11 +153,11 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
                     const char * blk = row0 + r * row_bytes + c / 64 * bs;
                     uint16_t     w[4];
                     kvq::block_words(a, blk, w);
-                    const float v = sk ? sk[c] : kvq::block_value(a, g.ch0 + c / 64 * 64, blk, w, c % 64);
+                    const float v = sk ? sk[c] : kvq::block_value(a, a.values, g.ch0 + c / 64 * 64, blk, w, c % 64);
                     const float e = kvq::dequantize_value(a, blk, c % 64);
                     gdiff += std::memcmp(&v, &e, 4) != 0;
                     if (!sk) {
-                        const float b = kvq::block_value(a, a.row_blocks > 0 ? kvq::key_channel0(a, blk) : 0, blk, w,
+                        const float b = kvq::block_value(a, a.values, a.row_blocks > 0 ? kvq::key_channel0(a, blk) : 0, blk, w,
                                                          c % 64);
                         gdiff += std::memcmp(&b, &e, 4) != 0;
                     }

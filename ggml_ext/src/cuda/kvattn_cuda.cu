@@ -123,9 +123,9 @@ static size_t partial_smem(int hd, int hdv, int nqa) {
 // then, for a sink row (kvq::row_sink with a lane per slot, hw slots in use; the first slot that holds the row, as
 // kvq::sink_slot), its floats over them (the marks are loaded before the blocks: one round of memory latency);
 // otherwise value by value (kva::row_value).
-__device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a, bool geo, const kvq::row_geo & g,
-                                         int64_t hw, const char * p, int64_t i, int64_t s, int n, float * dst,
-                                         int lane) {
+__device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a, const float * vals, bool geo,
+                                         const kvq::row_geo & g, int64_t hw, const char * p, int64_t i, int64_t s,
+                                         int n, float * dst, int lane) {
     if (kind != kva::ROW_NUQ || !geo) {
         for (int d = lane; d < n; d += 32) {
             dst[d] = row_value(kind, a, p, d);
@@ -139,8 +139,8 @@ __device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a,
         const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);  // 2-byte aligned (kvq::row_geo_of)
         const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
         const int64_t    ch   = g.ch0 + j * kvq::QK;
-        dst[j * kvq::QK + lane]      = kvq::block_value(a, ch, blk, w, lane);
-        dst[j * kvq::QK + 32 + lane] = kvq::block_value(a, ch, blk, w, lane + 32);
+        dst[j * kvq::QK + lane]      = kvq::block_value(a, vals, ch, blk, w, lane);
+        dst[j * kvq::QK + 32 + lane] = kvq::block_value(a, vals, ch, blk, w, lane + 32);
     }
     if (row < 0) {
         return;
@@ -159,6 +159,8 @@ __device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a,
     }
 }
 
+// QM: the registers' queries (4, 8 or KVA_QMAX: the fewest that hold the slice's; fewer registers, more blocks per SM)
+template <int QM>
 __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kvq_args ka, kvq::kvq_args va) {
     extern __shared__ float smem[];
     const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
@@ -185,6 +187,13 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                        kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, p.hdv / kvq::QK, &vg);
     // the sink slots in use (row0 >= 0: the binding has sink rows)
     const int64_t k_hw = k_geo && kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = v_geo && vg.row0 >= 0 ? va.sink[0] : 0;
+
+    // the 2^B values of K's and V's tables in shared memory (a lane's index picks its own: no serialised constant reads)
+    __shared__ float ktab[16], vtab[16];
+    if (tid < 16) {
+        ktab[tid] = ka.values[tid];
+        vtab[tid] = va.values[tid];
+    }
 
     // the slice's queries: query i = KV head h's gq = q0 + i, head h * n_q + gq / n_ts, token s * n_ts + gq % n_ts
     for (int e = tid; e < nqb * p.hd; e += KVA_THREADS) {
@@ -228,9 +237,9 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
                 continue;
             }
-            warp_row(p.v_kind, va, v_geo, vg, v_hw, p.v + cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s, p.hdv,
+            warp_row(p.v_kind, va, vtab, v_geo, vg, v_hw, p.v + cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s, p.hdv,
                      vb + cc * p.hdv, lane);
-            warp_row(p.k_kind, ka, k_geo, kg, k_hw, p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s, p.hd,
+            warp_row(p.k_kind, ka, ktab, k_geo, kg, k_hw, p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s, p.hd,
                      kr, lane);
             if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
                 double ss = 0.0;
@@ -246,22 +255,22 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
             __syncwarp();
             // RoPE from the table: lane's dims into registers (d = lane + 32 i), then the dots
             const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
-            float         dots[KVA_QMAX];
+            float         dots[QM];
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 dots[i] = 0.0f;
             }
             for (int d = lane; d < p.hd; d += 32) {
                 const float y = kva::rope_at(p.mode, p.n_dims, kr, cs, d);
 #pragma unroll
-                for (int i = 0; i < KVA_QMAX; i++) {
+                for (int i = 0; i < QM; i++) {
                     if (i < nqb) {
                         dots[i] += qs[i * p.hd + d] * y;
                     }
                 }
             }
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 if (i < nqb) {
                     const float dt = warp_sum(dots[i]);
                     const float m  = __shfl_sync(0xffffffffu, mv, i);
@@ -301,9 +310,9 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
 
         // values: a thread per value dimension, the decoded rows from shared memory, every query of the slice
         for (int d = tid; d < p.hdv; d += KVA_THREADS) {
-            float a[KVA_QMAX];
+            float a[QM];
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 a[i] = i < nqb ? acc[i * p.hdv + d] * fac[i] : 0.0f;
             }
             for (int cc = 0; cc < nb; cc++) {
@@ -312,7 +321,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
                 const float vv = vb[cc * p.hdv + d];
 #pragma unroll
-                for (int i = 0; i < KVA_QMAX; i++) {
+                for (int i = 0; i < QM; i++) {
                     if (i < nqb) {
                         const float w = wt[i * KVA_SUB + cc];
                         if (w != 0.0f) {  // a masked cell's NaN-free zero weight adds nothing (as on the CPU)
@@ -322,7 +331,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
             }
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 if (i < nqb) {
                     acc[i * p.hdv + d] = a[i];
                 }
@@ -424,6 +433,17 @@ static void launch_table(ggml_tensor * dst, cudaStream_t stream) {
     }
 }
 
+template <int QM>
+static void launch_partial_q(dim3 grid, size_t smem, int device, cudaStream_t stream, const partial_args & p,
+                             const kvq::kvq_args & ka, const kvq::kvq_args & va) {
+    static size_t smem_set[GGML_CUDA_MAX_DEVICES] = {};  // the largest size allowed so far, per device
+    if (smem > 48 * 1024 && smem > smem_set[device]) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_partial<QM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+        smem_set[device] = smem;
+    }
+    k_partial<QM><<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);
+}
+
 static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     const ggml_tensor * q = dst->src[0], * k = dst->src[1], * v = dst->src[2], * mask = dst->src[3];
     ggml_ext_kva_params pp;
@@ -478,13 +498,14 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
         return;
     }
     const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);
-    static size_t smem_set[GGML_CUDA_MAX_DEVICES] = {};  // the largest size allowed so far, per device
-    if (smem > 48 * 1024 && smem > smem_set[device]) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
-        smem_set[device] = smem;
-    }
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (k->ne[3] * p.n_slices));
-    k_partial<<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);
+    if (p.nqa <= 4) {
+        launch_partial_q<4>(grid, smem, device, stream, p, ka, va);
+    } else if (p.nqa <= 8) {
+        launch_partial_q<8>(grid, smem, device, stream, p, ka, va);
+    } else {
+        launch_partial_q<KVA_QMAX>(grid, smem, device, stream, p, ka, va);
+    }
 }
 
 }  // namespace
@@ -515,7 +536,8 @@ bool ggml_ext_cuda_kvattn_supports(int device, const ggml_tensor * op) {
                 }
                 const int64_t n_group = q->ne[1] / k->ne[1] * (q->ne[2] / k->ne[3]);
                 const int     nqa     = (int) std::min<int64_t>(KVA_QMAX, n_group);
-                return partial_smem((int) k->ne[0], (int) v->ne[0], nqa) <= ggml_cuda_info().devices[device].smpbo;
+                return partial_smem((int) k->ne[0], (int) v->ne[0], nqa) + 32 * sizeof(float) <=  // + ktab, vtab
+                       ggml_cuda_info().devices[device].smpbo;
             }
         default:
             return false;

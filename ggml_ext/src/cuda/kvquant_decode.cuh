@@ -302,8 +302,9 @@ KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
     memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
 }
 
-KVQ_HD float block_value(const kvq_args & a, int64_t ch0, const char * blk, const uint16_t * w, int c) {
-    const float t = a.values[get_index((const uint8_t *) blk, a.bits, c)];
+KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, const char * blk, const uint16_t * w,
+                         int c) {
+    const float t = values[get_index((const uint8_t *) blk, a.bits, c)];  // a.values (or a copy in shared memory)
     if (a.row_blocks > 0 && a.k_block) {
         if (is_tag(w[2]) && (w[2] & 63) == c) {
             return h2f(w[3]);
