@@ -6,8 +6,10 @@
 // binding (uniform levels), rows of random values (some far outside the key ranges, a NaN, an infinity) quantized by
 // both must give the same bytes, and every value read back the same bits (NaN where the CPU has NaN). The kernel
 // arguments come from ggml-base's view of the binding (ggml_ext_kvq_binding_find / _sinks, kvquant_device.h), as
-// kvquant_cuda.cu builds them. Then the kernels' per-thread bodies (kvq::quantize_at / dequantize_at) against ggml's
-// CPU ops over real shapes and strides (check_ops below). Host code only: built with nvcc and run without a GPU by
+// kvquant_cuda.cu builds them. The decode op's row reader (kvq::row_geo_of / row_sink / block_words / block_value,
+// what kvattn_cuda.cu reads K and V rows with) on the same caches cut into heads of 64 values and of a whole row:
+// every value the bits of dequantize_value; strides that are not whole rows refused. Then the kernels' per-thread
+// bodies (kvq::quantize_at / dequantize_at) against ggml's CPU ops over real shapes and strides (check_ops below). Host code only: built with nvcc and run without a GPU by
 // tests/cuda/test_kvquant_cuda.py. The kernels on a GPU against the CPU: tests/c/test_kvquant_cuda.cpp.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"

@@ -2,18 +2,23 @@
 // cache in VRAM: the op's three GGML_OP_CUSTOM nodes (recognised by ggml_ext_kvq_attn_node_kind, through patch
 // 0421's hook in kvquant_cuda.cu) with kernels of their own, the same contract as the CPU functions of
 // ggml/kvattn_cpu.c:
-//   table    F32 [n_dims, n_cells]: cos / sin of every cell's position (one thread per cell, the angles stepped as
-//            the CPU steps them, in IEEE round-to-nearest intrinsics; cos / sin in double, rounded to float: the
-//            CPU's cosf / sinf to the last bit or one ulp; ggml-cuda's -use_fast_math would make them __cosf);
-//   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: one CUDA block per (cell range, KV head, stream, slice of
-//            at most KVA_QMAX of the KV head's query (head, token) pairs). Sub-ranges of KVA_SUB cells: each warp
-//            takes a cell, decodes the KV head's key row (kvq::dequantize_value: the binding's per-channel scales,
-//            outlier slots and sink rows, bit for bit the CPU's to_float; or F16 / F32), applies the K norm, ropes
-//            it from the table and scores it against the slice's queries (warp sums); the scores become weights
-//            exp(s - m) with the running max m rescaled per sub-range (online softmax); then every thread owns
-//            value dimensions and accumulates the decoded V (NUQ / F16 / F32) of the range's visible cells.
-//            F32 throughout; exp in double.
-//   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c (a block per row).
+//   table    F32 [n_dims, n_cells]: cos / sin of every cell's position, a thread per (cell, pair) (kva::table_pair:
+//            the angle stepped as the CPU steps it, in IEEE round-to-nearest intrinsics; cos / sin in double, rounded
+//            to float: the CPU's cosf / sinf to the last bit or one ulp; -use_fast_math would make them __cosf);
+//   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: one CUDA block of KVA_WARPS warps per (cell range, KV head,
+//            stream, slice of at most KVA_QMAX of the KV head's query (head, token) pairs). Per block, the KV head's
+//            rows are located once (kvq::row_geo_of: the key channels, the place in a sink row; views it refuses
+//            are read value by value through kvq::dequantize_value). Sub-ranges of KVA_SUB cells: the mask of the
+//            sub-range into shared memory, then a warp per visible cell decodes its V row into shared memory and its
+//            key row into the warp's buffer a 64-value block at a time (the trailer once per block, each lane two
+//            values: kvq::block_value; a sink row's floats from the marks loaded beside the blocks: the CPU's
+//            to_float bit for bit; or F16 / F32), applies the K norm, ropes the key from the table and scores it
+//            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
+//            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
+//            V rows from shared memory. F32 throughout; exp in double.
+//   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
+//            dimensions): each chunk's weight computed once into shared memory, four chunk groups summed apart and
+//            added in order.
 // tests/c/test_kvattn_cuda.cpp checks the GPU op against the CPU op on the same bound caches.
 #include "ggml-ext-cuda.cuh"
 

@@ -1,7 +1,8 @@
 // The per-value pieces of the KVQuant decode op's CUDA kernels (kvattn_cuda.cu): a pair of the cos / sin table, a
-// value of a K / V row (NUQ through kvq::dequantize_value, F16, F32; the kernels read NUQ rows a block at a time
-// through kvq::row_geo_of / block_value, checked against dequantize_value by tests/cuda/kvquant_cuda_check.cu), the K norm's scale and product, the RoPE of
-// one dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
+// value of a K / V row (NUQ through kvq::dequantize_value, F16, F32: the kernels' reading of views that
+// kvq::row_geo_of refuses; they read NUQ rows a block at a time through kvq::row_geo_of / block_value, which
+// tests/cuda/kvquant_cuda_check.cu holds to dequantize_value's bits), the K norm's scale and product, the RoPE of one
+// dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
 // these very functions on the host against ggml's CPU table (ggml/kvattn_cpu.c) and ggml's to_float, rms_norm, mul
 // and rope_ext. IEEE round-to-nearest in both (KVQ_* of kvquant_decode.cuh: ggml-cuda builds with -use_fast_math);
 // cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
