@@ -296,8 +296,9 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
 
 // What dequantize_value reads once per block, split from what it does per value (the decode op's kernels,
 // kvattn_cuda.cu, read a row's blocks this way): the trailer words of the block, then block_value for value c of a
-// block that is not in a sink row, ch0 its first channel (keys: key_channel0). block_value(a, key_channel0(a, blk),
-// blk, w, c) is dequantize_value(a, blk, c) bit for bit outside the sink rows (tests/cuda/kvattn_cuda_check.cu).
+// block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the 2^B table (a.values or a
+// copy of it): block_value(a, a.values, key_channel0(a, blk), blk, w, c) is dequantize_value(a, blk, c) bit for bit
+// outside the sink rows (tests/cuda/kvquant_cuda_check.cu).
 KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
     memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
 }
@@ -331,8 +332,8 @@ KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, 
 // when both strides are whole cache rows and the head row of n_blocks blocks lies inside one cache row, every such
 // row has the same channels and the same place in its cache row, so what dequantize_value finds per value with
 // 64-bit divisions (key_channel0, sink_slot's row and offset) is found once here; row_sink then finds a row's sink
-// slot. Value d = 64 j + c of the head row: row_sink's floats [d] if not NULL, else block_value(a, g.ch0 + 64 j,
-// block j, its words, c): dequantize_value's bits (tests/cuda/kvquant_cuda_check.cu).
+// slot. Value d = 64 j + c of the head row: row_sink's floats [d] if not NULL, else block_value(a, a.values,
+// g.ch0 + 64 j, block j, its words, c): dequantize_value's bits (tests/cuda/kvquant_cuda_check.cu).
 struct row_geo {
     int64_t ch0;               // keys: the head row's first channel
     int64_t row0;              // the cache row of i = s = 0 (-1: no sink marks)
