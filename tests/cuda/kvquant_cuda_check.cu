@@ -6,8 +6,10 @@
 // binding (uniform levels), rows of random values (some far outside the key ranges, a NaN, an infinity) quantized by
 // both must give the same bytes, and every value read back the same bits (NaN where the CPU has NaN). The kernel
 // arguments come from ggml-base's view of the binding (ggml_ext_kvq_binding_find / _sinks, kvquant_device.h), as
-// kvquant_cuda.cu builds them. Then the kernels' per-thread bodies (kvq::quantize_at / dequantize_at) against ggml's
-// CPU ops over real shapes and strides (check_ops below). Host code only: built with nvcc and run without a GPU by
+// kvquant_cuda.cu builds them. The decode op's row reader (kvq::row_geo_of / row_sink / block_words / block_value,
+// what kvattn_cuda.cu reads K and V rows with) on the same caches cut into heads of 64 values and of a whole row:
+// every value the bits of dequantize_value; strides that are not whole rows refused. Then the kernels' per-thread
+// bodies (kvq::quantize_at / dequantize_at) against ggml's CPU ops over real shapes and strides (check_ops below). Host code only: built with nvcc and run without a GPU by
 // tests/cuda/test_kvquant_cuda.py. The kernels on a GPU against the CPU: tests/c/test_kvquant_cuda.cpp.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -33,7 +35,10 @@ extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
 
 static const int N_ROWS = 9;
 
+static int64_t n_geo_total = 0;
+
 static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bool bound, int * n_slots) {
+    int64_t * n_geo_checked = &n_geo_total;
     const ggml_ext_type_info * ti   = ggml_ext_type_info_by_id(type);
     const int                  bits = ti->layout;
     const int                  D    = key ? 192 : 128;
@@ -134,6 +139,45 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     CHECK(vdiff == 0, "%s %s outliers %d sink %d bound %d: %lld values differ", ti->ggml_name, what, outliers, n_sink,
           bound, (long long) vdiff);
     CHECK((n_sink && bound) ? exact_sink == D : exact_sink < D, "sink row: %lld of %d exact", (long long) exact_sink, D);
+    // the decode op's row reader (kvq::row_geo_of, row_sink, block_words, block_value): the cache rows as heads of 64
+    // values and as one head of D, every value the bits of dequantize_value (compared with the CPU's just above);
+    // block_value alone with key_channel0 on the blocks outside the sink rows
+    int64_t gdiff = 0, n_geo = 0;
+    for (int hd : { 64, D }) {
+        for (int h = 0; h < D / hd; h++) {
+            const char *  row0 = (const char *) mine.data() + h * (hd / 64) * bs;
+            kvq::row_geo  g;
+            const bool    ok = kvq::row_geo_of(a, row0, (int64_t) row_bytes, 0, hd / 64, &g);
+            CHECK(ok, "%s %s: row_geo_of refused the head rows of %d values", ti->ggml_name, what, hd);
+            for (int r = 0; ok && r < N_ROWS; r++) {
+                const float * sk = kvq::row_sink(a, g, r, 0);
+                for (int c = 0; c < hd; c++) {
+                    const char * blk = row0 + r * row_bytes + c / 64 * bs;
+                    uint16_t     w[4];
+                    kvq::block_words(a, blk, w);
+                    const float v = sk ? sk[c] : kvq::block_value(a, a.values, g.ch0 + c / 64 * 64, blk, w, c % 64);
+                    const float e = kvq::dequantize_value(a, blk, c % 64);
+                    gdiff += std::memcmp(&v, &e, 4) != 0;
+                    if (!sk) {
+                        const float b = kvq::block_value(a, a.values, a.row_blocks > 0 ? kvq::key_channel0(a, blk) : 0, blk, w,
+                                                         c % 64);
+                        gdiff += std::memcmp(&b, &e, 4) != 0;
+                    }
+                    n_geo++;
+                }
+            }
+        }
+    }
+    CHECK(gdiff == 0 && n_geo == 2 * N_ROWS * D, "%s %s outliers %d sink %d bound %d: the row reader differs at %lld of "
+          "%lld values", ti->ggml_name, what, outliers, n_sink, bound, (long long) gdiff, (long long) n_geo);
+    // strides that are not whole cache rows (keys' channels, sink rows): refused, the kernel reads value by value
+    if (a.row_blocks > 0 || a.sink) {
+        kvq::row_geo g;
+        CHECK(!kvq::row_geo_of(a, (const char *) mine.data(), (int64_t) (row_bytes + bs), 0, 1, &g) &&
+                  !kvq::row_geo_of(a, (const char *) mine.data() + bs, (int64_t) row_bytes, 0, D / 64, &g),
+              "%s %s: row_geo_of took strides or a head row it cannot read", ti->ggml_name, what);
+    }
+    *n_geo_checked += n_geo;
     if (bound) {
         ggml_ext_kvq_unbind(ref.data());
     }
@@ -305,6 +349,7 @@ int main() {
         std::printf("%s: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops (8 settings, 4 with "
                     "block-scaled keys)\n", name);
     }
+    std::printf("the decode op's row reader: %lld values, the bits of dequantize_value\n", (long long) n_geo_total);
     std::printf("%s: %d failures\n", fails ? "FAIL" : "OK", fails);
     return fails ? 1 : 0;
 }

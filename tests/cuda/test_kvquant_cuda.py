@@ -6,7 +6,9 @@ docs/KVQUANT.md "The CUDA path").
   outlier slots and the sink, and memory outside every binding: the same bytes and every value the same bits; the
   kernels' per-thread bodies (SET_ROWS from a strided source into scattered cells, CPY of the flash-attention V view
   and the K path's 4-D view, GET_ROWS) against ggml's CPU ops on the same bound caches, keys per channel and
-  block-scaled (tests/cuda/kvquant_cuda_check.cu). Skipped without nvcc.
+  block-scaled; the decode op's row reader (row_geo_of / row_sink / block_value, kvattn_cuda.cu's reading of K and
+  V rows) on every bound cache: the bits of dequantize_value (tests/cuda/kvquant_cuda_check.cu). Skipped without
+  nvcc.
 - GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): four caches bound at once on the
   CPU and the GPU (values, per-channel keys, block-scaled keys of the same rows and table, values of another
   table); SET_ROWS of an odd number of scattered rows gives the CPU's bytes, CPY to f32 / GET_ROWS the CPU's values
@@ -33,6 +35,9 @@ def test_kvquant_cuda_block_functions_match_the_cpu_rows(tmp_path):
         assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, proc.stdout[-2000:]
         assert re.search(rf"^{name}: SET_ROWS / CPY of views / GET_ROWS checked against ggml's CPU ops \(8 settings, 4 "
                          rf"with block-scaled keys\)$", proc.stdout, re.M), proc.stdout[-2000:]
+    # the decode op's row reader (row_geo_of / row_sink / block_value) on every bound case of the three types
+    m = re.search(r"^the decode op's row reader: (\d+) values, the bits of dequantize_value$", proc.stdout, re.M)
+    assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
     assert "OK: 0 failures" in proc.stdout
 
 

@@ -2,18 +2,23 @@
 // cache in VRAM: the op's three GGML_OP_CUSTOM nodes (recognised by ggml_ext_kvq_attn_node_kind, through patch
 // 0421's hook in kvquant_cuda.cu) with kernels of their own, the same contract as the CPU functions of
 // ggml/kvattn_cpu.c:
-//   table    F32 [n_dims, n_cells]: cos / sin of every cell's position (one thread per cell, the angles stepped as
-//            the CPU steps them, in IEEE round-to-nearest intrinsics; cos / sin in double, rounded to float: the
-//            CPU's cosf / sinf to the last bit or one ulp; ggml-cuda's -use_fast_math would make them __cosf);
-//   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: one CUDA block per (cell range, KV head, stream, slice of
-//            at most KVA_QMAX of the KV head's query (head, token) pairs). Sub-ranges of KVA_SUB cells: each warp
-//            takes a cell, decodes the KV head's key row (kvq::dequantize_value: the binding's per-channel scales,
-//            outlier slots and sink rows, bit for bit the CPU's to_float; or F16 / F32), applies the K norm, ropes
-//            it from the table and scores it against the slice's queries (warp sums); the scores become weights
-//            exp(s - m) with the running max m rescaled per sub-range (online softmax); then every thread owns
-//            value dimensions and accumulates the decoded V (NUQ / F16 / F32) of the range's visible cells.
-//            F32 throughout; exp in double.
-//   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c (a block per row).
+//   table    F32 [n_dims, n_cells]: cos / sin of every cell's position, a thread per (cell, pair) (kva::table_pair:
+//            the angle stepped as the CPU steps it, in IEEE round-to-nearest intrinsics; cos / sin in double, rounded
+//            to float: the CPU's cosf / sinf to the last bit or one ulp; -use_fast_math would make them __cosf);
+//   partial  F32 [hd_v + 2, n_chunks, n_head, n_tokens]: one CUDA block of KVA_WARPS warps per (cell range, KV head,
+//            stream, slice of at most KVA_QMAX of the KV head's query (head, token) pairs). Per block, the KV head's
+//            rows are located once (kvq::row_geo_of: the key channels, the place in a sink row; views it refuses
+//            are read value by value through kvq::dequantize_value). Sub-ranges of KVA_SUB cells: the mask of the
+//            sub-range into shared memory, then a warp per visible cell decodes its V row into shared memory and its
+//            key row into the warp's buffer a 64-value block at a time (the trailer once per block, each lane two
+//            values: kvq::block_value; a sink row's floats from the marks loaded beside the blocks: the CPU's
+//            to_float bit for bit; or F16 / F32), applies the K norm, ropes the key from the table and scores it
+//            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
+//            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
+//            V rows from shared memory. F32 throughout; exp in double.
+//   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
+//            dimensions): each chunk's weight computed once into shared memory, four chunk groups summed apart and
+//            added in order.
 // tests/c/test_kvattn_cuda.cpp checks the GPU op against the CPU op on the same bound caches.
 #include "ggml-ext-cuda.cuh"
 
@@ -25,6 +30,7 @@
 
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -33,10 +39,13 @@ kvq::kvq_args ggml_ext_cuda_kvq_args(const void * p, ggml_type type, int device)
 
 namespace {
 
-constexpr int KVA_WARPS   = 4;   // warps per block of the partial kernel
+constexpr int KVA_WARPS   = 8;   // warps per block of the partial kernel
 constexpr int KVA_THREADS = 32 * KVA_WARPS;
 constexpr int KVA_QMAX    = 16;  // queries (head, token) per block
-constexpr int KVA_SUB     = 64;  // cells scored before their weights and values (the online-softmax step)
+constexpr int KVA_SUB     = 32;  // cells scored and decoded before their weights and values (the online-softmax step)
+constexpr int KVA_CTILE   = 2048;  // chunks whose weights the combine holds in shared memory at a time
+constexpr int KVA_CDIMS   = 64;    // value dimensions per block of the combine
+constexpr int KVA_CGROUPS = 4;     // chunk groups per block of the combine (a thread per dimension and group)
 
 using kva::row_kind;
 using kva::row_value;
@@ -75,10 +84,14 @@ __device__ __forceinline__ float exp_rn(float x) {
 
 // ---- the table ----
 
+// a thread per (cell, pair): kva::table_pair
 __global__ void k_table(const int32_t * pos, const float * ff, float * out, int64_t n, kva::table_args r) {
-    const int64_t c = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < n) {
-        kva::table_row(r, pos[c], ff, out + c * r.n_dims);
+    const int     h2 = r.n_dims / 2;
+    const int64_t t  = (int64_t) blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n * h2) {
+        const int64_t c = t / h2;
+        const int     j = (int) (t % h2);
+        kva::table_pair(r, pos[c], ff, j, out + c * r.n_dims + 2 * j);
     }
 }
 
@@ -97,35 +110,95 @@ struct partial_args {
     const float * tab;
     const float * norm_w;
     float *      out;
-    int          hd, hdv, n_hkv, n_kv, n_head, n_ts, n_q, n_chunks, n_slices;
+    int          hd, hdv, n_hkv, n_kv, n_head, n_ts, n_q, n_chunks, n_slices, nqa;
     int          chunk, mode, n_dims;
     float        scale, norm_eps;
     row_kind     k_kind, v_kind;
 };
 
-// shared memory of a block: q [QMAX][hd], key rows [WARPS][hd], weights [QMAX][SUB], acc [QMAX][hdv],
-// m / l / factor [QMAX], visible [SUB]
-static size_t partial_smem(int hd, int hdv) {
-    return sizeof(float) * ((size_t) KVA_QMAX * hd + (size_t) KVA_WARPS * hd + (size_t) KVA_QMAX * KVA_SUB +
-                            (size_t) KVA_QMAX * hdv + 3 * KVA_QMAX + KVA_SUB);
+// shared memory of a block (nqa = min(QMAX, the KV head's queries)): q [nqa][hd], key rows [WARPS][hd], value rows
+// [SUB][hdv], weights [nqa][SUB], acc [nqa][hdv], m / l / factor [nqa], visible [SUB]
+static size_t partial_smem(int hd, int hdv, int nqa) {
+    return sizeof(float) * ((size_t) nqa * hd + (size_t) KVA_WARPS * hd + (size_t) KVA_SUB * hdv +
+                            (size_t) nqa * KVA_SUB + (size_t) nqa * hdv + 3 * nqa + KVA_SUB);
 }
 
+// the n values of the head row of cell i, stream s at p into dst, by a warp (lane: d = lane + 32 k). A NUQ row whose
+// view kvq::row_geo_of took (geo): per block the trailer read once and each lane's two values (kvq::block_value),
+// then, for a sink row (kvq::row_sink with a lane per slot, hw slots in use; the first slot that holds the row, as
+// kvq::sink_slot), its floats over them (the marks are loaded before the blocks: one round of memory latency);
+// otherwise value by value (kva::row_value).
+__device__ __forceinline__ void warp_row(row_kind kind, const kvq::kvq_args & a, const float * vals, bool geo,
+                                         const kvq::row_geo & g, int64_t hw, const char * p, int64_t i, int64_t s,
+                                         int n, float * dst, int lane) {
+    if (kind != kva::ROW_NUQ || !geo) {
+        for (int d = lane; d < n; d += 32) {
+            dst[d] = row_value(kind, a, p, d);
+        }
+        return;
+    }
+    const int64_t row  = g.row0 < 0 ? -1 : g.row0 + i * g.d_cell + s * g.d_stream;
+    const int64_t mark = row >= 0 && lane < hw ? a.sink[1 + lane] : -2;
+    for (int j = 0; j < n / kvq::QK; j++) {
+        const char *     blk  = p + j * a.block_bytes;
+        const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);  // 2-byte aligned (kvq::row_geo_of)
+        const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
+        const int64_t    ch   = g.ch0 + j * kvq::QK;
+        dst[j * kvq::QK + lane]      = kvq::block_value(a, vals, ch, blk, w, lane);
+        dst[j * kvq::QK + 32 + lane] = kvq::block_value(a, vals, ch, blk, w, lane + 32);
+    }
+    if (row < 0) {
+        return;
+    }
+    unsigned hit = __ballot_sync(0xffffffffu, mark == row);
+    int64_t  k0  = 0;
+    while (!hit && k0 + 32 < hw) {  // more than 32 slots in use: the next ones
+        k0 += 32;
+        hit = __ballot_sync(0xffffffffu, k0 + lane < hw && a.sink[1 + k0 + lane] == row);
+    }
+    if (hit) {
+        const float * sk = a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off;
+        for (int d = lane; d < n; d += 32) {
+            dst[d] = sk[d];
+        }
+    }
+}
+
+// QM: the registers' queries (4, 8 or KVA_QMAX: the fewest that hold the slice's; fewer registers, more blocks per SM)
+template <int QM>
 __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kvq_args ka, kvq::kvq_args va) {
     extern __shared__ float smem[];
     const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / p.n_slices, slice = blockIdx.z % p.n_slices;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int n_group = p.n_q * p.n_ts;  // the KV head's queries: gq = g * n_ts + ti
-    const int q0 = slice * KVA_QMAX, nqb = min(KVA_QMAX, n_group - q0);
+    const int q0 = slice * KVA_QMAX, nqb = min(KVA_QMAX, n_group - q0), nqa = p.nqa;
     const int c0 = c * p.chunk, c1 = min(c0 + p.chunk, p.n_kv);
 
     float * qs   = smem;
-    float * kb   = qs + KVA_QMAX * p.hd;
-    float * wt   = kb + KVA_WARPS * p.hd;
-    float * acc  = wt + KVA_QMAX * KVA_SUB;
-    float * mx   = acc + KVA_QMAX * p.hdv;
-    float * sum  = mx + KVA_QMAX;
-    float * fac  = sum + KVA_QMAX;
-    float * seen = fac + KVA_QMAX;
+    float * kb   = qs + nqa * p.hd;
+    float * vb   = kb + KVA_WARPS * p.hd;
+    float * wt   = vb + KVA_SUB * p.hdv;
+    float * acc  = wt + nqa * KVA_SUB;
+    float * mx   = acc + nqa * p.hdv;
+    float * sum  = mx + nqa;
+    float * fac  = sum + nqa;
+    float * seen = fac + nqa;
+
+    // the KV head's rows: channels and sink rows found once (kvq::row_geo_of), for every cell of the block
+    kvq::row_geo kg = {}, vg = {};
+    const bool   k_geo = p.k_kind == kva::ROW_NUQ &&
+                       kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, &kg);
+    const bool v_geo = p.v_kind == kva::ROW_NUQ &&
+                       kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, p.hdv / kvq::QK, &vg);
+    // the sink slots in use (row0 >= 0: the binding has sink rows)
+    const int64_t k_hw = k_geo && kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = v_geo && vg.row0 >= 0 ? va.sink[0] : 0;
+
+    // the 2^B values of K's and V's tables in shared memory (a lane's index picks its own: no serialised constant reads)
+    __shared__ float ktab[16], vtab[16];
+    if (tid < 16) {
+        ktab[tid] = ka.values[tid];
+        vtab[tid] = va.values[tid];
+    }
 
     // the slice's queries: query i = KV head h's gq = q0 + i, head h * n_q + gq / n_ts, token s * n_ts + gq % n_ts
     for (int e = tid; e < nqb * p.hd; e += KVA_THREADS) {
@@ -136,27 +209,29 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     for (int e = tid; e < nqb * p.hdv; e += KVA_THREADS) {
         acc[e] = 0.0f;
     }
-    if (tid < KVA_QMAX) {
+    if (tid < nqb) {
         mx[tid]  = -INFINITY;
         sum[tid] = 0.0f;
     }
     __syncthreads();
 
     const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
-    // lane i's query (i < nqb): its token's mask row
-    const int    my_ti  = lane < nqb ? (q0 + lane) % p.n_ts : 0;
     float *      kr     = kb + warp * p.hd;
 
     for (int b0 = c0; b0 < c1; b0 += KVA_SUB) {
         const int nb = min(KVA_SUB, c1 - b0);
-        // scores: a warp per cell
+        // the mask of the slice's queries over the sub-range into wt (each entry later replaced by its score by the
+        // warp that reads it)
+        for (int e = tid; e < nqb * nb; e += KVA_THREADS) {
+            const int    i  = e / nb, cc = e % nb;
+            const char * mp = mask_s + (int64_t) (b0 + cc) * p.m_nb0 + (int64_t) ((q0 + i) % p.n_ts) * p.m_nb1;
+            wt[i * KVA_SUB + cc] = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
+        }
+        __syncthreads();
+        // a warp per cell: its V row decoded into vb, its key decoded, normed, roped and scored
         for (int cc = warp; cc < nb; cc += KVA_WARPS) {
             const int64_t cell = b0 + cc;
-            float         mv   = -INFINITY;
-            if (lane < nqb) {
-                const char * mp = mask_s + cell * p.m_nb0 + my_ti * p.m_nb1;
-                mv              = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
-            }
+            const float   mv   = lane < nqb ? wt[lane * KVA_SUB + cc] : -INFINITY;
             const bool any = __any_sync(0xffffffffu, mv != -INFINITY);
             if (lane == 0) {
                 seen[cc] = any ? 1.0f : 0.0f;
@@ -167,17 +242,17 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
                 continue;
             }
-            const char * krow = p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1;
-            for (int d = lane; d < p.hd; d += 32) {
-                kr[d] = row_value(p.k_kind, ka, krow, d);
-            }
+            warp_row(p.v_kind, va, vtab, v_geo, vg, v_hw, p.v + cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s, p.hdv,
+                     vb + cc * p.hdv, lane);
+            warp_row(p.k_kind, ka, ktab, k_geo, kg, k_hw, p.k + cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s, p.hd,
+                     kr, lane);
             if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
                 double ss = 0.0;
                 for (int d = lane; d < p.hd; d += 32) {
                     ss += (double) __fmul_rn(kr[d], kr[d]);
                 }
-                ss               = warp_sum_d(ss);
-                const float sc1  = kva::norm_scale(ss, p.hd, p.norm_eps);
+                ss              = warp_sum_d(ss);
+                const float sc1 = kva::norm_scale(ss, p.hd, p.norm_eps);
                 for (int d = lane; d < p.hd; d += 32) {
                     kr[d] = kva::norm_apply(kr[d], sc1, p.norm_w[d]);
                 }
@@ -185,22 +260,22 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
             __syncwarp();
             // RoPE from the table: lane's dims into registers (d = lane + 32 i), then the dots
             const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
-            float         dots[KVA_QMAX];
+            float         dots[QM];
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 dots[i] = 0.0f;
             }
             for (int d = lane; d < p.hd; d += 32) {
                 const float y = kva::rope_at(p.mode, p.n_dims, kr, cs, d);
 #pragma unroll
-                for (int i = 0; i < KVA_QMAX; i++) {
+                for (int i = 0; i < QM; i++) {
                     if (i < nqb) {
                         dots[i] += qs[i * p.hd + d] * y;
                     }
                 }
             }
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 if (i < nqb) {
                     const float dt = warp_sum(dots[i]);
                     const float m  = __shfl_sync(0xffffffffu, mv, i);
@@ -238,21 +313,20 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
         }
         __syncthreads();
 
-        // values: a thread per value dimension, every query of the slice
+        // values: a thread per value dimension, the decoded rows from shared memory, every query of the slice
         for (int d = tid; d < p.hdv; d += KVA_THREADS) {
-            float a[KVA_QMAX];
+            float a[QM];
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 a[i] = i < nqb ? acc[i * p.hdv + d] * fac[i] : 0.0f;
             }
             for (int cc = 0; cc < nb; cc++) {
                 if (seen[cc] == 0.0f) {
                     continue;
                 }
-                const char * vrow = p.v + (int64_t) (b0 + cc) * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1;
-                const float  vv   = row_value(p.v_kind, va, vrow, d);
+                const float vv = vb[cc * p.hdv + d];
 #pragma unroll
-                for (int i = 0; i < KVA_QMAX; i++) {
+                for (int i = 0; i < QM; i++) {
                     if (i < nqb) {
                         const float w = wt[i * KVA_SUB + cc];
                         if (w != 0.0f) {  // a masked cell's NaN-free zero weight adds nothing (as on the CPU)
@@ -262,7 +336,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
                 }
             }
 #pragma unroll
-            for (int i = 0; i < KVA_QMAX; i++) {
+            for (int i = 0; i < QM; i++) {
                 if (i < nqb) {
                     acc[i * p.hdv + d] = a[i];
                 }
@@ -282,33 +356,63 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
 
 // ---- the combine ----
 
-__global__ void k_combine(const float * part, float * out, int hdv, int n_chunks) {
+// a block per (row, KVA_CDIMS dimensions): M the chunks' largest m (a block max), then per tile of KVA_CTILE chunks
+// their weights exp(m_c - M) (0 where nothing was visible: such a chunk's acc and l are zeros) in shared memory, and
+// thread (group g, dimension d) sums weight * acc over the tile's chunks c = g mod KVA_CGROUPS (and weight * l);
+// the groups' sums added in group order: out = o / L (zeros where M = -inf)
+__global__ void __launch_bounds__(KVA_CDIMS * KVA_CGROUPS) k_combine(const float * part, float * out, int hdv,
+                                                                   int n_chunks) {
+    __shared__ float e[KVA_CTILE];
+    __shared__ float red[KVA_CDIMS * KVA_CGROUPS / 32];
+    __shared__ float po[KVA_CGROUPS][KVA_CDIMS], pl[KVA_CGROUPS];
     const int64_t r   = blockIdx.x;
-    const int     ew  = hdv + 2;
+    const int     ew  = hdv + 2, tid = threadIdx.x, nt = blockDim.x;
+    const int     g   = tid / KVA_CDIMS, dl = tid % KVA_CDIMS, d = blockIdx.y * KVA_CDIMS + dl;
     const float * P   = part + r * n_chunks * ew;
-    float         M   = -INFINITY;
-    for (int c = 0; c < n_chunks; c++) {
-        M = fmaxf(M, P[c * ew + hdv]);
+    float         lm  = -INFINITY;
+    for (int c = tid; c < n_chunks; c += nt) {
+        lm = fmaxf(lm, P[c * ew + hdv]);
     }
-    float L = 0.0f;
-    for (int c = 0; c < n_chunks; c++) {
-        const float m = P[c * ew + hdv];
-        if (m != -INFINITY) {
-            L += exp_rn(m - M) * P[c * ew + hdv + 1];
+    lm = warp_max(lm);
+    if (tid % 32 == 0) {
+        red[tid / 32] = lm;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+    for (int w = 0; w < nt / 32; w++) {
+        M = fmaxf(M, red[w]);
+    }
+    float o = 0.0f, L = 0.0f;
+    for (int t0 = 0; t0 < n_chunks; t0 += KVA_CTILE) {
+        const int nc = min(KVA_CTILE, n_chunks - t0);
+        __syncthreads();
+        for (int c = tid; c < nc; c += nt) {
+            const float m = P[(t0 + c) * ew + hdv];
+            e[c]          = m == -INFINITY ? 0.0f : exp_rn(m - M);
         }
-    }
-    for (int d = threadIdx.x; d < hdv; d += blockDim.x) {
-        float o = 0.0f;
-        if (M != -INFINITY) {  // no cell visible to this query: zeros
-            for (int c = 0; c < n_chunks; c++) {
-                const float m = P[c * ew + hdv];
-                if (m != -INFINITY) {
-                    o += exp_rn(m - M) * P[c * ew + d];
+        __syncthreads();
+        if (M != -INFINITY) {
+            for (int c = g; c < nc; c += KVA_CGROUPS) {
+                const float * Pc = P + (int64_t) (t0 + c) * ew;
+                L += e[c] * Pc[hdv + 1];
+                if (d < hdv) {
+                    o += e[c] * Pc[d];
                 }
             }
-            o = __fdiv_rn(o, L);
         }
-        out[r * hdv + d] = o;
+    }
+    po[g][dl] = o;
+    if (dl == 0) {
+        pl[g] = L;
+    }
+    __syncthreads();
+    if (g == 0 && d < hdv) {
+        float os = 0.0f, ls = 0.0f;
+        for (int k = 0; k < KVA_CGROUPS; k++) {
+            os += po[k][dl];
+            ls += pl[k];
+        }
+        out[r * hdv + d] = M == -INFINITY ? 0.0f : __fdiv_rn(os, ls);  // no cell visible to this query: zeros
     }
 }
 
@@ -326,12 +430,23 @@ static void launch_table(ggml_tensor * dst, cudaStream_t stream) {
     ggml_ext_kvq_rope r;
     memcpy(&r, (const char *) dst->op_params + GGML_EXT_KVA_OFF, sizeof(r));
     const kva::table_args a = kva::table_args_of(r);
-    const int64_t n = dst->ne[1];
-    if (n > 0) {
-        k_table<<<(unsigned) ((n + 127) / 128), 128, 0, stream>>>(
+    const int64_t n = dst->ne[1], n_pairs = n * (a.n_dims / 2);
+    if (n_pairs > 0) {
+        k_table<<<(unsigned) ((n_pairs + 255) / 256), 256, 0, stream>>>(
             (const int32_t *) dst->src[0]->data, dst->src[1] ? (const float *) dst->src[1]->data : nullptr,
             (float *) dst->data, n, a);
     }
+}
+
+template <int QM>
+static void launch_partial_q(dim3 grid, size_t smem, int device, cudaStream_t stream, const partial_args & p,
+                             const kvq::kvq_args & ka, const kvq::kvq_args & va) {
+    static size_t smem_set[GGML_CUDA_MAX_DEVICES] = {};  // the largest size allowed so far, per device
+    if (smem > 48 * 1024 && smem > smem_set[device]) {
+        CUDA_CHECK(cudaFuncSetAttribute(k_partial<QM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
+        smem_set[device] = smem;
+    }
+    k_partial<QM><<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);
 }
 
 static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
@@ -369,6 +484,7 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     p.n_q          = p.n_head / p.n_hkv;
     p.n_chunks     = (int) dst->ne[1];
     p.n_slices     = (p.n_q * p.n_ts + KVA_QMAX - 1) / KVA_QMAX;
+    p.nqa          = std::min(KVA_QMAX, p.n_q * p.n_ts);
     p.chunk        = pp.chunk;
     p.mode         = pp.mode;
     p.n_dims       = pp.n_dims;
@@ -386,12 +502,15 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     if (p.n_kv == 0 || p.n_ts == 0) {
         return;
     }
-    const size_t smem = partial_smem(p.hd, p.hdv);
-    if (smem > 48 * 1024) {
-        CUDA_CHECK(cudaFuncSetAttribute(k_partial, cudaFuncAttributeMaxDynamicSharedMemorySize, (int) smem));
-    }
+    const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (k->ne[3] * p.n_slices));
-    k_partial<<<grid, KVA_THREADS, smem, stream>>>(p, ka, va);
+    if (p.nqa <= 4) {
+        launch_partial_q<4>(grid, smem, device, stream, p, ka, va);
+    } else if (p.nqa <= 8) {
+        launch_partial_q<8>(grid, smem, device, stream, p, ka, va);
+    } else {
+        launch_partial_q<KVA_QMAX>(grid, smem, device, stream, p, ka, va);
+    }
 }
 
 }  // namespace
@@ -420,7 +539,10 @@ bool ggml_ext_cuda_kvattn_supports(int device, const ggml_tensor * op) {
                 if (pp.mode != GGML_ROPE_TYPE_NORMAL && pp.mode != GGML_ROPE_TYPE_NEOX) {
                     return false;
                 }
-                return partial_smem((int) k->ne[0], (int) v->ne[0]) <= ggml_cuda_info().devices[device].smpbo;
+                const int64_t n_group = q->ne[1] / k->ne[1] * (q->ne[2] / k->ne[3]);
+                const int     nqa     = (int) std::min<int64_t>(KVA_QMAX, n_group);
+                return partial_smem((int) k->ne[0], (int) v->ne[0], nqa) + 32 * sizeof(float) <=  // + ktab, vtab
+                       ggml_cuda_info().devices[device].smpbo;
             }
         default:
             return false;
@@ -440,9 +562,10 @@ void ggml_ext_cuda_kvattn_forward(ggml_backend_cuda_context & ctx, ggml_tensor *
             {
                 const ggml_tensor * part = dst->src[0];
                 const int64_t       rows = dst->ne[1] * dst->ne[2];
-                if (rows > 0) {
-                    k_combine<<<(unsigned) rows, 128, 0, stream>>>((const float *) part->data, (float *) dst->data,
-                                                                   (int) dst->ne[0], (int) part->ne[1]);
+                if (rows > 0 && dst->ne[0] > 0) {
+                    const dim3 grid((unsigned) rows, (unsigned) ((dst->ne[0] + KVA_CDIMS - 1) / KVA_CDIMS));
+                    k_combine<<<grid, KVA_CDIMS * KVA_CGROUPS, 0, stream>>>(
+                        (const float *) part->data, (float *) dst->data, (int) dst->ne[0], (int) part->ne[1]);
                 }
             }
             break;

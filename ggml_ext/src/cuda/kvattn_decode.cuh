@@ -1,6 +1,8 @@
-// The per-value pieces of the KVQuant decode op's CUDA kernels (kvattn_cuda.cu): a row of the cos / sin table, a
-// value of a K / V row (NUQ through kvq::dequantize_value, F16, F32), the K norm's scale and product, the RoPE of
-// one dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
+// The per-value pieces of the KVQuant decode op's CUDA kernels (kvattn_cuda.cu): a pair of the cos / sin table, a
+// value of a K / V row (NUQ through kvq::dequantize_value, F16, F32: the kernels' reading of views that
+// kvq::row_geo_of refuses; they read NUQ rows a block at a time through kvq::row_geo_of / block_value, which
+// tests/cuda/kvquant_cuda_check.cu holds to dequantize_value's bits), the K norm's scale and product, the RoPE of one
+// dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
 // these very functions on the host against ggml's CPU table (ggml/kvattn_cpu.c) and ggml's to_float, rms_norm, mul
 // and rope_ext. IEEE round-to-nearest in both (KVQ_* of kvquant_decode.cuh: ggml-cuda builds with -use_fast_math);
 // cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
@@ -36,28 +38,36 @@ static inline table_args table_args_of(const ggml_ext_kvq_rope & r) {
     return a;
 }
 
+// the cos / sin pair j of position pos (row[2 j], row[2 j + 1] of table_row): the angle stepped j times from pos as
+// the CPU steps it, so a thread per pair (kvattn_cuda.cu's k_table) gives table_row's floats
+KVQ_HD void table_pair(const table_args & r, int32_t pos, const float * ff, int j, float * cs) {
+    float theta = (float) pos;
+    for (int i = 0; i < j; i++) {
+        theta = KVQ_MUL(theta, r.step);
+    }
+    const float extrap = ff ? KVQ_DIV(theta, ff[j]) : theta;
+    float       th     = KVQ_MUL(r.freq_scale, extrap);
+    if (r.ext_factor != 0.0f) {
+        const float y   = KVQ_DIV(KVQ_SUB((float) j, r.corr0), fmaxf(0.001f, KVQ_SUB(r.corr1, r.corr0)));
+        const float mix = KVQ_MUL(KVQ_SUB(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.ext_factor);
+        th              = KVQ_ADD(KVQ_MUL(th, KVQ_SUB(1.0f, mix)), KVQ_MUL(extrap, mix));
+    }
+    cs[0] = KVQ_MUL((float) cos((double) th), r.mscale);
+    cs[1] = KVQ_MUL((float) sin((double) th), r.mscale);
+}
+
 // the cos / sin row (pair-interleaved, n_dims floats) of position pos: ggml/kvattn_cpu.c's rope_table_fn
 KVQ_HD void table_row(const table_args & r, int32_t pos, const float * ff, float * row) {
-    float     theta = (float) pos;
-    const int h2    = r.n_dims / 2;
-    for (int j = 0; j < h2; j++) {
-        const float extrap = ff ? KVQ_DIV(theta, ff[j]) : theta;
-        float       th     = KVQ_MUL(r.freq_scale, extrap);
-        if (r.ext_factor != 0.0f) {
-            const float y   = KVQ_DIV(KVQ_SUB((float) j, r.corr0), fmaxf(0.001f, KVQ_SUB(r.corr1, r.corr0)));
-            const float mix = KVQ_MUL(KVQ_SUB(1.0f, fminf(1.0f, fmaxf(0.0f, y))), r.ext_factor);
-            th              = KVQ_ADD(KVQ_MUL(th, KVQ_SUB(1.0f, mix)), KVQ_MUL(extrap, mix));
-        }
-        row[2 * j]     = KVQ_MUL((float) cos((double) th), r.mscale);
-        row[2 * j + 1] = KVQ_MUL((float) sin((double) th), r.mscale);
-        theta          = KVQ_MUL(theta, r.step);
+    for (int j = 0; j < r.n_dims / 2; j++) {
+        table_pair(r, pos, ff, j, row + 2 * j);
     }
 }
 
 // how a K or V row is stored
 enum row_kind { ROW_NUQ = 0, ROW_F16 = 1, ROW_F32 = 2 };
 
-// value d of the row at p (a NUQ row: the binding's per-channel scales, outlier slots and sink rows)
+// value d of the row at p (a NUQ row: the binding's per-channel scales, outlier slots and sink rows; value by value,
+// the kernels' reading where kvq::row_geo_of refuses a view: they read whole rows with kvq's row reader)
 KVQ_HD float row_value(row_kind kind, const kvq::kvq_args & a, const char * p, int d) {
     if (kind == ROW_F32) {
         return ((const float *) p)[d];

@@ -291,6 +291,99 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
 }
 
+// What dequantize_value reads once per block, split from what it does per value (the decode op's kernels,
+// kvattn_cuda.cu, read a row's blocks this way): the trailer words of the block, then block_value for value c of a
+// block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the 2^B table (a.values or a
+// copy of it): block_value(a, a.values, key_channel0(a, blk), blk, w, c) is dequantize_value(a, blk, c) bit for bit
+// outside the sink rows (tests/cuda/kvquant_cuda_check.cu).
+KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
+    memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
+}
+
+KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, const char * blk, const uint16_t * w,
+                         int c) {
+    const float t = values[get_index((const uint8_t *) blk, a.bits, c)];  // a.values (or a copy in shared memory)
+    if (a.row_blocks > 0 && a.k_block) {
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            return h2f(w[3]);
+        }
+        const float yn = KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+        return KVQ_ADD(KVQ_MUL(yn, a.k_half[ch0 + c]), a.k_mid[ch0 + c]);
+    }
+    if (a.row_blocks > 0) {
+        float y = KVQ_ADD(KVQ_MUL(t, a.k_half[ch0 + c]), a.k_mid[ch0 + c]);
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            y = h2f(w[3]);
+        } else if (is_tag(w[0]) && (w[0] & 63) == c) {
+            y = h2f(w[1]);
+        }
+        return y;
+    }
+    if (is_tag(w[2]) && (w[2] & 63) == c) {
+        return h2f(w[3]);
+    }
+    return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+}
+
+// The head rows at row + i * nb_cell + s * nb_stream (the decode op's K or V rows of one KV head, cell i, stream s):
+// when both strides are whole cache rows and the head row of n_blocks blocks lies inside one cache row, every such
+// row has the same channels and the same place in its cache row, so what dequantize_value finds per value with
+// 64-bit divisions (key_channel0, sink_slot's row and offset) is found once here; row_sink then finds a row's sink
+// slot. Value d = 64 j + c of the head row: row_sink's floats [d] if not NULL, else block_value(a, a.values,
+// g.ch0 + 64 j, block j, its words, c): dequantize_value's bits (tests/cuda/kvquant_cuda_check.cu).
+struct row_geo {
+    int64_t ch0;               // keys: the head row's first channel
+    int64_t row0;              // the cache row of i = s = 0 (-1: no sink marks)
+    int64_t off;               // the head row's first value in its cache row (the sink floats)
+    int64_t d_cell, d_stream;  // cache rows per cell, per stream
+};
+
+// false: the strides or the head row do not allow it (read value by value then)
+KVQ_HD bool row_geo_of(const kvq_args & a, const char * row, int64_t nb_cell, int64_t nb_stream, int n_blocks,
+                       row_geo * g) {
+    g->ch0 = 0, g->row0 = -1, g->off = 0, g->d_cell = 0, g->d_stream = 0;
+    const int64_t bb = a.block_bytes;  // whole blocks (the trailer's words 2-byte aligned)
+    if (nb_cell < 0 || nb_stream < 0 || nb_cell % bb || nb_stream % bb) {
+        return false;
+    }
+    if (!a.lo) {  // outside every binding: uniform levels, nothing per row
+        return a.row_blocks <= 0 && !a.sink && (uintptr_t) row % 2 == 0;
+    }
+    const int64_t o = row - a.lo;
+    if (o < 0 || o % bb) {
+        return false;
+    }
+    if (a.row_blocks > 0) {
+        const int64_t rb = a.row_blocks, r = rb * bb;
+        if (nb_cell % r || nb_stream % r || o / bb % rb + n_blocks > rb) {
+            return false;
+        }
+        g->ch0 = o / bb % rb * QK;
+    }
+    if (a.sink) {
+        const int64_t r = a.row_bytes;
+        if (r <= 0 || r % bb || nb_cell % r || nb_stream % r || o % r + n_blocks * bb > r) {
+            return false;
+        }
+        g->row0 = o / r, g->off = o % r / bb * QK, g->d_cell = nb_cell / r, g->d_stream = nb_stream / r;
+    }
+    return true;
+}
+
+// the sink floats of the head row of cell i, stream s (value d at [d]; sink_slot's first slot), NULL: not a sink row
+KVQ_HD const float * row_sink(const kvq_args & a, const row_geo & g, int64_t i, int64_t s) {
+    if (g.row0 < 0) {
+        return nullptr;
+    }
+    const int64_t row = g.row0 + i * g.d_cell + s * g.d_stream;
+    for (int64_t k = 0; k < a.sink[0]; k++) {
+        if (a.sink[1 + k] == row) {
+            return a.sink_data + k * a.row_values + g.off;
+        }
+    }
+    return nullptr;
+}
+
 // a tensor's shape and byte strides (ggml's ne / nb)
 struct shape4 {
     int64_t ne[4];
