@@ -309,18 +309,9 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  getenv("GGML_EXT_KV_KBLOCK"));
         return -1;
     }
-    // a cache in device memory (CUDA): per channel by default, and block-scaled keys with outliers are refused --
-    // on the H100 (session 11) the CUDA writer's outlier slot of a block-scaled key differed from the CPU's
-    // (tests/c/test_kvquant_cuda.cpp), so only the per-channel keys are the CPU's bit for bit there
-    const bool on_device = t->buffer && !ggml_backend_buffer_is_host(t->buffer);
-    if (kblock == 1 && on_device && outliers) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=1 with --kv-outliers: block-scaled keys with outlier slots are "
-                 "not supported for a cache in GPU memory yet (use GGML_EXT_KV_KBLOCK=0, or --no-kv-offload)");
-        return -1;
-    }
-    if (kblock == 2 && on_device) {
-        kblock = 0;
-    }
+    // a cache in device memory (CUDA) takes the same keys: the CUDA writer's block-scaled keys are the CPU's bit for bit
+    // since session 12 (tests/c/test_kvquant_cuda.cpp; in session 11 its outlier slot differed and a GPU cache was
+    // keyed per channel)
     if (kblock == 2) {
         char name[64];
         snprintf(name, sizeof(name), "kvq.%d.k_nuq%d%s", il, bits, outliers ? "_ho" : "_h");
@@ -498,8 +489,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         return NULL;
     }
     // where the cache lives: host memory (the op's CPU functions read it), or a CUDA device's (a GGML_EXT_CUDA build:
-    // ggml-cuda runs the op's nodes, src/cuda/kvattn_cuda.cu; not GGML_EXT_KV_KBLOCK's block-scaled keys, which its
-    // kernels do not decode: the dequantize-and-rope path reads those)
+    // ggml-cuda runs the op's nodes, src/cuda/kvattn_cuda.cu, whose row reader decodes block-scaled keys too)
     const struct ggml_tensor * kb = k->view_src ? k->view_src : k, * vb = v->view_src ? v->view_src : v;
     if (!kb->buffer || !vb->buffer) {
         return NULL;
@@ -509,7 +499,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     // the speed of the dequantize-and-rope path (docs/BENCHMARKS.md "KVQuant on the H100, second device session")
     const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
     const bool   cuda_op   = cuda_env && !strcmp(cuda_env, "1");
-    const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() && kv_kblock() != 1 &&
+    const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() &&
                            !strncmp(ggml_backend_buffer_name(kb->buffer), "CUDA", 4) &&
                            !strncmp(ggml_backend_buffer_name(vb->buffer), "CUDA", 4);
     if (!on_host && !on_device) {
