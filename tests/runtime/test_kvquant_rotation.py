@@ -11,7 +11,7 @@
 * llama-perplexity (ctx 256, 2 windows) on the default model: nuq2 values with the block tables
   (the default) are closer to f16 than with the per-token tables (GGML_EXT_KV_VTABLE=token); nuq3 keys with
   the per-token block scale (the default) are closer to f16 than with the channel scale alone
-  (GGML_EXT_KV_KBLOCK=0), and GGML_EXT_KV_KBLOCK=1 is the default; the rotated
+  (GGML_EXT_KV_KBLOCK=0), and GGML_EXT_KV_KBLOCK=1 is the default (nuq2 keys: per channel alone); the rotated
   value cache (GGML_EXT_KV_VROT=1) and the rotated post-RoPE key cache (GGML_EXT_KV_KROT=1, K and V nuq4)
   run, log the rotation on, and stay within a tolerance of f16 that an unrotated read of rotated data (or a
   key roped twice) would not meet; bad settings and a calibration without the tables are refused clearly, except
@@ -195,6 +195,12 @@ def test_block_scaled_keys_closer_to_f16(default_gguf, wiki_test, threads, calib
     # ctx 256: f16 18.40, nuq3 K per channel 19.66 (+6.9%), per channel + per-token block scale 18.64 (+1.3%)
     assert abs(block - f16) < 0.5 * abs(channel - f16), (f16, channel, block)
     assert _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "1"}) == block
+    # nuq2 keys per channel alone by default (the block scale made 2-bit caches worse at full context on the
+    # H100, session 12); GGML_EXT_KV_KBLOCK=1 still block-scales them, a different cache
+    k2 = ["-ctk", "nuq2", "--kv-calib", str(calib), *OS]
+    default2 = _ppl(default_gguf, wiki_test, threads, *k2)
+    assert default2 == _ppl(default_gguf, wiki_test, threads, *k2, env={"GGML_EXT_KV_KBLOCK": "0"})
+    assert default2 != _ppl(default_gguf, wiki_test, threads, *k2, env={"GGML_EXT_KV_KBLOCK": "1"})
 
 
 def test_rotated_caches_run_near_f16(default_gguf, wiki_test, threads, calib):

@@ -135,8 +135,8 @@ static int kv_krot(void) {
 // Block-scaled keys: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
 // without outliers) and then, per token and 64-channel block, by the block's own mid / half (the value blocks'
 // trailer: one outlier slot), with the calibration's k_nuqB_h / _ho tables (ggml_ext_kvq_key_blocks).
-// GGML_EXT_KV_KBLOCK unset / empty: 2 (the default: block-scaled where the calibration has those tables, per
-// channel alone where it has not); 1: block-scaled (a calibration without the tables is refused); 0: per channel
+// GGML_EXT_KV_KBLOCK unset / empty: 2 (the default: block-scaled for nuq3 / nuq4 where the calibration has those
+// tables, per channel alone where it has not and for nuq2); 1: block-scaled (a calibration without the tables is refused); 0: per channel
 // alone; -1: a bad value.
 static int kv_kblock(void) {
     const char * env = getenv("GGML_EXT_KV_KBLOCK");
@@ -312,6 +312,12 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
     // a cache in device memory (CUDA) takes the same keys: the CUDA writer's block-scaled keys are the CPU's bit for bit
     // since session 12 (tests/c/test_kvquant_cuda.cpp; in session 11 its outlier slot differed and a GPU cache was
     // keyed per channel)
+    // the default keys 2-bit caches per channel alone: at full context the block scale made nuq2 worse on both
+    // models (H100, session 12: Gemma-3-270M 32768 +53.1% vs +48.2%, SmolLM2 8192 +55.0% vs +41.7%) while it helps
+    // nuq3 (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/BENCHMARKS.md "KVQuant on the H100, session 12"
+    if (kblock == 2 && bits < 3) {
+        kblock = 0;
+    }
     if (kblock == 2) {
         char name[64];
         snprintf(name, sizeof(name), "kvq.%d.k_nuq%d%s", il, bits, outliers ? "_ho" : "_h");
@@ -495,10 +501,11 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         return NULL;
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
-    // On CUDA the op is opt-in (GGML_EXT_KV_ATTN_CUDA=1): on the H100 it passed its test but decoded at about half
-    // the speed of the dequantize-and-rope path (docs/BENCHMARKS.md "KVQuant on the H100, second device session")
+    // On CUDA the op is the default since session 12 (GGML_EXT_KV_ATTN_CUDA=0: the dequantize-and-rope path): its
+    // restructured kernels decode at 0.93-1.19x that path's speed on the H100 (docs/BENCHMARKS.md "KVQuant on the
+    // H100, session 12") and need no f16 copy of the layer's cache
     const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
-    const bool   cuda_op   = cuda_env && !strcmp(cuda_env, "1");
+    const bool   cuda_op   = !(cuda_env && !strcmp(cuda_env, "0"));
     const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() &&
                            !strncmp(ggml_backend_buffer_name(kb->buffer), "CUDA", 4) &&
                            !strncmp(ggml_backend_buffer_name(vb->buffer), "CUDA", 4);
