@@ -254,48 +254,12 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
-// value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
-KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
-    int64_t   off;
-    const int s = sink_slot(a, blk, &off);
-    if (s >= 0) {
-        return a.sink_data[s * a.row_values + off + c];
-    }
-    const uint8_t * b = (const uint8_t *) blk;
-    uint16_t        w[4];
-    memcpy(w, b + a.dense_bytes, sizeof(w));
-    const float t = a.values[get_index(b, a.bits, c)];
-    if (a.row_blocks > 0 && a.k_block) {
-        // a block-scaled key: the block's own mid / half, then the channel's calibrated ones (each product rounded
-        // before its sum); one slot (words 2, 3), words 0 / 1 are the scale
-        const int64_t ch = key_channel0(a, blk) + c;
-        if (is_tag(w[2]) && (w[2] & 63) == c) {
-            return h2f(w[3]);
-        }
-        const float yn = KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
-        return KVQ_ADD(KVQ_MUL(yn, a.k_half[ch]), a.k_mid[ch]);
-    }
-    if (a.row_blocks > 0) {
-        const int64_t ch = key_channel0(a, blk) + c;
-        float         y  = KVQ_ADD(KVQ_MUL(t, a.k_half[ch]), a.k_mid[ch]);
-        if (is_tag(w[2]) && (w[2] & 63) == c) {
-            y = h2f(w[3]);
-        } else if (is_tag(w[0]) && (w[0] & 63) == c) {
-            y = h2f(w[1]);
-        }
-        return y;
-    }
-    if (is_tag(w[2]) && (w[2] & 63) == c) {
-        return h2f(w[3]);
-    }
-    return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
-}
-
-// What dequantize_value reads once per block, split from what it does per value (the decode op's kernels,
-// kvattn_cuda.cu, read a row's blocks this way): the trailer words of the block, then block_value for value c of a
-// block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the 2^B table (a.values or a
-// copy of it): block_value(a, a.values, key_channel0(a, blk), blk, w, c) is dequantize_value(a, blk, c) bit for bit
-// outside the sink rows (tests/cuda/kvquant_cuda_check.cu).
+// A block's value, in two parts (the decode op's kernels, kvattn_cuda.cu, read a row's blocks this way, and
+// dequantize_value below is the two for one value): the trailer words of the block, read once per block, then
+// block_value for value c of a block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the
+// 2^B table (a.values or a copy of it). Values: (val * half_t + mid_t), the slot over it; per-channel keys: val *
+// half_c + mid_c, two slots; block-scaled keys: the block's own mid / half, then the channel's calibrated ones (each
+// product rounded before its sum), one slot (words 2, 3).
 KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
     memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
 }
@@ -323,6 +287,18 @@ KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, 
         return h2f(w[3]);
     }
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+}
+
+// value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
+KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
+    int64_t   off;
+    const int s = sink_slot(a, blk, &off);
+    if (s >= 0) {
+        return a.sink_data[s * a.row_values + off + c];
+    }
+    uint16_t w[4];
+    block_words(a, blk, w);
+    return block_value(a, a.values, a.row_blocks > 0 ? key_channel0(a, blk) : 0, blk, w, c);
 }
 
 // The head rows at row + i * nb_cell + s * nb_stream (the decode op's K or V rows of one KV head, cell i, stream s):
