@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_kvattn_cuda_pieces_match_the_cpu(tmp_path):
     proc = run_host_check(REPO / "tests/cuda/kvattn_cuda_check.cu", tmp_path, "the CUDA pieces")
     assert len(re.findall(r"^nuq\d hd \d+ .*: table \d+ of \d+ bit-equal", proc.stdout, re.M)) == 4, proc.stdout
+    assert len(re.findall(r"^nuq\d hd \d+: lane RoPE (\d+) of \1 bit-equal to rope_at$", proc.stdout, re.M)) == 4, proc.stdout
     assert "OK: 0 failures" in proc.stdout
 
 

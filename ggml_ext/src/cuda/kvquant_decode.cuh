@@ -325,6 +325,58 @@ KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, 
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
 }
 
+// The decode op's fast path (kvattn_cuda.cu's k_split) reads a head row a lane at a time: lane l of a warp owns the
+// values d = l + 32 k of the row (k < n / 32: in block k / 2 the channels c = l and l + 32, the two halves of the
+// block's slot order), its channel scales loaded once (lane_scales; zeros for values) and the 2^B table anywhere
+// (values). lane_value is block_value with the channel's mid / half given; lane_row(.., out) gives out[k] =
+// block_value(a, values, ch0 + 64 (k / 2), block k / 2, its words, l + 32 (k % 2)), so dequantize_value's bits outside
+// the sink rows (tests/cuda/kvquant_cuda_check.cu: every lane of every head row).
+KVQ_HD float lane_value(const kvq_args & a, float t, const uint16_t * w, int c, float kmid, float khalf) {
+    if (a.row_blocks > 0 && a.k_block) {
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            return h2f(w[3]);
+        }
+        const float yn = KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+        return KVQ_ADD(KVQ_MUL(yn, khalf), kmid);
+    }
+    if (a.row_blocks > 0) {
+        float y = KVQ_ADD(KVQ_MUL(t, khalf), kmid);
+        if (is_tag(w[2]) && (w[2] & 63) == c) {
+            y = h2f(w[3]);
+        } else if (is_tag(w[0]) && (w[0] & 63) == c) {
+            y = h2f(w[1]);
+        }
+        return y;
+    }
+    if (is_tag(w[2]) && (w[2] & 63) == c) {
+        return h2f(w[3]);
+    }
+    return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
+}
+
+// lane's channel scales of a head row of n values whose first channel is ch0 (keys; values: zeros)
+KVQ_HD void lane_scales(const kvq_args & a, int64_t ch0, int n, int lane, float * kmid, float * khalf) {
+    for (int k = 0; k < n / 32; k++) {
+        kmid[k]  = a.row_blocks > 0 ? a.k_mid[ch0 + lane + 32 * k] : 0.0f;
+        khalf[k] = a.row_blocks > 0 ? a.k_half[ch0 + lane + 32 * k] : 0.0f;
+    }
+}
+
+// lane's n / 32 values of the head row at p (not a sink row; 2-byte aligned blocks: kvq::row_geo_of)
+KVQ_HD void lane_row(const kvq_args & a, const float * values, const char * p, int n, int lane, const float * kmid,
+                     const float * khalf, float * out) {
+    for (int j = 0; j < n / QK; j++) {
+        const char *     blk  = p + j * a.block_bytes;
+        const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);
+        const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
+        for (int hh = 0; hh < 2; hh++) {
+            const int c     = lane + 32 * hh;
+            const float t   = values[get_index((const uint8_t *) blk, a.bits, c)];
+            out[2 * j + hh] = lane_value(a, t, w, c, kmid[2 * j + hh], khalf[2 * j + hh]);
+        }
+    }
+}
+
 // The head rows at row + i * nb_cell + s * nb_stream (the decode op's K or V rows of one KV head, cell i, stream s):
 // when both strides are whole cache rows and the head row of n_blocks blocks lies inside one cache row, every such
 // row has the same channels and the same place in its cache row, so what dequantize_value finds per value with
