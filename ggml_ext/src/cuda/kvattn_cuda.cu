@@ -46,7 +46,7 @@ constexpr int KVA_QMAX    = 16;  // queries (head, token) per block
 constexpr int KVA_SUB     = 32;  // cells scored and decoded before their weights and values (the online-softmax step)
 constexpr int KVA_CTILE   = 2048;  // chunks whose weights the combine holds in shared memory at a time
 constexpr int KVA_CDIMS   = 64;    // value dimensions per block of the combine
-constexpr int KVA_CGROUPS = 4;     // chunk groups per block of the combine (a thread per dimension and group)
+constexpr int KVA_CGROUPS = 16;    // chunk groups per block of the combine (a thread per dimension and group)
 
 using kva::row_kind;
 using kva::row_value;
@@ -359,9 +359,6 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
 
 constexpr int KVF_WARPS   = 8;  // warps per block of k_split
 constexpr int KVF_THREADS = 32 * KVF_WARPS;
-#ifndef KVF_MINB
-#    define KVF_MINB 4  // blocks per SM k_split is built for (64 registers: 50 % occupancy)
-#endif
 
 // queries per block of k_split for head dim hd: the accumulators (queries x hd / 32 per lane) stay <= 32 registers
 static int split_qmax(int hd) {
@@ -394,8 +391,9 @@ __device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, cons
 // of query i (running max m, sum l: exp in double, the rescale only when m grows), then the value decoded and
 // accumulated (weight and rescale shuffled from lane i). No block barrier in the cell loop. At the end the warps'
 // (m, l, acc) are merged per query in shared memory and written as k_partial writes them.
-template <int HD, int QM>
-__global__ void __launch_bounds__(KVF_THREADS, KVF_MINB) k_split(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
+// MINB: blocks per SM it is built for (4: 64 registers, 50 % occupancy, a few spills; 2: up to 128, none)
+template <int HD, int QM, int MINB>
+__global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
     constexpr int KS = HD / 32;
     __shared__ float qs[QM * HD];
     __shared__ float sm[KVF_WARPS][QM], sl[KVF_WARPS][QM], sacc[KVF_WARPS][QM][HD], fac[KVF_WARPS][QM];
@@ -599,21 +597,28 @@ __global__ void __launch_bounds__(KVF_THREADS, KVF_MINB) k_split(partial_args p,
 
 template <int HD, int QM>
 static void launch_split_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
-                           cudaStream_t stream) {
+                           int minb, cudaStream_t stream) {
     const int  n_slices = (p.n_q * p.n_ts + QM - 1) / QM;
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
-    k_split<HD, QM><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    if (minb == 2) {
+        k_split<HD, QM, 2><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    } else {
+        k_split<HD, QM, 4><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    }
 }
 
 // the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v in
-// {64, 128, 256}, normal / NEOX RoPE over n_dims <= hd, V without channel scales); GGML_EXT_KV_ATTN_SPLIT=0: never
+// {64, 128, 256}, normal / NEOX RoPE over n_dims <= hd, V without channel scales). The build for 4 blocks per SM at
+// hd 64 (64 registers, 44-164 bytes spilled), for 2 above (no spills at hd 128; at 64 registers hd 128 / 256 spill
+// 124-440 bytes). GGML_EXT_KV_ATTN_SPLIT (tuning): 0 never, 2 / 4 that build for every hd
 static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                          cudaStream_t stream) {
-    static const int off = [] {
+    static const int mode = [] {
         const char * e = getenv("GGML_EXT_KV_ATTN_SPLIT");
-        return e && e[0] == '0' && e[1] == 0;
+        return e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
     }();
-    if (off || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.hd != p.hdv ||
+    const int minb = mode > 0 ? mode : p.hd == 64 ? 4 : 2;
+    if (mode == 0 || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.hd != p.hdv ||
         (p.hd != 64 && p.hd != 128 && p.hd != 256) || p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 ||
         va.row_blocks > 0) {
         return false;
@@ -628,16 +633,16 @@ static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const
     const int nq = std::min(split_qmax(p.hd), p.n_q * p.n_ts);
     switch (p.hd) {
         case 64:
-            nq <= 4 ? launch_split_q<64, 4>(p, ka, va, n_streams, stream) :
-            nq <= 8 ? launch_split_q<64, 8>(p, ka, va, n_streams, stream) :
-                      launch_split_q<64, 16>(p, ka, va, n_streams, stream);
+            nq <= 4 ? launch_split_q<64, 4>(p, ka, va, n_streams, minb, stream) :
+            nq <= 8 ? launch_split_q<64, 8>(p, ka, va, n_streams, minb, stream) :
+                      launch_split_q<64, 16>(p, ka, va, n_streams, minb, stream);
             break;
         case 128:
-            nq <= 4 ? launch_split_q<128, 4>(p, ka, va, n_streams, stream) :
-                      launch_split_q<128, 8>(p, ka, va, n_streams, stream);
+            nq <= 4 ? launch_split_q<128, 4>(p, ka, va, n_streams, minb, stream) :
+                      launch_split_q<128, 8>(p, ka, va, n_streams, minb, stream);
             break;
         default:
-            launch_split_q<256, 4>(p, ka, va, n_streams, stream);
+            launch_split_q<256, 4>(p, ka, va, n_streams, minb, stream);
             break;
     }
     return true;

@@ -534,13 +534,14 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.attn_factor, p + 8, sizeof(float));
     memcpy(&r.beta_fast, p + 9, sizeof(float));
     memcpy(&r.beta_slow, p + 10, sizeof(float));
-    // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
-    // (blocks for every SM). GGML_EXT_KV_ATTN_CHUNK=N: N cells per range on either (tuning)
+    // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~256 ranges of 64-512 cells per KV head
+    // (blocks for every SM; the split kernel's 8 warps take 8+ cells each, and the combine has fewer chunks to
+    // merge). GGML_EXT_KV_ATTN_CHUNK=N: N cells per range on either (tuning)
     int chunk = 0;
     if (on_device) {
         const int64_t n_kv = k->ne[2];
-        chunk              = (int) ((n_kv / 512 + 31) / 32 * 32);
-        chunk              = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
+        chunk              = (int) ((n_kv / 256 + 31) / 32 * 32);
+        chunk              = chunk < 64 ? 64 : chunk > 512 ? 512 : chunk;
     }
     const char * ch = getenv("GGML_EXT_KV_ATTN_CHUNK");
     if (ch && atoi(ch) > 0) {
