@@ -613,10 +613,8 @@ static void launch_split_q(const partial_args & p, const kvq::kvq_args & ka, con
 // 124-440 bytes). GGML_EXT_KV_ATTN_SPLIT (tuning): 0 never, 2 / 4 that build for every hd
 static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                          cudaStream_t stream) {
-    static const int mode = [] {
-        const char * e = getenv("GGML_EXT_KV_ATTN_SPLIT");
-        return e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
-    }();
+    const char * e    = getenv("GGML_EXT_KV_ATTN_SPLIT");  // at every launch (tests/c/test_kvattn_cuda.cpp turns it off)
+    const int    mode = e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
     const int minb = mode > 0 ? mode : p.hd == 64 ? 4 : 2;
     if (mode == 0 || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.hd != p.hdv ||
         (p.hd != 64 && p.hd != 128 && p.hd != 256) || p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 ||
