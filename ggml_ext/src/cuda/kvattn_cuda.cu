@@ -16,8 +16,11 @@
 //            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
 //            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
 //            V rows from shared memory. F32 throughout; exp in double.
+//            The fast path for NUQ K and V of one head dim (64 / 128 / 256): k_split (FlashDecoding-style: a warp per
+//            cell, a lane per channel slot, RoPE in registers, per-warp online softmax, the warps merged at the end;
+//            the same output), GGML_EXT_KV_ATTN_SPLIT=0 turns it off.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
-//            dimensions): each chunk's weight computed once into shared memory, four chunk groups summed apart and
+//            dimensions): each chunk's weight computed once into shared memory, sixteen chunk groups summed apart and
 //            added in order.
 // tests/c/test_kvattn_cuda.cpp checks the GPU op against the CPU op on the same bound caches.
 #include "ggml-ext-cuda.cuh"
