@@ -20,7 +20,9 @@
 # Environment: SMOL_GGUF (default /tmp/assets/SmolLM2-135M-Instruct.Q4_1.gguf), GEMMA_GGUF (default
 #   /tmp/assets/gemma-3-270m-q4_k_m.gguf), DEPTHS ("8192 32768"; SmolLM2 only up to 8192, its training length),
 #   NGEN (64), REPS (3), CHECK_DEPTH (1024), BUILD (/tmp/bc), STEPS ("test check bench"), CHUNKS (e.g. "16 64":
-#   extra op rows with GGML_EXT_KV_ATTN_CHUNK, cells per range; default none).
+#   extra op rows with GGML_EXT_KV_ATTN_CHUNK, cells per range; default none), SPLITS (e.g. "2 4": extra op rows
+#   with GGML_EXT_KV_ATTN_SPLIT, the split kernel's build for 2 / 4 blocks per SM; default none). Every depth also
+#   gets an "op, block kernel" row (GGML_EXT_KV_ATTN_SPLIT=0: the block kernel, the split kernel's fallback).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvattn_cuda.sh OUT}
@@ -54,7 +56,7 @@ if has bench; then
     { echo "# KVQuant decode op on CUDA: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), commit $(git rev-parse --short HEAD)"
       echo
       echo "llama-bench -ngl 99 -fa 1 -p 0 -n $NGEN -r $REPS; nuq3 rows -ctk nuq3 -ctv nuq3 --kv-calib FILE with"
-      echo "GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1; ref = GGML_EXT_KV_ATTN=ref (dequantize-and-rope path), op = default."
+      echo "GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1; ref = GGML_EXT_KV_ATTN=ref (dequantize-and-rope path), op = default (the split kernel where it applies)."
       echo
       echo "| model | cache | path | depth | tg t/s | stddev |"
       echo "| --- | --- | --- | --- | --- | --- |"; } > "$table"
@@ -79,6 +81,12 @@ for mc in "smol:$SMOL_GGUF:${SMOL_CALIB:-}" "gemma:$GEMMA_GGUF:${GEMMA_CALIB:-}"
             ARGS=("${kv[@]}")
             echo "| $name | nuq3 | ref | $d | $(row "$m" ref "$d" GGML_EXT_KV_ATTN=ref) |" | tee -a "$table" >> "$out/summary.txt"
             echo "| $name | nuq3 | op | $d | $(row "$m" op "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1) |" | tee -a "$table" >> "$out/summary.txt"
+            # the block kernel (the split kernel off: GGML_EXT_KV_ATTN_SPLIT=0), and the split kernel's other
+            # register builds (SPLITS, e.g. "2 4": built for 2 / 4 blocks per SM), for tuning
+            echo "| $name | nuq3 | op, block kernel | $d | $(row "$m" opblock "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1 GGML_EXT_KV_ATTN_SPLIT=0) |" | tee -a "$table" >> "$out/summary.txt"
+            for sp in ${SPLITS:-}; do
+                echo "| $name | nuq3 | op, split build $sp | $d | $(row "$m" "opsplit$sp" "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1 GGML_EXT_KV_ATTN_SPLIT="$sp") |" | tee -a "$table" >> "$out/summary.txt"
+            done
             for c in ${CHUNKS:-}; do  # other cell ranges (GGML_EXT_KV_ATTN_CHUNK), for tuning
                 echo "| $name | nuq3 | op, ranges of $c | $d | $(row "$m" "op$c" "$d" GGML_EXT_KV_ATTN=auto GGML_EXT_KV_ATTN_CUDA=1 GGML_EXT_KV_ATTN_CHUNK="$c") |" | tee -a "$table" >> "$out/summary.txt"
             done

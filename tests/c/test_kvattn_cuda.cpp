@@ -6,7 +6,8 @@
 // that backend (the GPU must take all of them: table, partial, combine). Cases: several n_kv (not multiples of the
 // cell range), GQA 1 / 4 / 20 (more queries per KV head than one CUDA block takes), 1-6 tokens, 2 streams once,
 // normal and NEOX RoPE (n_dims < head_dim, YaRN with freq factors once), with and without a K norm, outlier slots
-// and a float sink row, F16 and F32 masks with -inf holes and a fully masked query. The GPU's result: within NMSE
+// and a float sink row, block-scaled keys once, F16 and F32 masks with -inf holes and a fully masked query; every
+// case twice: the split kernel where it applies (NUQ K and V of one head dim), then GGML_EXT_KV_ATTN_SPLIT=0. The GPU's result: within NMSE
 // 1e-6 of the CPU's (both F32 throughout; the order of the sums differs), a fully masked query zeros on both.
 // --require-gpu: exit 77 (skip) when there is no GPU device. Built and run by scripts/test_cuda.sh (make test-cuda)
 // and tests/cuda/test_kvattn_cuda.py.
@@ -24,14 +25,19 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
+
+// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only, as the llama glue does)
+extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
 
 struct cfg {
     const char * k_name;
     const char * v_name;  // "nuq4" / "nuq3" / "nuq2" / "f16" / "f32"
     int          hd, n_hkv, n_q, n_kv, n_ts, n_stream, mode, n_dims, yarn, norm, outliers, n_sink, chunk, mask_f32;
+    int          kblock;  // keys block-scaled (ggml_ext_kvq_key_blocks)
 };
 
 template <typename T> static std::vector<uint8_t> as_bytes(const std::vector<T> & v) {
@@ -84,6 +90,9 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
     if (v_nuq) {
         rc |= ggml_ext_kvq_bind_opts(vc->data, ggml_nbytes(vc), (int) vt, D, tv.levels, tv.values, nullptr, nullptr,
                                      c.outliers, c.n_sink, err, sizeof(err));
+    }
+    if (c.kblock) {
+        rc |= ggml_ext_kvq_key_blocks(kc->data, 1);
     }
     CHECK(rc == 0, "bind on %s: %s", ggml_backend_name(be), err);
 
@@ -215,11 +224,13 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
 }
 
 static void test_case(ggml_backend_t cpu, ggml_backend_dev_t dev, const cfg & c) {
-    char what[200];
-    std::snprintf(what, sizeof(what), "K %s V %s hd %d GQA %d/%d n_kv %d x %d stream(s) tokens %d chunk %d%s%s%s%s%s",
+    char         what[240];
+    const char * split = std::getenv("GGML_EXT_KV_ATTN_SPLIT");
+    std::snprintf(what, sizeof(what), "K %s V %s hd %d GQA %d/%d n_kv %d x %d stream(s) tokens %d chunk %d%s%s%s%s%s%s%s",
                   c.k_name, c.v_name, c.hd, c.n_hkv * c.n_q, c.n_hkv, c.n_kv, c.n_stream, c.n_ts, c.chunk,
                   c.mode == GGML_ROPE_TYPE_NEOX ? " neox" : " normal", c.yarn ? " yarn+ff" : "", c.norm ? " +knorm" : "",
-                  c.outliers ? " +outliers" : "", c.n_sink ? " +sink" : "");
+                  c.outliers ? " +outliers" : "", c.n_sink ? " +sink" : "", c.kblock ? " +kblock" : "",
+                  split && !std::strcmp(split, "0") ? " split-off" : "");
     // a fresh GPU backend per case (llama.cpp makes one per context; caches may land where the previous case's were)
     ggml_backend_t gpu = ggml_backend_dev_init(dev, nullptr);
     bool           ok_c = false, ok_g = false;
@@ -277,25 +288,38 @@ int main(int argc, char ** argv) {
         return require_gpu ? 77 : 0;
     }
     const int N = GGML_ROPE_TYPE_NORMAL, X = GGML_ROPE_TYPE_NEOX;
-    // k, v, hd, n_hkv, n_q, n_kv, n_ts, streams, mode, n_dims, yarn, norm, outliers, sink, chunk, mask_f32
+    // k, v, hd, n_hkv, n_q, n_kv, n_ts, streams, mode, n_dims, yarn, norm, outliers, sink, chunk, mask_f32, kblock
     const cfg cases[] = {
-        { "nuq3", "nuq3", 128, 2, 4, 300, 1, 1, X, 128, 0, 0, 1, 1, 64, 0 },   // decode, GQA 4, outliers + sink
-        { "nuq4", "f16", 64, 1, 4, 1000, 5, 1, N, 32, 0, 1, 1, 0, 0, 0 },      // K norm, n_dims < hd, CPU chunk
-        { "nuq2", "f32", 128, 2, 1, 257, 3, 2, X, 96, 1, 1, 0, 1, 32, 1 },     // 2 streams, YaRN + freq factors
-        { "nuq3", "nuq4", 64, 2, 20, 513, 2, 1, X, 64, 0, 0, 1, 1, 96, 0 },    // 40 queries per KV head: 3 slices
-        { "nuq4", "nuq2", 256, 1, 4, 2049, 1, 1, X, 256, 0, 1, 1, 1, 32, 0 },  // gemma3-like head dim, K norm
-        { "nuq2", "nuq3", 64, 4, 2, 77, 6, 1, N, 64, 0, 0, 0, 0, 256, 1 },     // one short range (n_kv < chunk)
+        { "nuq3", "nuq3", 128, 2, 4, 300, 1, 1, X, 128, 0, 0, 1, 1, 64, 0, 0 },   // decode, GQA 4, outliers + sink
+        { "nuq4", "f16", 64, 1, 4, 1000, 5, 1, N, 32, 0, 1, 1, 0, 0, 0, 0 },      // K norm, n_dims < hd, CPU chunk
+        { "nuq2", "f32", 128, 2, 1, 257, 3, 2, X, 96, 1, 1, 0, 1, 32, 1, 0 },     // 2 streams, YaRN + freq factors
+        { "nuq3", "nuq4", 64, 2, 20, 513, 2, 1, X, 64, 0, 0, 1, 1, 96, 0, 0 },    // 40 queries per KV head: 3 slices
+        { "nuq4", "nuq2", 256, 1, 4, 2049, 1, 1, X, 256, 0, 1, 1, 1, 32, 0, 0 },  // gemma3-like head dim, K norm
+        { "nuq2", "nuq3", 64, 4, 2, 77, 6, 1, N, 64, 0, 0, 0, 0, 256, 1, 0 },     // one short range (n_kv < chunk)
+        { "nuq4", "nuq4", 128, 2, 3, 700, 2, 2, X, 96, 1, 1, 1, 1, 64, 1, 0 },    // NEOX pairs across lanes, 2 streams
+        { "nuq3", "nuq3", 64, 3, 3, 1200, 1, 1, X, 64, 0, 0, 1, 1, 128, 0, 1 },   // smollm2-like, block-scaled keys
     };
+    const int n_cases = (int) (sizeof(cases) / sizeof(cases[0]));
     ggml_backend_t cpu = ggml_backend_cpu_init();
     for (ggml_backend_t gpu : others) {
         std::printf("backend: %s\n", ggml_backend_name(gpu));
-        for (const cfg & c : cases) {
-            test_case(cpu, ggml_backend_get_device(gpu), c);
+        // every case with the split kernel where it applies (NUQ K and V, hd == hd_v), then with it off (kvattn_cuda.cu
+        // reads GGML_EXT_KV_ATTN_SPLIT at every launch): the block kernel on the same cases
+        for (int pass = 0; pass < 2; pass++) {
+            if (pass == 0) {
+                unsetenv("GGML_EXT_KV_ATTN_SPLIT");
+            } else {
+                setenv("GGML_EXT_KV_ATTN_SPLIT", "0", 1);
+            }
+            for (const cfg & c : cases) {
+                test_case(cpu, ggml_backend_get_device(gpu), c);
+            }
         }
+        unsetenv("GGML_EXT_KV_ATTN_SPLIT");
         ggml_backend_free(gpu);
     }
     ggml_backend_free(cpu);
-    std::printf("%s: the KVQuant decode op, CPU + GPU, %d cases, %d failure(s)\n", g_fails ? "FAIL" : "OK",
-                (int) (sizeof(cases) / sizeof(cases[0])), g_fails);
+    std::printf("%s: the KVQuant decode op, CPU + GPU, %d cases x 2 (split kernel on / off), %d failure(s)\n",
+                g_fails ? "FAIL" : "OK", n_cases, g_fails);
     return g_fails ? 1 : 0;
 }

@@ -125,6 +125,7 @@ static void check(const cfg & c) {
 
     int64_t            tab_equal = 0, tab_n = 0;
     double             tab_max = 0, key_max = 0, ref_max = 0;
+    int64_t            lane_diff = 0, lane_n = 0, lane_src_bad = 0;
     std::vector<float> row(rope.n_dims), kd(hd);
     for (int r = 0; r < n_cells; r++) {
         kva::table_row(ta, ((const int32_t *) pos->data)[r], ff ? (const float *) ff->data : nullptr, row.data());
@@ -148,6 +149,26 @@ static void check(const cfg & c) {
                     kd[i] = kva::norm_apply(kd[i], sc, ((const float *) w->data)[i]);
                 }
             }
+            // the fast path's lane RoPE (k_split): lane l's slot k is d = l + 32 k, its partner from lane pd % 32,
+            // slot pd / 32, which the kernel's shuffle takes from lane (l +- (n_dims / 2) % 32) % 32 (NEOX) or l ^ 1
+            const int rr = rope.n_dims / 2 % 32;
+            for (int lane = 0; lane < 32; lane++) {
+                for (int k = 0; k < hd / 32; k++) {
+                    const int d  = lane + 32 * k;
+                    const int pd = kva::rope_partner(rope.mode, rope.n_dims, d);
+                    float     yl = kd[d];
+                    if (pd >= 0) {
+                        const int src = rope.mode == GGML_ROPE_TYPE_NEOX ? (pd > d ? lane + rr : lane - rr) & 31 : lane ^ 1;
+                        lane_src_bad += pd % 32 != src || (rope.mode != GGML_ROPE_TYPE_NEOX && pd / 32 != k);
+                        bool      first;
+                        const int j = kva::rope_pair_of(rope.mode, rope.n_dims, d, &first);
+                        yl          = kva::rope_lane(first, kd[d], kd[pd], row[2 * j], row[2 * j + 1]);
+                    }
+                    const float ya = kva::rope_at(rope.mode, rope.n_dims, kd.data(), row.data(), d);
+                    lane_diff += std::memcmp(&yl, &ya, 4) != 0;
+                    lane_n++;
+                }
+            }
             const float * ref = (const float *) ((const char *) kr->data + r * kr->nb[2] + h * kr->nb[1]);
             for (int i = 0; i < hd; i++) {
                 const float y = kva::rope_at(rope.mode, rope.n_dims, kd.data(), row.data(), i);
@@ -163,6 +184,11 @@ static void check(const cfg & c) {
     const double key_tol = 2e-6 * ref_max + (c.yarn ? 2.0 * tab_tol * ref_max : 0.0);
     CHECK(tab_max <= tab_tol, "%s hd %d: table differs by %g (> %g)", c.type, hd, tab_max, tab_tol);
     CHECK(key_max <= key_tol, "%s hd %d: roped keys differ by %g (largest |k| %g)", c.type, hd, key_max, ref_max);
+    CHECK(lane_diff == 0 && lane_src_bad == 0 && lane_n == (int64_t) n_cells * c.n_hkv * hd,
+          "%s hd %d: the lane RoPE differs from rope_at at %lld of %lld values (%lld partners not where the shuffle reads)",
+          c.type, hd, (long long) lane_diff, (long long) lane_n, (long long) lane_src_bad);
+    std::printf("%s hd %d: lane RoPE %lld of %lld bit-equal to rope_at\n", c.type, hd, (long long) (lane_n - lane_diff),
+                (long long) lane_n);
     std::printf("%s hd %d %s n_dims %d%s%s: table %lld of %lld bit-equal (max diff %.3g), keys max diff %.3g of |k| %.3g\n",
                 c.type, hd, c.mode == 2 ? "neox" : "normal", c.n_dims, c.norm ? " +knorm" : "", c.yarn ? " yarn+ff" : "",
                 (long long) tab_equal, (long long) tab_n, tab_max, key_max, ref_max);

@@ -35,7 +35,7 @@ extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
 
 static const int N_ROWS = 9;
 
-static int64_t n_geo_total = 0;
+static int64_t n_geo_total = 0, n_lane_total = 0;
 
 static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bool bound, int * n_slots) {
     int64_t * n_geo_checked = &n_geo_total;
@@ -142,7 +142,7 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     // the decode op's row reader (kvq::row_geo_of, row_sink, block_words, block_value): the cache rows as heads of 64
     // values and as one head of D, every value the bits of dequantize_value (compared with the CPU's just above);
     // block_value alone with key_channel0 on the blocks outside the sink rows
-    int64_t gdiff = 0, n_geo = 0;
+    int64_t gdiff = 0, n_geo = 0, ldiff = 0, n_lane = 0;
     for (int hd : { 64, D }) {
         for (int h = 0; h < D / hd; h++) {
             const char *  row0 = (const char *) mine.data() + h * (hd / 64) * bs;
@@ -165,11 +165,26 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
                     }
                     n_geo++;
                 }
+                // the fast path's lane reader (kvq::lane_scales, lane_row): lane l's values l + 32 k of the head row
+                for (int lane = 0; !sk && lane < 32; lane++) {
+                    float kmid[8], khalf[8], out[8];
+                    kvq::lane_scales(a, g.ch0, hd, lane, kmid, khalf);
+                    kvq::lane_row(a, a.values, row0 + r * row_bytes, hd, lane, kmid, khalf, out);
+                    for (int k = 0; k < hd / 32; k++) {
+                        const int   dd = lane + 32 * k;
+                        const float e  = kvq::dequantize_value(a, row0 + r * row_bytes + dd / 64 * bs, dd % 64);
+                        ldiff += std::memcmp(&out[k], &e, 4) != 0;
+                        n_lane++;
+                    }
+                }
             }
         }
     }
     CHECK(gdiff == 0 && n_geo == 2 * N_ROWS * D, "%s %s outliers %d sink %d bound %d: the row reader differs at %lld of "
           "%lld values", ti->ggml_name, what, outliers, n_sink, bound, (long long) gdiff, (long long) n_geo);
+    CHECK(ldiff == 0 && n_lane > 0, "%s %s outliers %d sink %d bound %d: the lane reader differs at %lld of %lld values",
+          ti->ggml_name, what, outliers, n_sink, bound, (long long) ldiff, (long long) n_lane);
+    n_lane_total += n_lane;
     // strides that are not whole cache rows (keys' channels, sink rows): refused, the kernel reads value by value
     if (a.row_blocks > 0 || a.sink) {
         kvq::row_geo g;
@@ -350,6 +365,7 @@ int main() {
                     "block-scaled keys)\n", name);
     }
     std::printf("the decode op's row reader: %lld values, the bits of dequantize_value\n", (long long) n_geo_total);
+    std::printf("the decode op's lane reader: %lld values, the bits of dequantize_value\n", (long long) n_lane_total);
     std::printf("%s: %d failures\n", fails ? "FAIL" : "OK", fails);
     return fails ? 1 : 0;
 }

@@ -38,6 +38,8 @@ def test_kvquant_cuda_block_functions_match_the_cpu_rows(tmp_path):
     # the decode op's row reader (row_geo_of / row_sink / block_value) on every bound case of the three types
     m = re.search(r"^the decode op's row reader: (\d+) values, the bits of dequantize_value$", proc.stdout, re.M)
     assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
+    m = re.search(r"^the decode op's lane reader: (\d+) values, the bits of dequantize_value$", proc.stdout, re.M)
+    assert m and int(m.group(1)) > 0, proc.stdout[-2000:]
     assert "OK: 0 failures" in proc.stdout
 
 

@@ -16,8 +16,11 @@
 //            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
 //            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
 //            V rows from shared memory. F32 throughout; exp in double.
+//            The fast path for NUQ K and V of one head dim (64 / 128 / 256): k_split (FlashDecoding-style: a warp per
+//            cell, a lane per channel slot, RoPE in registers, per-warp online softmax, the warps merged at the end;
+//            the same output), GGML_EXT_KV_ATTN_SPLIT=0 turns it off.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
-//            dimensions): each chunk's weight computed once into shared memory, four chunk groups summed apart and
+//            dimensions): each chunk's weight computed once into shared memory, sixteen chunk groups summed apart and
 //            added in order.
 // tests/c/test_kvattn_cuda.cpp checks the GPU op against the CPU op on the same bound caches.
 #include "ggml-ext-cuda.cuh"
@@ -32,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 // the kernel arguments of the NUQ memory at p (kvquant_cuda.cu: its binding's device tables)
@@ -45,7 +49,7 @@ constexpr int KVA_QMAX    = 16;  // queries (head, token) per block
 constexpr int KVA_SUB     = 32;  // cells scored and decoded before their weights and values (the online-softmax step)
 constexpr int KVA_CTILE   = 2048;  // chunks whose weights the combine holds in shared memory at a time
 constexpr int KVA_CDIMS   = 64;    // value dimensions per block of the combine
-constexpr int KVA_CGROUPS = 4;     // chunk groups per block of the combine (a thread per dimension and group)
+constexpr int KVA_CGROUPS = 16;    // chunk groups per block of the combine (a thread per dimension and group)
 
 using kva::row_kind;
 using kva::row_value;
@@ -354,6 +358,297 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     }
 }
 
+// ---- the fast path: split-K over warps (FlashDecoding) ----
+
+constexpr int KVF_WARPS   = 8;  // warps per block of k_split
+constexpr int KVF_THREADS = 32 * KVF_WARPS;
+
+// queries per block of k_split for head dim hd: the accumulators (queries x hd / 32 per lane) stay <= 32 registers
+static int split_qmax(int hd) {
+    return std::min(KVA_QMAX, 32 * 32 / hd);
+}
+
+// lane's sink floats of the head row of cell i, stream s (hw slots in use, mark: lane's slot mark, the first 32), or
+// NULL (warp-uniform); kvq::row_sink's first slot
+__device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw,
+                                                  int64_t mark, int64_t i, int64_t s, int lane) {
+    if (hw == 0) {
+        return nullptr;
+    }
+    const int64_t row = g.row0 + i * g.d_cell + s * g.d_stream;
+    unsigned      hit = __ballot_sync(0xffffffffu, mark == row);
+    int64_t       k0  = 0;
+    while (!hit && k0 + 32 < hw) {  // more than 32 slots in use: the next ones
+        k0 += 32;
+        hit = __ballot_sync(0xffffffffu, k0 + lane < hw && a.sink[1 + k0 + lane] == row);
+    }
+    return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
+}
+
+// A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K and V rows that kvq::row_geo_of takes,
+// hd == hd_v == HD. Warp w takes the range's cells w, w + KVF_WARPS, ..; lane l holds dimensions d = l + 32 k of
+// a cell's key and value (kvq::lane_row: the channel scales in registers, the 2^B tables in shared memory) and of the
+// accumulators. Per cell: the slice's mask (lane i: query i), the key decoded (a sink row's floats), K-normed (the
+// squares summed in double, a warp sum), roped in registers (kva::rope_lane, the partner by a shuffle), scored
+// against the queries (shared memory; a warp sum per query, lane i keeps query i's score), lane i's online softmax
+// of query i (running max m, sum l: exp in double, the rescale only when m grows), then the value decoded and
+// accumulated (weight and rescale shuffled from lane i). No block barrier in the cell loop. At the end the warps'
+// (m, l, acc) are merged per query in shared memory and written as k_partial writes them.
+// MINB: blocks per SM it is built for (4: 64 registers, 50 % occupancy, a few spills; 2: up to 128, none)
+template <int HD, int QM, int MINB>
+__global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
+    constexpr int KS = HD / 32;
+    __shared__ float qs[QM * HD];
+    __shared__ float sm[KVF_WARPS][QM], sl[KVF_WARPS][QM], sacc[KVF_WARPS][QM][HD], fac[KVF_WARPS][QM];
+    __shared__ float ktab[16], vtab[16];
+    const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / n_slices, slice = blockIdx.z % n_slices;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int n_group = p.n_q * p.n_ts;
+    const int q0 = slice * QM, nqb = min(QM, n_group - q0);
+    const int c0 = c * p.chunk, c1 = min(c0 + p.chunk, p.n_kv);
+
+    kvq::row_geo kg = {}, vg = {};
+    kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, HD / kvq::QK, &kg);  // the launch checked both
+    kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, HD / kvq::QK, &vg);
+    const int64_t k_hw = kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = vg.row0 >= 0 ? va.sink[0] : 0;
+    const int64_t k_mark = lane < k_hw ? ka.sink[1 + lane] : -2, v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
+
+    if (tid < 16) {
+        ktab[tid] = ka.values[tid];
+        vtab[tid] = va.values[tid];
+    }
+    for (int e = tid; e < QM * HD; e += KVF_THREADS) {
+        const int i = e / HD, d = e % HD, gq = q0 + i;
+        float     x = 0.0f;
+        if (i < nqb) {
+            const int hq = h * p.n_q + gq / p.n_ts, tok = s * p.n_ts + gq % p.n_ts;
+            x = *(const float *) (p.q + hq * p.q_nb1 + (int64_t) tok * p.q_nb2 + d * p.q_nb0);
+        }
+        qs[e] = x;
+    }
+    // lane's channel scales, K norm weights, RoPE partners
+    float kmid[KS], khalf[KS], vz[KS], nw[KS];
+    kvq::lane_scales(ka, kg.ch0, HD, lane, kmid, khalf);
+#pragma unroll
+    for (int k = 0; k < KS; k++) {
+        vz[k] = 0.0f;
+        nw[k] = p.norm_w ? p.norm_w[lane + 32 * k] : 1.0f;
+    }
+    const bool neox = p.mode == GGML_ROPE_TYPE_NEOX;
+    const int  rr   = (p.n_dims / 2) % 32;
+    __syncthreads();
+
+    float acc[QM][KS];
+#pragma unroll
+    for (int i = 0; i < QM; i++) {
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            acc[i][k] = 0.0f;
+        }
+    }
+    float m_run = -INFINITY, l_run = 0.0f;  // lane i: query i's
+    const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
+    const char * mq     = mask_s + (int64_t) ((q0 + min(lane, nqb - 1)) % p.n_ts) * p.m_nb1;
+
+    for (int cell = c0 + warp; cell < c1; cell += KVF_WARPS) {
+        const char * mp = mq + (int64_t) cell * p.m_nb0;
+        const float  mv = lane < nqb ? (p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp) : -INFINITY;
+        if (!__any_sync(0xffffffffu, mv != -INFINITY)) {
+            continue;
+        }
+        // the key
+        float         kv[KS];
+        const char *  krow = p.k + (int64_t) cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1;
+        const float * ksk  = lane_sink(ka, kg, k_hw, k_mark, cell, s, lane);
+        if (ksk) {
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                kv[k] = ksk[lane + 32 * k];
+            }
+        } else {
+            kvq::lane_row(ka, ktab, krow, HD, lane, kmid, khalf, kv);
+        }
+        if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
+            double ss = 0.0;
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                ss += (double) __fmul_rn(kv[k], kv[k]);
+            }
+            ss              = warp_sum_d(ss);
+            const float sc1 = kva::norm_scale(ss, HD, p.norm_eps);
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                kv[k] = kva::norm_apply(kv[k], sc1, nw[k]);
+            }
+        }
+        // RoPE in registers: the partner of slot k from lane (l +- rr) % 32 (NEOX) or l ^ 1 (normal)
+        const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
+        float         up[KS], dn[KS], y[KS];
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            if (neox) {
+                up[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane + rr) & 31) : kv[k];
+                dn[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane - rr) & 31) : kv[k];
+            } else {
+                up[k] = dn[k] = __shfl_xor_sync(0xffffffffu, kv[k], 1);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            const int d  = lane + 32 * k;
+            const int pd = kva::rope_partner(p.mode, p.n_dims, d);
+            if (pd < 0) {
+                y[k] = kv[k];
+                continue;
+            }
+            const int ks   = pd / 32;
+            float     part = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                part = ks == kk ? (pd > d ? up[kk] : dn[kk]) : part;
+            }
+            bool      first;
+            const int j = kva::rope_pair_of(p.mode, p.n_dims, d, &first);
+            y[k]        = kva::rope_lane(first, kv[k], part, cs[2 * j], cs[2 * j + 1]);
+        }
+        // scores: lane i keeps query i's
+        float sc = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < QM; i++) {
+            if (i < nqb) {
+                float dt = 0.0f;
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    dt += qs[i * HD + lane + 32 * k] * y[k];
+                }
+                dt = warp_sum(dt);
+                sc = lane == i ? dt : sc;
+            }
+        }
+        // lane i: query i's online softmax
+        float f = 1.0f, pw = 0.0f;
+        if (mv != -INFINITY) {
+            const float s1    = p.scale * sc + mv;
+            const float m_new = fmaxf(m_run, s1);
+            if (m_new != m_run) {
+                f = m_run == -INFINITY ? 0.0f : exp_rn(m_run - m_new);
+            }
+            pw    = exp_rn(s1 - m_new);
+            l_run = l_run * f + pw;
+            m_run = m_new;
+        }
+        // the value
+        float         vv[KS];
+        const char *  vrow = p.v + (int64_t) cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1;
+        const float * vsk  = lane_sink(va, vg, v_hw, v_mark, cell, s, lane);
+        if (vsk) {
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                vv[k] = vsk[lane + 32 * k];
+            }
+        } else {
+            kvq::lane_row(va, vtab, vrow, HD, lane, vz, vz, vv);
+        }
+#pragma unroll
+        for (int i = 0; i < QM; i++) {
+            if (i < nqb) {
+                const float fi = __shfl_sync(0xffffffffu, f, i), pi = __shfl_sync(0xffffffffu, pw, i);
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    const float a = acc[i][k] * fi;
+                    acc[i][k]     = pi != 0.0f ? a + pi * vv[k] : a;  // a masked cell adds nothing (NaN-free)
+                }
+            }
+        }
+    }
+
+    // the warps' (m, l, acc) merged per query
+    if (lane < QM) {
+        sm[warp][lane] = m_run;
+        sl[warp][lane] = l_run;
+    }
+#pragma unroll
+    for (int i = 0; i < QM; i++) {
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+            sacc[warp][i][lane + 32 * k] = acc[i][k];
+        }
+    }
+    __syncthreads();
+    if (tid < KVF_WARPS * QM) {
+        const int w = tid / QM, i = tid % QM;
+        float     M = -INFINITY;
+        for (int u = 0; u < KVF_WARPS; u++) {
+            M = fmaxf(M, sm[u][i]);
+        }
+        fac[w][i] = sm[w][i] == -INFINITY ? 0.0f : exp_rn(sm[w][i] - M);
+    }
+    __syncthreads();
+    const int ew = HD + 2;
+    for (int e = tid; e < nqb * ew; e += KVF_THREADS) {
+        const int i = e / ew, d = e % ew, gq = q0 + i;
+        const int hq = h * p.n_q + gq / p.n_ts, tok = s * p.n_ts + gq % p.n_ts;
+        float     M = -INFINITY, o = 0.0f;
+        for (int u = 0; u < KVF_WARPS; u++) {
+            M = fmaxf(M, sm[u][i]);
+            o += d < HD ? fac[u][i] * sacc[u][i][d] : d == HD ? 0.0f : fac[u][i] * sl[u][i];
+        }
+        float * out = p.out + (((int64_t) tok * p.n_head + hq) * p.n_chunks + c) * ew;
+        out[d]      = d == HD ? M : o;
+    }
+}
+
+template <int HD, int QM>
+static void launch_split_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+                           int minb, cudaStream_t stream) {
+    const int  n_slices = (p.n_q * p.n_ts + QM - 1) / QM;
+    const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
+    if (minb == 2) {
+        k_split<HD, QM, 2><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    } else {
+        k_split<HD, QM, 4><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    }
+}
+
+// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v in
+// {64, 128, 256}, normal / NEOX RoPE over n_dims <= hd, V without channel scales). The build for 4 blocks per SM at
+// hd 64 (64 registers, 44-164 bytes spilled), for 2 above (no spills at hd 128; at 64 registers hd 128 / 256 spill
+// 124-440 bytes). GGML_EXT_KV_ATTN_SPLIT (tuning): 0 never, 2 / 4 that build for every hd
+static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+                         cudaStream_t stream) {
+    const char * e    = getenv("GGML_EXT_KV_ATTN_SPLIT");  // at every launch (tests/c/test_kvattn_cuda.cpp turns it off)
+    const int    mode = e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
+    const int minb = mode > 0 ? mode : p.hd == 64 ? 4 : 2;
+    if (mode == 0 || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.hd != p.hdv ||
+        (p.hd != 64 && p.hd != 128 && p.hd != 256) || p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 ||
+        va.row_blocks > 0) {
+        return false;
+    }
+    for (int h = 0; h < p.n_hkv; h++) {
+        kvq::row_geo g;
+        if (!kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, &g) ||
+            !kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, p.hd / kvq::QK, &g)) {
+            return false;
+        }
+    }
+    const int nq = std::min(split_qmax(p.hd), p.n_q * p.n_ts);
+    switch (p.hd) {
+        case 64:
+            nq <= 4 ? launch_split_q<64, 4>(p, ka, va, n_streams, minb, stream) :
+            nq <= 8 ? launch_split_q<64, 8>(p, ka, va, n_streams, minb, stream) :
+                      launch_split_q<64, 16>(p, ka, va, n_streams, minb, stream);
+            break;
+        case 128:
+            nq <= 4 ? launch_split_q<128, 4>(p, ka, va, n_streams, minb, stream) :
+                      launch_split_q<128, 8>(p, ka, va, n_streams, minb, stream);
+            break;
+        default:
+            launch_split_q<256, 4>(p, ka, va, n_streams, minb, stream);
+            break;
+    }
+    return true;
+}
+
 // ---- the combine ----
 
 // a block per (row, KVA_CDIMS dimensions): M the chunks' largest m (a block max), then per tile of KVA_CTILE chunks
@@ -500,6 +795,9 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
         va = ggml_ext_cuda_kvq_args(v->data, v->type, device);
     }
     if (p.n_kv == 0 || p.n_ts == 0) {
+        return;
+    }
+    if (launch_split(p, ka, va, (int) k->ne[3], stream)) {
         return;
     }
     const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);

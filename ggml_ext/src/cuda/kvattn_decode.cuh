@@ -110,4 +110,36 @@ KVQ_HD float rope_at(int mode, int n_dims, const float * kr, const float * cs, i
     return first ? KVQ_SUB(KVQ_MUL(a, co), KVQ_MUL(b, si)) : KVQ_ADD(KVQ_MUL(a, si), KVQ_MUL(b, co));
 }
 
+// RoPE a lane at a time (kvattn_cuda.cu's k_split: lane l holds the key's dimensions d = l + 32 k). rope_partner:
+// the other dimension of d's pair (normal: d ^ 1; NEOX: d +- n_dims / 2), -1 past n_dims (not rotated); the kernel
+// fetches it from lane pd % 32, slot pd / 32 (a shuffle: lane (l + r) % 32 or (l - r) % 32 for every slot, r =
+// (n_dims / 2) % 32; none when r = 0). rope_lane: dimension d of the roped key from its own value x and its partner's
+// y, rope_at's bits (tests/cuda/kvattn_cuda_check.cu: every lane and slot of every key).
+KVQ_HD int rope_partner(int mode, int n_dims, int d) {
+    if (d >= n_dims) {
+        return -1;
+    }
+    if (mode == 2 /* GGML_ROPE_TYPE_NEOX */) {
+        const int h2 = n_dims / 2;
+        return d < h2 ? d + h2 : d - h2;
+    }
+    return d ^ 1;
+}
+
+// the pair of d (its cos / sin at cs[2 j], cs[2 j + 1]) and whether d is the pair's first dimension
+KVQ_HD int rope_pair_of(int mode, int n_dims, int d, bool * first) {
+    if (mode == 2) {
+        const int h2 = n_dims / 2;
+        *first       = d < h2;
+        return d < h2 ? d : d - h2;
+    }
+    *first = d % 2 == 0;
+    return d / 2;
+}
+
+KVQ_HD float rope_lane(bool first, float x, float y, float co, float si) {
+    // rope_at: first a = x, b = y: a co - b si; second a = y, b = x: a si + b co
+    return first ? KVQ_SUB(KVQ_MUL(x, co), KVQ_MUL(y, si)) : KVQ_ADD(KVQ_MUL(y, si), KVQ_MUL(x, co));
+}
+
 }  // namespace kva

@@ -254,28 +254,23 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
-// A block's value, in two parts (the decode op's kernels, kvattn_cuda.cu, read a row's blocks this way, and
-// dequantize_value below is the two for one value): the trailer words of the block, read once per block, then
-// block_value for value c of a block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the
-// 2^B table (a.values or a copy of it). Values: (val * half_t + mid_t), the slot over it; per-channel keys: val *
-// half_c + mid_c, two slots; block-scaled keys: the block's own mid / half, then the channel's calibrated ones (each
-// product rounded before its sum), one slot (words 2, 3).
-KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
-    memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
-}
-
-KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, const char * blk, const uint16_t * w,
-                         int c) {
-    const float t = values[get_index((const uint8_t *) blk, a.bits, c)];  // a.values (or a copy in shared memory)
+// The decode op's fast path (kvattn_cuda.cu's k_split) reads a head row a lane at a time: lane l of a warp owns the
+// values d = l + 32 k of the row (k < n / 32: in block k / 2 the channels c = l and l + 32, the two halves of the
+// block's slot order), its channel scales loaded once (lane_scales; zeros for values) and the 2^B table anywhere
+// (values). lane_value is a block's value from its table value t, its trailer words and (keys) its channel's
+// mid / half; block_value below is it with those looked up; lane_row(.., out) gives out[k] =
+// block_value(a, values, ch0 + 64 (k / 2), block k / 2, its words, l + 32 (k % 2)), so dequantize_value's bits outside
+// the sink rows (tests/cuda/kvquant_cuda_check.cu: every lane of every head row).
+KVQ_HD float lane_value(const kvq_args & a, float t, const uint16_t * w, int c, float kmid, float khalf) {
     if (a.row_blocks > 0 && a.k_block) {
         if (is_tag(w[2]) && (w[2] & 63) == c) {
             return h2f(w[3]);
         }
         const float yn = KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
-        return KVQ_ADD(KVQ_MUL(yn, a.k_half[ch0 + c]), a.k_mid[ch0 + c]);
+        return KVQ_ADD(KVQ_MUL(yn, khalf), kmid);
     }
     if (a.row_blocks > 0) {
-        float y = KVQ_ADD(KVQ_MUL(t, a.k_half[ch0 + c]), a.k_mid[ch0 + c]);
+        float y = KVQ_ADD(KVQ_MUL(t, khalf), kmid);
         if (is_tag(w[2]) && (w[2] & 63) == c) {
             y = h2f(w[3]);
         } else if (is_tag(w[0]) && (w[0] & 63) == c) {
@@ -289,6 +284,23 @@ KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, 
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
 }
 
+// A block's value, in two parts (the decode op's kernels, kvattn_cuda.cu, read a row's blocks this way, and
+// dequantize_value below is the two for one value): the trailer words of the block, read once per block, then
+// block_value for value c of a block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the
+// 2^B table (a.values or a copy of it). Values: (val * half_t + mid_t), the slot over it; per-channel keys: val *
+// half_c + mid_c, two slots; block-scaled keys: the block's own mid / half, then the channel's calibrated ones (each
+// product rounded before its sum), one slot (words 2, 3).
+KVQ_HD void block_words(const kvq_args & a, const char * blk, uint16_t * w) {
+    memcpy(w, blk + a.dense_bytes, 4 * sizeof(uint16_t));
+}
+
+KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, const char * blk, const uint16_t * w,
+                         int c) {
+    const float t   = values[get_index((const uint8_t *) blk, a.bits, c)];  // a.values (or a copy in shared memory)
+    const bool  key = a.row_blocks > 0;
+    return lane_value(a, t, w, c, key ? a.k_mid[ch0 + c] : 0.0f, key ? a.k_half[ch0 + c] : 0.0f);
+}
+
 // value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
 KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     int64_t   off;
@@ -299,6 +311,29 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     uint16_t w[4];
     block_words(a, blk, w);
     return block_value(a, a.values, a.row_blocks > 0 ? key_channel0(a, blk) : 0, blk, w, c);
+}
+
+// lane's channel scales of a head row of n values whose first channel is ch0 (keys; values: zeros)
+KVQ_HD void lane_scales(const kvq_args & a, int64_t ch0, int n, int lane, float * kmid, float * khalf) {
+    for (int k = 0; k < n / 32; k++) {
+        kmid[k]  = a.row_blocks > 0 ? a.k_mid[ch0 + lane + 32 * k] : 0.0f;
+        khalf[k] = a.row_blocks > 0 ? a.k_half[ch0 + lane + 32 * k] : 0.0f;
+    }
+}
+
+// lane's n / 32 values of the head row at p (not a sink row; 2-byte aligned blocks: kvq::row_geo_of)
+KVQ_HD void lane_row(const kvq_args & a, const float * values, const char * p, int n, int lane, const float * kmid,
+                     const float * khalf, float * out) {
+    for (int j = 0; j < n / QK; j++) {
+        const char *     blk  = p + j * a.block_bytes;
+        const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);
+        const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
+        for (int hh = 0; hh < 2; hh++) {
+            const int c     = lane + 32 * hh;
+            const float t   = values[get_index((const uint8_t *) blk, a.bits, c)];
+            out[2 * j + hh] = lane_value(a, t, w, c, kmid[2 * j + hh], khalf[2 * j + hh]);
+        }
+    }
 }
 
 // The head rows at row + i * nb_cell + s * nb_stream (the decode op's K or V rows of one KV head, cell i, stream s):
