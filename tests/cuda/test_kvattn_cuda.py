@@ -35,4 +35,4 @@ def test_kvattn_on_cuda_matches_the_cpu_op(kvattn_cuda):
     lines = re.findall(r"^K nuq\d V \w+ .*: NMSE (\S+) against the CPU$", proc.stdout, re.M)
     assert lines and len(lines) % 16 == 0, proc.stdout[-3000:]  # eight cases per GPU, split kernel on and off
     assert all(float(e) <= 1e-6 for e in lines), proc.stdout[-3000:]
-    assert "OK: the KVQuant decode op, CPU + GPU, 8 cases x 2 (split kernel on / off), 0 failure(s)" in proc.stdout
+    assert "OK: the KVQuant decode op, CPU + GPU, 8 cases x 4 (default, split kernel builds 2 / 4 forced, block kernel), 0 failure(s)" in proc.stdout
