@@ -502,8 +502,8 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
     // On CUDA the op is the default since session 12 (GGML_EXT_KV_ATTN_CUDA=0: the dequantize-and-rope path): its
-    // restructured kernels decode at 0.93-1.19x that path's speed on the H100 (docs/BENCHMARKS.md "KVQuant on the
-    // H100, session 12") and need no f16 copy of the layer's cache
+    // kernels decode at 0.96-1.51x that path's speed on the H100 (docs/BENCHMARKS.md "KVQuant on the H100, session
+    // 12") and need no f16 copy of the layer's cache
     const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
     const bool   cuda_op   = !(cuda_env && !strcmp(cuda_env, "0"));
     const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() &&
