@@ -385,6 +385,23 @@ __device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, cons
     return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
 }
 
+// lane's HD / 32 values of a cell's head row (K or V): the sink row's floats where the cell holds one, else the decoded
+// blocks (kvq::lane_row; mid / half the lane's channel scales, zeros for values)
+template <int HD>
+__device__ __forceinline__ void lane_cell_row(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw, int64_t mark,
+                                              const float * tab, const char * row, int64_t cell, int64_t s, int lane,
+                                              const float * mid, const float * half, float * out) {
+    const float * sk = lane_sink(a, g, hw, mark, cell, s, lane);
+    if (sk) {
+#pragma unroll
+        for (int k = 0; k < HD / 32; k++) {
+            out[k] = sk[lane + 32 * k];
+        }
+    } else {
+        kvq::lane_row(a, tab, row, HD, lane, mid, half, out);
+    }
+}
+
 // A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K and V rows that kvq::row_geo_of takes,
 // hd == hd_v == HD. Warp w takes the range's cells w, w + KVF_WARPS, ..; lane l holds dimensions d = l + 32 k of
 // a cell's key and value (kvq::lane_row: the channel scales in registers, the 2^B tables in shared memory) and of the
@@ -457,17 +474,9 @@ __global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq
             continue;
         }
         // the key
-        float         kv[KS];
-        const char *  krow = p.k + (int64_t) cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1;
-        const float * ksk  = lane_sink(ka, kg, k_hw, k_mark, cell, s, lane);
-        if (ksk) {
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                kv[k] = ksk[lane + 32 * k];
-            }
-        } else {
-            kvq::lane_row(ka, ktab, krow, HD, lane, kmid, khalf, kv);
-        }
+        float kv[KS];
+        lane_cell_row<HD>(ka, kg, k_hw, k_mark, ktab, p.k + (int64_t) cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s,
+                          lane, kmid, khalf, kv);
         if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
             double ss = 0.0;
 #pragma unroll
@@ -538,17 +547,9 @@ __global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq
             m_run = m_new;
         }
         // the value
-        float         vv[KS];
-        const char *  vrow = p.v + (int64_t) cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1;
-        const float * vsk  = lane_sink(va, vg, v_hw, v_mark, cell, s, lane);
-        if (vsk) {
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
-                vv[k] = vsk[lane + 32 * k];
-            }
-        } else {
-            kvq::lane_row(va, vtab, vrow, HD, lane, vz, vz, vv);
-        }
+        float vv[KS];
+        lane_cell_row<HD>(va, vg, v_hw, v_mark, vtab, p.v + (int64_t) cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s,
+                          lane, vz, vz, vv);
 #pragma unroll
         for (int i = 0; i < QM; i++) {
             if (i < nqb) {
