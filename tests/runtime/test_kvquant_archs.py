@@ -1,4 +1,4 @@
-"""KVQuant pre-RoPE keys on the architectures beyond llama (issue 20: "every converter architecture"):
+"""KVQuant pre-RoPE keys on the architectures beyond llama (issue 20: "every converter architecture"; phi3 too):
 a K norm before RoPE (Qwen3, Gemma-3: the cache holds K before the norm, where `calibrate kv` measured it,
 and the norm is applied to the dequantized keys; ggml_ext_llama_k_unroped / _k_rope) and the iSWA cache of
 sliding-window models (Gemma-2/3, patch 0325: both of its caches take the positions input).
@@ -7,8 +7,8 @@ Tiny random models with 64-wide heads (NUQ blocks are 64 channels), calibrated o
 with ``-ctk nuq4`` (f16 values) runs a prompt longer than Gemma's sliding window (6) -- so the SWA cache's
 cells are reused -- and its logits are nearer transformers' than with ``-ctk nuq2``; the f32 cache is the
 reference of what the rest of the graph costs. The real-model check (Gemma-3-270M, perplexity with nuq4
-keys near f16's) is in docs/BENCHMARKS.md; phi3 (fused qkv) is refused by `calibrate kv` itself
-(tests/methods/test_kvquant.py)."""
+keys near f16's) is in docs/BENCHMARKS.md. Phi-3 (its K and V parts of the fused qkv output, the K a view
+that the pre-RoPE cache takes before RoPE) runs the same check."""
 from __future__ import annotations
 
 import numpy as np
@@ -32,10 +32,11 @@ def _logits(gguf, ids, type_k):
         llm.close()
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "gemma3", "phi3"])
 def test_pre_rope_keys_on_k_norm_and_sliding_window_models(arch, tmp_path, monkeypatch):
     over = {"query_pre_attn_scalar": 64} if arch.startswith("gemma") else {}
-    model = cs.tiny(arch, head_dim=64, **over)
+    # phi3's head dim is hidden / heads (llama.cpp's phi3), and its K a view of the fused qkv output
+    model = cs.tiny(arch, hidden_size=4 * 64) if arch == "phi3" else cs.tiny(arch, head_dim=64, **over)
     if arch in ("qwen3", "gemma3"):
         model = cs.k_proj_scaled(model, tmp_path / "scaled", 20.0)
     cal, gguf = cs.tiny_kv_setup(model, tmp_path, bits=(4, 2))

@@ -285,9 +285,10 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                      int n_sink, char * err, size_t n) {
     // the calibration saw k_proj's output, and that is what the cache stores: the K that enters RoPE, or the
     // K before the model's K norm (qwen3, gemma3: ggml_ext_llama_k_unroped; the norm is applied after the
-    // cache); sliding-window models (gemma2/3) through patch 0325. The calibrations of the converter's other
-    // architectures are refused by `calibrate kv` itself (phi3's fused qkv).
-    static const char * const archs[] = { "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text" };
+    // cache); sliding-window models (gemma2/3) through patch 0325; phi3, whose K is a view of the fused qkv output
+    // (`calibrate kv` measured that part of qkv_proj's output). Every architecture of the converter.
+    static const char * const archs[] = { "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text",
+                                          "phi3" };
     const int64_t a    = gguf_find_key(loaded_gguf, "kvquant.architecture");
     const char *  arch = a >= 0 && gguf_get_kv_type(loaded_gguf, a) == GGUF_TYPE_STRING ? gguf_get_val_str(loaded_gguf, a) : "";
     bool          known = false;
@@ -295,7 +296,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         known = known || strcmp(arch, archs[i]) == 0;
     }
     if (!known) {
-        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral, qwen2/3 and gemma2/3 models so far; KV "
+        snprintf(err, n, "ggml-ext: -ctk %s: KVQuant keys support llama, mistral, qwen2/3, gemma2/3 and phi3 models; KV "
                  "calibration %s is for '%s' (use -ctk f16 or q8_0; -ctv %s works)", ggml_type_name(t->type), path,
                  arch, ggml_type_name(t->type));
         return -1;

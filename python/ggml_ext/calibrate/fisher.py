@@ -31,10 +31,43 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["KV_PROJECTIONS", "fisher_full", "fisher_streamed"]
+__all__ = ["KV_PROJECTIONS", "FUSED_QKV", "fisher_full", "fisher_streamed", "fused_qkv_widths", "kv_parts"]
 
 # Linear layers whose outputs are the attention's keys and values (pre-RoPE), by module name suffix.
 KV_PROJECTIONS = ("k_proj", "v_proj")
+# A fused projection whose output is q | k | v (Phi-3's qkv_proj): its K and V parts count as the attention
+# module's k_proj / v_proj outputs (named so: "<attention>.k_proj", "<attention>.v_proj").
+FUSED_QKV = "qkv_proj"
+
+
+def fused_qkv_widths(attn) -> tuple[int, int]:
+    """(q, kv): the widths of the q part and of each of the k and v parts of ``attn.qkv_proj``'s output, from the
+    attention module's config and head dim (transformers' Phi3Attention splits its output the same way)."""
+    cfg = attn.config
+    hd = getattr(attn, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    kvh = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    q, kv = cfg.num_attention_heads * hd, kvh * hd
+    if attn.qkv_proj.out_features != q + 2 * kv:
+        raise ValueError(f"{type(attn).__name__}: qkv_proj has {attn.qkv_proj.out_features} outputs, expected "
+                         f"{q} + 2 x {kv} (q | k | v)")
+    return q, kv
+
+
+def kv_parts(root):
+    """(path, linear module, [(name suffix, start, width) ...]) of every K / V projection output under ``root``:
+    k_proj and v_proj whole, or the k and v parts of a fused qkv_proj (named as k_proj / v_proj of its module)."""
+    torch = _torch()
+    out = []
+    for path, m in root.named_modules():
+        last = path.rsplit(".", 1)[-1]
+        if isinstance(m, torch.nn.Linear) and last in KV_PROJECTIONS:
+            out.append((path, m, [("", 0, m.out_features)]))
+        fused = getattr(m, FUSED_QKV, None)
+        if isinstance(fused, torch.nn.Linear) and hasattr(m, "config"):
+            q, kv = fused_qkv_widths(m)
+            base = f"{path}." if path else ""
+            out.append((f"{base}{FUSED_QKV}", fused, [(f"{base}k_proj", q, kv), (f"{base}v_proj", q + kv, kv)]))
+    return out
 
 
 def _torch():
@@ -55,21 +88,24 @@ class _KVGrad:
     def attach(self, root, prefix: str):
         torch = _torch()
         handles = []
-        for path, m in root.named_modules():
-            if isinstance(m, torch.nn.Linear) and path.rsplit(".", 1)[-1] in KV_PROJECTIONS:
-                name = f"{prefix}.{path}" if prefix else path
+        for path, m, parts in kv_parts(root):
+            # parts: (name, start, width) of the output: the whole k_proj / v_proj, or a fused qkv_proj's k and v
+            parts = [((f"{prefix}.{p or path}" if prefix else p or path), a, w) for p, a, w in parts]
 
-                def fwd(module, args, out, name=name):
-                    if out.requires_grad:
-                        act = out.detach()
+            def fwd(module, args, out, parts=parts):
+                if out.requires_grad:
+                    act = out.detach()
 
-                        def acc(g, name=name, act=act):
-                            s = g.detach().to(torch.float64).pow(2).reshape(-1, g.shape[-1]).sum(0)
+                    def acc(g, act=act):
+                        g = g.detach()
+                        for name, a, w in parts:
+                            gp = g[..., a:a + w]
+                            s = gp.to(torch.float64).pow(2).reshape(-1, w).sum(0)
                             self.sums[name] = self.sums[name] + s if name in self.sums else s
                             if self.on_kv is not None:
-                                self.on_kv(name, act, g.detach())
-                        out.register_hook(acc)
-                handles.append(m.register_forward_hook(fwd))
+                                self.on_kv(name, act[..., a:a + w], gp)
+                    out.register_hook(acc)
+            handles.append(m.register_forward_hook(fwd))
         return handles
 
 

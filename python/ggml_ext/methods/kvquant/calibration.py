@@ -22,7 +22,8 @@ them. :meth:`KVCalibration.load` checks every shape and refuses a file made for 
 
 Architectures whose attention has a K norm (Gemma-3, Qwen3) are calibrated and simulated at the k_proj
 output too: the cached key is then before both the norm and RoPE (the norm is applied with RoPE after
-dequantization). Fused QKV projections (Phi-3) have no k_proj/v_proj output to calibrate: refused.
+dequantization). A fused QKV projection (Phi-3's qkv_proj, q | k | v) is calibrated on its k and v parts
+(:func:`ggml_ext.calibrate.fisher.kv_parts`), which are what llama.cpp's phi3 graph caches.
 """
 from __future__ import annotations
 
@@ -410,8 +411,8 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
         ks = [n for n in names if n.endswith("k_proj")]
         vs = [n for n in names if n.endswith("v_proj")]
         if len(ks) != 1 or len(vs) != 1:
-            raise KVCalibrationError(f"layer {i}: expected one k_proj and one v_proj output, got {names or 'none'} "
-                                     f"(fused QKV projections are not supported yet)")
+            raise KVCalibrationError(f"layer {i}: expected one k_proj and one v_proj output (or a fused qkv_proj), "
+                                     f"got {names or 'none'}")
         torch = _torch()
         k = torch.cat([a for a, _, _ in buf[ks[0]]])
         kf = torch.cat([g for _, g, _ in buf[ks[0]]])
@@ -435,8 +436,8 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
         bar.close()
     missing = [i for i, L in enumerate(layers) if L is None]
     if missing:
-        raise KVCalibrationError(f"{model_dir}: no K/V projection outputs in layers {missing} "
-                                 f"(fused QKV projections, e.g. Phi-3, are not supported yet)")
+        raise KVCalibrationError(f"{model_dir}: no K/V projection outputs (k_proj / v_proj or a fused qkv_proj) in "
+                                 f"layers {missing}")
     meta = {"model_id": Path(model_dir).resolve().name, "model_sha256": digest, "architecture": arch,
             "n_layers": n_layers, "n_kv_heads": kvh, "head_dim": hd, "bits": list(bits),
             "outlier_fraction": float(outliers), "qnorm_bits": [int(b) for b in qnorm_bits if b in bits],

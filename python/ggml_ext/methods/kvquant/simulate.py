@@ -7,7 +7,8 @@
 A :class:`Scheme` says what a cache would hold; :func:`simulate` quantizes-and-dequantizes the keys and
 values where the cache would store them, for every decoder layer of any transformers architecture whose
 attention has ``k_proj``/``v_proj`` (Llama, Mistral, Qwen2/3, Gemma-2/3, ...; grouped-query attention is
-just fewer KV channels):
+just fewer KV channels) or a fused ``qkv_proj`` whose output is q | k | v (Phi-3: the hooks below act on its k
+and v parts, :func:`ggml_ext.calibrate.fisher.fused_qkv_widths`):
 
 * values: a forward hook on ``v_proj`` (per token: online thresholds);
 * pre-RoPE keys: a forward hook on ``k_proj`` (the key before RoPE -- and before the K norm where the
@@ -32,6 +33,8 @@ import math
 import re
 import sys
 from dataclasses import dataclass, replace
+
+from ggml_ext.calibrate.fisher import FUSED_QKV, fused_qkv_widths
 
 from .quant import fake_quant, int_levels, nf_levels, quantile_thresholds, token_thresholds
 
@@ -141,12 +144,32 @@ def _attention_modules(model) -> list:
     found = []
     for _name, m in model.named_modules():
         k, v = getattr(m, "k_proj", None), getattr(m, "v_proj", None)
-        if isinstance(k, torch.nn.Linear) and isinstance(v, torch.nn.Linear):
+        fused = getattr(m, FUSED_QKV, None)
+        if (isinstance(k, torch.nn.Linear) and isinstance(v, torch.nn.Linear)) or \
+                (isinstance(fused, torch.nn.Linear) and hasattr(m, "config")):
             found.append(m)
     if not found:
-        raise SimulationError(f"{type(model).__name__}: no attention module with k_proj and v_proj "
-                              f"(fused QKV projections are not supported yet)")
+        raise SimulationError(f"{type(model).__name__}: no attention module with k_proj and v_proj or a fused "
+                              f"{FUSED_QKV}")
     return found
+
+
+def _kv_hooks(attn, on_k, on_v) -> list:
+    """Forward hooks that replace the attention's keys by on_k(keys) (None: left as they are) and its values by
+    on_v(values): on k_proj / v_proj, or on the k and v parts of a fused qkv_proj (q | k | v, Phi-3)."""
+    torch = _torch()
+    fused = getattr(attn, FUSED_QKV, None)
+    if not isinstance(fused, torch.nn.Linear):
+        hooks = [attn.v_proj.register_forward_hook(lambda mod, args, out: on_v(out))]
+        if on_k is not None:
+            hooks.append(attn.k_proj.register_forward_hook(lambda mod, args, out: on_k(out)))
+        return hooks
+    q, kv = fused_qkv_widths(attn)
+
+    def hook(mod, args, out):
+        k, v = out[..., q:q + kv], out[..., q + kv:]
+        return torch.cat([out[..., :q], k if on_k is None else on_k(k), on_v(v)], dim=-1)
+    return [fused.register_forward_hook(hook)]
 
 
 @contextlib.contextmanager
@@ -168,12 +191,9 @@ def simulate(model, s: Scheme, calibration=None):
     state = {"layer": None}
     try:
         for i, attn in enumerate(attns):
-            handles.append(attn.v_proj.register_forward_hook(
-                lambda mod, args, out, i=i: quantize_values(s, calibration, i, out)))
-            if s.rope == "pre":
-                handles.append(attn.k_proj.register_forward_hook(
-                    lambda mod, args, out, i=i: quantize_keys(s, calibration, i, out)))
-            else:
+            on_k = (lambda k, i=i: quantize_keys(s, calibration, i, k)) if s.rope == "pre" else None
+            handles += _kv_hooks(attn, on_k, lambda v, i=i: quantize_values(s, calibration, i, v))
+            if s.rope != "pre":
                 handles.append(attn.register_forward_pre_hook(lambda mod, args, i=i: state.__setitem__("layer", i)))
                 handles.append(attn.register_forward_hook(lambda mod, args, out: state.__setitem__("layer", None)))
         if s.rope == "post":
