@@ -48,3 +48,15 @@ def test_pre_rope_keys_on_k_norm_and_sliding_window_models(arch, tmp_path, monke
     assert err["f32"] < 0.01, err
     assert err["f32"] < err["nuq4"] < err["nuq2"], err
     assert err["nuq4"] < 0.5, err
+
+
+def test_head_dim_the_blocks_do_not_divide_is_refused(tmp_path, monkeypatch, wiki_test):
+    """Phi-3-mini's head dim is 96: the 64-value NUQ blocks do not divide it, and llama.cpp's own check at context
+    creation refuses the cache with a message (a clean error exit, no abort in a view of 96 values)."""
+    from ggml_ext import tools
+    model = cs.tiny("phi3", hidden_size=4 * 96)
+    cal, gguf = cs.tiny_kv_setup(model, tmp_path, bits=(3,))
+    monkeypatch.setenv("GGML_EXT_KV_CALIB", str(cal))
+    msg = cs.tool_refused(lambda: tools.perplexity(gguf, wiki_test, n_ctx=64, chunks=1, threads=2,
+                                                   extra=["-fa", "on", "-ctk", "nuq3"]))
+    assert "does not divide n_embd_head_k=96" in msg, msg
