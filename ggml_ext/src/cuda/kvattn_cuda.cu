@@ -40,6 +40,7 @@
 
 // the kernel arguments of the NUQ memory at p (kvquant_cuda.cu: its binding's device tables)
 kvq::kvq_args ggml_ext_cuda_kvq_args(const void * p, ggml_type type, int device);
+extern "C" int ggml_ext_kva_split_build(int64_t hd);  // ggml-base (ggml/kvattn_base.c)
 
 namespace {
 
@@ -611,21 +612,16 @@ static void launch_split_q(const partial_args & p, const kvq::kvq_args & ka, con
     }
 }
 
-// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v in
-// {64, 128, 256}, normal / NEOX RoPE over n_dims <= hd, V without channel scales). The build for 4 blocks per SM at
-// hd 64 (64 registers, 44-164 bytes spilled), for 2 above (no spills at hd 128; at 64 registers hd 128 / 256 spill
-// 124-440 bytes). By default only at hd 64: on the H100 (session 12) it beat the block kernel on SmolLM2 (hd 64,
-// depth 8192: 260 vs 208 t/s) but lost on Gemma-3-270M (hd 256: 276-288 vs 337-342 at 8192, 236-247 vs 285-287 at
-// 32768; the 4-blocks build 252 / 216), docs/BENCHMARKS.md "KVQuant on the H100, session 12".
-// GGML_EXT_KV_ATTN_SPLIT (tuning): 0 never, 2 / 4 that build for every hd
+// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v, normal /
+// NEOX RoPE over n_dims <= hd, V without channel scales) and ggml_ext_kva_split_build picks it for the head dim (by
+// default hd 64; GGML_EXT_KV_ATTN_SPLIT, read at every launch: tests/c/test_kvattn_cuda.cpp sets it). The build for
+// 4 blocks per SM (64 registers; at hd 64 44-164 bytes spilled, at hd 128 / 256 124-440) or for 2 (no spills at hd
+// 128).
 static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                          cudaStream_t stream) {
-    const char * e    = getenv("GGML_EXT_KV_ATTN_SPLIT");  // at every launch (tests/c/test_kvattn_cuda.cpp turns it off)
-    const int    mode = e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
-    const int minb = mode > 0 ? mode : p.hd == 64 ? 4 : 2;
-    if (mode == 0 || (mode < 0 && p.hd != 64) || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.hd != p.hdv ||
-        (p.hd != 64 && p.hd != 128 && p.hd != 256) || p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 ||
-        va.row_blocks > 0) {
+    const int minb = p.hd == p.hdv ? ggml_ext_kva_split_build(p.hd) : 0;
+    if (minb == 0 || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.n_dims > p.hd || p.n_dims % 2 ||
+        p.n_dims < 0 || va.row_blocks > 0) {
         return false;
     }
     for (int h = 0; h < p.n_hkv; h++) {

@@ -5,6 +5,7 @@
 #include "ggml-ext-kvattn.h"
 #include "ggml-impl.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static char kva_tags[3] = { 't', 'p', 'c' };  // only their addresses matter
@@ -25,4 +26,21 @@ int ggml_ext_kvq_attn_node_kind(const struct ggml_tensor * node) {
         }
     }
     return 0;
+}
+
+// The split kernel of the decode op on CUDA (cuda/kvattn_cuda.cu's k_split) for NUQ K and V rows of head dim hd
+// (== hd_v): its register build (4 or 2 blocks per SM), 0 where the block kernel runs. By default at head dim 64
+// only (build 4): on the H100 (session 12) it beat the block kernel on SmolLM2 (hd 64, depth 8192: 260 vs 208 t/s)
+// and lost on Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/BENCHMARKS.md "KVQuant on the H100, session 12".
+// GGML_EXT_KV_ATTN_SPLIT (tuning, read at every call): 0 never, 2 / 4 that build at head dim 64, 128 or 256. One
+// rule for the kernel's launch and the glue's cell ranges (which it sizes for the kernel that will run); declared by
+// its two callers, so the sources that include ggml-ext-kvattn.h need no rebuild.
+GGML_EXT_API int ggml_ext_kva_split_build(int64_t hd);
+int ggml_ext_kva_split_build(int64_t hd) {
+    const char * e    = getenv("GGML_EXT_KV_ATTN_SPLIT");
+    const int    mode = e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
+    if (mode == 0 || (hd != 64 && hd != 128 && hd != 256) || (mode < 0 && hd != 64)) {
+        return 0;
+    }
+    return mode > 0 ? mode : 4;
 }

@@ -147,6 +147,7 @@ static int kv_kblock(void) {
 }
 
 int ggml_ext_kvq_key_blocks(const void * data, int on);  // ggml-base (ggml/kvquant_base.c)
+int ggml_ext_kva_split_build(int64_t hd);              // ggml-base (ggml/kvattn_base.c)
 
 // Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0318 asks this instead of
 // ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
@@ -537,17 +538,14 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.beta_slow, p + 10, sizeof(float));
     // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
     // for the block kernel (blocks for every SM), ~256 of 64-512 where the split kernel takes the op (kvattn_cuda.cu's
-    // k_split: NUQ K and V of head dim 64 by default, 128 / 256 too with GGML_EXT_KV_ATTN_SPLIT=2 or 4, none with =0;
-    // its 8 warps take 8+ cells each, and the combine merges fewer ranges). GGML_EXT_KV_ATTN_CHUNK=N: N cells per
+    // k_split, where ggml_ext_kva_split_build picks it: its 8 warps take 8+ cells each, and the combine merges fewer
+    // ranges). GGML_EXT_KV_ATTN_CHUNK=N: N cells per
     // range on either (tuning)
     int chunk = 0;
     if (on_device) {
-        const int64_t n_kv      = k->ne[2];
-        const char *  split_env = getenv("GGML_EXT_KV_ATTN_SPLIT");
-        const bool    forced    = split_env && (!strcmp(split_env, "2") || !strcmp(split_env, "4"));
-        const bool    split     = !(split_env && !strcmp(split_env, "0")) && ggml_ext_kvq_is_cache_type((int) k->type) &&
-                           ggml_ext_kvq_is_cache_type((int) v->type) && k->ne[0] == v->ne[0] &&
-                           (k->ne[0] == 64 || (forced && (k->ne[0] == 128 || k->ne[0] == 256)));
+        const int64_t n_kv  = k->ne[2];
+        const bool    split = ggml_ext_kvq_is_cache_type((int) k->type) && ggml_ext_kvq_is_cache_type((int) v->type) &&
+                           k->ne[0] == v->ne[0] && ggml_ext_kva_split_build(k->ne[0]) != 0;
         if (split) {
             chunk = (int) ((n_kv / 256 + 31) / 32 * 32);
             chunk = chunk < 64 ? 64 : chunk > 512 ? 512 : chunk;
