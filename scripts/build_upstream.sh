@@ -13,7 +13,11 @@ build=${UPSTREAM_BUILD_DIR:-$cache/upstream-$commit}
 jobs=${JOBS:-$(nproc)}
 targets=(llama-server llama-cli llama-bench llama-perplexity llama-quantize llama-imatrix ggml-rpc-server)
 
-cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+# Without llama.cpp's AMX mat-mul on x86-64, as our build (cmake/ggml-ext-amx.cmake says why).
+amx=()
+[ "$(uname -m)" = x86_64 ] && amx=("-DCMAKE_C_FLAGS=-U__AMX_TILE__ -U__AMX_INT8__ -U__AMX_BF16__"
+                                   "-DCMAKE_CXX_FLAGS=-U__AMX_TILE__ -U__AMX_INT8__ -U__AMX_BF16__")
+cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${amx[@]}" \
   -DGGML_NATIVE=ON -DGGML_RPC=ON -DGGML_CCACHE=ON \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF \
   -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF ${UPSTREAM_CMAKE_ARGS:-} >"$build.configure.log" 2>&1 \

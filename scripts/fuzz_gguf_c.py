@@ -78,7 +78,7 @@ def build_key(cc: str) -> tuple[str, Path]:
     h.update(apply_patches.stamp_for(pristine, apply_patches.patch_files(REPO / "ggml_ext" / "patches")).encode())
     h.update(fetch_llama_cpp.COMMIT.encode())
     # what goes into the libraries; the harnesses themselves are synced into the folder on every call
-    sources = [REPO / "CMakeLists.txt", REPO / "cmake" / "ggml-ext-sources.cmake", SRC_DIR / "CMakeLists.txt"]
+    sources = [REPO / "CMakeLists.txt", REPO / "cmake" / "ggml-ext-sources.cmake", REPO / "cmake" / "ggml-ext-amx.cmake", SRC_DIR / "CMakeLists.txt"]
     for d in (REPO / "ggml_ext" / "src", REPO / "ggml_ext" / "include"):
         sources += sorted(p for p in d.rglob("*") if p.is_file() and p.suffix in (".c", ".h", ".def", ".cpp", ".cu", ".cuh"))
     for p in sources:
