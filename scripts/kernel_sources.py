@@ -38,13 +38,13 @@ KVQUANT = [
     SRC / "arm" / "kvquant_neon.c",
 ]
 
-# The NUQ cache types' block decode (formats/kvquant/nuq_decode.h; tests/c/test_nuq_decode.c): the scalar
+# The NUQ cache types' block decode (formats/kvquant/kvquant_decode.h; tests/c/test_nuq_decode.c): the scalar
 # reference, the SIMD decoders, and the kvquant row kernels it is checked against.
 NUQ_DECODE = [
     SRC / "formats" / "kvquant" / "kvquant.c",
-    SRC / "generic" / "nuq_decode.c",
-    SRC / "x86" / "nuq_decode_avx2.c",
-    SRC / "arm" / "nuq_decode_neon.c",
+    SRC / "generic" / "kvquant_decode.c",
+    SRC / "x86" / "kvquant_decode_avx2.c",
+    SRC / "arm" / "kvquant_decode_neon.c",
 ]
 
 # The any-precision bitplane GEMV (formats/anyprec): the byte layout and reference, the scalar twin,

@@ -8,20 +8,20 @@
 #include "ggml-ext-cuda.cuh"
 
 bool ggml_ext_cuda_device_layout(const ggml_tensor * t) {
-    return ggml_ext_cuda_keeps_base_layout(t) || ggml_ext_cuda_apq_layout(t);
+    return ggml_ext_cuda_keeps_base_layout(t) || ggml_ext_cuda_anyprec_layout(t);
 }
 
 void ggml_ext_cuda_set_device_layout(ggml_tensor * t, const void * data, size_t offset, size_t size) {
-    if (ggml_ext_cuda_apq_layout(t)) {
-        ggml_ext_cuda_apq_set(t, data, offset, size);
+    if (ggml_ext_cuda_anyprec_layout(t)) {
+        ggml_ext_cuda_anyprec_set(t, data, offset, size);
     } else {
         ggml_ext_cuda_set_base_layout(t, data, offset, size);
     }
 }
 
 void ggml_ext_cuda_get_device_layout(const ggml_tensor * t, void * data, size_t offset, size_t size) {
-    if (ggml_ext_cuda_apq_layout(t)) {
-        ggml_ext_cuda_apq_get(t, data, offset, size);
+    if (ggml_ext_cuda_anyprec_layout(t)) {
+        ggml_ext_cuda_anyprec_get(t, data, offset, size);
     } else {
         ggml_ext_cuda_get_base_layout(t, data, offset, size);
     }
@@ -42,8 +42,8 @@ void ggml_ext_cuda_get_device_layout_2d(const ggml_tensor * t, void * data, size
 }
 
 size_t ggml_ext_cuda_device_layout_alloc_size(const ggml_tensor * t, size_t size) {
-    if (ggml_ext_cuda_apq_layout(t)) {
-        const size_t own = ggml_ext_cuda_apq_alloc_size(t);
+    if (ggml_ext_cuda_anyprec_layout(t)) {
+        const size_t own = ggml_ext_cuda_anyprec_alloc_size(t);
         return own > size ? own : size;
     }
     return size;  // the base layout has the registered layout's size

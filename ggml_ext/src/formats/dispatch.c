@@ -3,17 +3,17 @@
 // ggml-cpu beside the families' dispatch.c files, and into the standalone kernel library
 // (scripts/kernel_sources.py).
 #include "ggml-ext.h"
-#include "ggml/families.h"
+#include "common/families.h"
 
 const char * ggml_ext_dispatched_kernel(int type, int gemm) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
     switch (t ? t->family : 0) {
         case GGML_EXT_FAMILY_INTERLEAVED4:
-            return ggml_ext_i4_dispatched_kernel(type, gemm);
+            return ggml_ext_interleaved4_dispatched_kernel(type, gemm);
         case GGML_EXT_FAMILY_CODEBOOKS:
-            return ggml_ext_cb_dispatched_kernel(type, gemm);
+            return ggml_ext_codebooks_dispatched_kernel(type, gemm);
         case GGML_EXT_FAMILY_ANYPREC:
-            return ggml_ext_apq_dispatched_kernel(type, gemm);
+            return ggml_ext_anyprec_dispatched_kernel(type, gemm);
         case GGML_EXT_FAMILY_KVQUANT:  // the cache rows' quantize / dequantize (formats/kvquant) are scalar C
             return "generic";
         default:
