@@ -26,14 +26,15 @@ target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 #   ggml-base: src/formats/<family>/*.c (bytes: reference quantize/dequantize, layout transforms;
 #              the family's dispatch.c excepted), src/generic/*.c (scalar twin of every kernel),
 #              src/backend/*_base.c (what ggml.c / ggml-quants.c / gguf.cpp call: quantize_chunk, row
-#              validation, shape rule);
-#   ggml-cpu:  src/formats/<family>/dispatch.c and src/formats/dispatch.c (which family's dispatcher), src/x86/*.c and src/arm/*.c (each compiles to nothing
-#              unless the target's flags enable its instruction set, so the same list cross-compiles),
-#              src/backend/*_cpu.c and *.cpp (mul_mat hooks, runtime repack: patches 0110-0112).
+#              validation, shape rule; backend/families_base.c: the ggml-base family table, common/families.h);
+#   ggml-cpu:  src/formats/<family>/dispatch.c and src/formats/families.c (the kernel report's family table),
+#              src/x86/*.c and src/arm/*.c (each compiles to nothing unless the target's flags enable its
+#              instruction set, so the same list cross-compiles), src/backend/*_cpu.c and *.cpp (mul_mat hooks,
+#              runtime repack: patches 0110-0112; backend/families_cpu.c: the ggml-cpu family table).
 file(GLOB GGML_EXT_FORMATS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/*.c")
 list(FILTER GGML_EXT_FORMATS_BASE EXCLUDE REGEX "/dispatch\\.c$")
 file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c"
-    "${GGML_EXT_DIR}/src/formats/dispatch.c")
+    "${GGML_EXT_DIR}/src/formats/families.c")
 file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "${GGML_EXT_DIR}/src/backend/*_base.c")
 file(GLOB GGML_EXT_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/x86/*.c" "${GGML_EXT_DIR}/src/arm/*.c"
     "${GGML_EXT_DIR}/src/backend/*_cpu.c" "${GGML_EXT_DIR}/src/backend/*.cpp")

@@ -17,7 +17,7 @@ INTERLEAVED4 = [
     SRC / "arm" / "interleaved4_neon.c",
     SRC / "arm" / "interleaved4_i8mm.c",
     SRC / "arm" / "interleaved4_sve.c",
-    SRC / "formats" / "dispatch.c",  # ggml_ext_dispatched_kernel: asks each family's dispatcher
+    SRC / "formats" / "families.c",  # ggml_ext_dispatched_kernel: the kernel report family table
 ]
 
 CODEBOOKS = [
@@ -69,6 +69,6 @@ def cpu_flags() -> set[str]:
         pass
     return set()
 
-# formats/dispatch.c names every family's dispatcher: each library of the weight formats holds them all.
+# formats/families.c names every family's dispatcher: each library of the weight formats holds them all.
 INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS + ANYPREC
 CODEBOOKS = INTERLEAVED4

@@ -6,7 +6,6 @@
 #pragma once
 
 #include "ggml-ext.h"
-#include "ggml.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,6 +14,10 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+// ggml's graph types, as pointers only: the header needs no ggml.h
+struct ggml_context;
+struct ggml_tensor;
 
 // ---- ggml-base (src/backend/kvquant_base.c) ----
 

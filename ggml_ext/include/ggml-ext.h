@@ -49,6 +49,7 @@ enum ggml_ext_family {
     GGML_EXT_FAMILY_CODEBOOKS    = 2,  // group-wise codebooks CB2 / CB3 (docs/formats/codebooks.md), rows alone
     GGML_EXT_FAMILY_ANYPREC      = 3,  // any-precision bitplanes APQ (docs/formats/anyprec.md), plane-major
     GGML_EXT_FAMILY_KVQUANT      = 4,  // KVQuant KV cache types NUQ4/3/2 (docs/KVQUANT.md), blocks of 64 values
+    GGML_EXT_FAMILY_COUNT,             // size of the family tables (src/common/families.h); 0 is no family
 };
 #define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
 #define GGML_EXT_FAMILY_NAME_CODEBOOKS    "codebooks"

@@ -52,6 +52,16 @@ bool ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_type_t buft);
 // weight the row-lane layout of anyprec_cuda.h (apq_mul_mat.cu). Synchronous on cudaStreamPerThread, the
 // device already current.
 
+// A family whose tensors ggml-cuda may hold in a layout of their own: its entry in device_layout.cu's family
+// table (indexed by enum ggml_ext_family, like the tables of common/families.h). set / get run only on a
+// tensor holds_layout accepts; layout_alloc_size nullptr: the layout has the file's size.
+struct ggml_ext_cuda_family {
+    bool (*holds_layout)(const ggml_tensor * t);
+    void (*set_layout)(ggml_tensor * t, const void * data, size_t offset, size_t size);
+    void (*get_layout)(const ggml_tensor * t, void * data, size_t offset, size_t size);
+    size_t (*layout_alloc_size)(const ggml_tensor * t);
+};
+
 // true for a tensor whose CUDA bytes are not the caller's
 bool ggml_ext_cuda_device_layout(const ggml_tensor * t);
 void ggml_ext_cuda_set_device_layout(ggml_tensor * t, const void * data, size_t offset, size_t size);
