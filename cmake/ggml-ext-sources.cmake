@@ -10,10 +10,11 @@ if (NOT DEFINED LLAMA_CPP_COMMIT)
         OUTPUT_VARIABLE LLAMA_CPP_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 
-# The type registry (ggml_ext/include/ggml-ext-types.def as a table) with the other ggml-base code;
+# The type registry (ggml_ext/include/ggml-ext-types.def as a table) and the settings (every environment
+# variable, src/common/settings.c) with the other ggml-base code, which every other library links;
 # the patched ggml.h includes the .def, so the include folder is PUBLIC.
 target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c" "${GGML_EXT_DIR}/src/model-checks.c"
-    "${GGML_EXT_DIR}/src/common/registry.c")
+    "${GGML_EXT_DIR}/src/common/registry.c" "${GGML_EXT_DIR}/src/common/settings.c")
 target_include_directories(ggml-base PUBLIC "${GGML_EXT_DIR}/include")
 target_compile_definitions(ggml-base PRIVATE
     GGML_EXT_VERSION="${PROJECT_VERSION}"
@@ -63,6 +64,7 @@ endif()
 
 # What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
 # KVQuant cache bindings (libllama).
+target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/src")  # common/settings.h
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/hooks.c" "${GGML_EXT_DIR}/src/llama/kvquant_cache.c"
                              "${GGML_EXT_DIR}/src/llama/qdec.c")
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)

@@ -112,8 +112,8 @@ GGML_EXT_API void * ggml_ext_kvquant_attn_tag(int kind);
 // mask): the attention of a pre-RoPE K cache through ggml_ext_kvquant_attn, or NULL
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node
-// (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most GGML_EXT_KV_ATTN_MAX_TOKENS
-// tokens (default 16), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the cache
+// (its RoPE parameters), k_pos the cells' positions. Taken: graphs of at most 16 tokens
+// (llama/kvquant_cache.c's KV_ATTN_MAX_TOKENS), no ALiBi, soft-capping, attention sinks or KQ bias, a transposed V refused, the cache
 // (and a K norm's weight) in host memory or, in a GGML_EXT_CUDA build, the cache in a device's memory (the op's nodes
 // then run on ggml-cuda, src/cuda/kvquant_attn_cuda.cu; not with GGML_EXT_KV_KBLOCK's block-scaled keys). GGML_EXT_KV_ATTN=ref keeps the dequantize-and-rope path, =fused takes any size, =check
 // as fused with the reference computed beside it and each layer's max difference printed on stderr.

@@ -3,6 +3,7 @@
 // repack() (our lossless ggml_ext_repack_q4_0), and the CPU backend's extra-buffer hook
 // sends their MUL_MAT to compute_forward (our mul_mat, the one the Q4_0_8_8 type runs).
 #include "backend/interleaved4_runtime_repack.h"
+#include "common/settings.h"
 
 #include "formats/interleaved4/interleaved4_impl.h"
 #include "ggml-impl.h"
@@ -47,12 +48,7 @@ class q4_0_traits : public ggml::cpu::repack::tensor_traits_base {
 
 // GGML_EXT_RUNTIME_REPACK=0 (or off/false/no) leaves every weight to upstream's repack.
 bool enabled() {
-    static const bool on = [] {
-        const char * v = std::getenv("GGML_EXT_RUNTIME_REPACK");
-        return !(v && (!std::strcmp(v, "0") || !std::strcmp(v, "off") || !std::strcmp(v, "false") ||
-                       !std::strcmp(v, "no")));
-    }();
-    return on;
+    return ggml_ext_settings_runtime_repack();
 }
 
 }  // namespace

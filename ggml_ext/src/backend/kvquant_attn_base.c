@@ -2,6 +2,7 @@
 // GGML_OP_CUSTOM nodes carry, as their userdata, the address of one of the tags below (ggml-base: the CPU
 // functions in ggml-cpu set them, ggml-cuda's supports_op and compute_forward recognise them without linking
 // ggml-cpu). The CPU functions ignore their userdata.
+#include "common/settings.h"
 #include "ggml-ext-kvquant.h"
 #include "ggml-impl.h"
 
@@ -37,8 +38,7 @@ int ggml_ext_kvquant_attn_node_kind(const struct ggml_tensor * node) {
 // its two callers, so the sources that include ggml-ext-kvquant.h need no rebuild.
 GGML_EXT_API int ggml_ext_kvquant_attn_split_build(int64_t hd);
 int ggml_ext_kvquant_attn_split_build(int64_t hd) {
-    const char * e    = getenv("GGML_EXT_KV_ATTN_SPLIT");
-    const int    mode = e && e[0] && !e[1] && (e[0] == '0' || e[0] == '2' || e[0] == '4') ? e[0] - '0' : -1;
+    const int mode = ggml_ext_settings_kv_attn_split();
     if (mode == 0 || (hd != 64 && hd != 128 && hd != 256) || (mode < 0 && hd != 64)) {
         return 0;
     }

@@ -16,6 +16,7 @@
 #include "ggml-ext-llama.h"  // ggml_ext_kvquant_bind_keys
 #include "backend/kvquant_device.h"  // the device backends' view of the bindings (CUDA)
 #include "common/fp16.h"
+#include "common/settings.h"
 #include "common/families.h"
 
 #include <math.h>
@@ -67,8 +68,7 @@ static _Atomic(ggml_ext_kvquant_decode_fn) decoder = ggml_ext_kvquant_block_deco
 static _Atomic(const char *)           decoder_name = "generic";
 
 void ggml_ext_kvquant_set_block_decoder(ggml_ext_kvquant_decode_fn fn, const char * name) {
-    const char * env = getenv("GGML_EXT_KVQ_DECODE");
-    if (!fn || (env && !strcmp(env, "ref"))) {
+    if (!fn || ggml_ext_settings_kvquant_decode_ref()) {
         fn   = ggml_ext_kvquant_block_decode_ref;
         name = "generic";
     }

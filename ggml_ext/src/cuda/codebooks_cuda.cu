@@ -34,6 +34,7 @@
 #include "ggml-cuda/convert.cuh"
 #include "ggml-cuda/quantize.cuh"
 #include "codebooks_decode.cuh"
+#include "common/settings.h"
 #include "formats/codebooks/codebooks.h"
 
 #include <cuda_bf16.h>
@@ -345,13 +346,9 @@ void launch_mmv_q8_cols(const mmv_q8_args & a, int ncols, int64_t n_channels, cu
 }
 
 // Which mat-vec runs: the integer one, unless GGML_EXT_CB_MMV=f32 asks for the f32 one (kept for comparison:
-// scripts/device_codebooks.sh measures both). Read once.
+// tests/c/test_types_backends.cpp checks both against the CPU).
 bool use_f32_mmv() {
-    static const bool f32 = [] {
-        const char * e = getenv("GGML_EXT_CB_MMV");
-        return e && strcmp(e, "f32") == 0;
-    }();
-    return f32;
+    return ggml_ext_settings_codebooks_f32_mmv();
 }
 
 template <typename T, int BITS>

@@ -46,6 +46,7 @@
 
 #include "ggml-ext-cuda.cuh"
 #include "ggml-ext-ops.h"
+#include "common/settings.h"
 #include "ggml-ext-qdec.h"
 
 #include <cooperative_groups.h>
@@ -544,8 +545,7 @@ static int fused_capacity(int device, bool vec) {
 // GGML_EXT_DEC_LAUNCH: "coop" / "split" / "onepass" forces the launch; unset or anything else: automatic
 // (one-pass where it applies). Read at each launch (the tests and the benchmark switch it between runs).
 static int launch_mode() {
-    const char * s = std::getenv("GGML_EXT_DEC_LAUNCH");
-    return s && !std::strcmp(s, "coop") ? 1 : s && !std::strcmp(s, "split") ? 2 : s && !std::strcmp(s, "onepass") ? 3 : 0;
+    return ggml_ext_settings_dec_launch();  // GGML_EXT_DEC_LAUNCH_*: 1 coop, 2 split, 3 onepass
 }
 
 static bool supports(int device, const ggml_tensor * op) {

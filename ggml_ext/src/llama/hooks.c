@@ -6,6 +6,7 @@
 // ggml_ext_apq_mul_mat with the tables the loader attached, patch 0303, at the precision asked for); then
 // a registered callback, which tests use to see every call and programs may use to try a rule before it
 // becomes one here.
+#include "common/settings.h"
 #include "ggml-ext-llama.h"
 #include "ggml-ext-qdec.h"
 #include "ggml-ext-ops.h"
@@ -248,13 +249,7 @@ int ggml_ext_llama_apq_bits(void) {
     if (apq_bits_set > 0) {
         return apq_bits_set;
     }
-    const char * env = getenv("GGML_EXT_APQ_BITS");
-    if (env == NULL || env[0] == '\0') {
-        return 0;
-    }
-    char *     end = NULL;
-    const long v   = strtol(env, &end, 10);
-    return (end && *end == '\0' && v >= 1 && v <= 8) ? (int) v : -1;
+    return ggml_ext_settings_apq_bits();
 }
 
 // Precision per llama context (patch 0326): (context, bits) of the live contexts that had one at creation
@@ -329,7 +324,7 @@ static int apq_precision(const struct ggml_tensor * w, int seed, int parent, cha
     const int bits = ggml_ext_llama_apq_bits();
     if (bits < 0) {
         snprintf(err, n, "GGML_EXT_APQ_BITS=\"%s\" is not a precision (a number from 1 to 8)",
-                 getenv("GGML_EXT_APQ_BITS"));
+                 ggml_ext_setting_text(GGML_EXT_SETTING_APQ_BITS));
         return -1;
     }
     if (bits == 0) {

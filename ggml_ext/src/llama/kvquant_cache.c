@@ -3,6 +3,7 @@
 // each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvquant_bind, in ggml-base);
 // keys are stored before RoPE with per-channel scales (ggml_ext_kvquant_bind_keys) and roped when attention reads
 // them (patch 0307: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
+#include "common/settings.h"
 #include "ggml-ext-kvquant.h"
 #include "ggml-ext-llama.h"
 #include "ggml-backend.h"
@@ -14,6 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+// The decode op's default reach: graphs of at most this many tokens (decode steps and short batches), where it
+// beats dequantizing and roping the whole cache.
+#define KV_ATTN_MAX_TOKENS 16
 
 static pthread_mutex_t calib_lock = PTHREAD_MUTEX_INITIALIZER;
 static char            calib_set[4096];  // ggml_ext_llama_set_kv_calib; "" : the environment decides
@@ -59,14 +64,11 @@ static float kv_outliers(char * err, size_t n) {
     if (outliers_set >= 0.0f) {
         return outliers_set;
     }
-    const char * env = getenv("GGML_EXT_KV_OUTLIERS");
-    if (!env || !env[0]) {
-        return 0.0f;
-    }
-    char *      end;
-    const float f = strtof(env, &end);
-    if (*end || !(f >= 0.0f && f < 0.5f)) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_OUTLIERS=%s: an outlier fraction in [0, 0.5) (e.g. 0.01)", env);
+    float     f = 0.0f;
+    const int r = ggml_ext_settings_kv_outliers(&f);
+    if (r < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_OUTLIERS=%s: an outlier fraction in [0, 0.5) (e.g. 0.01)",
+                 ggml_ext_setting_text(GGML_EXT_SETTING_KV_OUTLIERS));
         return -1.0f;
     }
     return f;
@@ -76,26 +78,19 @@ static int kv_sink(char * err, size_t n) {
     if (sink_set >= 0) {
         return sink_set;
     }
-    const char * env = getenv("GGML_EXT_KV_SINK");
-    if (!env || !env[0]) {
-        return 0;
+    const int v = ggml_ext_settings_kv_sink(GGML_EXT_KVQUANT_MAX_SINK);
+    if (v < 0) {
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_SINK=%s: the number of first positions kept in float, 0..%d",
+                 ggml_ext_setting_text(GGML_EXT_SETTING_KV_SINK), GGML_EXT_KVQUANT_MAX_SINK);
     }
-    char *     end;
-    const long v = strtol(env, &end, 10);
-    if (*end || v < 0 || v > GGML_EXT_KVQUANT_MAX_SINK) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_SINK=%s: the number of first positions kept in float, 0..%d", env,
-                 GGML_EXT_KVQUANT_MAX_SINK);
-        return -1;
-    }
-    return (int) v;
+    return v;
 }
 
 const char * ggml_ext_llama_kv_calib(void) {
     if (calib_set[0]) {
         return calib_set;
     }
-    const char * env = getenv("GGML_EXT_KV_CALIB");
-    return env && env[0] ? env : NULL;
+    return ggml_ext_settings_kv_calib();
 }
 
 static int kvquant_bits(int type) {
@@ -107,11 +102,7 @@ static int kvquant_bits(int type) {
 // rotated back after attention) and the calibration's tables fitted on rotated values (v_nuqB_r / _ro). Keys
 // never rotate (stored before RoPE; patch 0318 keeps attn_rot_k off for them). 0 / unset: off; -1: a bad value.
 static int kv_vrot(void) {
-    const char * env = getenv("GGML_EXT_KV_VROT");
-    if (!env || !env[0] || !strcmp(env, "0")) {
-        return 0;
-    }
-    return !strcmp(env, "1") ? 1 : -1;
+    return ggml_ext_settings_kv_vrot();
 }
 
 bool ggml_ext_llama_kv_rotate(int type) {
@@ -124,11 +115,7 @@ bool ggml_ext_llama_kv_rotate(int type) {
 // place); patch 0318 lets a context shift take upstream's path for rotated keys (untested). 0 / unset: off (keys
 // before RoPE, per-channel scales); -1: a bad value.
 static int kv_krot(void) {
-    const char * env = getenv("GGML_EXT_KV_KROT");
-    if (!env || !env[0] || !strcmp(env, "0")) {
-        return 0;
-    }
-    return !strcmp(env, "1") ? 1 : -1;
+    return ggml_ext_settings_kv_krot();
 }
 
 // Block-scaled keys: pre-RoPE keys normalised per channel (the calibration's 1% thresholds, or min / max
@@ -138,11 +125,7 @@ static int kv_krot(void) {
 // tables, per channel alone where it has not and for nuq2); 1: block-scaled (a calibration without the tables is refused); 0: per channel
 // alone; -1: a bad value.
 static int kv_kblock(void) {
-    const char * env = getenv("GGML_EXT_KV_KBLOCK");
-    if (!env || !env[0]) {
-        return 2;
-    }
-    return !strcmp(env, "0") ? 0 : !strcmp(env, "1") ? 1 : -1;
+    return ggml_ext_settings_kv_kblock();
 }
 
 int ggml_ext_kvquant_key_blocks(const void * data, int on);  // ggml-base (backend/kvquant_base.c)
@@ -246,22 +229,22 @@ static int nuq_table(const char * path, char role, int il, int bits, const char 
 static const char * v_table_tag(int il, int bits, bool outliers, char * err, size_t n) {
     const int rot = kv_vrot();
     if (rot < 0) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_VROT=%s: 1 (rotate NUQ value caches) or 0", getenv("GGML_EXT_KV_VROT"));
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_VROT=%s: 1 (rotate NUQ value caches) or 0", ggml_ext_setting_text(GGML_EXT_SETTING_KV_VROT));
         return NULL;
     }
     if (rot) {
         return outliers ? "_ro" : "_r";
     }
-    const char * env = getenv("GGML_EXT_KV_VTABLE");
-    if (env && env[0] && strcmp(env, "token") && strcmp(env, "block")) {
+    const int vtable = ggml_ext_settings_kv_vtable();
+    if (vtable < 0) {
         snprintf(err, n, "ggml-ext: GGML_EXT_KV_VTABLE=%s: block (tables fitted on 64-value blocks, the default "
-                 "where the calibration has them) or token", env);
+                 "where the calibration has them) or token", ggml_ext_setting_text(GGML_EXT_SETTING_KV_VTABLE));
         return NULL;
     }
     char name[64];
     snprintf(name, sizeof(name), "kvq.%d.v_nuq%d%s", il, bits, outliers ? "_bo" : "_b");
-    const bool block = env && !strcmp(env, "block") ? true : !(env && !strcmp(env, "token")) &&
-                                                              ggml_get_tensor(loaded_ctx, name) != NULL;
+    const bool block = vtable == GGML_EXT_KV_VTABLE_BLOCK ||
+                       (vtable == GGML_EXT_KV_VTABLE_AUTO && ggml_get_tensor(loaded_ctx, name) != NULL);
     return block ? (outliers ? "_bo" : "_b") : (outliers ? "_o" : "");
 }
 
@@ -307,7 +290,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
     if (kblock < 0) {
         snprintf(err, n, "ggml-ext: GGML_EXT_KV_KBLOCK=%s: 1 (per-block token scales over the keys' channel scales, "
                  "the default where the calibration has their tables) or 0 (per-channel scales alone)",
-                 getenv("GGML_EXT_KV_KBLOCK"));
+                 ggml_ext_setting_text(GGML_EXT_SETTING_KV_KBLOCK));
         return -1;
     }
     // a cache in device memory (CUDA) takes the same keys: the CUDA writer's block-scaled keys are the CPU's bit for bit
@@ -471,28 +454,21 @@ static struct ggml_tensor * check_against_reference(struct ggml_context * ctx, s
 }
 
 // The decode op (patch 0320; ggml-ext-kvquant.h): attention straight from the pre-RoPE cache for graphs of few
-// tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path), "fused" for any number of tokens (the
-// tests: prefill batches through the same kernel), "check" as fused plus the reference beside it (above), unset /
-// "auto" up to GGML_EXT_KV_ATTN_MAX_TOKENS (16).
+// tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path, on the CPU and on a GPU alike), "fused" for
+// any number of tokens (the tests: prefill batches through the same kernel), "check" as fused plus the reference
+// beside it (above), unset / "auto" up to KV_ATTN_MAX_TOKENS.
 struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
                                             struct ggml_tensor * v, struct ggml_tensor * kq_mask,
                                             struct ggml_tensor * sinks, float kq_scale, float max_bias, float softcap,
                                             const struct ggml_tensor * k_roped, struct ggml_tensor * k_pos) {
-    const char * mode  = getenv("GGML_EXT_KV_ATTN");
-    const bool   check = mode && !strcmp(mode, "check");
-    const bool   force = check || (mode && !strcmp(mode, "fused"));
-    if ((mode && !strcmp(mode, "ref")) || kv_krot() == 1) {
+    const int  mode  = ggml_ext_settings_kv_attn();
+    const bool check = mode == GGML_EXT_KV_ATTN_CHECK;
+    const bool force = check || mode == GGML_EXT_KV_ATTN_FUSED;
+    if (mode == GGML_EXT_KV_ATTN_REF || kv_krot() == 1) {
         return NULL;  // GGML_EXT_KV_KROT: keys stored after RoPE (and rotated): the reference path reads them
     }
-    long         max_tokens = 16;
-    const char * mt         = getenv("GGML_EXT_KV_ATTN_MAX_TOKENS");
-    if (mt && mt[0]) {
-        char * end;
-        max_tokens = strtol(mt, &end, 10);
-        max_tokens = *end ? 16 : max_tokens;
-    }
     if (sinks || max_bias != 0.0f || softcap != 0.0f || !k_roped || k_roped->op != GGML_OP_ROPE || q->ne[3] != 1 ||
-        (!force && q->ne[2] > max_tokens)) {
+        (!force && q->ne[2] > KV_ATTN_MAX_TOKENS)) {
         return NULL;
     }
     // where the cache lives: host memory (the op's CPU functions read it), or a CUDA device's (a GGML_EXT_CUDA build:
@@ -502,12 +478,9 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
         return NULL;
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
-    // On CUDA the op is the default since session 12 (GGML_EXT_KV_ATTN_CUDA=0: the dequantize-and-rope path): its
-    // kernels decode at 0.96-1.51x that path's speed on the H100 (docs/BENCHMARKS.md "KVQuant on the H100, session
-    // 12") and need no f16 copy of the layer's cache
-    const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
-    const bool   cuda_op   = !(cuda_env && !strcmp(cuda_env, "0"));
-    const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() &&
+    // On CUDA the op runs too: its kernels decode at 0.96-1.51x the dequantize-and-rope path's speed on the H100
+    // (docs/KVQUANT.md "The CUDA path") and need no f16 copy of the layer's cache
+    const bool on_device = !on_host && ggml_ext_has_cuda() &&
                            !strncmp(ggml_backend_buffer_name(kb->buffer), "CUDA", 4) &&
                            !strncmp(ggml_backend_buffer_name(vb->buffer), "CUDA", 4);
     if (!on_host && !on_device) {
@@ -538,8 +511,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
     // for the block kernel (blocks for every SM), ~256 of 64-512 where the split kernel takes the op (kvquant_attn_cuda.cu's
     // k_split, where ggml_ext_kvquant_attn_split_build picks it: its 8 warps take 8+ cells each, and the combine merges fewer
-    // ranges). GGML_EXT_KV_ATTN_CHUNK=N: N cells per
-    // range on either (tuning)
+    // ranges)
     int chunk = 0;
     if (on_device) {
         const int64_t n_kv  = k->ne[2];
@@ -552,10 +524,6 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
             chunk = (int) ((n_kv / 512 + 31) / 32 * 32);
             chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
         }
-    }
-    const char * ch = getenv("GGML_EXT_KV_ATTN_CHUNK");
-    if (ch && atoi(ch) > 0) {
-        chunk = atoi(ch);
     }
     char                 why[160];
     struct ggml_tensor * out =
@@ -630,7 +598,7 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
     }
     const int krot = kv_krot();
     if (krot < 0) {
-        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KROT=%s: 1 (NUQ keys after RoPE, rotated) or 0", getenv("GGML_EXT_KV_KROT"));
+        snprintf(err, n, "ggml-ext: GGML_EXT_KV_KROT=%s: 1 (NUQ keys after RoPE, rotated) or 0", ggml_ext_setting_text(GGML_EXT_SETTING_KV_KROT));
         goto done;
     }
     if (role == 'k' && !krot) {

@@ -7,6 +7,7 @@
 // 0315) hands every weight to ggml_ext_llama_dec_attach, which checks the side file's residual of it
 // against its shape and type and remembers it by the weight's address (as the OOC side-cars are); the
 // linear hook then adds DEC_MUL_MAT after the weight's matmul in graphs of one token (decode) only.
+#include "common/settings.h"
 #include "ggml-ext-qdec.h"
 #include "ggml-ext-ops.h"
 #include "ggml-backend-impl.h"
@@ -178,8 +179,7 @@ const char * ggml_ext_llama_dec(void) {
     if (dec_path_set) {
         return dec_path_set;
     }
-    const char * env = getenv("GGML_EXT_DEC");
-    return env && env[0] ? env : NULL;
+    return ggml_ext_settings_dec();
 }
 
 int ggml_ext_llama_set_dec(const char * path) {
@@ -355,17 +355,17 @@ static int dec_settings(int k[DEC_NTYPES], int ntb[DEC_NTYPES], char * err, size
     if (dec_cfg_set) {
         memcpy(k, dec_cfg_k, sizeof(int) * DEC_NTYPES);
         memcpy(ntb, dec_cfg_ntb, sizeof(int) * DEC_NTYPES);
-    } else if (getenv("GGML_EXT_DEC_CONFIG") && getenv("GGML_EXT_DEC_CONFIG")[0]) {
-        if (read_config(getenv("GGML_EXT_DEC_CONFIG"), k, ntb, err, n) != 0) {
+    } else if (ggml_ext_settings_dec_config()) {
+        if (read_config(ggml_ext_settings_dec_config(), k, ntb, err, n) != 0) {
             return -1;
         }
     }
-    const char * ek = getenv("GGML_EXT_DEC_K");
-    const char * en = getenv("GGML_EXT_DEC_NTB");
-    if (ek && ek[0] && parse_spec("GGML_EXT_DEC_K", ek, DEC_K_MAX, k, err, n) != 0) {
+    const char * ek = ggml_ext_settings_dec_k();
+    const char * en = ggml_ext_settings_dec_ntb();
+    if (ek && parse_spec("GGML_EXT_DEC_K", ek, DEC_K_MAX, k, err, n) != 0) {
         return -1;
     }
-    if (en && en[0] && parse_spec("GGML_EXT_DEC_NTB", en, DEC_NTB_MAX, ntb, err, n) != 0) {
+    if (en && parse_spec("GGML_EXT_DEC_NTB", en, DEC_NTB_MAX, ntb, err, n) != 0) {
         return -1;
     }
     for (int i = 0; i < DEC_NTYPES; i++) {
@@ -813,10 +813,7 @@ struct ggml_tensor * ggml_ext_llama_dec_linear(struct ggml_context * ctx, struct
     if (cur->nb[0] != sizeof(float)) {
         cur = ggml_cont(ctx, cur);
     }
-    const char * mode_env = getenv("GGML_EXT_DEC_MODE");
-    const enum ggml_ext_qdec_mode mode =
-        mode_env && strcmp(mode_env, "exact") == 0 ? GGML_EXT_QDEC_EXACT : GGML_EXT_QDEC_APPROX;
-    struct ggml_tensor * out = ggml_ext_dec_mul_mat(ctx, result, cur, e.r, e.s, k[e.type], mode, e.bounds[0],
+    struct ggml_tensor * out = ggml_ext_dec_mul_mat(ctx, result, cur, e.r, e.s, k[e.type], GGML_EXT_QDEC_APPROX, e.bounds[0],
                                                     b15_for(&e, k[e.type]));
     ggml_ext_dec_mul_mat_set_n_tb(out, ntb[e.type]);
     return out;
