@@ -583,7 +583,7 @@ def test_type_table_matches_pinned_tree():
         pytest.skip(f"pinned llama.cpp tree ({PINNED_COMMIT}) not present; fetch it with "
                     "`python3 scripts/fetch_llama_cpp.py tree`")
     ggml_h = (tree / "ggml/include/ggml.h").read_text()
-    ggml_c = (tree / "ggml/src/backend.c").read_text()
+    ggml_c = (tree / "ggml/src/ggml.c").read_text()
     common = (tree / "ggml/src/ggml-common.h").read_text()
 
     enum_body = re.search(r"enum ggml_type\s*\{(.*?)\};", ggml_h, re.S).group(1)

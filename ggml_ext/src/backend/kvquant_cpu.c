@@ -1,5 +1,5 @@
 // The KVQuant cache types NUQ4 / NUQ3 / NUQ2 in ggml-cpu (docs/KVQUANT.md "In llama.cpp's cache"): which
-// ops the CPU backend runs on them. Values only for now: appending (set_rows, cpy from F32/F16 through the
+// ops the CPU backend runs on them. As values: appending (set_rows, cpy from F32/F16 through the
 // CPU traits' from_float, patch 0110), reading rows back (get_rows, cpy to F32 through to_float) and flash
 // attention with a NUQ V (ggml's one_chunk path dequantizes each V row with to_float). A NUQ K needs the
 // pre-RoPE key path (docs/KVQUANT.md) and is refused; no matmul.

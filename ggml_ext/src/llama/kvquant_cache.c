@@ -293,12 +293,11 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                  ggml_ext_setting_text(GGML_EXT_SETTING_KV_KBLOCK));
         return -1;
     }
-    // a cache in device memory (CUDA) takes the same keys: the CUDA writer's block-scaled keys are the CPU's bit for bit
-    // since session 12 (tests/c/test_kvquant_cuda.cpp; in session 11 its outlier slot differed and a GPU cache was
-    // keyed per channel)
+    // a cache in device memory (CUDA) takes the same keys: the CUDA writer's block-scaled keys are the CPU's bit for
+    // bit (tests/c/test_kvquant_cuda.cpp)
     // the default keys 2-bit caches per channel alone: at full context the block scale made nuq2 worse on both
-    // models (H100, session 12: Gemma-3-270M 32768 +53.1% vs +48.2%, SmolLM2 8192 +55.0% vs +41.7%) while it helps
-    // nuq3 (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/BENCHMARKS.md "KVQuant on the H100, session 12"
+    // models (H100: Gemma-3-270M 32768 +53.1% vs +48.2%, SmolLM2 8192 +55.0% vs +41.7%) while it helps nuq3
+    // (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/BENCHMARKS.md "KVQuant on the H100"
     if (kblock == 2 && bits < 3) {
         kblock = 0;
     }
