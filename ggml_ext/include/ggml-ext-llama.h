@@ -1,5 +1,5 @@
 // ggml-ext's hooks in llama.cpp's graph and KV cache (patch 0300), compiled into libllama:
-// ggml_ext/src/llama. Both default to changing nothing; ggml-ext's formats add their rules in the glue,
+// ggml_ext/src/llama. Both default to changing nothing; ggml-ext's formats add their rules in src/llama,
 // and a program (or a test) may register a callback that sees every call.
 #pragma once
 
@@ -67,7 +67,7 @@ GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
 // ---- pre-RoPE keys (KVQuant K cache; patch 0307) ----
 
 // ggml_ext_kvquant_bind (ggml-ext.h) for a pre-RoPE key cache: defined in ggml-base beside it, declared here
-// (its one caller is the glue) so that ggml.c and the other ggml sources that include ggml-ext.h need no
+// (its one caller is src/llama) so that ggml.c and the other ggml sources that include ggml-ext.h need no
 // rebuild for it.
 // Keys per channel: rows of row_values channels (a multiple
 // of 64) lie back to back in [data, data + nbytes); channel c of every row is normalised with the
@@ -75,8 +75,8 @@ GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
 // channel order), rounded to `levels` and read back as values[i] * half[c] + mid[c]. The blocks keep the
 // value blocks' bytes (indices in channel order; their own mid / half fp16 0 / 1, counts 0).
 GGML_EXT_API int ggml_ext_kvquant_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values,
-                                        const float * levels, const float * values, const float * mid,
-                                        const float * half, char * err, size_t n);
+                                            const float * levels, const float * values, const float * mid,
+                                            const float * half, char * err, size_t n);
 
 // Whether a K cache of `type` holds keys before RoPE (the KVQuant types): build_attn then stores the K its
 // model had before RoPE and ropes the dequantized cache at attention, with the positions of the cells.

@@ -70,7 +70,7 @@ GGML_EXT_API int ggml_ext_qdec_bucket(float v, float b0, float b15);
 
 // The channels of one row x[0..K) the op compensates, ascending, into sel (room for K); returns their count.
 GGML_EXT_API int64_t ggml_ext_qdec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_qdec_mode mode,
-                                         float b0, float b15, int32_t * sel);
+                                          float b0, float b15, int32_t * sel);
 
 // The thread blocks of the CUDA kernel's residual GEMV (the paper's n_tb; op param 4): 0 (the default)
 // lets the backend choose (one per SM). The CPU ignores it. n_tb >= 0.

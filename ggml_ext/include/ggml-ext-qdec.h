@@ -1,5 +1,5 @@
 // QDEC in llama.cpp (docs/QDEC.md, "In llama.cpp"): the side file of `ggml-ext calibrate dec`, mapped by
-// the glue (ggml_ext/src/llama/qdec.c, in libllama); patch 0315 (the model loader), 0316 (common's
+// src/llama/qdec.c (in libllama); patch 0315 (the model loader), 0316 (common's
 // --dec / --dec-k / --dec-ntb / --dec-config), 0317 (ggml-cuda reads the residual buffer in place).
 // Its own header so that the llama sources including ggml-ext-llama.h need no rebuild for it.
 #pragma once

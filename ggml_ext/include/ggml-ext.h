@@ -225,7 +225,7 @@ struct ggml_ext_kvquant_layer;
 
 // A layer's quantizer, or NULL with a message in err (err_size bytes, may be 0) naming the bad field.
 GGML_EXT_API struct ggml_ext_kvquant_layer * ggml_ext_kvquant_layer_new(const struct ggml_ext_kvquant_config * cfg, char * err,
-                                                                size_t err_size);
+                                                                        size_t err_size);
 GGML_EXT_API void   ggml_ext_kvquant_layer_free(struct ggml_ext_kvquant_layer * layer);
 GGML_EXT_API size_t ggml_ext_kvquant_k_row_size(const struct ggml_ext_kvquant_layer * layer);
 GGML_EXT_API size_t ggml_ext_kvquant_v_row_size(const struct ggml_ext_kvquant_layer * layer);
@@ -245,13 +245,13 @@ GGML_EXT_API void ggml_ext_kvquant_dequantize_v(const struct ggml_ext_kvquant_la
 // the rows (faster: each row is read once, RoPE's cos/sin computed once per token), q holding
 // n_kv_heads * n_q query heads, head-major (GQA's grouping), scores n_kv_heads * n_q rows of n_tokens.
 GGML_EXT_API void ggml_ext_kvquant_k_scores(const struct ggml_ext_kvquant_layer * layer, int head, const float * q, int n_q,
-                                        const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
-                                        float * scores);
+                                            const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
+                                            float * scores);
 // out[g * head_dim + c] = sum_t w[g * n_tokens + t] * V_t[head * head_dim + c] (overwrites out);
 // head = -1: every KV head, w and out holding n_kv_heads * n_q query heads, head-major.
 GGML_EXT_API void ggml_ext_kvquant_v_accumulate(const struct ggml_ext_kvquant_layer * layer, int head, const float * w,
-                                            int n_q, const void * v_rows, size_t row_stride, int n_tokens,
-                                            float * out);
+                                                int n_q, const void * v_rows, size_t row_stride, int n_tokens,
+                                                float * out);
 
 // The implementation the two kernels run for this layer ("generic", "avx2", "neon"), and a switch
 // for tests and benchmarks: ggml_ext_kvquant_force("generic") runs the scalar reference from then on,
@@ -268,7 +268,7 @@ GGML_EXT_API int          ggml_ext_kvquant_force(const char * name);
 // replaces it (the memory of a freed cache, reused). Rows outside every binding use uniform levels.
 // Returns 0, or -1 with err filled (type not a KVQuant cache type, a bad table, no room).
 GGML_EXT_API int ggml_ext_kvquant_bind(const void * data, size_t nbytes, int type, const float * levels,
-                                   const float * values, char * err, size_t n);
+                                       const float * values, char * err, size_t n);
 // Forgets the binding that starts at data (the cache is freed); 0, or -1 when there is none.
 GGML_EXT_API int ggml_ext_kvquant_unbind(const void * data);
 // The KV cache type called `name` (ggml's type name: "nuq4"), -1 when none: what -ctk / -ctv accept

@@ -409,7 +409,7 @@ static void dec_reference(const dec_case & c, const dec_inputs & in, std::vector
         // the library's selection of this row is the same list
         std::vector<int32_t> lib(c.K);
         const int64_t        n = ggml_ext_qdec_select(x, c.K, c.k_chunk, (ggml_ext_qdec_mode) c.mode, in.b0, in.b15,
-                                                     lib.data());
+                                                      lib.data());
         CHECK(n == (int64_t) sel.size(), "%s: row %lld selects %lld channels, want %zu", c.name().c_str(),
               (long long) t, (long long) n, sel.size());
         for (int64_t i = 0; i < n && i < (int64_t) sel.size(); i++) {

@@ -87,10 +87,10 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
     ggml_backend_buffer_clear(cbuf, 0);
     char err[256] = "";
     int  rc = ggml_ext_kvquant_bind_opts(kc->data, ggml_nbytes(kc), (int) kt, D, tk.levels, tk.values, k_mid.data(),
-                                     k_half.data(), c.outliers, c.n_sink, err, sizeof(err));
+                                         k_half.data(), c.outliers, c.n_sink, err, sizeof(err));
     if (v_nuq) {
         rc |= ggml_ext_kvquant_bind_opts(vc->data, ggml_nbytes(vc), (int) vt, D, tv.levels, tv.values, nullptr, nullptr,
-                                     c.outliers, c.n_sink, err, sizeof(err));
+                                         c.outliers, c.n_sink, err, sizeof(err));
     }
     if (c.kblock) {
         rc |= ggml_ext_kvquant_key_blocks(kc->data, 1);
@@ -172,7 +172,7 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
                                1.0f, 32.0f, 1.0f };
     char          why[160] = "";
     ggml_tensor * out = ggml_ext_kvquant_attn(ctx, tq, k, v, tm, tp, tff, &rope, tnw, 1e-6f, 1.0f / std::sqrt((float) hd),
-                                          c.chunk, why, sizeof(why));
+                                              c.chunk, why, sizeof(why));
     CHECK(out != nullptr, "ggml_ext_kvquant_attn: %s", why);
     std::vector<float> res;
     if (out) {

@@ -84,7 +84,7 @@ static void run(const struct cfg * c) {
         return;
     }
     if (c->v_type && ggml_ext_kvquant_bind_opts(V->data, ggml_nbytes(V), vt, D, vlev, vlev, NULL, NULL, 1, n_sink, err,
-                                            sizeof(err))) {
+                                                sizeof(err))) {
         printf("FAIL %s: bind V: %s\n", c->name, err);
         failed++;
         return;
@@ -153,7 +153,7 @@ static void run(const struct cfg * c) {
                                            V->nb[1] * n_kv, 0);
     char                 why[160] = "";
     struct ggml_tensor * out = ggml_ext_kvquant_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, nw, eps, scale, c->chunk, why,
-                                                 sizeof(why));
+                                                     sizeof(why));
     if (!out) {
         printf("FAIL %s: op refused: %s\n", c->name, why);
         failed++;
@@ -302,7 +302,7 @@ static int bench(int n_kv, int threads, int k_bits, int v_nuq) {
         struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, 1, ggml_row_size(vt, hd), V->nb[1], ggml_nbytes(V), 0);
         char                 why[160];
         ggml_build_forward_expand(g[0], ggml_ext_kvquant_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, NULL, 0.0f, 0.125f, 0,
-                                                          why, sizeof(why)));
+                                                              why, sizeof(why)));
         struct ggml_tensor * kf = ggml_reshape_3d(ctx, ggml_cast(ctx, kv, GGML_TYPE_F32), hd, n_hkv, n_kv);
         struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, NULL, hd, GGML_ROPE_TYPE_NORMAL, 8192, 100000.0f, 1.0f, 0.0f,
                                                 1.0f, 32.0f, 1.0f);

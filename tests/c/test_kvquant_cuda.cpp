@@ -90,14 +90,14 @@ static bool make_caches(caches & c, ggml_backend_t be, const setup & s) {
     ggml_backend_buffer_clear(c.buf, 0);
     char err[256] = "";
     int  rc       = ggml_ext_kvquant_bind_opts(c.v->data, ggml_nbytes(c.v), s.type, D_V, s.tv.levels, s.tv.values, nullptr,
-                                           nullptr, s.outliers, s.n_sink, err, sizeof(err));
+                                               nullptr, s.outliers, s.n_sink, err, sizeof(err));
     rc |= ggml_ext_kvquant_bind_opts(c.k->data, ggml_nbytes(c.k), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
-                                 s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+                                     s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
     rc |= ggml_ext_kvquant_bind_opts(c.kb->data, ggml_nbytes(c.kb), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
-                                 s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+                                     s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
     rc |= ggml_ext_kvquant_key_blocks(c.kb->data, 1) != 0 ? (snprintf(err, sizeof(err), "key_blocks"), 1) : 0;
     rc |= ggml_ext_kvquant_bind_opts(c.v2->data, ggml_nbytes(c.v2), s.type, D_V, s.tv2.levels, s.tv2.values, nullptr,
-                                 nullptr, s.outliers, s.n_sink, err, sizeof(err));
+                                     nullptr, s.outliers, s.n_sink, err, sizeof(err));
     CHECK(rc == 0, "bind on %s: %s", ggml_backend_name(be), err);
     return rc == 0;
 }

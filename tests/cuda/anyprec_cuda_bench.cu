@@ -34,10 +34,10 @@
 extern "C" {
 typedef uint16_t ggml_ext_fp16_t;
 int     ggml_ext_anyprec_gemv_ref(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
-                              const float *, float *);
+                                  const float *, float *);
 int     ggml_ext_anyprec_pack_tables(const float *, int64_t, int64_t, int64_t, int, int, ggml_ext_fp16_t *);
 int     ggml_ext_anyprec_dequantize(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
-                                int, float *);
+                                    int, float *);
 int64_t ggml_ext_anyprec_row_table_len(int, int);
 }
 
@@ -333,7 +333,7 @@ int main() {
 #pragma omp parallel for schedule(dynamic)
             for (int t = 0; t < NTB; t++) {
                 ggml_ext_anyprec_gemv_ref(planes.data(), t16.data(), 0, n, n, k, S, b, x.data() + t * k,
-                                      want.data() + t * n);
+                                          want.data() + t * n);
                 for (int64_t r = 0; r < n; r++) {
                     double m = 0;
                     for (int64_t j = 0; j < k; j++) m += fabs((double) deq[r * k + j] * x[t * k + j]);

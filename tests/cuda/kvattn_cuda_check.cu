@@ -49,7 +49,7 @@ static void check(const cfg & c) {
     ggml_tensor *    K   = ggml_new_tensor_2d(ctx, (ggml_type) type, D, n_cells);
     char             err[256] = "";
     CHECK(ggml_ext_kvquant_bind_opts(K->data, ggml_nbytes(K), type, D, levels, values, mid.data(), half.data(), 1, 0, err,
-                                 sizeof(err)) == 0,
+                                     sizeof(err)) == 0,
           "bind: %s", err);
     const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) type);
     std::vector<float>       x(D);
@@ -94,7 +94,7 @@ static void check(const cfg & c) {
                                      K->nb[1] * n_cells, 0);
     char          why[160] = "";
     ggml_tensor * out = ggml_ext_kvquant_attn(ctx, q, k4, k4, mask, pos, ff, &rope, c.norm ? w : nullptr, eps, 1.0f, 0, why,
-                                          sizeof(why));
+                                              sizeof(why));
     CHECK(out != nullptr, "ggml_ext_kvquant_attn: %s", why);
     if (!out) {
         ggml_free(ctx);

@@ -63,8 +63,8 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     char                 err[256] = "";
     if (bound) {
         const int rc = ggml_ext_kvquant_bind_opts(ref.data(), N_ROWS * row_bytes, type, D, levels, values,
-                                              key ? mid.data() : nullptr, key ? half.data() : nullptr, outliers, n_sink,
-                                              err, sizeof(err));
+                                                  key ? mid.data() : nullptr, key ? half.data() : nullptr, outliers, n_sink,
+                                                  err, sizeof(err));
         CHECK(rc == 0, "bind: %s", err);
         if (kblock) {
             CHECK(ggml_ext_kvquant_key_blocks(ref.data(), 1) == 0, "key_blocks");
@@ -238,9 +238,9 @@ static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
     ggml_backend_buffer_clear(buf, 0);
     char err[256] = "";
     CHECK(ggml_ext_kvquant_bind_opts(v->data, ggml_nbytes(v), type, DV, levels, values, nullptr, nullptr, outliers, n_sink,
-                                 err, sizeof(err)) == 0, "bind v: %s", err);
+                                     err, sizeof(err)) == 0, "bind v: %s", err);
     CHECK(ggml_ext_kvquant_bind_opts(k->data, ggml_nbytes(k), type, DK, levels, values, mid.data(), half.data(), outliers,
-                                 n_sink, err, sizeof(err)) == 0, "bind k: %s", err);
+                                     n_sink, err, sizeof(err)) == 0, "bind k: %s", err);
     CHECK(!kblock || ggml_ext_kvquant_key_blocks(k->data, 1) == 0, "key_blocks");
     std::vector<int64_t> cells = { 5, 31, 0, 17, 2, 29, 11 };
     std::vector<int32_t> pos   = { 0, 40, 41, 42, 43, 44, 45 };  // cell 5 holds position 0: a sink row with n_sink

@@ -12,7 +12,7 @@
 #    include <arm_neon.h>
 
 int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
     if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
         return -1;
     }

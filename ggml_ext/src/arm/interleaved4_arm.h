@@ -68,8 +68,8 @@ typedef void (*ggml_ext_interleaved4_arm_tile_fn)(GGML_EXT_INTERLEAVED4_ARM_TILE
 // while all tiles pass over it; tiles of 4T rows (tileT), then single 4-row tiles (tile1).
 // Always inlined with always-inlined tiles: the tiles' loops are compiled in place.
 GGML_EXT_INLINE void ggml_ext_interleaved4_arm_gemm_driver(int N, int T, ggml_ext_interleaved4_arm_tile_fn tileT, ggml_ext_interleaved4_arm_tile_fn tile1,
-                                                 int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
-                                                 int nc) {
+                                                           int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
+                                                           int nc) {
     const int                     nb    = n / 32, ng = nc / N, nt = nr / 4;
     const size_t                  group = (size_t) nb * N * sizeof(ggml_ext_block_q4_0);  // bytes of one row group
     const int                     GB    = group >= GGML_EXT_INTERLEAVED4_ARM_COLBLOCK_BYTES ? 1 : (int) (GGML_EXT_INTERLEAVED4_ARM_COLBLOCK_BYTES / group);

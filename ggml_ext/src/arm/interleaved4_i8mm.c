@@ -98,7 +98,7 @@ INLINE void gemm_4x8_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
     }                                                                                                           \
     static void gemm_##values##_4x8_i8mm(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                                 \
         ggml_ext_interleaved4_arm_gemm_driver(4, 2, tile_##values##_4x8_8rows, tile_##values##_4x8_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                    \
+                                              nr, nc);                                                                    \
     }
 GEMM_4X8(q4_0, 0)
 GEMM_4X8(iq4_nl, 1)
@@ -141,7 +141,7 @@ INLINE void tile_8x8_4rows_f(int fam, const ggml_ext_block_q8_0x4 * a, int nb, c
     }                                                                                                          \
     static void gemm_##values##_8x8_i8mm(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                                \
         ggml_ext_interleaved4_arm_gemm_driver(8, 1, tile_##values##_8x8_4rows, tile_##values##_8x8_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                   \
+                                              nr, nc);                                                                   \
     }
 GEMM_8X8(q4_0, 0)
 GEMM_8X8(iq4_nl, 1)

@@ -215,7 +215,7 @@ INLINE void gemm_4x4_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
     }                                                                                                            \
     static void gemm_##values##_4x4_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                               \
         ggml_ext_interleaved4_arm_gemm_driver(4, 4, tile_##values##_4x4_16rows, tile_##values##_4x4_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                     \
+                                              nr, nc);                                                                     \
     }
 ENTRIES_4X4(q4_0, 0)
 ENTRIES_4X4(iq4_nl, 1)
@@ -335,7 +335,7 @@ INLINE void gemm_tile_b8_dotprod(int fam, int N, const ggml_ext_block_q8_0x4 * a
     }                                                                                                     \
     static void gemm_##values##_##N##x8_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                    \
         ggml_ext_interleaved4_arm_gemm_driver(N, 1, tile_##values##_##N##x8, tile_##values##_##N##x8, n, s, bs, vx, vy, \
-                                    nr, nc);                                                              \
+                                              nr, nc);                                                              \
     }
 ENTRIES_B8(q4_0, 0, 4)
 ENTRIES_B8(q4_0, 0, 8)

@@ -76,7 +76,7 @@ INLINE void decode_block(int bits, const uint8_t * blk, uint8x16x4_t tb, const f
 }
 
 void ggml_ext_kvquant_block_decode_neon(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                    const float * table, const float * mid, const float * half, float * out) {
+                                        const float * table, const float * mid, const float * half, float * out) {
     const uint8x16x4_t tb = vld1q_u8_x4((const uint8_t *) table);
     for (int64_t i = 0; i < n_blocks; i++) {
         const uint8_t * blk = (const uint8_t *) blocks + (size_t) i * block_bytes;

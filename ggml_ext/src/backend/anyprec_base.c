@@ -13,7 +13,7 @@ static const struct ggml_ext_type_info * anyprec(int type) {
 }
 
 size_t ggml_ext_anyprec_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
-                                           int64_t n_per_row, const float * imatrix) {
+                                               int64_t n_per_row, const float * imatrix) {
     (void) src, (void) dst, (void) start, (void) nrows, (void) n_per_row, (void) imatrix;
     const struct ggml_ext_type_info * t = anyprec(type);
     fprintf(stderr,

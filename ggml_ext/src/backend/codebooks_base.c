@@ -32,7 +32,7 @@ static const struct ggml_ext_type_info * codebooks(int type) {
 #include "ggml-ext-types.def"
 
 size_t ggml_ext_codebooks_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
-                                          int64_t n_per_row, const float * imatrix) {
+                                                 int64_t n_per_row, const float * imatrix) {
     const struct ggml_ext_type_info * t = codebooks(type);
     if (!t || n_per_row <= 0 || start % n_per_row != 0) {
         return 0;
@@ -44,7 +44,7 @@ size_t ggml_ext_codebooks_quantize_chunk_imatrix(int type, const float * src, vo
     }
     const size_t row_bytes = (size_t) (n_per_row / GGML_EXT_QK_CB) * (size_t) t->type_size;
     const size_t q         = ggml_ext_codebooks_quantize(t->layout, src + start, (char *) dst + (start / n_per_row) * row_bytes,
-                                                  nrows, n_per_row, imatrix);
+                                                         nrows, n_per_row, imatrix);
     if (q == 0 && nrows > 0) {
         fprintf(stderr, "ggml_ext_quantize_chunk: %s: a weight or importance value is not finite (or < 0)\n",
                 t->name);

@@ -84,7 +84,7 @@ size_t ggml_ext_quantize_chunk(int type, const float * src, void * dst, int64_t 
 }
 
 size_t ggml_ext_interleaved4_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
-                                          int64_t n_per_row, const float * imatrix) {
+                                                    int64_t n_per_row, const float * imatrix) {
     const struct ggml_ext_type_info * t = interleaved4(type);
     if (!t) {
         return 0;

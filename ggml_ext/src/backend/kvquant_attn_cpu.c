@@ -336,10 +336,10 @@ static bool rows_readable(const struct ggml_tensor * t, int64_t n) {
 #define WHY(...) (snprintf(why, why_size, __VA_ARGS__), (struct ggml_tensor *) NULL)
 
 struct ggml_tensor * ggml_ext_kvquant_attn(struct ggml_context * ctx, struct ggml_tensor * q, struct ggml_tensor * k,
-                                       struct ggml_tensor * v, struct ggml_tensor * mask, struct ggml_tensor * k_pos,
-                                       struct ggml_tensor * freq_factors, const struct ggml_ext_kvquant_rope * rope,
-                                       struct ggml_tensor * k_norm_w, float k_norm_eps, float scale, int chunk,
-                                       char * why, size_t why_size) {
+                                           struct ggml_tensor * v, struct ggml_tensor * mask, struct ggml_tensor * k_pos,
+                                           struct ggml_tensor * freq_factors, const struct ggml_ext_kvquant_rope * rope,
+                                           struct ggml_tensor * k_norm_w, float k_norm_eps, float scale, int chunk,
+                                           char * why, size_t why_size) {
     const int64_t hd = k->ne[0], n_hkv = k->ne[1], n_kv = k->ne[2], n_stream = k->ne[3], hdv = v->ne[0];
     if (q->type != GGML_TYPE_F32 || q->ne[0] != hd || q->ne[3] != 1) {
         return WHY("q is not F32 [%lld, n_head, n_tokens]", (long long) hd);

@@ -6,7 +6,7 @@
 // (formats/kvquant: 64 B-bit indices, fp16 mid / half, u16 kept / dropped = 0), so the bytes, the
 // rounding and the dequantization are ggml_ext_kvquant_quantize_v / _dequantize_v's, with the layer's nuqB
 // table. to_float / from_float get only a pointer: the table is the one bound to the address range the
-// pointer lies in (ggml_ext_kvquant_bind, called by the llama glue when a cache is allocated), else uniform
+// pointer lies in (ggml_ext_kvquant_bind, called from src/llama when a cache is allocated), else uniform
 // levels. Readers (the attention and set_rows threads) scan the bindings without a lock; writers take
 // one. A binding's layer is never freed while the process runs (a reader may hold it), but identical
 // tables share one layer, so re-creating contexts does not grow memory.
@@ -87,7 +87,7 @@ static int type_bits(int type) {
 
 // A one-head, 64-channel value layer with the given table (levels doubles as the unused key table).
 static struct ggml_ext_kvquant_layer * make_layer(int bits, const float * levels, const float * values, char * err,
-                                              size_t n) {
+                                                  size_t n) {
     float k_lo[KVQ_BLOCK], k_hi[KVQ_BLOCK];
     for (int i = 0; i < KVQ_BLOCK; i++) {
         k_lo[i] = -1.0f;
@@ -299,7 +299,7 @@ static int bind(const void * data, size_t nbytes, int type, const float * levels
 }
 
 int ggml_ext_kvquant_bind(const void * data, size_t nbytes, int type, const float * levels, const float * values,
-                      char * err, size_t en) {
+                          char * err, size_t en) {
     return bind(data, nbytes, type, levels, values, 0, NULL, NULL, 0, 0, 0, err, en);
 }
 
@@ -340,7 +340,7 @@ static int keep_key_scales(int64_t n, const float * mid, const float * half, con
 }
 
 int ggml_ext_kvquant_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values, const float * levels,
-                           const float * values, const float * mid, const float * half, char * err, size_t en) {
+                               const float * values, const float * mid, const float * half, char * err, size_t en) {
     if (row_values <= 0 || row_values % KVQ_BLOCK) {
         snprintf(err, en, "kvquant: key rows of %lld channels (must be a multiple of %d)", (long long) row_values,
                  KVQ_BLOCK);
@@ -365,8 +365,8 @@ int ggml_ext_kvquant_bind_keys(const void * data, size_t nbytes, int type, int64
 }
 
 int ggml_ext_kvquant_bind_opts(const void * data, size_t nbytes, int type, int64_t row_values, const float * levels,
-                           const float * values, const float * k_mid, const float * k_half, int outliers, int n_sink,
-                           char * err, size_t en) {
+                               const float * values, const float * k_mid, const float * k_half, int outliers, int n_sink,
+                               char * err, size_t en) {
     if (row_values <= 0 || row_values % KVQ_BLOCK) {
         snprintf(err, en, "kvquant: cache rows of %lld values (must be a multiple of %d)", (long long) row_values,
                  KVQ_BLOCK);
@@ -794,7 +794,7 @@ static void sinks_changed(const struct binding * b) {
 }
 
 void ggml_ext_kvquant_rows_written(const void * data, size_t row_stride, const uint32_t * cells, const int32_t * pos,
-                               uint32_t n) {
+                                   uint32_t n) {
     if (!data || !n) {
         return;
     }
@@ -817,7 +817,7 @@ void ggml_ext_kvquant_rows_written(const void * data, size_t row_stride, const u
 }
 
 size_t ggml_ext_kvquant_side_get(const void * data, size_t row_stride, const uint32_t * cells, uint32_t n, void * buf,
-                             size_t cap) {
+                                 size_t cap) {
     pthread_mutex_lock(&bind_lock);
     struct binding * b    = data ? binding_of(data) : NULL;
     const uint32_t   rv   = b ? (uint32_t) b->row_values : 0;
@@ -858,7 +858,7 @@ size_t ggml_ext_kvquant_side_get(const void * data, size_t row_stride, const uin
 }
 
 int ggml_ext_kvquant_side_set(const void * data, size_t row_stride, const uint32_t * cells, uint32_t n, const void * buf,
-                          size_t size) {
+                              size_t size) {
     uint32_t rows, rv;
     if (!buf || size < 8) {
         return -1;
@@ -981,7 +981,7 @@ KVQ_ROW_FUNCTIONS(NUQ2)
 
 // ggml_quantize_chunk: a KV cache type holds activations appended at run time, not weights
 size_t ggml_ext_kvquant_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,
-                                           int64_t n_per_row, const float * imatrix) {
+                                               int64_t n_per_row, const float * imatrix) {
     (void) src, (void) dst, (void) start, (void) nrows, (void) n_per_row, (void) imatrix;
     fprintf(stderr, "ggml_ext: %s is a KV cache type (-ctk/-ctv), not a weight type\n",
             ggml_ext_type_info_by_id(type)->ggml_name);

@@ -1,7 +1,7 @@
 // The KVQuant cache bindings (backend/kvquant_base.c, ggml-base) as a device backend sees them: the CUDA kernels of
 // the NUQ cache types (cuda/kvquant_cuda.cu, ggml-cuda) find a cache tensor's tables by its ADDRESS as the CPU row
 // functions do. ggml-base keeps the one list of bindings (a CUDA cache tensor is bound with its device address by
-// the same glue call, ggml_ext_llama_kv_bind); a device module registers hooks that mirror what it needs in device
+// the same llama-side call, ggml_ext_llama_kv_bind); a device module registers hooks that mirror what it needs in device
 // memory (per-channel key scales, the sink rows' marks and floats): told when a binding is made or dropped, when
 // the sink marks change (llama.cpp's apply_ubatch, before the graph that writes the rows), and around the state's
 // side blob (the sink floats live in device memory for a device cache). docs/KVQUANT.md "The CUDA path".

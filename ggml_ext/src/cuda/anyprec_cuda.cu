@@ -124,8 +124,8 @@ static cudaError_t apq_launch(const uint8_t * planes, const uint16_t * tables, i
 // most about 50000 (x is staged in shared memory); 1 <= seed_bits <= bits <= 8. Returns cudaErrorInvalidValue
 // for bad arguments.
 extern "C" cudaError_t ggml_ext_anyprec_gemv_cuda(const uint8_t * planes, const uint16_t * tables, int64_t n_rows,
-                                              int64_t n_per_row, int seed_bits, int bits, const float * x, float * y,
-                                              cudaStream_t stream) {
+                                                  int64_t n_per_row, int seed_bits, int bits, const float * x, float * y,
+                                                  cudaStream_t stream) {
     if (n_per_row <= 0 || n_per_row % 32 || seed_bits < 1 || bits < seed_bits || bits > 8 || n_rows < 0) {
         return cudaErrorInvalidValue;
     }
@@ -185,7 +185,7 @@ static __global__ void apq_relayout_kernel(const uint8_t * __restrict__ planes, 
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_relayout_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
-                                                  int parent_bits, uint8_t * out, cudaStream_t stream) {
+                                                      int parent_bits, uint8_t * out, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
         return cudaErrorInvalidValue;
     }
@@ -1150,9 +1150,9 @@ static cudaError_t rl13_bits(int b, int count, const uint8_t * const * rl, const
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_multi_cuda(int count, const uint8_t * const * rl,
-                                                       const uint16_t * const * tables, const int64_t * n_rows,
-                                                       int64_t n_per_row, int seed_bits, int bits, const float * x,
-                                                       float * const * y, cudaStream_t stream) {
+                                                           const uint16_t * const * tables, const int64_t * n_rows,
+                                                           int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                           float * const * y, cudaStream_t stream) {
     if (count < 1 || count > 4 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits ||
         bits > 8) {
         return cudaErrorInvalidValue;
@@ -1166,8 +1166,8 @@ extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_multi_cuda(int count, const uint
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
-                                                 int64_t n_per_row, int seed_bits, int bits, int variant,
-                                                 const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
+                                                     int64_t n_per_row, int seed_bits, int bits, int variant,
+                                                     const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
         n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 15 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
@@ -1316,8 +1316,8 @@ static cudaError_t dq_launch(const uint4 * p, const __half * t, int64_t n, int64
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
-                                                       int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
-                                                       cudaStream_t stream) {
+                                                           int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
+                                                           cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8) {
         return cudaErrorInvalidValue;
     }
@@ -1408,7 +1408,7 @@ static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ plane
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
-                                                     int parent_bits, uint8_t * out, cudaStream_t stream) {
+                                                         int parent_bits, uint8_t * out, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
         return cudaErrorInvalidValue;
     }
@@ -1582,8 +1582,8 @@ static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int6
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows,
-                                                 int64_t n_per_row, int seed_bits, int bits, const float * x,
-                                                 float * y, cudaStream_t stream) {
+                                                     int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                     float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 3) {
         return cudaErrorInvalidValue;  // b >= 4: not written yet (tables in shared memory)
     }

@@ -467,7 +467,7 @@ bool ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_type_t buft) {
     return buft != nullptr && std::strcmp(ggml_backend_buft_name(buft), GGML_EXT_QDEC_HOST_BUFT_NAME) == 0;
 }
 
-// A QDEC side file's buffer (llama.cpp's glue maps the file into one): pinned and mapped whole at the first
+// A QDEC side file's buffer (src/llama/qdec.c maps the file into one): pinned and mapped whole at the first
 // use of any tensor in it, once per process (registration is portable: every device sees it).
 static void pin_side_file_once(ggml_backend_buffer_t buf) {
     static std::mutex                      lock;

@@ -13,8 +13,8 @@
 // rounded before the sum, so a block and a decoded f32 value are bit for bit the CPU's (tests/c/test_kvquant_cuda.cpp);
 // f16 output is the f32 value rounded to nearest.
 //
-// Tables: a cache tensor is bound to its layer's table by ADDRESS in ggml-base (ggml_ext_kvquant_bind*, the llama
-// glue; a device cache with its device address). The 2^B values and midpoints travel as kernel parameters; what is
+// Tables: a cache tensor is bound to its layer's table by ADDRESS in ggml-base (ggml_ext_kvquant_bind*, from
+// src/llama; a device cache with its device address). The 2^B values and midpoints travel as kernel parameters; what is
 // per binding and larger lives in device memory made when the binding is made (the hooks of backend/kvquant_device.h,
 // registered when ggml-cuda loads): the per-channel key scales, the sink marks (slot -> cache row, count first:
 // updated before the graph that writes the rows, so a CUDA graph replays with the current marks) and the sink rows'

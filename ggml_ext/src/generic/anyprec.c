@@ -6,7 +6,7 @@
 #include "common/fp16.h"
 
 int ggml_ext_anyprec_gemv_ref(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                          int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+                              int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
     if (bits < seed_bits || bits < 1 || bits > GGML_EXT_ANYPREC_MAX_BITS || n_per_row % GGML_EXT_ANYPREC_QK || r0 < 0 ||
         r0 + nr > n_rows) {
         return -1;

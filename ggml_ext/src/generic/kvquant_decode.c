@@ -15,7 +15,7 @@
 #endif
 
 void ggml_ext_kvquant_block_decode_ref(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                   const float * table, const float * mid, const float * half, float * out) {
+                                       const float * table, const float * mid, const float * half, float * out) {
     const size_t dense = (size_t) GGML_EXT_KVQUANT_BLOCK * bits / 8;
     for (int64_t i = 0; i < n_blocks; i++) {
         const uint8_t * blk = (const uint8_t *) blocks + (size_t) i * block_bytes;

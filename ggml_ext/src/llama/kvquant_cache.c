@@ -344,7 +344,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
         half[c] = fmaxf((lohi[1][src] - lohi[0][src]) / 2, 1e-8f);
     }
     int rc = ggml_ext_kvquant_bind_opts(t->data, ggml_nbytes(t), (int) t->type, D, levels, values, mid, half,
-                                    outliers, n_sink, err, n);
+                                        outliers, n_sink, err, n);
     if (rc == 0 && kblock && ggml_ext_kvquant_key_blocks(t->data, 1) != 0) {
         snprintf(err, n, "ggml-ext: the key cache of layer %d is not bound", il);
         rc = -1;
@@ -610,7 +610,7 @@ int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err,
         goto done;
     }
     rc = t->data ? ggml_ext_kvquant_bind_opts(t->data, ggml_nbytes(t), (int) t->type, t->ne[0], levels, values, NULL,
-                                          NULL, frac > 0.0f, n_sink, err, n)
+                                              NULL, frac > 0.0f, n_sink, err, n)
                  : 0;
 done:
     pthread_mutex_unlock(&calib_lock);

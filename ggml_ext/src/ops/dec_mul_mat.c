@@ -85,7 +85,7 @@ static int64_t approx_chunk(const float * x, int64_t L, int64_t k, int64_t base,
 }
 
 int64_t ggml_ext_qdec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_qdec_mode mode, float b0, float b15,
-                            int32_t * sel) {
+                             int32_t * sel) {
     int64_t n = 0;
     if (k_chunk <= 0) {
         return 0;

@@ -13,7 +13,7 @@
 #    include <string.h>
 
 int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
     if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
         return -1;
     }

@@ -131,7 +131,7 @@ static int k_scores(const struct ggml_ext_kvquant_layer * L, int h0, int nh, con
                 }
             }
             ggml_ext_kvquant_k_row_sparse(L, h0 + h, row, cs, sn, q + (size_t) h * n_q * hd, n_q,
-                                      scores + (size_t) h * n_q * n_tokens + t, (size_t) n_tokens);
+                                          scores + (size_t) h * n_q * n_tokens + t, (size_t) n_tokens);
         }
     }
     free(co);
@@ -180,7 +180,7 @@ static int v_accumulate(const struct ggml_ext_kvquant_layer * L, int h0, int nh,
                 }
             }
             ggml_ext_kvquant_v_row_sparse(L, h0 + h, row, mid, half, w + (size_t) h * n_q * n_tokens + t, n_q,
-                                      (size_t) n_tokens, out + (size_t) h * n_q * hd);
+                                          (size_t) n_tokens, out + (size_t) h * n_q * hd);
         }
     }
     for (int i = 0; i < nqh; i++) {

@@ -60,7 +60,7 @@ INLINE void decode_block(int bits, const uint8_t * blk, __m256 t_lo, __m256 t_hi
 }
 
 void ggml_ext_kvquant_block_decode_avx2(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                    const float * table, const float * mid, const float * half, float * out) {
+                                        const float * table, const float * mid, const float * half, float * out) {
     const __m256 t_lo = _mm256_loadu_ps(table), t_hi = _mm256_loadu_ps(table + 8);
     for (int64_t i = 0; i < n_blocks; i++) {
         const uint8_t * blk = (const uint8_t *) blocks + (size_t) i * block_bytes;

@@ -406,7 +406,7 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
 }
 
 int ggml_ext_anyprec_quantize_ex(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                             int parent_bits, int refine, int starts, double gain, uint8_t * codes, float * tables) {
+                                 int parent_bits, int refine, int starts, double gain, uint8_t * codes, float * tables) {
     if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_per_row > (int64_t) UINT32_MAX || n_rows < 0 || !x ||
         !codes || !tables || refine < 0 || starts < 0 || !(gain > 0.0) || !isfinite(gain)) {
         return -1;
@@ -445,19 +445,19 @@ int ggml_ext_anyprec_quantize_ex(const float * x, const float * w, int64_t n_row
 }
 
 int ggml_ext_anyprec_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                                  int parent_bits, int refine, uint8_t * codes, float * tables) {
+                                      int parent_bits, int refine, uint8_t * codes, float * tables) {
     return ggml_ext_anyprec_quantize_ex(x, w, n_rows, n_per_row, seed_bits, parent_bits, refine, GGML_EXT_ANYPREC_STARTS,
-                                    GGML_EXT_ANYPREC_GAIN, codes, tables);
+                                        GGML_EXT_ANYPREC_GAIN, codes, tables);
 }
 
 int ggml_ext_anyprec_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                          int parent_bits, uint8_t * codes, float * tables) {
+                              int parent_bits, uint8_t * codes, float * tables) {
     return ggml_ext_anyprec_quantize_refined(x, w, n_rows, n_per_row, seed_bits, parent_bits, GGML_EXT_ANYPREC_REFINE,
-                                         codes, tables);
+                                             codes, tables);
 }
 
 double ggml_ext_anyprec_row_sse(const float * x, const float * w, int64_t n_per_row, const uint8_t * codes,
-                            const float * tables, int seed_bits, int parent_bits, int bits) {
+                                const float * tables, int seed_bits, int parent_bits, int bits) {
     const float * t = tables + (((int64_t) 1 << bits) - ((int64_t) 1 << seed_bits));
     double        s = 0.0;
     for (int64_t j = 0; j < n_per_row; j++) {
@@ -472,7 +472,7 @@ size_t ggml_ext_anyprec_planes_size(int parent_bits, int64_t n_rows, int64_t n_p
 }
 
 int ggml_ext_anyprec_pack(const uint8_t * codes, int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row,
-                      int parent_bits, uint8_t * planes) {
+                          int parent_bits, uint8_t * planes) {
     if (n_per_row % GGML_EXT_ANYPREC_QK || parent_bits < 1 || parent_bits > 8 || r0 < 0 || r0 + nr > n_rows) {
         return -1;
     }
@@ -500,7 +500,7 @@ int64_t ggml_ext_anyprec_table_offset(int64_t n_rows, int seed_bits, int bits) {
 }
 
 int ggml_ext_anyprec_pack_tables(const float * tables, int64_t r0, int64_t nr, int64_t n_rows, int seed_bits,
-                             int parent_bits, ggml_ext_fp16_t * out) {
+                                 int parent_bits, ggml_ext_fp16_t * out) {
     if (!apq_bits_ok(seed_bits, parent_bits) || r0 < 0 || r0 + nr > n_rows) {
         return -1;
     }
@@ -519,7 +519,7 @@ int ggml_ext_anyprec_pack_tables(const float * tables, int64_t r0, int64_t nr, i
 }
 
 int ggml_ext_anyprec_dequantize(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                            int64_t n_rows, int64_t n_per_row, int seed_bits, int parent_bits, int bits, float * y) {
+                                int64_t n_rows, int64_t n_per_row, int seed_bits, int parent_bits, int bits, float * y) {
     if (!apq_bits_ok(seed_bits, parent_bits) || bits < seed_bits || bits > parent_bits ||
         n_per_row % GGML_EXT_ANYPREC_QK || r0 < 0 || r0 + nr > n_rows) {
         return -1;

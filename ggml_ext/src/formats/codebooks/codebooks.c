@@ -263,7 +263,7 @@ size_t ggml_ext_codebooks_block_size(int bits) {
 }
 
 size_t ggml_ext_codebooks_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                            const float * importance) {
+                                   const float * importance) {
     const size_t bs = ggml_ext_codebooks_block_size(bits);
     if (bs == 0 || n_per_row <= 0 || n_per_row % QK || nrows < 0) {
         return 0;

@@ -62,7 +62,7 @@ GGML_EXT_API size_t ggml_ext_codebooks_block_size(int bits);
 // Returns the bytes written; 0 (nothing written) when n_per_row is not a multiple of 256,
 // bits is not 2 or 3, or an input or importance value is not finite (or importance < 0).
 GGML_EXT_API size_t ggml_ext_codebooks_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                                         const float * importance);
+                                                const float * importance);
 
 // Blocks -> floats (n_blocks * 256). Returns 0, or -1 for bits other than 2 and 3.
 GGML_EXT_API int ggml_ext_codebooks_dequantize(int bits, const void * src, float * dst, int64_t n_blocks);

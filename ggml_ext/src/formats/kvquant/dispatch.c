@@ -63,7 +63,7 @@ static void v_accumulate(const struct ggml_ext_kvquant_layer * L, int h0, int nh
 }
 
 void ggml_ext_kvquant_k_scores(const struct ggml_ext_kvquant_layer * L, int head, const float * q, int n_q, const void * k_rows,
-                           size_t stride, const int32_t * pos, int n_tokens, float * scores) {
+                               size_t stride, const int32_t * pos, int n_tokens, float * scores) {
     if (head < 0) {
         k_scores(L, 0, L->n_kv_heads, q, n_q, k_rows, stride, pos, n_tokens, scores);
     } else if (head < L->n_kv_heads) {
@@ -72,7 +72,7 @@ void ggml_ext_kvquant_k_scores(const struct ggml_ext_kvquant_layer * L, int head
 }
 
 void ggml_ext_kvquant_v_accumulate(const struct ggml_ext_kvquant_layer * L, int head, const float * w, int n_q,
-                               const void * v_rows, size_t stride, int n_tokens, float * out) {
+                                   const void * v_rows, size_t stride, int n_tokens, float * out) {
     if (head < 0) {
         v_accumulate(L, 0, L->n_kv_heads, w, n_q, v_rows, stride, n_tokens, out);
     } else if (head < L->n_kv_heads) {

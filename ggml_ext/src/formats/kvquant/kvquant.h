@@ -101,7 +101,7 @@ static inline ggml_ext_kvquant_slot ggml_ext_kvquant_slot_at(const uint8_t * spa
     return sl;
 }
 static inline void ggml_ext_kvquant_v_scale(const struct ggml_ext_kvquant_layer * L, const uint8_t * row, float * mid,
-                                        float * half) {
+                                            float * half) {
     uint16_t h[2];
     memcpy(h, row + L->dense_bytes, 4);
     *mid  = ggml_ext_fp16_to_fp32(h[0]);
@@ -131,8 +131,8 @@ static inline int ggml_ext_kvquant_first_slot(const uint8_t * sparse, int n, int
 // Keys: given the cosine and sine of every pair at the token's position (slot order); adds to
 // scores[g * n_tokens] for the n_q query heads q. Values: adds w[g * n_tokens] * difference to out[g * hd + c].
 static inline void ggml_ext_kvquant_k_row_sparse(const struct ggml_ext_kvquant_layer * L, int head, const uint8_t * row,
-                                             const float * cs, const float * sn, const float * q, int n_q,
-                                             float * scores, size_t n_tokens) {
+                                                 const float * cs, const float * sn, const float * q, int n_q,
+                                                 float * scores, size_t n_tokens) {
     const int       hd = L->head_dim, h2 = hd / 2;
     const uint8_t * sparse = row + L->dense_bytes;
     const int       n      = ggml_ext_kvquant_n_kept(sparse);
@@ -154,8 +154,8 @@ static inline void ggml_ext_kvquant_k_row_sparse(const struct ggml_ext_kvquant_l
 }
 
 static inline void ggml_ext_kvquant_v_row_sparse(const struct ggml_ext_kvquant_layer * L, int head, const uint8_t * row,
-                                             float mid, float half, const float * w, int n_q, size_t n_tokens,
-                                             float * out) {
+                                                 float mid, float half, const float * w, int n_q, size_t n_tokens,
+                                                 float * out) {
     const int       hd     = L->head_dim;
     const uint8_t * sparse = ggml_ext_kvquant_v_sparse(L, row);
     const int       n      = ggml_ext_kvquant_n_kept(sparse);
@@ -201,7 +201,7 @@ extern const struct ggml_ext_kvquant_impl ggml_ext_kvquant_impl_neon;
 // P Q R S U W of each rotation pair into co (6 * head_dim/2 floats per query head), and each pair's
 // one-position step (cos, sin of its angle per position) into cd, sd (head_dim/2 each).
 static inline void ggml_ext_kvquant_k_coefficients(const struct ggml_ext_kvquant_layer * L, const float * q, int h0, int nqh,
-                                               int n_q, float * co, float * cd, float * sd) {
+                                                   int n_q, float * co, float * cd, float * sd) {
     const int hd = L->head_dim, h2 = hd / 2;
     for (int j = 0; j < h2; j++) {
         cd[j] = cosf(L->pair_theta[j]);

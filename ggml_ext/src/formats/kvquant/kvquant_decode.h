@@ -24,19 +24,19 @@
 #define GGML_EXT_KVQUANT_BLOCK 64
 
 typedef void (*ggml_ext_kvquant_decode_fn)(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                       const float * table, const float * mid, const float * half, float * out);
+                                           const float * table, const float * mid, const float * half, float * out);
 
 // The scalar reference (generic/kvquant_decode.c, ggml-base).
 GGML_EXT_API void ggml_ext_kvquant_block_decode_ref(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                                const float * table, const float * mid, const float * half,
-                                                float * out);
+                                                    const float * table, const float * mid, const float * half,
+                                                    float * out);
 // The SIMD decoders, where the target compiles them (common/simd.h: GGML_EXT_HAVE_AVX2 / _NEON).
 GGML_EXT_API void ggml_ext_kvquant_block_decode_avx2(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                                 const float * table, const float * mid, const float * half,
-                                                 float * out);
+                                                     const float * table, const float * mid, const float * half,
+                                                     float * out);
 GGML_EXT_API void ggml_ext_kvquant_block_decode_neon(int bits, const void * blocks, int64_t n_blocks, size_t block_bytes,
-                                                 const float * table, const float * mid, const float * half,
-                                                 float * out);
+                                                     const float * table, const float * mid, const float * half,
+                                                     float * out);
 
 // ggml-base: the decoder the NUQ types' to_float uses (NULL: the scalar reference) and its name, for
 // the tests and the kernel report. GGML_EXT_KVQ_DECODE=ref in the environment keeps the reference.
