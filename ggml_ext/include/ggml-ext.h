@@ -101,6 +101,8 @@ GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_at(int i);
 // The entry of a type id, NULL when the id is not one of ggml-ext's types.
 GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_by_id(int id);
 GGML_EXT_API bool                               ggml_ext_is_type(int type);
+// The family of a type id (enum ggml_ext_family), 0 when the id is not one of ggml-ext's types.
+GGML_EXT_API int                                ggml_ext_type_family(int type);
 // ggml-ext's own id range (GGML_EXT_TYPE_FIRST_OWN .. GGML_EXT_TYPE_LAST_OWN of the .def).
 GGML_EXT_API int                                ggml_ext_type_first_own(void);
 GGML_EXT_API int                                ggml_ext_type_last_own(void);

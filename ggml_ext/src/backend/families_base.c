@@ -13,8 +13,8 @@ static const struct ggml_ext_family_base families[GGML_EXT_FAMILY_COUNT] = {
 };
 
 const struct ggml_ext_family_base * ggml_ext_family_base_of(int type) {
-    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    return t ? &families[t->family] : NULL;
+    const int family = ggml_ext_type_family(type);
+    return family ? &families[family] : NULL;
 }
 
 size_t ggml_ext_quantize_chunk_imatrix(int type, const float * src, void * dst, int64_t start, int64_t nrows,

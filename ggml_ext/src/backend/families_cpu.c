@@ -12,8 +12,8 @@ static const struct ggml_ext_family_cpu families[GGML_EXT_FAMILY_COUNT] = {
 };
 
 const struct ggml_ext_family_cpu * ggml_ext_family_cpu_of(int type) {
-    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    return t ? &families[t->family] : NULL;
+    const int family = ggml_ext_type_family(type);
+    return family ? &families[family] : NULL;
 }
 
 // The family of the first registered type among the op's sources, else of its result (NULL: none involved).

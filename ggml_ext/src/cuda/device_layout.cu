@@ -26,8 +26,8 @@ static_assert(GGML_EXT_FAMILY_INTERLEAVED4 == 1 && GGML_EXT_FAMILY_CODEBOOKS == 
 
 // The entry of t's family when the family holds t in its own layout, else nullptr.
 static const ggml_ext_cuda_family * layout_of(const ggml_tensor * t) {
-    const ggml_ext_type_info * info = t != nullptr ? ggml_ext_type_info_by_id((int) t->type) : nullptr;
-    const ggml_ext_cuda_family * f = info != nullptr ? &families[info->family] : nullptr;
+    const int                    family = t != nullptr ? ggml_ext_type_family((int) t->type) : 0;
+    const ggml_ext_cuda_family * f      = family != 0 ? &families[family] : nullptr;
     return f != nullptr && f->holds_layout != nullptr && f->holds_layout(t) ? f : nullptr;
 }
 

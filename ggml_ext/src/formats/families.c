@@ -17,8 +17,8 @@ static const struct ggml_ext_family_kernels families[GGML_EXT_FAMILY_COUNT] = {
 };
 
 const struct ggml_ext_family_kernels * ggml_ext_family_kernels_of(int type) {
-    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    return t ? &families[t->family] : NULL;
+    const int family = ggml_ext_type_family(type);
+    return family ? &families[family] : NULL;
 }
 
 const char * ggml_ext_dispatched_kernel(int type, int gemm) {
