@@ -10,10 +10,11 @@ if (NOT DEFINED LLAMA_CPP_COMMIT)
         OUTPUT_VARIABLE LLAMA_CPP_COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE)
 endif()
 
-# The type registry (ggml_ext/include/ggml-ext-types.def as a table) with the other ggml-base code;
+# The type registry (ggml_ext/include/ggml-ext-types.def as a table) and the settings (every environment
+# variable, src/common/settings.c) with the other ggml-base code, which every other library links;
 # the patched ggml.h includes the .def, so the include folder is PUBLIC.
 target_sources(ggml-base PRIVATE "${GGML_EXT_DIR}/src/ggml-ext.c" "${GGML_EXT_DIR}/src/model-checks.c"
-    "${GGML_EXT_DIR}/src/common/registry.c")
+    "${GGML_EXT_DIR}/src/common/registry.c" "${GGML_EXT_DIR}/src/common/settings.c")
 target_include_directories(ggml-base PUBLIC "${GGML_EXT_DIR}/include")
 target_compile_definitions(ggml-base PRIVATE
     GGML_EXT_VERSION="${PROJECT_VERSION}"
@@ -25,18 +26,19 @@ target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 # is its folders' files, not a line here:
 #   ggml-base: src/formats/<family>/*.c (bytes: reference quantize/dequantize, layout transforms;
 #              the family's dispatch.c excepted), src/generic/*.c (scalar twin of every kernel),
-#              src/ggml/*_base.c (what ggml.c / ggml-quants.c / gguf.cpp call: quantize_chunk, row
-#              validation, shape rule);
-#   ggml-cpu:  src/formats/<family>/dispatch.c and src/formats/dispatch.c (which family's dispatcher), src/x86/*.c and src/arm/*.c (each compiles to nothing
-#              unless the target's flags enable its instruction set, so the same list cross-compiles),
-#              src/ggml/*_cpu.c and *.cpp (mul_mat hooks, runtime repack: patches 0110-0112).
+#              src/backend/*_base.c (what ggml.c / ggml-quants.c / gguf.cpp call: quantize_chunk, row
+#              validation, shape rule; backend/families_base.c: the ggml-base family table, common/families.h);
+#   ggml-cpu:  src/formats/<family>/dispatch.c and src/formats/families.c (the kernel report's family table),
+#              src/x86/*.c and src/arm/*.c (each compiles to nothing unless the target's flags enable its
+#              instruction set, so the same list cross-compiles), src/backend/*_cpu.c and *.cpp (mul_mat hooks,
+#              runtime repack: patches 0110-0112; backend/families_cpu.c: the ggml-cpu family table).
 file(GLOB GGML_EXT_FORMATS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/*.c")
 list(FILTER GGML_EXT_FORMATS_BASE EXCLUDE REGEX "/dispatch\\.c$")
 file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c"
-    "${GGML_EXT_DIR}/src/formats/dispatch.c")
-file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "${GGML_EXT_DIR}/src/ggml/*_base.c")
+    "${GGML_EXT_DIR}/src/formats/families.c")
+file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "${GGML_EXT_DIR}/src/backend/*_base.c")
 file(GLOB GGML_EXT_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/x86/*.c" "${GGML_EXT_DIR}/src/arm/*.c"
-    "${GGML_EXT_DIR}/src/ggml/*_cpu.c" "${GGML_EXT_DIR}/src/ggml/*.cpp")
+    "${GGML_EXT_DIR}/src/backend/*_cpu.c" "${GGML_EXT_DIR}/src/backend/*.cpp")
 target_sources(ggml-base PRIVATE ${GGML_EXT_FORMATS_BASE} ${GGML_EXT_GENERIC})
 target_sources(ggml-cpu PRIVATE ${GGML_EXT_FORMATS_DISPATCH} ${GGML_EXT_CPU})
 target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")
@@ -62,17 +64,18 @@ endif()
 
 # What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
 # KVQuant cache bindings (libllama).
-target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c"
-                             "${GGML_EXT_DIR}/src/glue/dec.c")
+target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/src")  # common/settings.h
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/hooks.c" "${GGML_EXT_DIR}/src/llama/kvquant_cache.c"
+                             "${GGML_EXT_DIR}/src/llama/qdec.c")
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
-set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
+set_source_files_properties("${GGML_EXT_DIR}/src/llama/qdec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
                             INCLUDE_DIRECTORIES "${LLAMA_CPP_PATCHED}/ggml/src")
 
 # The headers programs built against the installed ggml.h need (it includes ggml-ext-ops.def); the
 # sanitizer build (tests/c/sanitizer) installs nothing.
 if (DEFINED GGML_EXT_INSTALL_DIR)
     install(FILES "${GGML_EXT_DIR}/include/ggml-ext-ops.def" "${GGML_EXT_DIR}/include/ggml-ext-ops.h"
-                  "${GGML_EXT_DIR}/include/ggml-ext-llama.h" "${GGML_EXT_DIR}/include/ggml-ext-dec.h"
-                  "${GGML_EXT_DIR}/include/ggml-ext-kvq.h" "${GGML_EXT_DIR}/include/ggml-ext-kvattn.h"
+                  "${GGML_EXT_DIR}/include/ggml-ext-llama.h" "${GGML_EXT_DIR}/include/ggml-ext-qdec.h"
+                  "${GGML_EXT_DIR}/include/ggml-ext-kvquant.h"
             DESTINATION ${GGML_EXT_INSTALL_DIR}/include COMPONENT ggml_ext)
 endif()

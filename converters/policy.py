@@ -121,7 +121,7 @@ FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q
               **{t.name.lower(): 33 + t.layout for t in _Q4_0_IL}, "iq4_nl": 25,
               **{t.name.lower(): 25 for t in _IQ4_NL_IL},
               "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18,
-              # a codebook file's type is the id of its main type (ggml_ext/src/glue/llama_hooks.c)
+              # a codebook file's type is the id of its main type (ggml_ext/src/llama/hooks.c)
               **{r: next(t.id for t in _CB if t.name == main) for r, (main, _) in CODEBOOK_RECIPES.items()
                  if any(t.name == main for t in _CB)}}
 #: weights per block

@@ -14,7 +14,7 @@
 #include "formats/codebooks/codebooks.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "ggml/families.h"
+#include "common/families.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@
 #include <time.h>
 
 #ifdef BENCH_OLD_AVX2
-extern const struct ggml_ext_cb_impl ggml_ext_cb_impl_avx2_old;  // the kernel of an older commit, renamed
+extern const struct ggml_ext_codebooks_impl ggml_ext_codebooks_impl_avx2_old;  // the kernel of an older commit, renamed
 #endif
 
 static double now(void) {
@@ -53,7 +53,7 @@ static uint8_t * blocks(size_t n_blocks, size_t bsize, const int * d_off, int n_
 struct kernel {
     const char * name;
     int          kind;  // 0: a codebooks implementation, 1: ggml's vec_dot of a stock type
-    const struct ggml_ext_cb_impl * impl;
+    const struct ggml_ext_codebooks_impl * impl;
     int          bits;
     enum ggml_type type;
     const uint8_t * w;
@@ -77,8 +77,8 @@ int main(int argc, char ** argv) {
     unsigned seed = 1;
     const size_t nb = (size_t) M * (K / 256);
     const int d0[] = { 0 }, dq2[] = { 80, 82 }, dq3[] = { 108 };
-    uint8_t * cb2 = blocks(nb, ggml_ext_cb_block_size(2), d0, 1, &seed);
-    uint8_t * cb3 = blocks(nb, ggml_ext_cb_block_size(3), d0, 1, &seed);
+    uint8_t * cb2 = blocks(nb, ggml_ext_codebooks_block_size(2), d0, 1, &seed);
+    uint8_t * cb3 = blocks(nb, ggml_ext_codebooks_block_size(3), d0, 1, &seed);
     uint8_t * q2 = blocks(nb, ggml_type_size(GGML_TYPE_Q2_K), dq2, 2, &seed);
     uint8_t * q3 = blocks(nb, ggml_type_size(GGML_TYPE_Q3_K), dq3, 1, &seed);
 
@@ -93,14 +93,14 @@ int main(int argc, char ** argv) {
 
     struct kernel ks[8];
     int n = 0;
-    for (int i = 1; i < ggml_ext_cb_impl_count(); i++) {  // the SIMD implementations compiled in
-        const struct ggml_ext_cb_impl * im = ggml_ext_cb_impl_get(i);
-        ks[n++] = (struct kernel) { "", 0, im, 2, 0, cb2, 0, (double) nb * ggml_ext_cb_block_size(2) };
-        ks[n++] = (struct kernel) { "", 0, im, 3, 0, cb3, 0, (double) nb * ggml_ext_cb_block_size(3) };
+    for (int i = 1; i < ggml_ext_codebooks_impl_count(); i++) {  // the SIMD implementations compiled in
+        const struct ggml_ext_codebooks_impl * im = ggml_ext_codebooks_impl_get(i);
+        ks[n++] = (struct kernel) { "", 0, im, 2, 0, cb2, 0, (double) nb * ggml_ext_codebooks_block_size(2) };
+        ks[n++] = (struct kernel) { "", 0, im, 3, 0, cb3, 0, (double) nb * ggml_ext_codebooks_block_size(3) };
     }
 #ifdef BENCH_OLD_AVX2
-    ks[n++] = (struct kernel) { "", 0, &ggml_ext_cb_impl_avx2_old, 2, 0, cb2, 0, (double) nb * ggml_ext_cb_block_size(2) };
-    ks[n++] = (struct kernel) { "", 0, &ggml_ext_cb_impl_avx2_old, 3, 0, cb3, 0, (double) nb * ggml_ext_cb_block_size(3) };
+    ks[n++] = (struct kernel) { "", 0, &ggml_ext_codebooks_impl_avx2_old, 2, 0, cb2, 0, (double) nb * ggml_ext_codebooks_block_size(2) };
+    ks[n++] = (struct kernel) { "", 0, &ggml_ext_codebooks_impl_avx2_old, 3, 0, cb3, 0, (double) nb * ggml_ext_codebooks_block_size(3) };
 #endif
     ks[n++] = (struct kernel) { "ggml Q2_K vec_dot", 1, NULL, 0, GGML_TYPE_Q2_K, q2, 0, (double) nb * ggml_type_size(GGML_TYPE_Q2_K) };
     ks[n++] = (struct kernel) { "ggml Q3_K vec_dot", 1, NULL, 0, GGML_TYPE_Q3_K, q3, 0, (double) nb * ggml_type_size(GGML_TYPE_Q3_K) };

@@ -43,7 +43,7 @@ def main() -> int:
                                           check=True, capture_output=True, text=True).stdout)
             obj = Path(td) / "old.o"
             subprocess.run(["gcc", "-std=gnu11", "-O3", "-DNDEBUG", f"-march={ns.march}", f"-I{REPO / 'ggml_ext/include'}",
-                            f"-I{SRC}", "-Dggml_ext_cb_impl_avx2=ggml_ext_cb_impl_avx2_old", "-c", str(old), "-o", str(obj)],
+                            f"-I{SRC}", "-Dggml_ext_cb_impl_avx2=ggml_ext_codebooks_impl_avx2_old", "-c", str(old), "-o", str(obj)],
                            check=True)
             srcs.append(str(obj))
             defs.append("-DBENCH_OLD_AVX2")

@@ -74,14 +74,14 @@ int main(int argc, char ** argv) {
     }
     const int64_t M = atoll(argv[1]), K = atoll(argv[2]);
     std::vector<int> ks = { 0, 8, 16, 32, 64, 128 }, ntbs = { 0 };
-    int iters = 50, reps = 32, mode = GGML_EXT_DEC_APPROX;
+    int iters = 50, reps = 32, mode = GGML_EXT_QDEC_APPROX;
     bool r_host = true;
     long long min_bytes = 512ll << 20;
     ggml_type type = GGML_TYPE_Q4_0;
     for (int i = 3; i < argc; ++i) {
         if (!strcmp(argv[i], "--k") && i + 1 < argc) ks = parse_list(argv[++i]);
         else if (!strcmp(argv[i], "--ntb") && i + 1 < argc) ntbs = parse_list(argv[++i]);
-        else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = !strcmp(argv[++i], "exact") ? GGML_EXT_DEC_EXACT : GGML_EXT_DEC_APPROX;
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = !strcmp(argv[++i], "exact") ? GGML_EXT_QDEC_EXACT : GGML_EXT_QDEC_APPROX;
         else if (!strcmp(argv[i], "--r") && i + 1 < argc) r_host = strcmp(argv[++i], "device") != 0;
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
@@ -165,9 +165,9 @@ int main(int argc, char ** argv) {
     for (int k : ks) {
         // b15 for this k: the largest k-th largest |x| of a chunk
         float b15 = 0;
-        for (int64_t c0 = 0; c0 < K && k > 0; c0 += GGML_EXT_DEC_CHUNK) {
+        for (int64_t c0 = 0; c0 < K && k > 0; c0 += GGML_EXT_QDEC_CHUNK) {
             std::vector<float> a;
-            for (int64_t j = c0; j < std::min<int64_t>(K, c0 + GGML_EXT_DEC_CHUNK); ++j) a.push_back(std::fabs(xv[j]));
+            for (int64_t j = c0; j < std::min<int64_t>(K, c0 + GGML_EXT_QDEC_CHUNK); ++j) a.push_back(std::fabs(xv[j]));
             const size_t kk = std::min<size_t>(k, a.size());
             std::nth_element(a.begin(), a.begin() + (kk - 1), a.end(), std::greater<float>());
             b15 = std::max(b15, a[kk - 1]);
@@ -179,7 +179,7 @@ int main(int argc, char ** argv) {
             for (int i = 0; i < reps; ++i) {
                 const int c = i % copies;
                 ggml_tensor * y = ggml_mul_mat(g, w[c], x);
-                ggml_tensor * d = ggml_ext_dec_mul_mat(g, y, x, r[c], s[c], k, (ggml_ext_dec_mode) mode, b0, b15);
+                ggml_tensor * d = ggml_ext_dec_mul_mat(g, y, x, r[c], s[c], k, (ggml_ext_qdec_mode) mode, b0, b15);
                 ggml_ext_dec_mul_mat_set_n_tb(d, ntb);
                 ggml_build_forward_expand(gf, d);
             }
@@ -192,12 +192,12 @@ int main(int argc, char ** argv) {
             const double t = time_graph(b, gf);
             ggml_gallocr_free(ga);
             ggml_free(g);
-            const int64_t n_chunks = (K + GGML_EXT_DEC_CHUNK - 1) / GGML_EXT_DEC_CHUNK;
-            const int64_t kk = std::min<int64_t>(k, GGML_EXT_DEC_CHUNK);
-            const int64_t n_sel = kk ? (n_chunks - 1) * kk + std::min<int64_t>(kk, K - (n_chunks - 1) * GGML_EXT_DEC_CHUNK) : 0;
+            const int64_t n_chunks = (K + GGML_EXT_QDEC_CHUNK - 1) / GGML_EXT_QDEC_CHUNK;
+            const int64_t kk = std::min<int64_t>(k, GGML_EXT_QDEC_CHUNK);
+            const int64_t n_sel = kk ? (n_chunks - 1) * kk + std::min<int64_t>(kk, K - (n_chunks - 1) * GGML_EXT_QDEC_CHUNK) : 0;
             const double gbs = t > t_base && n_sel ? (double) n_sel * ((M + 1) / 2) / (t - t_base) / 1e9 : 0.0;
             printf("| %lldx%lld | %s | %s | %s | %d | %d | %.2f | %.2f | %.3f | %.1f |\n", (long long) M, (long long) K,
-                   r_host ? "host" : "device", launch ? launch : "auto", mode == GGML_EXT_DEC_EXACT ? "exact" : "approx",
+                   r_host ? "host" : "device", launch ? launch : "auto", mode == GGML_EXT_QDEC_EXACT ? "exact" : "approx",
                    k, ntb, t_base * 1e6, t * 1e6, t / t_base, gbs);
             fflush(stdout);
         }

@@ -17,7 +17,7 @@ int main(int argc, char ** argv) {
     void * cpu = dlopen(p, RTLD_NOW | RTLD_GLOBAL);
     if (!base || !cpu) { fprintf(stderr, "%s\n", dlerror()); return 1; }
     void (*cpu_init)(void) = dlsym(cpu, "ggml_cpu_init"); cpu_init();
-    bind_opts_fn bind = dlsym(base, "ggml_ext_kvq_bind_opts"); kb_fn kb = dlsym(base, "ggml_ext_kvq_key_blocks");
+    bind_opts_fn bind = dlsym(base, "ggml_ext_kvquant_bind_opts"); kb_fn kb = dlsym(base, "ggml_ext_kvquant_key_blocks");
     byname_fn byname = dlsym(base, "ggml_ext_kv_cache_type_by_name");
     char name[64]; const int type = byname("nuq3");
     snprintf(name, sizeof name, "ggml_ext_to_float_NUQ3"); tf_fn tf = dlsym(base, name);

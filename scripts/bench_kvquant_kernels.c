@@ -1,5 +1,5 @@
 // Timing program of scripts/bench_kvquant_kernels.py: one layer's attention over a cache of T tokens,
-// single thread, KVQuant nuq4 kernels (ggml_ext_kvq_k_scores / v_accumulate with head -1: every KV head
+// single thread, KVQuant nuq4 kernels (ggml_ext_kvquant_k_scores / v_accumulate with head -1: every KV head
 // and its query heads in one call) against llama.cpp's fp16 cache path on the same data: ggml-cpu's own F16 vec_dot
 // (ggml_get_type_traits_cpu(GGML_TYPE_F16)), per token over post-RoPE fp16 keys (K . q) and per channel
 // over the transposed fp16 values (V^T . w, llama.cpp's non-flash-attention layout), q and w converted
@@ -37,7 +37,7 @@ int main(int argc, char ** argv) {
     }
     const int n_kv = atoi(argv[1]), hd = atoi(argv[2]), G = atoi(argv[3]), T = atoi(argv[4]), bits = atoi(argv[5]),
               reps = atoi(argv[6]);
-    if (argc > 7 && ggml_ext_kvq_force(argv[7]) != 0) {
+    if (argc > 7 && ggml_ext_kvquant_force(argv[7]) != 0) {
         fprintf(stderr, "no implementation %s\n", argv[7]);
         return 2;
     }
@@ -52,15 +52,15 @@ int main(int argc, char ** argv) {
     }
     const int vk = D / 200 > 1 ? D / 200 : 1;  // 1% outliers
     const int ks = (int) ceilf(0.03f * D) > 2 ? (int) ceilf(0.03f * D) : 2;
-    struct ggml_ext_kvq_config cfg = { bits, n_kv, hd, ks, 2 * vk, vk, GGML_EXT_KVQ_ROPE_NEOX, hd, 10000.0f, 1.0f,
+    struct ggml_ext_kvquant_config cfg = { bits, n_kv, hd, ks, 2 * vk, vk, GGML_EXT_KVQUANT_ROPE_NEOX, hd, 10000.0f, 1.0f,
                                        NULL, lo, hi, lv, lv, lv, lv };
     char err[256];
-    struct ggml_ext_kvq_layer * L = ggml_ext_kvq_layer_new(&cfg, err, sizeof err);
+    struct ggml_ext_kvquant_layer * L = ggml_ext_kvquant_layer_new(&cfg, err, sizeof err);
     if (!L) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
-    const size_t kr = ggml_ext_kvq_k_row_size(L), vr = ggml_ext_kvq_v_row_size(L);
+    const size_t kr = ggml_ext_kvquant_k_row_size(L), vr = ggml_ext_kvquant_v_row_size(L);
     uint8_t *    K = malloc(kr * T), * V = malloc(vr * T);
     ggml_fp16_t * K16 = malloc(sizeof(ggml_fp16_t) * (size_t) D * T), * VT16 = malloc(sizeof(ggml_fp16_t) * (size_t) D * T);
     int32_t *     pos = malloc(4 * T);
@@ -69,11 +69,11 @@ int main(int argc, char ** argv) {
         for (int c = 0; c < D; c++) {
             x[c] = gauss();
         }
-        ggml_ext_kvq_quantize_k(L, x, K + kr * t);
+        ggml_ext_kvquant_quantize_k(L, x, K + kr * t);
         for (int c = 0; c < D; c++) {
             K16[(size_t) t * D + c] = ggml_fp32_to_fp16(x[c]);
         }
-        ggml_ext_kvq_quantize_v(L, x, V + vr * t);
+        ggml_ext_kvquant_quantize_v(L, x, V + vr * t);
         for (int c = 0; c < D; c++) {
             VT16[(size_t) c * T + t] = ggml_fp32_to_fp16(x[c]);
         }
@@ -93,9 +93,9 @@ int main(int argc, char ** argv) {
     volatile float sink = 0;
     for (int r = 0; r < reps; r++) {
         double t0 = now();
-        ggml_ext_kvq_k_scores(L, -1, q, G, K, kr, pos, T, scores);  // every KV head in one pass
+        ggml_ext_kvquant_k_scores(L, -1, q, G, K, kr, pos, T, scores);  // every KV head in one pass
         double t1 = now();
-        ggml_ext_kvq_v_accumulate(L, -1, w, G, V, vr, T, out);
+        ggml_ext_kvquant_v_accumulate(L, -1, w, G, V, vr, T, out);
         double t2 = now();
         for (int h = 0; h < n_kv; h++) {  // fp16: q -> fp16 once, one vec_dot per token (mul_mat's path)
             f16->from_float(q + (size_t) h * G * hd, q16, (int64_t) G * hd);
@@ -123,7 +123,7 @@ int main(int argc, char ** argv) {
     }
     printf("impl=%s n_kv=%d head_dim=%d n_q=%d T=%d bits=%d k_row=%zu v_row=%zu fp16_row=%d "
            "kvq_k_ms=%.4f kvq_v_ms=%.4f f16_k_ms=%.4f f16_v_ms=%.4f\n",
-           ggml_ext_kvq_kernel(L), n_kv, hd, G, T, bits, kr, vr, 2 * D, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
+           ggml_ext_kvquant_kernel(L), n_kv, hd, G, T, bits, kr, vr, 2 * D, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3,
            best[3] * 1e3);
     return 0;
 }

@@ -36,8 +36,8 @@ int main(int argc, char ** argv) {
         fprintf(stderr, "dlopen: %s\n", dlerror());
         return 1;
     }
-    bind_fn bind = (bind_fn) dlsym(base, "ggml_ext_kvq_bind");
-    const char * (*decoder)(void) = (const char * (*) (void)) dlsym(base, "ggml_ext_nuq_block_decoder");
+    bind_fn bind = (bind_fn) dlsym(base, "ggml_ext_kvquant_bind");
+    const char * (*decoder)(void) = (const char * (*) (void)) dlsym(base, "ggml_ext_kvquant_block_decoder");
     static const struct { const char * name; int id, bytes; } types[] = { { "NUQ4", 103, 40 }, { "NUQ3", 104, 32 },
                                                                         { "NUQ2", 105, 24 } };
     printf("decoder: %s; %d cells x 3 heads x 64 values, %d passes\n", decoder ? decoder() : "(scalar, no hook)",

@@ -116,7 +116,7 @@ static double best_time(bench_fn fn, void * ctx, int reps) {
 }
 
 typedef struct {
-    ggml_ext_i4_mm_fn fn;
+    ggml_ext_interleaved4_mm_fn fn;
     int                 K, M, T;
     float *             out;
     const void *        w, *a;
@@ -400,7 +400,7 @@ static double read_bandwidth(const uint8_t * buf, size_t n, size_t seg, helper *
 
 // One call of a kernel on columns [c0, c1) of one weight copy.
 typedef struct {
-    ggml_ext_i4_mm_fn fn;
+    ggml_ext_interleaved4_mm_fn fn;
     int                 K, T, c0, c1, N;
     const uint8_t *     w;
     const void *        a;
@@ -416,7 +416,7 @@ static void run_call(void * v) {
 
 // GEMV on cold weights: seconds of the best call, each call on the next copy (1 or 2
 // threads, each taking half of the row groups).
-static double time_gemv_cold(ggml_ext_i4_mm_fn fn, int K, int M, uint8_t * const * copies, int ncopies,
+static double time_gemv_cold(ggml_ext_interleaved4_mm_fn fn, int K, int M, uint8_t * const * copies, int ncopies,
                              const void * a, float * out, helper * h, int passes) {
     const int ng   = M / 8;
     double    best = 1e30;
@@ -432,7 +432,7 @@ static double time_gemv_cold(ggml_ext_i4_mm_fn fn, int K, int M, uint8_t * const
 
 // GEMM of all tokens on slabs of 64 weight rows across the matrix, one thread: seconds of
 // the best slab, scaled to the whole matrix.
-static double time_gemm_slabs(ggml_ext_i4_mm_fn fn, int K, int M, int tokens, const uint8_t * w, const void * ax,
+static double time_gemm_slabs(ggml_ext_interleaved4_mm_fn fn, int K, int M, int tokens, const uint8_t * w, const void * ax,
                               float * out, int rounds) {
     const int slab = M < 64 ? M : 64, nslabs = M / slab;
     double    best = 1e30;
@@ -447,7 +447,7 @@ static double time_gemm_slabs(ggml_ext_i4_mm_fn fn, int K, int M, int tokens, co
 
 typedef struct {
     const char *        name;
-    ggml_ext_i4_mm_fn gemv, gemm;
+    ggml_ext_interleaved4_mm_fn gemv, gemm;
 } roof_kernel;
 
 static int roofline(int (*shapes)[2], int n_shapes, int tokens) {
@@ -484,8 +484,8 @@ static int roofline(int (*shapes)[2], int n_shapes, int tokens) {
     printf("| shape (M x K) | kernel | GEMV GB/s, 1 thread | %% of 1-thread bandwidth | GEMV GB/s, 2 threads | "
            "%% of 2-thread bandwidth | GEMM GOPS | %% of vpdpbusd peak | %% of AVX2 peak |\n");
     printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    const enum ggml_ext_i4_layout            L  = GGML_EXT_I4_8X8;
-    const struct ggml_ext_i4_layout_traits * tr = ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, L);
+    const enum ggml_ext_interleaved4_layout            L  = GGML_EXT_INTERLEAVED4_8X8;
+    const struct ggml_ext_interleaved4_layout_traits * tr = ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, L);
     for (int si = 0; si < n_shapes; si++) {
         const int M = shapes[si][0], K = shapes[si][1], nb = K / 32;
         if (M % 8 || K % 32) {
@@ -522,10 +522,10 @@ static int roofline(int (*shapes)[2], int n_shapes, int tokens) {
         roof_kernel  ks[3];
         int          nk = 0;
         char         disp[64];
-        snprintf(disp, sizeof(disp), "ours Q4_0_8_8 %s", ggml_ext_i4_dispatched(GGML_EXT_I4_Q4_0, L, 1));
+        snprintf(disp, sizeof(disp), "ours Q4_0_8_8 %s", ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_Q4_0, L, 1));
         ks[nk++] = (roof_kernel) { disp, tr->gemv, tr->gemm };
 #    ifdef GGML_EXT_HAVE_AVX512VNNI
-        ks[nk++] = (roof_kernel) { "ours Q4_0_8_8 avx2", ggml_ext_i4_impl_avx2.gemv[0][L], ggml_ext_i4_impl_avx2.gemm[0][L] };
+        ks[nk++] = (roof_kernel) { "ours Q4_0_8_8 avx2", ggml_ext_interleaved4_impl_avx2.gemv[0][L], ggml_ext_interleaved4_impl_avx2.gemm[0][L] };
 #    endif
 #    ifdef WITH_UPSTREAM
         ks[nk++] = (roof_kernel) { "upstream q4_0_8x8 (pinned tree)", ggml_gemv_q4_0_8x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
@@ -628,24 +628,24 @@ int main(int argc, char ** argv) {
         const double bytes = (double) nblk * sizeof(*w);
 
         for (int iq4 = fam0; iq4 <= fam1; iq4++)
-        for (int L = 0; L < GGML_EXT_I4_N_LAYOUTS; L++) {
-            const struct ggml_ext_i4_layout_traits * tr = iq4 ? ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) L)
-                                                                : ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) L);
+        for (int L = 0; L < GGML_EXT_INTERLEAVED4_N_LAYOUTS; L++) {
+            const struct ggml_ext_interleaved4_layout_traits * tr = iq4 ? ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, (enum ggml_ext_interleaved4_layout) L)
+                                                                : ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, (enum ggml_ext_interleaved4_layout) L);
             if (M % tr->nrows) {
                 continue;
             }
             if (iq4) {  // random bytes are valid IQ4_NL blocks too
-                ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, wi, w, M, K);
+                ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, wi, w, M, K);
             } else {
-                ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, wi, w, M, K);
+                ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, wi, w, M, K);
             }
             for (int t = 0; t < tokens / 4; t++) {
                 tr->quantize_mat(x + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
             }
-            for (int i = 0; i < ggml_ext_i4_impl_count(); i++) {
-                const struct ggml_ext_i4_impl * im = ggml_ext_i4_impl_get(i);
-                const ggml_ext_i4_mm_fn gemv = im->gemv[iq4][L];
-                const ggml_ext_i4_mm_fn gemm = im->gemm[iq4][L];
+            for (int i = 0; i < ggml_ext_interleaved4_impl_count(); i++) {
+                const struct ggml_ext_interleaved4_impl * im = ggml_ext_interleaved4_impl_get(i);
+                const ggml_ext_interleaved4_mm_fn gemv = im->gemv[iq4][L];
+                const ggml_ext_interleaved4_mm_fn gemm = im->gemm[iq4][L];
                 if (!gemv && !gemm) {
                     continue;
                 }
@@ -672,7 +672,7 @@ int main(int argc, char ** argv) {
                 }
             }
 #ifdef WITH_UPSTREAM
-            if (L == GGML_EXT_I4_8X8) {
+            if (L == GGML_EXT_INTERLEAVED4_8X8) {
                 float *  ref = xmalloc((size_t) tokens * M * sizeof(float));
                 ours_ctx v   = { iq4 ? ggml_gemv_iq4_nl_8x8_q8_0 : ggml_gemv_q4_0_8x8_q8_0, K, M, 1, out, wi, a1 };
                 ours_ctx g   = { iq4 ? ggml_gemm_iq4_nl_8x8_q8_0 : ggml_gemm_q4_0_8x8_q8_0, K, M, tokens, out, wi, ax };

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The KVQuant decode op on CUDA (issue 20, docs/KVQUANT.md "The decode op", "The CUDA path";
-# ggml_ext/src/cuda/kvattn_cuda.cu) on the device machine, in one run of a few minutes:
+# ggml_ext/src/cuda/kvquant_attn_cuda.cu) on the device machine, in one run of a few minutes:
 #   build    our CUDA tree (device_lib.sh's device_build_cuda: GGML_EXT_CUDA=ON, sm_90)
 #   test     scripts/test_cuda.sh once (tests/c/test_kvattn_cuda.cpp among its programs: the op's three nodes on
 #            the GPU within NMSE 1e-6 of the CPU op on the same bound caches)

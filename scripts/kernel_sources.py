@@ -17,7 +17,7 @@ INTERLEAVED4 = [
     SRC / "arm" / "interleaved4_neon.c",
     SRC / "arm" / "interleaved4_i8mm.c",
     SRC / "arm" / "interleaved4_sve.c",
-    SRC / "formats" / "dispatch.c",  # ggml_ext_dispatched_kernel: asks each family's dispatcher
+    SRC / "formats" / "families.c",  # ggml_ext_dispatched_kernel: the kernel report family table
 ]
 
 CODEBOOKS = [
@@ -38,13 +38,13 @@ KVQUANT = [
     SRC / "arm" / "kvquant_neon.c",
 ]
 
-# The NUQ cache types' block decode (formats/kvquant/nuq_decode.h; tests/c/test_nuq_decode.c): the scalar
+# The NUQ cache types' block decode (formats/kvquant/kvquant_decode.h; tests/c/test_nuq_decode.c): the scalar
 # reference, the SIMD decoders, and the kvquant row kernels it is checked against.
 NUQ_DECODE = [
     SRC / "formats" / "kvquant" / "kvquant.c",
-    SRC / "generic" / "nuq_decode.c",
-    SRC / "x86" / "nuq_decode_avx2.c",
-    SRC / "arm" / "nuq_decode_neon.c",
+    SRC / "generic" / "kvquant_decode.c",
+    SRC / "x86" / "kvquant_decode_avx2.c",
+    SRC / "arm" / "kvquant_decode_neon.c",
 ]
 
 # The any-precision bitplane GEMV (formats/anyprec): the byte layout and reference, the scalar twin,
@@ -69,6 +69,6 @@ def cpu_flags() -> set[str]:
         pass
     return set()
 
-# formats/dispatch.c names every family's dispatcher: each library of the weight formats holds them all.
+# formats/families.c names every family's dispatcher: each library of the weight formats holds them all.
 INTERLEAVED4 = INTERLEAVED4 + CODEBOOKS + ANYPREC
 CODEBOOKS = INTERLEAVED4

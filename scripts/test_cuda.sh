@@ -9,7 +9,7 @@
 # against the exact product of the dequantized weights, 2e-4 against the CPU); tests/c/test_kvquant_cuda.cpp: the
 # KVQuant cache types NUQ4 / NUQ3 / NUQ2 in VRAM (patch 0421): SET_ROWS bytes, CPY / GET_ROWS values bit for bit
 # against the CPU with and without outlier slots and the sink, flash attention with a NUQ V; tests/c/test_kvattn_cuda.cpp:
-# the KVQuant decode op's three nodes on the GPU (kvattn_cuda.cu) within NMSE 1e-6 of the CPU op on the same caches.
+# the KVQuant decode op's three nodes on the GPU (kvquant_attn_cuda.cu) within NMSE 1e-6 of the CPU op on the same caches.
 # Usage: scripts/test_cuda.sh [PREFIX]   PREFIX holds lib/ and include/ of the build (default:
 # $GGML_EXT_PREFIX, else the installed ggml_ext package's). Fails when there is no GPU.
 set -euo pipefail

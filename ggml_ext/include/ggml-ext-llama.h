@@ -1,5 +1,5 @@
 // ggml-ext's hooks in llama.cpp's graph and KV cache (patch 0300), compiled into libllama:
-// ggml_ext/src/glue. Both default to changing nothing; ggml-ext's formats add their rules in the glue,
+// ggml_ext/src/llama. Both default to changing nothing; ggml-ext's formats add their rules in src/llama,
 // and a program (or a test) may register a callback that sees every call.
 #pragma once
 
@@ -51,9 +51,9 @@ GGML_EXT_API void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, 
 // Called for every K / V tensor a llama_kv_cache allocates (its name "cache_<tag>k_l<il>" / "..v_l<il>"
 // says which), after allocation (t->data NULL: nothing allocated, the calibration is checked only). For a
 // KVQuant type it loads layer il's nuqB table from the KV calibration (ggml_ext_llama_kv_calib) and binds
-// the tensor's memory to it (ggml_ext_kvq_bind). 0, or -1 with err saying why (no calibration given, not
+// the tensor's memory to it (ggml_ext_kvquant_bind). 0, or -1 with err saying why (no calibration given, not
 // a KVQuant calibration, another model's shape, no nuqB tables); keys are bound with their per-channel
-// scales (ggml_ext_kvq_bind_keys); llama.cpp
+// scales (ggml_ext_kvquant_bind_keys); llama.cpp
 // throws it, so context creation fails with that message.
 GGML_EXT_API int ggml_ext_llama_kv_bind(struct ggml_tensor * t, uint32_t n_layer, char * err, size_t n);
 
@@ -66,17 +66,17 @@ GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
 
 // ---- pre-RoPE keys (KVQuant K cache; patch 0307) ----
 
-// ggml_ext_kvq_bind (ggml-ext.h) for a pre-RoPE key cache: defined in ggml-base beside it, declared here
-// (its one caller is the glue) so that ggml.c and the other ggml sources that include ggml-ext.h need no
+// ggml_ext_kvquant_bind (ggml-ext.h) for a pre-RoPE key cache: defined in ggml-base beside it, declared here
+// (its one caller is src/llama) so that ggml.c and the other ggml sources that include ggml-ext.h need no
 // rebuild for it.
 // Keys per channel: rows of row_values channels (a multiple
 // of 64) lie back to back in [data, data + nbytes); channel c of every row is normalised with the
 // calibrated mid[c] / half[c] (row_values each: (k_hi + k_lo) / 2 and (k_hi - k_lo) / 2 in the cache's
 // channel order), rounded to `levels` and read back as values[i] * half[c] + mid[c]. The blocks keep the
 // value blocks' bytes (indices in channel order; their own mid / half fp16 0 / 1, counts 0).
-GGML_EXT_API int ggml_ext_kvq_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values,
-                                        const float * levels, const float * values, const float * mid,
-                                        const float * half, char * err, size_t n);
+GGML_EXT_API int ggml_ext_kvquant_bind_keys(const void * data, size_t nbytes, int type, int64_t row_values,
+                                            const float * levels, const float * values, const float * mid,
+                                            const float * half, char * err, size_t n);
 
 // Whether a K cache of `type` holds keys before RoPE (the KVQuant types): build_attn then stores the K its
 // model had before RoPE and ropes the dequantized cache at attention, with the positions of the cells.

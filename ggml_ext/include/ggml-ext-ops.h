@@ -38,9 +38,9 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_apq_mul_mat(struct ggml_context * ctx
 
 // The seed precision S an APQ weight's tables imply (their length is N (2^(P+1) - 2^S)), or -1 when w is
 // not an APQ tensor, tables is not F16 1-D, or its length fits no S in 1..P.
-GGML_EXT_API int ggml_ext_apq_seed_bits(const struct ggml_tensor * w, const struct ggml_tensor * tables);
+GGML_EXT_API int ggml_ext_anyprec_seed_bits(const struct ggml_tensor * w, const struct ggml_tensor * tables);
 // The parent precision P of an APQ type (its planes), 0 for any other type.
-GGML_EXT_API int ggml_ext_apq_parent_bits(int type);
+GGML_EXT_API int ggml_ext_anyprec_parent_bits(int type);
 
 // NULL when a GGML_OP_APQ_MUL_MAT node is usable (types, shapes, op params), else a static message.
 GGML_EXT_API const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * dst);
@@ -53,24 +53,24 @@ GGML_EXT_API const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * 
 //   r      I8  [(M+1)/2, K]: input channel j's row holds q[j][m] + 8 in 4 bits, output m in byte m/2
 //          (low nibble for even m, high for odd); q in -7..7
 //   scales F32 [M]: one per output channel
-//   mode   GGML_EXT_DEC_APPROX: the paper's bucketed selection, 32 buckets of |x| from b0 and b15
-//          (ggml_ext_dec_bucket), filled from the top bucket, the last bucket's channels taken in index
-//          order; GGML_EXT_DEC_EXACT: the k largest |x| (ties: the lower index), for evaluation
+//   mode   GGML_EXT_QDEC_APPROX: the paper's bucketed selection, 32 buckets of |x| from b0 and b15
+//          (ggml_ext_qdec_bucket), filled from the top bucket, the last bucket's channels taken in index
+//          order; GGML_EXT_QDEC_EXACT: the k largest |x| (ties: the lower index), for evaluation
 // k_chunk 0: dst = y.
-enum ggml_ext_dec_mode { GGML_EXT_DEC_APPROX = 0, GGML_EXT_DEC_EXACT = 1 };
-#define GGML_EXT_DEC_CHUNK 1024
+enum ggml_ext_qdec_mode { GGML_EXT_QDEC_APPROX = 0, GGML_EXT_QDEC_EXACT = 1 };
+#define GGML_EXT_QDEC_CHUNK 1024
 GGML_EXT_API struct ggml_tensor * ggml_ext_dec_mul_mat(struct ggml_context * ctx, struct ggml_tensor * y,
                                                        struct ggml_tensor * x, struct ggml_tensor * r,
                                                        struct ggml_tensor * scales, int k_chunk,
-                                                       enum ggml_ext_dec_mode mode, float b0, float b15);
+                                                       enum ggml_ext_qdec_mode mode, float b0, float b15);
 
 // The bucket of a magnitude v (0 the top, 31 the bottom): 16 uniform buckets over [b15, b0] (values
 // above b0 in bucket 0) and 16 over [0, b15); NaN and 0 in bucket 31. b15 > 0, b0 >= b15.
-GGML_EXT_API int ggml_ext_dec_bucket(float v, float b0, float b15);
+GGML_EXT_API int ggml_ext_qdec_bucket(float v, float b0, float b15);
 
 // The channels of one row x[0..K) the op compensates, ascending, into sel (room for K); returns their count.
-GGML_EXT_API int64_t ggml_ext_dec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_dec_mode mode,
-                                         float b0, float b15, int32_t * sel);
+GGML_EXT_API int64_t ggml_ext_qdec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_qdec_mode mode,
+                                          float b0, float b15, int32_t * sel);
 
 // The thread blocks of the CUDA kernel's residual GEMV (the paper's n_tb; op param 4): 0 (the default)
 // lets the backend choose (one per SM). The CPU ignores it. n_tb >= 0.

@@ -49,6 +49,7 @@ enum ggml_ext_family {
     GGML_EXT_FAMILY_CODEBOOKS    = 2,  // group-wise codebooks CB2 / CB3 (docs/formats/codebooks.md), rows alone
     GGML_EXT_FAMILY_ANYPREC      = 3,  // any-precision bitplanes APQ (docs/formats/anyprec.md), plane-major
     GGML_EXT_FAMILY_KVQUANT      = 4,  // KVQuant KV cache types NUQ4/3/2 (docs/KVQUANT.md), blocks of 64 values
+    GGML_EXT_FAMILY_COUNT,             // size of the family tables (src/common/families.h); 0 is no family
 };
 #define GGML_EXT_FAMILY_NAME_INTERLEAVED4 "interleaved4"
 #define GGML_EXT_FAMILY_NAME_CODEBOOKS    "codebooks"
@@ -100,6 +101,8 @@ GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_at(int i);
 // The entry of a type id, NULL when the id is not one of ggml-ext's types.
 GGML_EXT_API const struct ggml_ext_type_info * ggml_ext_type_info_by_id(int id);
 GGML_EXT_API bool                               ggml_ext_is_type(int type);
+// The family of a type id (enum ggml_ext_family), 0 when the id is not one of ggml-ext's types.
+GGML_EXT_API int                                ggml_ext_type_family(int type);
 // ggml-ext's own id range (GGML_EXT_TYPE_FIRST_OWN .. GGML_EXT_TYPE_LAST_OWN of the .def).
 GGML_EXT_API int                                ggml_ext_type_first_own(void);
 GGML_EXT_API int                                ggml_ext_type_last_own(void);
@@ -190,24 +193,24 @@ GGML_EXT_API size_t ggml_ext_quantize_iq4_nl_weighted(const float * src, void * 
 // per-channel thresholds, values per token with online thresholds, both as indices into a per-layer
 // non-uniform table (nuq2/3/4 from `ggml-ext calibrate kv`), outliers beyond the thresholds kept in
 // fp16 in a fixed number of slots per token (dense-and-sparse). A token's key or value is one
-// fixed-size row (ggml_ext_kvq_k_row_size / _v_row_size bytes): a cache is rows at a constant stride.
+// fixed-size row (ggml_ext_kvquant_k_row_size / _v_row_size bytes): a cache is rows at a constant stride.
 // The kernels read the rows of one KV head and compute attention scores q . RoPE(pos, k) (RoPE
 // applied on the fly to the dequantized pre-RoPE keys) and weighted sums of values; the query heads
 // of one KV head (grouped-query attention) go through in one call.
 
-enum ggml_ext_kvq_rope_mode {
-    GGML_EXT_KVQ_ROPE_NORM = 0,  // llama.cpp's LLAMA_ROPE_TYPE_NORM: pairs (2i, 2i + 1)
-    GGML_EXT_KVQ_ROPE_NEOX = 2,  // LLAMA_ROPE_TYPE_NEOX: pairs (i, i + n_dims / 2)
+enum ggml_ext_kvquant_rope_mode {
+    GGML_EXT_KVQUANT_ROPE_NORM = 0,  // llama.cpp's LLAMA_ROPE_TYPE_NORM: pairs (2i, 2i + 1)
+    GGML_EXT_KVQUANT_ROPE_NEOX = 2,  // LLAMA_ROPE_TYPE_NEOX: pairs (i, i + n_dims / 2)
 };
 
-struct ggml_ext_kvq_config {
+struct ggml_ext_kvquant_config {
     int           bits;             // 2, 3 or 4 (keys and values)
     int           n_kv_heads;
     int           head_dim;         // a multiple of 8, at most 512
     int           k_slots;          // key outlier slots per token (>= 0; extra outliers are clamped)
     int           v_slots;          // value outlier slots per token (>= 2 * v_outliers_per_side)
     int           v_outliers_per_side;  // k: the k largest and k smallest of a value token are outliers (0: none)
-    int           rope_mode;        // enum ggml_ext_kvq_rope_mode
+    int           rope_mode;        // enum ggml_ext_kvquant_rope_mode
     int           rope_n_dims;      // rotated channels per head (even, <= head_dim)
     float         rope_freq_base;   // llama.cpp's freq_base, freq_scale and optional freq_factors
     float         rope_freq_scale;  // (rope_n_dims / 2 values, or NULL); no YaRN (ext_factor 0)
@@ -220,56 +223,56 @@ struct ggml_ext_kvq_config {
     const float * v_values;
 };
 
-struct ggml_ext_kvq_layer;
+struct ggml_ext_kvquant_layer;
 
 // A layer's quantizer, or NULL with a message in err (err_size bytes, may be 0) naming the bad field.
-GGML_EXT_API struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_config * cfg, char * err,
-                                                                size_t err_size);
-GGML_EXT_API void   ggml_ext_kvq_layer_free(struct ggml_ext_kvq_layer * layer);
-GGML_EXT_API size_t ggml_ext_kvq_k_row_size(const struct ggml_ext_kvq_layer * layer);
-GGML_EXT_API size_t ggml_ext_kvq_v_row_size(const struct ggml_ext_kvq_layer * layer);
+GGML_EXT_API struct ggml_ext_kvquant_layer * ggml_ext_kvquant_layer_new(const struct ggml_ext_kvquant_config * cfg, char * err,
+                                                                        size_t err_size);
+GGML_EXT_API void   ggml_ext_kvquant_layer_free(struct ggml_ext_kvquant_layer * layer);
+GGML_EXT_API size_t ggml_ext_kvquant_k_row_size(const struct ggml_ext_kvquant_layer * layer);
+GGML_EXT_API size_t ggml_ext_kvquant_v_row_size(const struct ggml_ext_kvquant_layer * layer);
 
 // Append: one token's pre-RoPE key / its value (n_kv_heads * head_dim floats, llama.cpp's channel
 // order) -> row. Returns the outliers that found no slot (clamped into the dense part; keys only,
 // value slots always suffice), or -1 without writing when the vector holds a NaN or infinity.
-GGML_EXT_API int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * layer, const float * k, void * row);
-GGML_EXT_API int ggml_ext_kvq_quantize_v(const struct ggml_ext_kvq_layer * layer, const float * v, void * row);
+GGML_EXT_API int ggml_ext_kvquant_quantize_k(const struct ggml_ext_kvquant_layer * layer, const float * k, void * row);
+GGML_EXT_API int ggml_ext_kvquant_quantize_v(const struct ggml_ext_kvquant_layer * layer, const float * v, void * row);
 // The row back as floats (keys before RoPE), channel order; outliers are their fp16 values.
-GGML_EXT_API void ggml_ext_kvq_dequantize_k(const struct ggml_ext_kvq_layer * layer, const void * row, float * k);
-GGML_EXT_API void ggml_ext_kvq_dequantize_v(const struct ggml_ext_kvq_layer * layer, const void * row, float * v);
+GGML_EXT_API void ggml_ext_kvquant_dequantize_k(const struct ggml_ext_kvquant_layer * layer, const void * row, float * k);
+GGML_EXT_API void ggml_ext_kvquant_dequantize_v(const struct ggml_ext_kvquant_layer * layer, const void * row, float * v);
 
 // scores[g * n_tokens + t] = q_g . RoPE(pos[t], K_t) over KV head `head`, for the n_q query heads
 // q_g = q + g * head_dim (already rotated to their own position, as llama.cpp's graph does), tokens
 // t < n_tokens at k_rows + t * row_stride. Outliers included. head = -1: every KV head in one pass over
 // the rows (faster: each row is read once, RoPE's cos/sin computed once per token), q holding
 // n_kv_heads * n_q query heads, head-major (GQA's grouping), scores n_kv_heads * n_q rows of n_tokens.
-GGML_EXT_API void ggml_ext_kvq_k_scores(const struct ggml_ext_kvq_layer * layer, int head, const float * q, int n_q,
-                                        const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
-                                        float * scores);
+GGML_EXT_API void ggml_ext_kvquant_k_scores(const struct ggml_ext_kvquant_layer * layer, int head, const float * q, int n_q,
+                                            const void * k_rows, size_t row_stride, const int32_t * pos, int n_tokens,
+                                            float * scores);
 // out[g * head_dim + c] = sum_t w[g * n_tokens + t] * V_t[head * head_dim + c] (overwrites out);
 // head = -1: every KV head, w and out holding n_kv_heads * n_q query heads, head-major.
-GGML_EXT_API void ggml_ext_kvq_v_accumulate(const struct ggml_ext_kvq_layer * layer, int head, const float * w,
-                                            int n_q, const void * v_rows, size_t row_stride, int n_tokens,
-                                            float * out);
+GGML_EXT_API void ggml_ext_kvquant_v_accumulate(const struct ggml_ext_kvquant_layer * layer, int head, const float * w,
+                                                int n_q, const void * v_rows, size_t row_stride, int n_tokens,
+                                                float * out);
 
 // The implementation the two kernels run for this layer ("generic", "avx2", "neon"), and a switch
-// for tests and benchmarks: ggml_ext_kvq_force("generic") runs the scalar reference from then on,
+// for tests and benchmarks: ggml_ext_kvquant_force("generic") runs the scalar reference from then on,
 // NULL restores the choice by CPU. Returns 0, or -1 for a name this build does not have.
-GGML_EXT_API const char * ggml_ext_kvq_kernel(const struct ggml_ext_kvq_layer * layer);
-GGML_EXT_API int          ggml_ext_kvq_force(const char * name);
+GGML_EXT_API const char * ggml_ext_kvquant_kernel(const struct ggml_ext_kvquant_layer * layer);
+GGML_EXT_API int          ggml_ext_kvquant_force(const char * name);
 
 // ---- KVQuant cache types in ggml: NUQ4 / NUQ3 / NUQ2 of ggml-ext-types.def (docs/KVQUANT.md) ----
 // A block is the value row (docs/formats/kvquant.md) of a one-head, 64-channel layer without outlier
 // slots: 64 B-bit indices, fp16 mid / half of the block, u16 kept / dropped (0). The nuqB table belongs to
 // the cache layer. ggml's row functions (to_float, from_float) get only a pointer, so the table is found
-// by address: ggml_ext_kvq_bind makes the rows in [data, data + nbytes) use `levels` (2^B ascending
+// by address: ggml_ext_kvquant_bind makes the rows in [data, data + nbytes) use `levels` (2^B ascending
 // rounding levels on [-1, 1]) and `values` (dequantization values); a binding that overlaps an earlier one
 // replaces it (the memory of a freed cache, reused). Rows outside every binding use uniform levels.
 // Returns 0, or -1 with err filled (type not a KVQuant cache type, a bad table, no room).
-GGML_EXT_API int ggml_ext_kvq_bind(const void * data, size_t nbytes, int type, const float * levels,
-                                   const float * values, char * err, size_t n);
+GGML_EXT_API int ggml_ext_kvquant_bind(const void * data, size_t nbytes, int type, const float * levels,
+                                       const float * values, char * err, size_t n);
 // Forgets the binding that starts at data (the cache is freed); 0, or -1 when there is none.
-GGML_EXT_API int ggml_ext_kvq_unbind(const void * data);
+GGML_EXT_API int ggml_ext_kvquant_unbind(const void * data);
 // The KV cache type called `name` (ggml's type name: "nuq4"), -1 when none: what -ctk / -ctv accept
 // besides upstream's types (patch 0305).
 GGML_EXT_API int ggml_ext_kv_cache_type_by_name(const char * name);

@@ -60,7 +60,7 @@ __all__ = [
 IQ4_NL_WEIGHTINGS = {"default": 0, "one": 1, "x2": 2, "sqrt_s2x2": 3, "s2x2": 4}
 IQ4_NL_ID = 20
 
-#: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_i4_layout), from the registry
+#: interleaved Q4_0 type name -> ggml-ext layout number (enum ggml_ext_interleaved4_layout), from the registry
 INTERLEAVED = {t.name: t.layout for t in formats.family("interleaved4", "Q4_0")}
 #: interleaved IQ4_NL type name -> the same layout numbers
 INTERLEAVED_IQ4_NL = {t.name: t.layout for t in formats.family("interleaved4", "IQ4_NL")}

@@ -18,15 +18,15 @@ static uint32_t rnd(void) {
 
 static float rndf(void) { return (float) ((double) rnd() / 2147483648.0 - 1.0); }
 
-static int check(const char * name, ggml_ext_apq_gemv_fn fn, const uint8_t * planes, const ggml_ext_fp16_t * tables,
+static int check(const char * name, ggml_ext_anyprec_gemv_fn fn, const uint8_t * planes, const ggml_ext_fp16_t * tables,
                  int64_t r0, int64_t nr, int64_t n_rows, int64_t k, int seed, int bits, const float * x) {
     float * want = malloc(sizeof(float) * (size_t) nr);
     float * got  = malloc(sizeof(float) * (size_t) nr);
     float * deq  = malloc(sizeof(float) * (size_t) (nr * k));
     int     bad  = 0;
-    if (ggml_ext_apq_gemv_ref(planes, tables, r0, nr, n_rows, k, seed, bits, x, want) != 0 ||
+    if (ggml_ext_anyprec_gemv_ref(planes, tables, r0, nr, n_rows, k, seed, bits, x, want) != 0 ||
         fn(planes, tables, r0, nr, n_rows, k, seed, bits, x, got) != 0 ||
-        ggml_ext_apq_dequantize(planes, tables, r0, nr, n_rows, k, seed, 8, bits, deq) != 0) {
+        ggml_ext_anyprec_dequantize(planes, tables, r0, nr, n_rows, k, seed, 8, bits, deq) != 0) {
         fprintf(stderr, "%s: refused k=%lld bits=%d\n", name, (long long) k, bits);
         bad = 1;
     }
@@ -52,29 +52,29 @@ static int check(const char * name, ggml_ext_apq_gemv_fn fn, const uint8_t * pla
 int main(void) {
     struct {
         const char *         name;
-        ggml_ext_apq_gemv_fn fn;
+        ggml_ext_anyprec_gemv_fn fn;
     } kernels[] = {
-        { "dispatch", ggml_ext_apq_gemv },
+        { "dispatch", ggml_ext_anyprec_gemv },
 #if defined(GGML_EXT_HAVE_AVX2)
-        { "avx2", ggml_ext_apq_gemv_avx2 },
+        { "avx2", ggml_ext_anyprec_gemv_avx2 },
 #endif
 #if defined(GGML_EXT_HAVE_NEON)
-        { "neon", ggml_ext_apq_gemv_neon },
+        { "neon", ggml_ext_anyprec_gemv_neon },
 #endif
     };
     const int nk = (int) (sizeof(kernels) / sizeof(kernels[0]));
     for (int i = 0; i < nk; i++) {
         printf("kernel %s\n", kernels[i].name);
     }
-    printf("dispatch runs %s\n", ggml_ext_apq_gemv_name());
+    printf("dispatch runs %s\n", ggml_ext_anyprec_gemv_name());
     const int64_t ks[]  = { 32, 96, 576, 1536 };
     const int64_t n_rows = 9;
     int           cases  = 0;
     for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
         const int64_t k = ks[ki];
         for (int seed = 1; seed <= 8; seed++) {
-            const size_t      np     = ggml_ext_apq_planes_size(8, n_rows, k);
-            const int64_t     ntab   = n_rows * ggml_ext_apq_row_table_len(seed, 8);
+            const size_t      np     = ggml_ext_anyprec_planes_size(8, n_rows, k);
+            const int64_t     ntab   = n_rows * ggml_ext_anyprec_row_table_len(seed, 8);
             uint8_t *         planes = malloc(np);
             ggml_ext_fp16_t * tables = malloc(sizeof(ggml_ext_fp16_t) * (size_t) ntab);
             float *           x      = malloc(sizeof(float) * (size_t) k);
@@ -103,8 +103,8 @@ int main(void) {
     }
     // refused arguments
     float y;
-    if (ggml_ext_apq_gemv(NULL, NULL, 0, 1, 1, 40, 3, 3, NULL, &y) != -1 ||
-        ggml_ext_apq_gemv(NULL, NULL, 0, 1, 1, 32, 4, 3, NULL, &y) != -1) {
+    if (ggml_ext_anyprec_gemv(NULL, NULL, 0, 1, 1, 40, 3, 3, NULL, &y) != -1 ||
+        ggml_ext_anyprec_gemv(NULL, NULL, 0, 1, 1, 32, 4, 3, NULL, &y) != -1) {
         fprintf(stderr, "bad arguments were not refused\n");
         return 1;
     }

@@ -35,14 +35,14 @@ static float frand(void) {  // roughly normal, deterministic
 
 int main(void) {
     printf("implementations:");
-    for (int i = 0; i < ggml_ext_cb_impl_count(); i++) {
-        const struct ggml_ext_cb_impl * p = ggml_ext_cb_impl_get(i);
+    for (int i = 0; i < ggml_ext_codebooks_impl_count(); i++) {
+        const struct ggml_ext_codebooks_impl * p = ggml_ext_codebooks_impl_get(i);
         if (!p->usable || p->usable()) {
             printf(" %s", p->name);
         }
     }
     printf("\n");
-    printf("dispatched: cb2 %s, cb3 %s\n", ggml_ext_cb_dispatched(2), ggml_ext_cb_dispatched(3));
+    printf("dispatched: cb2 %s, cb3 %s\n", ggml_ext_codebooks_dispatched(2), ggml_ext_codebooks_dispatched(3));
 
     const int n = 512, NC = 13, NR = 19;
     float *   xw = malloc(sizeof(float) * n * NC);
@@ -55,7 +55,7 @@ int main(void) {
     }
     ggml_ext_block_q8_K * qa = malloc(sizeof(ggml_ext_block_q8_K) * (n / 256) * NR);
     for (int r = 0; r < NR; r++) {
-        ggml_ext_cb_quantize_row_q8_K(xa + r * n, qa + r * (n / 256), n);
+        ggml_ext_codebooks_quantize_row_q8_K(xa + r * n, qa + r * (n / 256), n);
     }
     // Q8_K bytes: the scale, the rounding and the sums
     {
@@ -79,15 +79,15 @@ int main(void) {
     }
 
     for (int bits = 2; bits <= 3; bits++) {
-        const size_t bs  = ggml_ext_cb_block_size(bits);
+        const size_t bs  = ggml_ext_codebooks_block_size(bits);
         uint8_t *    qw  = malloc(bs * (n / 256) * NC);
         float *      dqw = malloc(sizeof(float) * n * NC);
-        check(ggml_ext_cb_quantize(bits, xw, qw, NC, n, NULL) == bs * (n / 256) * NC, "quantize");
-        ggml_ext_cb_dequantize(bits, qw, dqw, (n / 256) * NC);
+        check(ggml_ext_codebooks_quantize(bits, xw, qw, NC, n, NULL) == bs * (n / 256) * NC, "quantize");
+        ggml_ext_codebooks_dequantize(bits, qw, dqw, (n / 256) * NC);
 
         float * ref = malloc(sizeof(float) * NR * NC);
         float * out = malloc(sizeof(float) * NR * NC);
-        ggml_ext_cb_impl_generic.mm[bits - 2](n, ref, NC, qw, qa, NR, NC);
+        ggml_ext_codebooks_impl_generic.mm[bits - 2](n, ref, NC, qw, qa, NR, NC);
 
         // the scalar twin against a double-precision dot of what the bytes mean
         double worst = 0.0;
@@ -109,8 +109,8 @@ int main(void) {
         snprintf(what, sizeof(what), "cb%d generic vs dequantized double dot (worst rel %.3g)", bits, worst);
         check(worst < 1e-5, what);
 
-        for (int i = 1; i < ggml_ext_cb_impl_count(); i++) {
-            const struct ggml_ext_cb_impl * p = ggml_ext_cb_impl_get(i);
+        for (int i = 1; i < ggml_ext_codebooks_impl_count(); i++) {
+            const struct ggml_ext_codebooks_impl * p = ggml_ext_codebooks_impl_get(i);
             if (!p->mm[bits - 2] || (p->usable && !p->usable())) {
                 continue;
             }

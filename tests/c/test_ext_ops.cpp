@@ -240,7 +240,7 @@ static bool apq_run(const apq_case & c, ggml_backend_t backend, const apq_inputs
     ggml_tensor *    w   = ggml_new_tensor_2d(ctx, GGML_TYPE_APQ, c.K, c.N);
     ggml_tensor *    tab = ggml_new_tensor_1d(ctx, GGML_TYPE_F16, (int64_t) in.tables.size());
     ggml_tensor *    x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
-    CHECK(ggml_ext_apq_seed_bits(w, tab) == c.S && ggml_ext_apq_parent_bits(GGML_TYPE_APQ) == 8, "%s: S, P",
+    CHECK(ggml_ext_anyprec_seed_bits(w, tab) == c.S && ggml_ext_anyprec_parent_bits(GGML_TYPE_APQ) == 8, "%s: S, P",
           c.name().c_str());
     ggml_tensor * y  = ggml_ext_apq_mul_mat(ctx, w, x, tab, c.b);
     ggml_cgraph * gf = ggml_new_graph(ctx);
@@ -306,14 +306,14 @@ static std::vector<apq_case> apq_sweep() {
 
 struct dec_case {
     int64_t M, K, T;
-    int     k_chunk, mode;  // GGML_EXT_DEC_APPROX / GGML_EXT_DEC_EXACT
+    int     k_chunk, mode;  // GGML_EXT_QDEC_APPROX / GGML_EXT_QDEC_EXACT
     int     n_tb     = 0;      // the CUDA kernel's GEMV blocks (0: the backend's choice)
     bool    gpu_only = false;  // a large shape: only where a GPU runs it too (keeps the CPU-only run fast)
 
     std::string name() const {
         char s[112];
         std::snprintf(s, sizeof(s), "dec_mul_mat M=%lld K=%lld T=%lld k_chunk=%d %s", (long long) M, (long long) K,
-                      (long long) T, k_chunk, mode == GGML_EXT_DEC_EXACT ? "exact" : "approx");
+                      (long long) T, k_chunk, mode == GGML_EXT_QDEC_EXACT ? "exact" : "approx");
         std::string n = s;
         if (n_tb) {
             n += " n_tb=" + std::to_string(n_tb);
@@ -380,14 +380,14 @@ static int dec_ref_bucket(float v, float b0, float b15) {
 
 static std::vector<int64_t> dec_ref_select(const dec_case & c, const float * x, float b0, float b15) {
     std::vector<int64_t> sel;
-    for (int64_t c0 = 0; c0 < c.K; c0 += GGML_EXT_DEC_CHUNK) {
-        const int64_t        L = std::min<int64_t>(GGML_EXT_DEC_CHUNK, c.K - c0);
+    for (int64_t c0 = 0; c0 < c.K; c0 += GGML_EXT_QDEC_CHUNK) {
+        const int64_t        L = std::min<int64_t>(GGML_EXT_QDEC_CHUNK, c.K - c0);
         std::vector<int64_t> order(L);
         for (int64_t j = 0; j < L; j++) {
             order[j] = c0 + j;
         }
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-            if (c.mode == GGML_EXT_DEC_EXACT) {
+            if (c.mode == GGML_EXT_QDEC_EXACT) {
                 return std::fabs(x[a]) > std::fabs(x[b]);
             }
             return dec_ref_bucket(std::fabs(x[a]), b0, b15) < dec_ref_bucket(std::fabs(x[b]), b0, b15);
@@ -408,8 +408,8 @@ static void dec_reference(const dec_case & c, const dec_inputs & in, std::vector
         const std::vector<int64_t> sel = dec_ref_select(c, x, in.b0, in.b15);
         // the library's selection of this row is the same list
         std::vector<int32_t> lib(c.K);
-        const int64_t        n = ggml_ext_dec_select(x, c.K, c.k_chunk, (ggml_ext_dec_mode) c.mode, in.b0, in.b15,
-                                                     lib.data());
+        const int64_t        n = ggml_ext_qdec_select(x, c.K, c.k_chunk, (ggml_ext_qdec_mode) c.mode, in.b0, in.b15,
+                                                      lib.data());
         CHECK(n == (int64_t) sel.size(), "%s: row %lld selects %lld channels, want %zu", c.name().c_str(),
               (long long) t, (long long) n, sel.size());
         for (int64_t i = 0; i < n && i < (int64_t) sel.size(); i++) {
@@ -440,7 +440,7 @@ static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs
     ggml_tensor *    x     = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.K, c.T);
     ggml_tensor *    r     = ggml_new_tensor_2d(host_r ? ctx_r : ctx, GGML_TYPE_I8, (c.M + 1) / 2, c.K);
     ggml_tensor *    s     = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.M);
-    ggml_tensor * d  = ggml_ext_dec_mul_mat(ctx, y, x, r, s, c.k_chunk, (ggml_ext_dec_mode) c.mode, in.b0, in.b15);
+    ggml_tensor * d  = ggml_ext_dec_mul_mat(ctx, y, x, r, s, c.k_chunk, (ggml_ext_qdec_mode) c.mode, in.b0, in.b15);
     ggml_ext_dec_mul_mat_set_n_tb(d, c.n_tb);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, d);
@@ -480,12 +480,12 @@ static bool dec_run(const dec_case & c, ggml_backend_t backend, const dec_inputs
 
 // the bucket boundaries as the paper draws them (Fig. 9), and a malformed node refused
 static void dec_check_buckets_and_refusal(ggml_backend_t backend) {
-    CHECK(ggml_ext_dec_bucket(20.0f, 12.0f, 1.6f) == 0 && ggml_ext_dec_bucket(11.99f, 12.0f, 1.6f) == 0,
+    CHECK(ggml_ext_qdec_bucket(20.0f, 12.0f, 1.6f) == 0 && ggml_ext_qdec_bucket(11.99f, 12.0f, 1.6f) == 0,
           "past b0 and just under it: the top bucket");
-    CHECK(ggml_ext_dec_bucket(1.6f, 12.0f, 1.6f) == 15 && ggml_ext_dec_bucket(1.59f, 12.0f, 1.6f) == 16,
+    CHECK(ggml_ext_qdec_bucket(1.6f, 12.0f, 1.6f) == 15 && ggml_ext_qdec_bucket(1.59f, 12.0f, 1.6f) == 16,
           "b15 opens bucket 15, just under it is bucket 16");
-    CHECK(ggml_ext_dec_bucket(0.05f, 12.0f, 1.6f) == 31 && ggml_ext_dec_bucket(0.0f, 12.0f, 1.6f) == 31 &&
-              ggml_ext_dec_bucket(NAN, 12.0f, 1.6f) == 31,
+    CHECK(ggml_ext_qdec_bucket(0.05f, 12.0f, 1.6f) == 31 && ggml_ext_qdec_bucket(0.0f, 12.0f, 1.6f) == 31 &&
+              ggml_ext_qdec_bucket(NAN, 12.0f, 1.6f) == 31,
           "below b15/16, zero and NaN: the bottom bucket");
     ggml_init_params ip  = { 8 * ggml_tensor_overhead(), nullptr, true };
     ggml_context *   ctx = ggml_init(ip);
@@ -502,25 +502,25 @@ static void dec_check_buckets_and_refusal(ggml_backend_t backend) {
 }
 
 static const dec_case k_dec_cases[] = {
-    { 8, 16, 1, 3, GGML_EXT_DEC_APPROX },        // one token (decode), one short chunk
-    { 576, 576, 4, 16, GGML_EXT_DEC_APPROX },    // SmolLM2's width
-    { 301, 1536, 3, 32, GGML_EXT_DEC_APPROX },   // odd M, two chunks (1024 + 512): SmolLM2's down_proj
-    { 64, 2500, 2, 64, GGML_EXT_DEC_EXACT },     // the exact top-k, three chunks, the last 452 wide
-    { 96, 96, 5, 200, GGML_EXT_DEC_APPROX },     // k_chunk past the chunk: every channel
-    { 32, 48, 2, 0, GGML_EXT_DEC_EXACT },        // k_chunk 0: dst = y
-    { 4096, 4096, 1, 16, GGML_EXT_DEC_APPROX, 0, true },  // Llama-3-8B's q/o at one token (decode)
-    { 4096, 4096, 1, 16, GGML_EXT_DEC_EXACT, 0, true },
-    { 1024, 4096, 1, 8, GGML_EXT_DEC_APPROX, 0, true },   // its k/v
-    { 1024, 4096, 1, 64, GGML_EXT_DEC_EXACT, 0, true },
-    { 14336, 4096, 1, 64, GGML_EXT_DEC_APPROX, 0, true },  // gate/up
-    { 14336, 4096, 1, 8, GGML_EXT_DEC_EXACT, 1, true },    // one GEMV block: a lane walks the 448 pieces
-    { 4096, 14336, 1, 16, GGML_EXT_DEC_APPROX, 0, true },  // down: 14 chunks
-    { 4096, 14336, 1, 64, GGML_EXT_DEC_EXACT, 0, true },
-    { 4096, 14336, 1, 0, GGML_EXT_DEC_APPROX, 0, true },   // k_chunk 0 at a large shape: dst = y
-    { 4095, 4100, 1, 16, GGML_EXT_DEC_APPROX, 7, true },   // odd M (last nibble unused), a 4-wide last chunk
-    { 1000, 3000, 1, 64, GGML_EXT_DEC_APPROX, 3, true },   // rows of 500 bytes: the byte-wise loads
-    { 1000, 3000, 3, 8, GGML_EXT_DEC_EXACT, 0, true },     // a few tokens
-    { 301, 1536, 2, 16, GGML_EXT_DEC_EXACT, 2, true },
+    { 8, 16, 1, 3, GGML_EXT_QDEC_APPROX },        // one token (decode), one short chunk
+    { 576, 576, 4, 16, GGML_EXT_QDEC_APPROX },    // SmolLM2's width
+    { 301, 1536, 3, 32, GGML_EXT_QDEC_APPROX },   // odd M, two chunks (1024 + 512): SmolLM2's down_proj
+    { 64, 2500, 2, 64, GGML_EXT_QDEC_EXACT },     // the exact top-k, three chunks, the last 452 wide
+    { 96, 96, 5, 200, GGML_EXT_QDEC_APPROX },     // k_chunk past the chunk: every channel
+    { 32, 48, 2, 0, GGML_EXT_QDEC_EXACT },        // k_chunk 0: dst = y
+    { 4096, 4096, 1, 16, GGML_EXT_QDEC_APPROX, 0, true },  // Llama-3-8B's q/o at one token (decode)
+    { 4096, 4096, 1, 16, GGML_EXT_QDEC_EXACT, 0, true },
+    { 1024, 4096, 1, 8, GGML_EXT_QDEC_APPROX, 0, true },   // its k/v
+    { 1024, 4096, 1, 64, GGML_EXT_QDEC_EXACT, 0, true },
+    { 14336, 4096, 1, 64, GGML_EXT_QDEC_APPROX, 0, true },  // gate/up
+    { 14336, 4096, 1, 8, GGML_EXT_QDEC_EXACT, 1, true },    // one GEMV block: a lane walks the 448 pieces
+    { 4096, 14336, 1, 16, GGML_EXT_QDEC_APPROX, 0, true },  // down: 14 chunks
+    { 4096, 14336, 1, 64, GGML_EXT_QDEC_EXACT, 0, true },
+    { 4096, 14336, 1, 0, GGML_EXT_QDEC_APPROX, 0, true },   // k_chunk 0 at a large shape: dst = y
+    { 4095, 4100, 1, 16, GGML_EXT_QDEC_APPROX, 7, true },   // odd M (last nibble unused), a 4-wide last chunk
+    { 1000, 3000, 1, 64, GGML_EXT_QDEC_APPROX, 3, true },   // rows of 500 bytes: the byte-wise loads
+    { 1000, 3000, 3, 8, GGML_EXT_QDEC_EXACT, 0, true },     // a few tokens
+    { 301, 1536, 2, 16, GGML_EXT_QDEC_EXACT, 2, true },
 };
 
 static const sidecar_case k_cases[] = {
@@ -701,7 +701,7 @@ int main(int argc, char ** argv) {
             // differ from the CPU's only in order (atomics): test-backend-ops' default bound.
             for (int host_r = 0; host_r <= 1; host_r++) {
                 for (const char * launch : { "coop", "split", "onepass" }) {
-                    if (!std::strcmp(launch, "onepass") && c.mode == GGML_EXT_DEC_EXACT) {
+                    if (!std::strcmp(launch, "onepass") && c.mode == GGML_EXT_QDEC_EXACT) {
                         continue;  // the one-pass kernel takes the approximate selection only
                     }
                     setenv("GGML_EXT_DEC_LAUNCH", launch, 1);

@@ -78,7 +78,7 @@ static void * xmalloc(size_t n) {
 }
 
 // Compiled in and runnable on this CPU (SVE-256 code is not, with other vector lengths).
-static int usable(const struct ggml_ext_i4_impl * im) {
+static int usable(const struct ggml_ext_interleaved4_impl * im) {
     return !im->usable || im->usable();
 }
 
@@ -231,8 +231,8 @@ static void test_ggml_fixture(const char * path) {
         check(dq_bad == 0, "Q4_0 dequantize identical to ggml's (%lld differ)", (long long) dq_bad);
         check(memcmp(mq8, q8, (size_t) nb * sizeof(*q8)) == 0, "Q8_0 identical to ggml's quantize_row_q8_0_ref");
         // and every compiled-in activation quantizer gives the same Q8_0 bytes
-        for (int i = 1; i < ggml_ext_i4_impl_count(); i++) {
-            const struct ggml_ext_i4_impl * im = ggml_ext_i4_impl_get(i);
+        for (int i = 1; i < ggml_ext_interleaved4_impl_count(); i++) {
+            const struct ggml_ext_interleaved4_impl * im = ggml_ext_interleaved4_impl_get(i);
             if (im->quantize_row_q8_0 && usable(im)) {
                 memset(mq8, 0, (size_t) nb * sizeof(*mq8));
                 im->quantize_row_q8_0(x, mq8, n);
@@ -266,7 +266,7 @@ static void test_layouts(void) {
     static const int ncols_list[] = { 32, 96, 224, 544 };
     for (int L = 0; L < 3; L++) {
         const int N = LN[L], B = LB[L];
-        const struct ggml_ext_i4_layout_traits * tr = ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) L);
+        const struct ggml_ext_interleaved4_layout_traits * tr = ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, (enum ggml_ext_interleaved4_layout) L);
         check(tr && tr->nrows == N && tr->chunk == B && tr->block_size == (size_t) N * 18 && tr->type_id == 31 + L &&
                   tr->gemv && tr->gemm && tr->quantize_mat,
               "%s traits", LNAME[L]);
@@ -278,7 +278,7 @@ static void test_layouts(void) {
                 ggml_ext_block_q4_0 * back = xmalloc(nblk * sizeof(*back));
                 uint8_t *             il   = xmalloc(nblk * sizeof(*src));
                 random_q4_0(src, nblk);
-                const int rc = ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, il, src, nrows, ncols);
+                const int rc = ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, il, src, nrows, ncols);
                 // every byte where docs/formats/interleaved4.md puts it: deltas, then chunks, XOR 0x88
                 int misplaced = 0;
                 for (int64_t g = 0; g < nrows / N; g++) {
@@ -293,7 +293,7 @@ static void test_layouts(void) {
                         }
                     }
                 }
-                const int rc2 = ggml_ext_unpack_q4_0((enum ggml_ext_i4_layout) L, back, il, nrows, ncols);
+                const int rc2 = ggml_ext_unpack_q4_0((enum ggml_ext_interleaved4_layout) L, back, il, nrows, ncols);
                 check(rc == 0 && rc2 == 0 && misplaced == 0 && memcmp(src, back, nblk * sizeof(*src)) == 0,
                       "%s repack %lldx%lld: layout as docs/formats/interleaved4.md (%d misplaced), lossless round trip", LNAME[L],
                       (long long) nrows, (long long) ncols, misplaced);
@@ -304,7 +304,7 @@ static void test_layouts(void) {
                 float * y1  = xmalloc((size_t) (nrows * ncols) * sizeof(float));
                 uint8_t * il2 = xmalloc(nblk * sizeof(*src));
                 ggml_ext_dequantize_row_q4_0(src, y0, nrows * ncols);
-                const int rc3 = ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, il, y1, nrows, ncols);
+                const int rc3 = ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, il, y1, nrows, ncols);
                 check(rc3 == 0 && memcmp(y0, y1, (size_t) (nrows * ncols) * sizeof(float)) == 0,
                       "%s dequantize(interleaved) == dequantize(Q4_0) %lldx%lld", LNAME[L], (long long) nrows,
                       (long long) ncols);
@@ -312,8 +312,8 @@ static void test_layouts(void) {
                     x[i] = rnd_gauss() * (i % 97 == 0 ? 8.0f : 1.0f);
                 }
                 ggml_ext_quantize_row_q4_0_ref(x, src, nrows * ncols);
-                ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, il, src, nrows, ncols);
-                const int rc4 = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, x, il2, nrows, ncols);
+                ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, il, src, nrows, ncols);
+                const int rc4 = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, x, il2, nrows, ncols);
                 check(rc4 == 0 && memcmp(il, il2, nblk * sizeof(*src)) == 0, "%s quantize_interleaved == repack(quantize) %lldx%lld",
                       LNAME[L], (long long) nrows, (long long) ncols);
                 free(x);
@@ -338,25 +338,25 @@ static void test_layouts(void) {
                 continue;
             }
             memset(dst, 0xa5, sizeof(dst));
-            const int r1 = ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, dst, src, nrows, 32);
-            const int r2 = ggml_ext_unpack_q4_0((enum ggml_ext_i4_layout) L, (ggml_ext_block_q4_0 *) dst, src, nrows, 32);
-            const int r3 = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, xf, dst, nrows, 32);
-            const int r4 = ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, src, xf, nrows, 32);
+            const int r1 = ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, dst, src, nrows, 32);
+            const int r2 = ggml_ext_unpack_q4_0((enum ggml_ext_interleaved4_layout) L, (ggml_ext_block_q4_0 *) dst, src, nrows, 32);
+            const int r3 = ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, xf, dst, nrows, 32);
+            const int r4 = ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, src, xf, nrows, 32);
             int untouched = 1;
             for (size_t k = 0; k < sizeof(dst); k++) {
                 untouched &= dst[k] == 0xa5;
             }
-            check(r1 == GGML_EXT_I4_ERR_ROWS && r2 == r1 && r3 == r1 && r4 == r1 && untouched,
+            check(r1 == GGML_EXT_INTERLEAVED4_ERR_ROWS && r2 == r1 && r3 == r1 && r4 == r1 && untouched,
                   "%s refuses %lld rows", LNAME[L], (long long) nrows);
         }
-        check(ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, dst, src, N, 48) == GGML_EXT_I4_ERR_COLS &&
-                  ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, dst, src, N, 0) == GGML_EXT_I4_ERR_COLS,
+        check(ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, dst, src, N, 48) == GGML_EXT_INTERLEAVED4_ERR_COLS &&
+                  ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, dst, src, N, 0) == GGML_EXT_INTERLEAVED4_ERR_COLS,
               "%s refuses row lengths that are not a positive multiple of 32", LNAME[L]);
     }
     ggml_ext_block_q4_0 src[8];
     uint8_t             dst[8 * 18];
-    check(ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) 3, dst, src, 8, 32) == GGML_EXT_I4_ERR_LAYOUT &&
-              ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) 3) == NULL,
+    check(ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) 3, dst, src, 8, 32) == GGML_EXT_INTERLEAVED4_ERR_LAYOUT &&
+              ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, (enum ggml_ext_interleaved4_layout) 3) == NULL,
           "unknown layout refused");
 }
 
@@ -366,7 +366,7 @@ static void test_layouts_iq4_nl(void) {
     check(memcmp(kv, ggml_ext_kvalues_iq4nl, 16) == 0, "IQ4_NL kvalues as docs/formats/interleaved4.md");
     for (int L = 0; L < 3; L++) {
         const int N = LN[L], B = LB[L];
-        const struct ggml_ext_i4_layout_traits * tr = ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) L);
+        const struct ggml_ext_interleaved4_layout_traits * tr = ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, (enum ggml_ext_interleaved4_layout) L);
         char name[16];
         snprintf(name, sizeof(name), "IQ4_NL_%d_%d", N, B);
         check(tr && tr->nrows == N && tr->chunk == B && tr->block_size == (size_t) N * 18 && tr->type_id == 36 + L &&
@@ -380,7 +380,7 @@ static void test_layouts_iq4_nl(void) {
         float *                 y0   = xmalloc((size_t) (nrows * ncols) * sizeof(float));
         float *                 y1   = xmalloc((size_t) (nrows * ncols) * sizeof(float));
         random_q4_0(src, nblk);
-        const int rc  = ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, il, src, nrows, ncols);
+        const int rc  = ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, il, src, nrows, ncols);
         int       misplaced = 0;
         for (int64_t g = 0; g < nrows / N; g++) {
             for (int64_t b = 0; b < nb; b++) {
@@ -394,7 +394,7 @@ static void test_layouts_iq4_nl(void) {
                 }
             }
         }
-        const int rc2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_i4_layout) L, back, il, nrows, ncols);
+        const int rc2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_interleaved4_layout) L, back, il, nrows, ncols);
         check(rc == 0 && rc2 == 0 && misplaced == 0 && memcmp(src, back, nblk * sizeof(*src)) == 0,
               "iq4_nl %s repack: layout as docs/formats/interleaved4.md, no XOR (%d misplaced), lossless round trip", LNAME[L], misplaced);
         int bad_dq = 0;
@@ -407,7 +407,7 @@ static void test_layouts_iq4_nl(void) {
         }
         check(bad_dq == 0, "iq4_nl dequantize_row: %d values off d * kvalues[q]", bad_dq);
         ggml_ext_dequantize_row_iq4_nl(src, y0, nrows * ncols);
-        const int rc3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_i4_layout) L, il, y1, nrows, ncols);
+        const int rc3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_interleaved4_layout) L, il, y1, nrows, ncols);
         check(rc3 == 0 && memcmp(y0, y1, (size_t) (nrows * ncols) * sizeof(float)) == 0,
               "iq4_nl %s dequantize(interleaved) == dequantize(IQ4_NL)", LNAME[L]);
         const int64_t bad_rows[] = { 0, -N, N - 1, N + 1, N + N / 2, 2, 3 * N - 2 };
@@ -417,17 +417,17 @@ static void test_layouts_iq4_nl(void) {
                 continue;
             }
             memset(il, 0xa5, nblk * sizeof(*src));
-            const int r1 = ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, il, src, nr, 32);
-            const int r2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_i4_layout) L, (ggml_ext_block_iq4_nl *) il, src, nr, 32);
-            const int r3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_i4_layout) L, src, y0, nr, 32);
+            const int r1 = ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, il, src, nr, 32);
+            const int r2 = ggml_ext_unpack_iq4_nl((enum ggml_ext_interleaved4_layout) L, (ggml_ext_block_iq4_nl *) il, src, nr, 32);
+            const int r3 = ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_interleaved4_layout) L, src, y0, nr, 32);
             int untouched = 1;
             for (size_t k = 0; k < nblk * sizeof(*src); k++) {
                 untouched &= il[k] == 0xa5;
             }
-            check(r1 == GGML_EXT_I4_ERR_ROWS && r2 == r1 && r3 == r1 && untouched, "iq4_nl %s refuses %lld rows", LNAME[L],
+            check(r1 == GGML_EXT_INTERLEAVED4_ERR_ROWS && r2 == r1 && r3 == r1 && untouched, "iq4_nl %s refuses %lld rows", LNAME[L],
                   (long long) nr);
         }
-        check(ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, il, src, N, 48) == GGML_EXT_I4_ERR_COLS,
+        check(ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, il, src, N, 48) == GGML_EXT_INTERLEAVED4_ERR_COLS,
               "iq4_nl %s refuses row lengths not a multiple of 32", LNAME[L]);
         free(src);
         free(back);
@@ -435,14 +435,14 @@ static void test_layouts_iq4_nl(void) {
         free(y0);
         free(y1);
     }
-    check(ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) 3) == NULL, "iq4_nl unknown layout refused");
+    check(ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, (enum ggml_ext_interleaved4_layout) 3) == NULL, "iq4_nl unknown layout refused");
 }
 
 // ---------------------------------------------------------------- activation quantizers
 
 static void test_activation_quantizers(void) {
     static const int nbs[] = { 1, 3, 8, 33 };
-    const struct ggml_ext_i4_impl * gen = ggml_ext_i4_impl_get(0);
+    const struct ggml_ext_interleaved4_impl * gen = ggml_ext_interleaved4_impl_get(0);
     for (int t = 0; t < 4; t++) {
         const int nb = nbs[t], k = 32 * nb;
         float *   x  = xmalloc((size_t) 4 * k * sizeof(float));
@@ -463,8 +463,8 @@ static void test_activation_quantizers(void) {
             (B == 4 ? gen->quantize_mat_q8_0_4x4 : gen->quantize_mat_q8_0_4x8)(x, m, k);
             check(memcmp(m, m_ref, (size_t) nb * sizeof(*m)) == 0, "generic quantize_mat_q8_0_4x%d layout (nb %d)", B, nb);
         }
-        for (int i = 1; i < ggml_ext_i4_impl_count(); i++) {
-            const struct ggml_ext_i4_impl * im = ggml_ext_i4_impl_get(i);
+        for (int i = 1; i < ggml_ext_interleaved4_impl_count(); i++) {
+            const struct ggml_ext_interleaved4_impl * im = ggml_ext_interleaved4_impl_get(i);
             if (!usable(im)) {
                 continue;
             }
@@ -563,9 +563,9 @@ static void problem_init(problem * p, int fam, int L, int nb, int nc, int nr, in
         free(x);
     }
     if (fam) {
-        ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, p->wi, p->w, nc, K);
+        ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, p->wi, p->w, nc, K);
     } else {
-        ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, p->wi, p->w, nc, K);
+        ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, p->wi, p->w, nc, K);
     }
     for (int t = 0; t < nr / 4; t++) {
         interleave_q8_0(p->a + (size_t) 4 * t * nb, nb, LB[L], p->ax + (size_t) t * nb);
@@ -604,7 +604,7 @@ static void problem_free(problem * p) {
 
 // Runs fn into an output with row stride nc + 3 (gaps hold a sentinel) and checks it:
 // against the exact result within the bound, against ref bit for bit if ref != NULL.
-static void run_and_check(const problem * p, ggml_ext_i4_mm_fn fn, int gemm, const float * ref, float * out,
+static void run_and_check(const problem * p, ggml_ext_interleaved4_mm_fn fn, int gemm, const float * ref, float * out,
                           const char * what) {
     const size_t bs = (size_t) p->nc + 3;
     for (size_t i = 0; i < (size_t) p->nr * bs; i++) {
@@ -660,18 +660,18 @@ static void test_kernels(void) {
                 float *      ref_v = xmalloc(out_n * sizeof(float));
                 float *      ref_m = xmalloc(out_n * sizeof(float));
                 float *      out   = xmalloc(out_n * sizeof(float));
-                const struct ggml_ext_i4_impl * gen = ggml_ext_i4_impl_get(0);
+                const struct ggml_ext_interleaved4_impl * gen = ggml_ext_interleaved4_impl_get(0);
                 snprintf(what, sizeof(what), "generic %s %s %s", F, LNAME[L], exact_mode ? "exact" : "random");
                 run_and_check(&p, gen->gemv[fam][L], 0, NULL, ref_v, what);
                 run_and_check(&p, gen->gemm[fam][L], 1, NULL, ref_m, what);
-                for (int i = 1; i < ggml_ext_i4_impl_count(); i++) {
-                    const struct ggml_ext_i4_impl * im = ggml_ext_i4_impl_get(i);
+                for (int i = 1; i < ggml_ext_interleaved4_impl_count(); i++) {
+                    const struct ggml_ext_interleaved4_impl * im = ggml_ext_interleaved4_impl_get(i);
                     if (!usable(im)) {
                         continue;
                     }
                     snprintf(what, sizeof(what), "%s %s %s %s", im->name, F, LNAME[L], exact_mode ? "exact" : "random");
-                    const ggml_ext_i4_mm_fn gv = im->gemv[fam][L];
-                    const ggml_ext_i4_mm_fn gm = im->gemm[fam][L];
+                    const ggml_ext_interleaved4_mm_fn gv = im->gemv[fam][L];
+                    const ggml_ext_interleaved4_mm_fn gm = im->gemm[fam][L];
                     if (gv) {
                         run_and_check(&p, gv, 0, exact_mode ? ref_v : NULL, out, what);
                     }
@@ -680,9 +680,9 @@ static void test_kernels(void) {
                     }
                 }
                 if (ni % 4 == 0) {  // the dispatched entry points
-                    const struct ggml_ext_i4_layout_traits * tr =
-                        fam ? ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) L)
-                            : ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) L);
+                    const struct ggml_ext_interleaved4_layout_traits * tr =
+                        fam ? ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, (enum ggml_ext_interleaved4_layout) L)
+                            : ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, (enum ggml_ext_interleaved4_layout) L);
                     snprintf(what, sizeof(what), "dispatched %s %s %s", F, LNAME[L], exact_mode ? "exact" : "random");
                     run_and_check(&p, tr->gemv, 0, exact_mode ? ref_v : NULL, out, what);
                     run_and_check(&p, tr->gemm, 1, exact_mode ? ref_m : NULL, out, what);
@@ -701,43 +701,43 @@ static void test_kernels(void) {
 // here and has the entry, no better usable one has it (the rule of the dispatcher's table,
 // best last), and its own entry gives the dispatched entry point's output bit for bit (random
 // data, so implementations that sum in another order differ in the last bits).
-static const struct ggml_ext_i4_impl * impl_named(const char * name) {
-    for (int i = 0; name && i < ggml_ext_i4_impl_count(); i++) {
-        if (!strcmp(ggml_ext_i4_impl_get(i)->name, name)) {
-            return ggml_ext_i4_impl_get(i);
+static const struct ggml_ext_interleaved4_impl * impl_named(const char * name) {
+    for (int i = 0; name && i < ggml_ext_interleaved4_impl_count(); i++) {
+        if (!strcmp(ggml_ext_interleaved4_impl_get(i)->name, name)) {
+            return ggml_ext_interleaved4_impl_get(i);
         }
     }
     return NULL;
 }
 
-static ggml_ext_i4_mm_fn impl_entry(const struct ggml_ext_i4_impl * im, int fam, int L, int gemm) {
+static ggml_ext_interleaved4_mm_fn impl_entry(const struct ggml_ext_interleaved4_impl * im, int fam, int L, int gemm) {
     return gemm ? im->gemm[fam][L] : im->gemv[fam][L];
 }
 
 static void test_dispatch_report(void) {
     for (int fam = 0; fam < 2; fam++)
     for (int L = 0; L < 3; L++) {
-        const enum ggml_ext_i4_layout l = (enum ggml_ext_i4_layout) L;
-        const struct ggml_ext_i4_layout_traits * tr = fam ? ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, l) : ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, l);
+        const enum ggml_ext_interleaved4_layout l = (enum ggml_ext_interleaved4_layout) L;
+        const struct ggml_ext_interleaved4_layout_traits * tr = fam ? ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, l) : ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, l);
         problem p;
         problem_init(&p, fam, L, 33, 2 * LN[L], 8, 0);
         const size_t n    = (size_t) p.nr * (p.nc + 3);
         float *      got  = xmalloc(n * sizeof(float));
         float *      want = xmalloc(n * sizeof(float));
         for (int gemm = 0; gemm < 2; gemm++) {
-            const char * name = fam ? ggml_ext_i4_dispatched(GGML_EXT_I4_IQ4_NL, l, gemm) : ggml_ext_i4_dispatched(GGML_EXT_I4_Q4_0, l, gemm);
+            const char * name = fam ? ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_IQ4_NL, l, gemm) : ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_Q4_0, l, gemm);
             const char * pub  = ggml_ext_dispatched_kernel(tr->type_id, gemm);
             check(name && pub && !strcmp(name, pub), "%s %s: dispatched_kernel(%d) says %s, the family's report %s",
                   tr->name, gemm ? "gemm" : "gemv", tr->type_id, pub ? pub : "NULL", name ? name : "NULL");
-            const struct ggml_ext_i4_impl * im = impl_named(name);
+            const struct ggml_ext_interleaved4_impl * im = impl_named(name);
             if (!im || !usable(im) || !impl_entry(im, fam, L, gemm)) {
                 check(0, "%s %s: reported %s, which cannot run it here", tr->name, gemm ? "gemm" : "gemv",
                       name ? name : "NULL");
                 continue;
             }
             int better = 0;
-            for (int i = ggml_ext_i4_impl_count() - 1; ggml_ext_i4_impl_get(i) != im; i--) {
-                better += usable(ggml_ext_i4_impl_get(i)) && impl_entry(ggml_ext_i4_impl_get(i), fam, L, gemm);
+            for (int i = ggml_ext_interleaved4_impl_count() - 1; ggml_ext_interleaved4_impl_get(i) != im; i--) {
+                better += usable(ggml_ext_interleaved4_impl_get(i)) && impl_entry(ggml_ext_interleaved4_impl_get(i), fam, L, gemm);
             }
             check(!better, "%s %s: reported %s, but a better usable implementation has the kernel", tr->name,
                   gemm ? "gemm" : "gemv", name);
@@ -780,17 +780,17 @@ static void test_end_to_end(void) {
         ggml_ext_block_q8_0x4 * ax = xmalloc((size_t) R / 4 * K / 32 * sizeof(*ax));
         float *                 ad = xmalloc((size_t) R * K * sizeof(float));
         float *                 sv = xmalloc((size_t) R * M * sizeof(float)), *sm = xmalloc((size_t) R * M * sizeof(float));
-        const struct ggml_ext_i4_layout_traits * tr = fam ? ggml_ext_i4_layout_traits(GGML_EXT_I4_IQ4_NL, (enum ggml_ext_i4_layout) L)
-                                                            : ggml_ext_i4_layout_traits(GGML_EXT_I4_Q4_0, (enum ggml_ext_i4_layout) L);
+        const struct ggml_ext_interleaved4_layout_traits * tr = fam ? ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_IQ4_NL, (enum ggml_ext_interleaved4_layout) L)
+                                                            : ggml_ext_interleaved4_layout_traits(GGML_EXT_INTERLEAVED4_Q4_0, (enum ggml_ext_interleaved4_layout) L);
         if (fam) {  // random IQ4_NL blocks (no quantizer in this library)
             ggml_ext_block_iq4_nl * q = xmalloc((size_t) M * K / 32 * sizeof(*q));
             random_q4_0(q, (size_t) M * K / 32);
-            ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, wi, q, M, K);
-            ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_i4_layout) L, wi, Wd, M, K);
+            ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, wi, q, M, K);
+            ggml_ext_dequantize_iq4_nl_interleaved((enum ggml_ext_interleaved4_layout) L, wi, Wd, M, K);
             free(q);
         } else {
-            ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, W, wi, M, K);
-            ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_i4_layout) L, wi, Wd, M, K);
+            ggml_ext_quantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, W, wi, M, K);
+            ggml_ext_dequantize_q4_0_interleaved((enum ggml_ext_interleaved4_layout) L, wi, Wd, M, K);
         }
         ggml_ext_quantize_row_q8_0(X, a, (int64_t) R * K);
         for (int t = 0; t < R / 4; t++) {
@@ -840,24 +840,24 @@ int main(int argc, char ** argv) {
     }
     // usable implementations; compiled-in ones this CPU cannot run; what the dispatcher picks
     printf("implementations:");
-    for (int i = 0; i < ggml_ext_i4_impl_count(); i++) {
-        if (usable(ggml_ext_i4_impl_get(i))) {
-            printf(" %s", ggml_ext_i4_impl_get(i)->name);
+    for (int i = 0; i < ggml_ext_interleaved4_impl_count(); i++) {
+        if (usable(ggml_ext_interleaved4_impl_get(i))) {
+            printf(" %s", ggml_ext_interleaved4_impl_get(i)->name);
         }
     }
     printf("\nnot usable here:");
-    for (int i = 0; i < ggml_ext_i4_impl_count(); i++) {
-        if (!usable(ggml_ext_i4_impl_get(i))) {
-            printf(" %s", ggml_ext_i4_impl_get(i)->name);
+    for (int i = 0; i < ggml_ext_interleaved4_impl_count(); i++) {
+        if (!usable(ggml_ext_interleaved4_impl_get(i))) {
+            printf(" %s", ggml_ext_interleaved4_impl_get(i)->name);
         }
     }
     printf("\n");
-    for (int L = 0; L < GGML_EXT_I4_N_LAYOUTS; L++) {
-        const enum ggml_ext_i4_layout l = (enum ggml_ext_i4_layout) L;
-        printf("dispatched q4_0 %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_i4_dispatched(GGML_EXT_I4_Q4_0, l, 0),
-               ggml_ext_i4_dispatched(GGML_EXT_I4_Q4_0, l, 1));
-        printf("dispatched iq4_nl %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_i4_dispatched(GGML_EXT_I4_IQ4_NL, l, 0),
-               ggml_ext_i4_dispatched(GGML_EXT_I4_IQ4_NL, l, 1));
+    for (int L = 0; L < GGML_EXT_INTERLEAVED4_N_LAYOUTS; L++) {
+        const enum ggml_ext_interleaved4_layout l = (enum ggml_ext_interleaved4_layout) L;
+        printf("dispatched q4_0 %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_Q4_0, l, 0),
+               ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_Q4_0, l, 1));
+        printf("dispatched iq4_nl %s: gemv %s, gemm %s\n", LNAME[L], ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_IQ4_NL, l, 0),
+               ggml_ext_interleaved4_dispatched(GGML_EXT_INTERLEAVED4_IQ4_NL, l, 1));
     }
     test_fp16();
     test_reference_quantizers();

@@ -50,12 +50,12 @@ static int n_generic_calls;  // printed: 0 proves upstream's own SIMD 8x8 code r
 
 void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     n_generic_calls++;
-    ggml_ext_i4_impl_get(0)->gemv[GGML_EXT_I4_Q4_0][GGML_EXT_I4_8X8](n, s, bs, vx, vy, nr, nc);
+    ggml_ext_interleaved4_impl_get(0)->gemv[GGML_EXT_INTERLEAVED4_Q4_0][GGML_EXT_INTERLEAVED4_8X8](n, s, bs, vx, vy, nr, nc);
 }
 
 void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
     n_generic_calls++;
-    ggml_ext_i4_impl_get(0)->gemm[GGML_EXT_I4_Q4_0][GGML_EXT_I4_8X8](n, s, bs, vx, vy, nr, nc);
+    ggml_ext_interleaved4_impl_get(0)->gemm[GGML_EXT_INTERLEAVED4_Q4_0][GGML_EXT_INTERLEAVED4_8X8](n, s, bs, vx, vy, nr, nc);
 }
 
 #if defined(__ARM_FEATURE_SVE)
@@ -69,10 +69,10 @@ int ggml_cpu_get_sve_cnt(void) {
 }
 #endif
 
-static ggml_ext_i4_mm_fn const up_gemv[3] = { ggml_gemv_q4_0_4x4_q8_0, ggml_gemv_q4_0_4x8_q8_0, ggml_gemv_q4_0_8x8_q8_0 };
-static const ggml_ext_i4_mm_fn up_gemm[3] = { ggml_gemm_q4_0_4x4_q8_0, ggml_gemm_q4_0_4x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
-static ggml_ext_i4_mm_fn const up_gemv_iq4[3] = { ggml_gemv_iq4_nl_4x4_q8_0, NULL, ggml_gemv_iq4_nl_8x8_q8_0 };
-static ggml_ext_i4_mm_fn const up_gemm_iq4[3] = { ggml_gemm_iq4_nl_4x4_q8_0, NULL, ggml_gemm_iq4_nl_8x8_q8_0 };
+static ggml_ext_interleaved4_mm_fn const up_gemv[3] = { ggml_gemv_q4_0_4x4_q8_0, ggml_gemv_q4_0_4x8_q8_0, ggml_gemv_q4_0_8x8_q8_0 };
+static const ggml_ext_interleaved4_mm_fn up_gemm[3] = { ggml_gemm_q4_0_4x4_q8_0, ggml_gemm_q4_0_4x8_q8_0, ggml_gemm_q4_0_8x8_q8_0 };
+static ggml_ext_interleaved4_mm_fn const up_gemv_iq4[3] = { ggml_gemv_iq4_nl_4x4_q8_0, NULL, ggml_gemv_iq4_nl_8x8_q8_0 };
+static ggml_ext_interleaved4_mm_fn const up_gemm_iq4[3] = { ggml_gemm_iq4_nl_4x4_q8_0, NULL, ggml_gemm_iq4_nl_8x8_q8_0 };
 
 static int n_passed, n_failed;
 
@@ -128,15 +128,15 @@ static void check_shape(int fam, int L, int nb, int nc, int nr) {
                 w[i].qs[j] = (uint8_t) (rng_state >> 24);
             }
         }
-        ggml_ext_repack_iq4_nl((enum ggml_ext_i4_layout) L, wi, w, nc, K);
+        ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) L, wi, w, nc, K);
     } else {
-        ggml_ext_repack_q4_0((enum ggml_ext_i4_layout) L, wi, w, nc, K);
+        ggml_ext_repack_q4_0((enum ggml_ext_interleaved4_layout) L, wi, w, nc, K);
     }
     ggml_ext_quantize_row_q8_0_ref(xa, a, (int64_t) nr * K);
     for (int t = 0; t < nr / 4; t++) {  // upstream's own activation interleaving
         (B == 4 ? ggml_quantize_mat_q8_0_4x4 : ggml_quantize_mat_q8_0_4x8)(xa + (size_t) 4 * t * K, ax + (size_t) t * nb, K);
     }
-    const struct ggml_ext_i4_impl * gen = ggml_ext_i4_impl_get(0);
+    const struct ggml_ext_interleaved4_impl * gen = ggml_ext_interleaved4_impl_get(0);
     for (int gemm = 0; gemm < 2; gemm++) {
         const void * act = gemm ? (const void *) ax : (const void *) a;
         for (int i = 0; i < nr * nc; i++) {

@@ -1,8 +1,8 @@
-// The KVQuant decode op (ggml-ext-kvattn.h) on a GPU against the CPU (ggml_ext/src/cuda/kvattn_cuda.cu against
-// ggml/kvattn_cpu.c; docs/KVQUANT.md "The decode op", "The CUDA path"). Each backend gets the same caches in its
-// own buffer, bound by address to the same tables (ggml_ext_kvq_bind_opts, as the llama glue does): a pre-RoPE key
+// The KVQuant decode op (ggml-ext-kvquant.h) on a GPU against the CPU (ggml_ext/src/cuda/kvquant_attn_cuda.cu against
+// backend/kvquant_attn_cpu.c; docs/KVQUANT.md "The decode op", "The CUDA path"). Each backend gets the same caches in its
+// own buffer, bound by address to the same tables (ggml_ext_kvquant_bind_opts, as the llama glue does): a pre-RoPE key
 // cache (per-channel scales) of NUQ4 / NUQ3 / NUQ2 and a V cache of a NUQ type, F16 or F32, written by SET_ROWS on
-// that backend (the sink rows' floats too), then ggml_ext_kvq_attn over views of them, every node of the graph on
+// that backend (the sink rows' floats too), then ggml_ext_kvquant_attn over views of them, every node of the graph on
 // that backend (the GPU must take all of them: table, partial, combine). Cases: several n_kv (not multiples of the
 // cell range), GQA 1 / 4 / 20 (more queries per KV head than one CUDA block takes), 1-6 tokens, 2 streams once,
 // normal and NEOX RoPE (n_dims < head_dim, YaRN with freq factors once), with and without a K norm, outlier slots
@@ -17,8 +17,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "ggml-ext-kvattn.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "ggml-ext.h"
 #include "ggml.h"
 #include "kvq_tables.h"
@@ -32,14 +31,14 @@
 #include <string>
 #include <vector>
 
-// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only, as the llama glue does)
-extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
+// GGML_EXT_KV_KBLOCK's switch (backend/kvquant_base.c; declared by its callers only, as the llama glue does)
+extern "C" int ggml_ext_kvquant_key_blocks(const void * data, int on);
 
 struct cfg {
     const char * k_name;
     const char * v_name;  // "nuq4" / "nuq3" / "nuq2" / "f16" / "f32"
     int          hd, n_hkv, n_q, n_kv, n_ts, n_stream, mode, n_dims, yarn, norm, outliers, n_sink, chunk, mask_f32;
-    int          kblock;  // keys block-scaled (ggml_ext_kvq_key_blocks)
+    int          kblock;  // keys block-scaled (ggml_ext_kvquant_key_blocks)
 };
 
 template <typename T> static std::vector<uint8_t> as_bytes(const std::vector<T> & v) {
@@ -87,14 +86,14 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
     }
     ggml_backend_buffer_clear(cbuf, 0);
     char err[256] = "";
-    int  rc = ggml_ext_kvq_bind_opts(kc->data, ggml_nbytes(kc), (int) kt, D, tk.levels, tk.values, k_mid.data(),
-                                     k_half.data(), c.outliers, c.n_sink, err, sizeof(err));
+    int  rc = ggml_ext_kvquant_bind_opts(kc->data, ggml_nbytes(kc), (int) kt, D, tk.levels, tk.values, k_mid.data(),
+                                         k_half.data(), c.outliers, c.n_sink, err, sizeof(err));
     if (v_nuq) {
-        rc |= ggml_ext_kvq_bind_opts(vc->data, ggml_nbytes(vc), (int) vt, D, tv.levels, tv.values, nullptr, nullptr,
-                                     c.outliers, c.n_sink, err, sizeof(err));
+        rc |= ggml_ext_kvquant_bind_opts(vc->data, ggml_nbytes(vc), (int) vt, D, tv.levels, tv.values, nullptr, nullptr,
+                                         c.outliers, c.n_sink, err, sizeof(err));
     }
     if (c.kblock) {
-        rc |= ggml_ext_kvq_key_blocks(kc->data, 1);
+        rc |= ggml_ext_kvquant_key_blocks(kc->data, 1);
     }
     CHECK(rc == 0, "bind on %s: %s", ggml_backend_name(be), err);
 
@@ -114,9 +113,9 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
     for (int i = 0; i < n_cells; i++) {
         wc[i] = (uint32_t) i, wpos[i] = i % c.n_kv, rows[i] = i;
     }
-    ggml_ext_kvq_rows_written(kc->data, kc->nb[1], wc.data(), wpos.data(), (uint32_t) n_cells);
+    ggml_ext_kvquant_rows_written(kc->data, kc->nb[1], wc.data(), wpos.data(), (uint32_t) n_cells);
     if (v_nuq) {
-        ggml_ext_kvq_rows_written(vc->data, vc->nb[1], wc.data(), wpos.data(), (uint32_t) n_cells);
+        ggml_ext_kvquant_rows_written(vc->data, vc->nb[1], wc.data(), wpos.data(), (uint32_t) n_cells);
     }
 
     // the inputs
@@ -169,12 +168,12 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
                                    kc->nb[1] * c.n_kv, 0);
     ggml_tensor * v = ggml_view_4d(ctx, vc, hd, n_hkv, c.n_kv, ns, ggml_row_size(vt, hd), vc->nb[1],
                                    vc->nb[1] * c.n_kv, 0);
-    ggml_ext_kvq_rope rope = { c.mode, c.n_dims, 4096, 10000.0f, c.yarn ? 0.25f : 1.0f, c.yarn ? 1.0f : 0.0f,
+    ggml_ext_kvquant_rope rope = { c.mode, c.n_dims, 4096, 10000.0f, c.yarn ? 0.25f : 1.0f, c.yarn ? 1.0f : 0.0f,
                                1.0f, 32.0f, 1.0f };
     char          why[160] = "";
-    ggml_tensor * out = ggml_ext_kvq_attn(ctx, tq, k, v, tm, tp, tff, &rope, tnw, 1e-6f, 1.0f / std::sqrt((float) hd),
-                                          c.chunk, why, sizeof(why));
-    CHECK(out != nullptr, "ggml_ext_kvq_attn: %s", why);
+    ggml_tensor * out = ggml_ext_kvquant_attn(ctx, tq, k, v, tm, tp, tff, &rope, tnw, 1e-6f, 1.0f / std::sqrt((float) hd),
+                                              c.chunk, why, sizeof(why));
+    CHECK(out != nullptr, "ggml_ext_kvquant_attn: %s", why);
     std::vector<float> res;
     if (out) {
         ggml_cgraph * gw = ggml_new_graph(ctx);
@@ -203,7 +202,7 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
         for (ggml_cgraph * g : { gw, ga }) {
             for (int i = 0; i < ggml_graph_n_nodes(g); i++) {
                 ggml_tensor * n = ggml_graph_node(g, i);
-                n_ours += ggml_ext_kvq_attn_node_kind(n) != 0;
+                n_ours += ggml_ext_kvquant_attn_node_kind(n) != 0;
                 CHECK(ggml_backend_supports_op(be, n), "%s does not support %s (%s)", ggml_backend_name(be),
                       ggml_op_desc(n), n->name);
             }
@@ -216,9 +215,9 @@ static std::vector<float> run_case(ggml_backend_t be, const cfg & c, bool * ok) 
         *ok = true;
     }
     ggml_free(ctx);
-    ggml_ext_kvq_unbind(kc->data);
+    ggml_ext_kvquant_unbind(kc->data);
     if (v_nuq) {
-        ggml_ext_kvq_unbind(vc->data);
+        ggml_ext_kvquant_unbind(vc->data);
     }
     ggml_backend_buffer_free(cbuf);
     ggml_free(cctx);
@@ -307,7 +306,7 @@ int main(int argc, char ** argv) {
     ggml_backend_t cpu = ggml_backend_cpu_init();
     for (ggml_backend_t gpu : others) {
         std::printf("backend: %s\n", ggml_backend_name(gpu));
-        // every case four times (kvattn_cuda.cu reads GGML_EXT_KV_ATTN_SPLIT at every launch): the default (the split
+        // every case four times (kvquant_attn_cuda.cu reads GGML_EXT_KV_ATTN_SPLIT at every launch): the default (the split
         // kernel at head dim 64, the block kernel above), the split kernel's two register builds forced at every head
         // dim where it applies (NUQ K and V, hd == hd_v), and the block kernel alone
         const char * modes[n_split_modes] = { nullptr, "2", "4", "0" };

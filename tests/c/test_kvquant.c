@@ -50,16 +50,16 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
     for (int i = 0; i < 256; i++) {
         factors[i] = 1 + uni();
     }
-    struct ggml_ext_kvq_config cfg = { bits, n_kv, hd, 3, 4, 2, mode, n_dims, 10000.0f, 0.5f + uni(),
+    struct ggml_ext_kvquant_config cfg = { bits, n_kv, hd, 3, 4, 2, mode, n_dims, 10000.0f, 0.5f + uni(),
                                        ff ? factors : NULL, lo, hi, lv, vals, lv, vals };
     char                       err[200];
-    struct ggml_ext_kvq_layer * L = ggml_ext_kvq_layer_new(&cfg, err, sizeof err);
+    struct ggml_ext_kvquant_layer * L = ggml_ext_kvquant_layer_new(&cfg, err, sizeof err);
     if (!L) {
         printf("FAIL layer: %s\n", err);
         failed++;
         return;
     }
-    const size_t kr = ggml_ext_kvq_k_row_size(L), vr = ggml_ext_kvq_v_row_size(L);
+    const size_t kr = ggml_ext_kvquant_k_row_size(L), vr = ggml_ext_kvquant_v_row_size(L);
     uint8_t *    K = malloc(kr * n_tok), * V = malloc(vr * n_tok);
     int32_t *    pos = malloc(sizeof(int32_t) * n_tok);
     float *      x = malloc(sizeof(float) * D), * y = malloc(sizeof(float) * D);
@@ -69,8 +69,8 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
             const float m = (hi[c] + lo[c]) / 2;
             x[c] = m + scale[c] * gauss() * (uni() < 0.03f ? 3 : 1);
         }
-        check(ggml_ext_kvq_quantize_k(L, x, K + kr * t) >= 0, "quantize_k");
-        ggml_ext_kvq_dequantize_k(L, K + kr * t, y);
+        check(ggml_ext_kvquant_quantize_k(L, x, K + kr * t) >= 0, "quantize_k");
+        ggml_ext_kvquant_dequantize_k(L, K + kr * t, y);
         for (int c = 0; c < D; c++) {  // inside the thresholds: at most one level step off
             if (x[c] >= lo[c] && x[c] <= hi[c] && fabsf(x[c] - y[c]) > (hi[c] - lo[c]) * 0.8f / (n - 1) + 1e-3f) {
                 check(0, "dequantize_k");
@@ -80,7 +80,7 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
         for (int c = 0; c < D; c++) {
             x[c] = gauss() * (uni() < 0.01f ? 8 : 1);
         }
-        check(ggml_ext_kvq_quantize_v(L, x, V + vr * t) == 0, "quantize_v");
+        check(ggml_ext_kvquant_quantize_v(L, x, V + vr * t) == 0, "quantize_v");
         pos[t] = p;
         p += scattered && uni() < 0.2f ? 1 + (int) (uni() * 50) : 1;
     }
@@ -94,17 +94,17 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
     float * ref_s = malloc(sizeof(float) * n_q * n_tok), * got_s = malloc(sizeof(float) * n_q * n_tok);
     float * ref_o = malloc(sizeof(float) * n_q * hd), * got_o = malloc(sizeof(float) * n_q * hd);
     for (int head = 0; head < n_kv; head++) {
-        ggml_ext_kvq_force("generic");
-        ggml_ext_kvq_k_scores(L, head, q, n_q, K, kr, pos, n_tok, ref_s);
-        ggml_ext_kvq_v_accumulate(L, head, w, n_q, V, vr, n_tok, ref_o);
+        ggml_ext_kvquant_force("generic");
+        ggml_ext_kvquant_k_scores(L, head, q, n_q, K, kr, pos, n_tok, ref_s);
+        ggml_ext_kvquant_v_accumulate(L, head, w, n_q, V, vr, n_tok, ref_o);
         for (size_t i = 1; i < sizeof NAMES / sizeof NAMES[0]; i++) {
-            if (ggml_ext_kvq_force(NAMES[i]) != 0) {
+            if (ggml_ext_kvquant_force(NAMES[i]) != 0) {
                 continue;
             }
-            const char * used = ggml_ext_kvq_kernel(L);
+            const char * used = ggml_ext_kvquant_kernel(L);
             check(!strcmp(used, bits == 4 && hd % 16 == 0 ? NAMES[i] : "generic"), "dispatch");
-            ggml_ext_kvq_k_scores(L, head, q, n_q, K, kr, pos, n_tok, got_s);
-            ggml_ext_kvq_v_accumulate(L, head, w, n_q, V, vr, n_tok, got_o);
+            ggml_ext_kvquant_k_scores(L, head, q, n_q, K, kr, pos, n_tok, got_s);
+            ggml_ext_kvquant_v_accumulate(L, head, w, n_q, V, vr, n_tok, got_o);
             char what[200];
             snprintf(what, sizeof what, "%s (runs %s) bits %d hd %d mode %d n_dims %d n_q %d head %d", NAMES[i], used,
                      bits, hd, mode, n_dims, n_q, head);
@@ -143,16 +143,16 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
             wa[i] = uni() / n_tok;
         }
         for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
-            if (ggml_ext_kvq_force(NAMES[i]) != 0) {
+            if (ggml_ext_kvquant_force(NAMES[i]) != 0) {
                 continue;
             }
-            ggml_ext_kvq_k_scores(L, -1, qa, n_q, K, kr, pos, n_tok, sa);
-            ggml_ext_kvq_v_accumulate(L, -1, wa, n_q, V, vr, n_tok, oa);
-            ggml_ext_kvq_force("generic");
+            ggml_ext_kvquant_k_scores(L, -1, qa, n_q, K, kr, pos, n_tok, sa);
+            ggml_ext_kvquant_v_accumulate(L, -1, wa, n_q, V, vr, n_tok, oa);
+            ggml_ext_kvquant_force("generic");
             int ok = 1;
             for (int head = 0; head < n_kv && ok; head++) {
-                ggml_ext_kvq_k_scores(L, head, qa + (size_t) head * n_q * hd, n_q, K, kr, pos, n_tok, ref_s);
-                ggml_ext_kvq_v_accumulate(L, head, wa + (size_t) head * n_q * n_tok, n_q, V, vr, n_tok, ref_o);
+                ggml_ext_kvquant_k_scores(L, head, qa + (size_t) head * n_q * hd, n_q, K, kr, pos, n_tok, ref_s);
+                ggml_ext_kvquant_v_accumulate(L, head, wa + (size_t) head * n_q * n_tok, n_q, V, vr, n_tok, ref_o);
                 for (int i2 = 0; i2 < n_q * n_tok && ok; i2++) {
                     const float * qg  = qa + ((size_t) head * n_q + i2 / n_tok) * hd;
                     float         mag = 0;
@@ -171,33 +171,33 @@ static void run_case(int bits, int n_kv, int hd, int mode, int n_dims, int n_q, 
         }
         free(qa); free(wa); free(sa); free(oa);
     }
-    ggml_ext_kvq_force(NULL);
+    ggml_ext_kvquant_force(NULL);
     free(lo); free(hi); free(scale); free(K); free(V); free(pos); free(x); free(y); free(q); free(w);
     free(ref_s); free(got_s); free(ref_o); free(got_o);
-    ggml_ext_kvq_layer_free(L);
+    ggml_ext_kvquant_layer_free(L);
 }
 
 int main(void) {
     printf("implementations:");
     for (size_t i = 0; i < sizeof NAMES / sizeof NAMES[0]; i++) {
-        if (ggml_ext_kvq_force(NAMES[i]) == 0) {
+        if (ggml_ext_kvquant_force(NAMES[i]) == 0) {
             printf(" %s", NAMES[i]);
         }
     }
     printf("\n");
-    ggml_ext_kvq_force(NULL);
+    ggml_ext_kvquant_force(NULL);
     for (int bits = 2; bits <= 4; bits++) {
-        run_case(bits, 2, 64, GGML_EXT_KVQ_ROPE_NEOX, 64, 3, 300, 0, 0);
-        run_case(bits, 1, 128, GGML_EXT_KVQ_ROPE_NORM, 128, 1, 200, 1, 0);
+        run_case(bits, 2, 64, GGML_EXT_KVQUANT_ROPE_NEOX, 64, 3, 300, 0, 0);
+        run_case(bits, 1, 128, GGML_EXT_KVQUANT_ROPE_NORM, 128, 1, 200, 1, 0);
     }
-    run_case(4, 3, 64, GGML_EXT_KVQ_ROPE_NEOX, 32, 5, 257, 1, 1);   // partial rotation, 5 query heads, factors
-    run_case(4, 1, 256, GGML_EXT_KVQ_ROPE_NEOX, 256, 4, 130, 0, 0);  // Gemma-3's head
-    run_case(4, 2, 80, GGML_EXT_KVQ_ROPE_NORM, 80, 2, 50, 0, 0);     // head_dim 80: five steps of 8 pairs
-    run_case(4, 2, 72, GGML_EXT_KVQ_ROPE_NORM, 72, 2, 50, 0, 0);     // head_dim 72: the scalar kernels run
+    run_case(4, 3, 64, GGML_EXT_KVQUANT_ROPE_NEOX, 32, 5, 257, 1, 1);   // partial rotation, 5 query heads, factors
+    run_case(4, 1, 256, GGML_EXT_KVQUANT_ROPE_NEOX, 256, 4, 130, 0, 0);  // Gemma-3's head
+    run_case(4, 2, 80, GGML_EXT_KVQUANT_ROPE_NORM, 80, 2, 50, 0, 0);     // head_dim 80: five steps of 8 pairs
+    run_case(4, 2, 72, GGML_EXT_KVQUANT_ROPE_NORM, 72, 2, 50, 0, 0);     // head_dim 72: the scalar kernels run
     // bad configs are refused with a message
-    struct ggml_ext_kvq_config bad = { 5, 1, 64, 0, 0, 0, 2, 64, 10000, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
+    struct ggml_ext_kvquant_config bad = { 5, 1, 64, 0, 0, 0, 2, 64, 10000, 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL };
     char                       err[200] = "";
-    check(ggml_ext_kvq_layer_new(&bad, err, sizeof err) == NULL && err[0], "bits 5 refused");
+    check(ggml_ext_kvquant_layer_new(&bad, err, sizeof err) == NULL && err[0], "bits 5 refused");
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

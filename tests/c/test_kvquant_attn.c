@@ -1,4 +1,4 @@
-// The KVQuant decode attention (ggml-ext-kvattn.h, ggml/kvattn_cpu.c) against the reference path it replaces in
+// The KVQuant decode attention (ggml-ext-kvquant.h, backend/kvquant_attn_cpu.c) against the reference path it replaces in
 // llama.cpp (patch 0307): the pre-RoPE key cache dequantized by the type's to_float (ggml_cast to F32: the
 // binding's per-channel scales, its outlier slots, its float sink rows), roped by ggml's own rope
 // (ggml_rope_ext at the cells' positions), then softmax(scale * q . k + mask) . v computed here in double.
@@ -10,8 +10,7 @@
 // the SIMD level. Prints "N passed, M failed"; exit status 1 on a failure.
 // Built and run by tests/kernels/test_kvquant_attn.py against our installed libraries.
 #include "ggml-cpu.h"
-#include "ggml-ext-kvattn.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "ggml-ext.h"
 #include "ggml.h"
 
@@ -79,13 +78,13 @@ static void run(const struct cfg * c) {
         half[i] = 0.5f + 2.0f * uni();
     }
     char err[256];
-    if (ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), kt, D, levels, levels, mid, half, 1, n_sink, err, sizeof(err))) {
+    if (ggml_ext_kvquant_bind_opts(K->data, ggml_nbytes(K), kt, D, levels, levels, mid, half, 1, n_sink, err, sizeof(err))) {
         printf("FAIL %s: bind K: %s\n", c->name, err);
         failed++;
         return;
     }
-    if (c->v_type && ggml_ext_kvq_bind_opts(V->data, ggml_nbytes(V), vt, D, vlev, vlev, NULL, NULL, 1, n_sink, err,
-                                            sizeof(err))) {
+    if (c->v_type && ggml_ext_kvquant_bind_opts(V->data, ggml_nbytes(V), vt, D, vlev, vlev, NULL, NULL, 1, n_sink, err,
+                                                sizeof(err))) {
         printf("FAIL %s: bind V: %s\n", c->name, err);
         failed++;
         return;
@@ -105,9 +104,9 @@ static void run(const struct cfg * c) {
     for (int i = 0; i < n_kv * ns; i++) {
         cells[i] = (uint32_t) i;
     }
-    ggml_ext_kvq_rows_written(K->data, K->nb[1], cells, pos, (uint32_t) (n_kv * ns));
+    ggml_ext_kvquant_rows_written(K->data, K->nb[1], cells, pos, (uint32_t) (n_kv * ns));
     if (c->v_type) {
-        ggml_ext_kvq_rows_written(V->data, V->nb[1], cells, pos, (uint32_t) (n_kv * ns));
+        ggml_ext_kvquant_rows_written(V->data, V->nb[1], cells, pos, (uint32_t) (n_kv * ns));
     }
     free(cells);
     float * x = malloc(sizeof(float) * D);
@@ -144,7 +143,7 @@ static void run(const struct cfg * c) {
         }
     }
 
-    struct ggml_ext_kvq_rope rope = { c->mode, c->n_dims, 4096, 10000.0f, c->yarn ? 0.25f : 1.0f,
+    struct ggml_ext_kvquant_rope rope = { c->mode, c->n_dims, 4096, 10000.0f, c->yarn ? 0.25f : 1.0f,
                                       c->yarn ? 1.0f : 0.0f, 1.0f, 32.0f, 1.0f };
     const float scale = 1.0f / sqrtf((float) hd);
     // the op, on views of the cache as llama.cpp's get_k / get_v make them
@@ -153,8 +152,8 @@ static void run(const struct cfg * c) {
     struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, ns, ggml_row_size(vt, hd), V->nb[1],
                                            V->nb[1] * n_kv, 0);
     char                 why[160] = "";
-    struct ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, nw, eps, scale, c->chunk, why,
-                                                 sizeof(why));
+    struct ggml_tensor * out = ggml_ext_kvquant_attn(ctx, q, kv, vv, mask, kpos, ff, &rope, nw, eps, scale, c->chunk, why,
+                                                     sizeof(why));
     if (!out) {
         printf("FAIL %s: op refused: %s\n", c->name, why);
         failed++;
@@ -231,9 +230,9 @@ static void run(const struct cfg * c) {
         failed++;
     }
     printf("%s %s: max |op - reference| = %.3g (max |v| %.3g)\n", ok ? "ok  " : "FAIL", c->name, worst, vmax);
-    ggml_ext_kvq_unbind(K->data);
+    ggml_ext_kvquant_unbind(K->data);
     if (c->v_type) {
-        ggml_ext_kvq_unbind(V->data);
+        ggml_ext_kvquant_unbind(V->data);
     }
     ggml_free(ctx);
 }
@@ -276,12 +275,12 @@ static int bench(int n_kv, int threads, int k_bits, int v_nuq) {
     for (int i = 0; i < hd * n_head; i++) {
         ((float *) q->data)[i] = gauss();
     }
-    struct ggml_ext_kvq_rope rope = { GGML_ROPE_TYPE_NORMAL, hd, 8192, 100000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f };
+    struct ggml_ext_kvquant_rope rope = { GGML_ROPE_TYPE_NORMAL, hd, 8192, 100000.0f, 1.0f, 0.0f, 1.0f, 32.0f, 1.0f };
     for (int l = 0; l < LAYERS; l++) {
         struct ggml_tensor * K = ggml_new_tensor_2d(ctx, kt, D, n_kv), * V = ggml_new_tensor_2d(ctx, vt, D, n_kv);
         char                 err[256];
-        if (ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), kt, D, lv, lv, mid, half, 1, 0, err, sizeof(err)) ||
-            (v_nuq && ggml_ext_kvq_bind_opts(V->data, ggml_nbytes(V), vt, D, lv, lv, NULL, NULL, 1, 0, err, sizeof(err)))) {
+        if (ggml_ext_kvquant_bind_opts(K->data, ggml_nbytes(K), kt, D, lv, lv, mid, half, 1, 0, err, sizeof(err)) ||
+            (v_nuq && ggml_ext_kvquant_bind_opts(V->data, ggml_nbytes(V), vt, D, lv, lv, NULL, NULL, 1, 0, err, sizeof(err)))) {
             printf("bind: %s\n", err);
             return 1;
         }
@@ -302,8 +301,8 @@ static int bench(int n_kv, int threads, int k_bits, int v_nuq) {
         struct ggml_tensor * kv = ggml_view_4d(ctx, K, hd, n_hkv, n_kv, 1, ggml_row_size(kt, hd), K->nb[1], ggml_nbytes(K), 0);
         struct ggml_tensor * vv = ggml_view_4d(ctx, V, hd, n_hkv, n_kv, 1, ggml_row_size(vt, hd), V->nb[1], ggml_nbytes(V), 0);
         char                 why[160];
-        ggml_build_forward_expand(g[0], ggml_ext_kvq_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, NULL, 0.0f, 0.125f, 0,
-                                                          why, sizeof(why)));
+        ggml_build_forward_expand(g[0], ggml_ext_kvquant_attn(ctx, q, kv, vv, mask, kpos, NULL, &rope, NULL, 0.0f, 0.125f, 0,
+                                                              why, sizeof(why)));
         struct ggml_tensor * kf = ggml_reshape_3d(ctx, ggml_cast(ctx, kv, GGML_TYPE_F32), hd, n_hkv, n_kv);
         struct ggml_tensor * kr = ggml_rope_ext(ctx, kf, kpos, NULL, hd, GGML_ROPE_TYPE_NORMAL, 8192, 100000.0f, 1.0f, 0.0f,
                                                 1.0f, 32.0f, 1.0f);

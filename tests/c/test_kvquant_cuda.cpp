@@ -1,8 +1,8 @@
 // The KVQuant cache types NUQ4 / NUQ3 / NUQ2 on a GPU against the CPU (ggml_ext/src/cuda/kvquant_cuda.cu, patch
 // 0421; docs/KVQUANT.md "The CUDA path"). Each backend gets the same caches, allocated in its own buffer and bound
-// by address to the same per-layer tables (ggml_ext_kvq_bind_opts, as the llama glue does), four "layers" at
+// by address to the same per-layer tables (ggml_ext_kvquant_bind_opts, as the llama glue does), four "layers" at
 // once: a value cache (two 64-value blocks per row) and a pre-RoPE key cache (three blocks per row, per-channel
-// scales) of one table each, a block-scaled key cache (GGML_EXT_KV_KBLOCK, ggml_ext_kvq_key_blocks: per channel,
+// scales) of one table each, a block-scaled key cache (GGML_EXT_KV_KBLOCK, ggml_ext_kvquant_key_blocks: per channel,
 // then each block a value block of the normalised keys with one slot) of the key cache's table and scales, and a
 // second value cache of another table. For nuq4 / 3 / 2, without and with the in-block outlier slots and the float
 // sink (--kv-outliers / --kv-sink):
@@ -12,8 +12,8 @@
 //   CPY       NUQ -> f32 of every cell (and of a 4-D block view of the block-scaled keys, as the K path casts it):
 //             the CPU's values bit for bit (NaN where the CPU has NaN); NUQ -> f16: the CPU's f32 rounded to f16; a
 //             sink row reads back the floats written (values and block-scaled keys: so the device sink is used);
-//   side blob the state's sink rows (ggml_ext_kvq_side_get) of the GPU cache equal the CPU's; restored onto another cell
-//             (ggml_ext_kvq_side_set), the GPU reads them there;
+//   side blob the state's sink rows (ggml_ext_kvquant_side_get) of the GPU cache equal the CPU's; restored onto another cell
+//             (ggml_ext_kvquant_side_set), the GPU reads them there;
 //   GET_ROWS  NUQ -> f32 of an odd list of cells: bit for bit;
 //   FLASH_ATTN_EXT with a NUQ V (256 cells, two KV heads, GQA): the GPU's result equals, bit for bit, the same GPU's
 //             flash attention on an f16 V holding the CPU's dequantized values, and is within NMSE 5e-4 of the CPU's
@@ -24,7 +24,7 @@
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "ggml-ext.h"
 #include "ggml.h"
 #include "kvq_tables.h"
@@ -37,8 +37,8 @@
 #include <string>
 #include <vector>
 
-// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only, as the llama glue does)
-extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
+// GGML_EXT_KV_KBLOCK's switch (backend/kvquant_base.c; declared by its callers only, as the llama glue does)
+extern "C" int ggml_ext_kvquant_key_blocks(const void * data, int on);
 
 static const int N_CELLS = 257;  // cache rows (odd)
 static const int D_V     = 128;  // value row: 2 blocks (two heads of 64)
@@ -54,7 +54,7 @@ struct caches {
     ~caches() {
         for (ggml_tensor * t : { v, k, kb, v2 }) {
             if (t && t->data) {
-                ggml_ext_kvq_unbind(t->data);
+                ggml_ext_kvquant_unbind(t->data);
             }
         }
         if (buf) {
@@ -89,15 +89,15 @@ static bool make_caches(caches & c, ggml_backend_t be, const setup & s) {
     }
     ggml_backend_buffer_clear(c.buf, 0);
     char err[256] = "";
-    int  rc       = ggml_ext_kvq_bind_opts(c.v->data, ggml_nbytes(c.v), s.type, D_V, s.tv.levels, s.tv.values, nullptr,
-                                           nullptr, s.outliers, s.n_sink, err, sizeof(err));
-    rc |= ggml_ext_kvq_bind_opts(c.k->data, ggml_nbytes(c.k), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
-                                 s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
-    rc |= ggml_ext_kvq_bind_opts(c.kb->data, ggml_nbytes(c.kb), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
-                                 s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
-    rc |= ggml_ext_kvq_key_blocks(c.kb->data, 1) != 0 ? (snprintf(err, sizeof(err), "key_blocks"), 1) : 0;
-    rc |= ggml_ext_kvq_bind_opts(c.v2->data, ggml_nbytes(c.v2), s.type, D_V, s.tv2.levels, s.tv2.values, nullptr,
-                                 nullptr, s.outliers, s.n_sink, err, sizeof(err));
+    int  rc       = ggml_ext_kvquant_bind_opts(c.v->data, ggml_nbytes(c.v), s.type, D_V, s.tv.levels, s.tv.values, nullptr,
+                                               nullptr, s.outliers, s.n_sink, err, sizeof(err));
+    rc |= ggml_ext_kvquant_bind_opts(c.k->data, ggml_nbytes(c.k), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
+                                     s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+    rc |= ggml_ext_kvquant_bind_opts(c.kb->data, ggml_nbytes(c.kb), s.type, D_K, s.tk.levels, s.tk.values, s.k_mid.data(),
+                                     s.k_half.data(), s.outliers, s.n_sink, err, sizeof(err));
+    rc |= ggml_ext_kvquant_key_blocks(c.kb->data, 1) != 0 ? (snprintf(err, sizeof(err), "key_blocks"), 1) : 0;
+    rc |= ggml_ext_kvquant_bind_opts(c.v2->data, ggml_nbytes(c.v2), s.type, D_V, s.tv2.levels, s.tv2.values, nullptr,
+                                     nullptr, s.outliers, s.n_sink, err, sizeof(err));
     CHECK(rc == 0, "bind on %s: %s", ggml_backend_name(be), err);
     return rc == 0;
 }
@@ -247,7 +247,7 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         }
         for (caches * c : { &cc, &gc }) {
             for (ggml_tensor * t : { c->v, c->k, c->kb, c->v2 }) {
-                ggml_ext_kvq_rows_written(t->data, t->nb[1], wc.data(), pos.data(), N_WRITE);
+                ggml_ext_kvquant_rows_written(t->data, t->nb[1], wc.data(), pos.data(), N_WRITE);
             }
             run_graph(*c, [&](ggml_context * ctx, std::vector<ggml_tensor *> & outs,
                               std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> & in) {
@@ -395,8 +395,8 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         std::vector<uint32_t> sc = { (uint32_t) cells[0], (uint32_t) cells[1], (uint32_t) cells[2] };
         std::vector<std::vector<uint8_t>> blobs;
         for (caches * c : { &cc, &gc }) {
-            std::vector<uint8_t> blob(ggml_ext_kvq_side_get(c->v->data, c->v->nb[1], sc.data(), 3, nullptr, 0));
-            ggml_ext_kvq_side_get(c->v->data, c->v->nb[1], sc.data(), 3, blob.data(), blob.size());
+            std::vector<uint8_t> blob(ggml_ext_kvquant_side_get(c->v->data, c->v->nb[1], sc.data(), 3, nullptr, 0));
+            ggml_ext_kvquant_side_get(c->v->data, c->v->nb[1], sc.data(), 3, blob.data(), blob.size());
             blobs.push_back(blob);
         }
         CHECK(blobs[0] == blobs[1] && blobs[0].size() == 8 + 4 + 4 * D_V, "%s side blob: %zu / %zu bytes, %s", what.c_str(),
@@ -404,7 +404,7 @@ static void test_one(ggml_backend_t cpu, ggml_backend_t gpu, int type, bool outl
         const uint32_t dst_cell = (uint32_t) cells[N_CELLS - 1];  // never written: zero blocks
         std::vector<run_out> back;
         for (caches * c : { &cc, &gc }) {
-            CHECK(ggml_ext_kvq_side_set(c->v->data, c->v->nb[1], &dst_cell, 1, blobs[0].data(), blobs[0].size()) == 0,
+            CHECK(ggml_ext_kvquant_side_set(c->v->data, c->v->nb[1], &dst_cell, 1, blobs[0].data(), blobs[0].size()) == 0,
                   "%s side_set", what.c_str());
             back.push_back(run_graph(*c, [&](ggml_context * ctx, std::vector<ggml_tensor *> & o,
                                              std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> &) {
@@ -462,7 +462,7 @@ static void test_flash_attn(ggml_backend_t cpu, ggml_backend_t gpu, int type) {
         for (int i = 0; i < n_kv; i++) {
             wc[i] = (uint32_t) i, pos[i] = i;
         }
-        ggml_ext_kvq_rows_written(c->v->data, c->v->nb[1], wc.data(), pos.data(), n_kv);
+        ggml_ext_kvquant_rows_written(c->v->data, c->v->nb[1], wc.data(), pos.data(), n_kv);
         run_graph(*c, [&](ggml_context * ctx, std::vector<ggml_tensor *> & o,
                           std::vector<std::pair<ggml_tensor *, std::vector<uint8_t>>> & in) {
             ggml_tensor * i64 = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n_kv);

@@ -1,12 +1,12 @@
-// NUQ block decode (formats/kvquant/nuq_decode.h): every compiled-in SIMD decoder against the scalar
+// NUQ block decode (formats/kvquant/kvquant_decode.h): every compiled-in SIMD decoder against the scalar
 // reference, bit for bit, on random blocks of 2, 3 and 4 bits (value blocks with their own fp16 scales,
 // a NaN block among them; key blocks with per-channel scales; runs of 1..7 blocks), and the reference
-// against the kvquant row kernel's dequantization (ggml_ext_kvq_dequantize_v of a one-head 64-channel
+// against the kvquant row kernel's dequantization (ggml_ext_kvquant_dequantize_v of a one-head 64-channel
 // layer, whose value rows these blocks are) on rows that kernel quantized. Prints "implementations: ..."
 // and "N passed, M failed"; exit status 1 on a failure. Built by tests/kernels/test_kvquant_c_kernels.py (program "nuq_decode").
 #include "common/simd.h"
 #include "formats/kvquant/kvquant.h"
-#include "formats/kvquant/nuq_decode.h"
+#include "formats/kvquant/kvquant_decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,15 +36,15 @@ static void check(int ok, const char * what, int bits, int n) {
 
 struct impl {
     const char *           name;
-    ggml_ext_nuq_decode_fn fn;
+    ggml_ext_kvquant_decode_fn fn;
 };
 
 static const struct impl impls[] = {
 #ifdef GGML_EXT_HAVE_NEON
-    { "neon", ggml_ext_nuq_block_decode_neon },
+    { "neon", ggml_ext_kvquant_block_decode_neon },
 #endif
 #ifdef GGML_EXT_HAVE_AVX2
-    { "avx2", ggml_ext_nuq_block_decode_avx2 },
+    { "avx2", ggml_ext_kvquant_block_decode_avx2 },
 #endif
     { NULL, NULL },
 };
@@ -52,7 +52,7 @@ static const struct impl impls[] = {
 #define MAXB 7
 
 static void random_case(int bits, int n, int keys) {
-    const size_t bb = (size_t) GGML_EXT_NUQ_BLOCK * bits / 8 + 8;
+    const size_t bb = (size_t) GGML_EXT_KVQUANT_BLOCK * bits / 8 + 8;
     // blocks exactly at the end of a buffer: a decoder reading past its blocks reads past the allocation
     uint8_t *    blocks = malloc(bb * n);
     float        table[16], mid[MAXB * 64], half[MAXB * 64], want[MAXB * 64], got[MAXB * 64];
@@ -73,7 +73,7 @@ static void random_case(int bits, int n, int keys) {
         mid[c]  = 4 * uni() - 2;
         half[c] = 0.1f + 3 * uni();
     }
-    ggml_ext_nuq_block_decode_ref(bits, blocks, n, bb, table, keys ? mid : NULL, keys ? half : NULL, want);
+    ggml_ext_kvquant_block_decode_ref(bits, blocks, n, bb, table, keys ? mid : NULL, keys ? half : NULL, want);
     // the reference itself: slot c of block i at its documented bit field
     int ok = 1;
     for (int i = 0; i < n; i++) {
@@ -108,7 +108,7 @@ static void random_case(int bits, int n, int keys) {
     free(blocks);
 }
 
-// the reference against the row kernel: ggml_ext_kvq_quantize_v rows of a one-head 64-channel layer
+// the reference against the row kernel: ggml_ext_kvquant_quantize_v rows of a one-head 64-channel layer
 static void kernel_case(int bits) {
     const int n = 1 << bits;
     float     lo[64], hi[64], lv[16] = { 0 }, vals[16] = { 0 };
@@ -120,16 +120,16 @@ static void kernel_case(int bits) {
         lv[i]   = -1 + 2.0f * i / (n - 1) + (i > 0 && i < n - 1 ? 0.05f * (uni() - 0.5f) : 0);
         vals[i] = lv[i] * 1.03f;
     }
-    const struct ggml_ext_kvq_config cfg = { bits, 1, 64, 0, 0, 0, GGML_EXT_KVQ_ROPE_NORM, 0, 10000.0f, 1.0f,
+    const struct ggml_ext_kvquant_config cfg = { bits, 1, 64, 0, 0, 0, GGML_EXT_KVQUANT_ROPE_NORM, 0, 10000.0f, 1.0f,
                                              NULL, lo, hi, lv, vals, lv, vals };
     char                             err[200];
-    struct ggml_ext_kvq_layer *      L = ggml_ext_kvq_layer_new(&cfg, err, sizeof err);
+    struct ggml_ext_kvquant_layer *      L = ggml_ext_kvquant_layer_new(&cfg, err, sizeof err);
     if (!L) {
         printf("FAIL layer: %s\n", err);
         failed++;
         return;
     }
-    const size_t rs = ggml_ext_kvq_v_row_size(L);
+    const size_t rs = ggml_ext_kvquant_v_row_size(L);
     check(rs == (size_t) 64 * bits / 8 + 8, "row size", bits, 1);
     uint8_t * rows = malloc(rs * 5);
     float     x[64], want[5 * 64], got[5 * 64];
@@ -137,17 +137,17 @@ static void kernel_case(int bits) {
         for (int c = 0; c < 64; c++) {
             x[c] = (2 * uni() - 1) * (0.1f + 3 * r);
         }
-        ggml_ext_kvq_quantize_v(L, x, rows + r * rs);
-        ggml_ext_kvq_dequantize_v(L, rows + r * rs, want + r * 64);
+        ggml_ext_kvquant_quantize_v(L, x, rows + r * rs);
+        ggml_ext_kvquant_dequantize_v(L, rows + r * rs, want + r * 64);
     }
-    ggml_ext_nuq_block_decode_ref(bits, rows, 5, rs, vals, NULL, NULL, got);
+    ggml_ext_kvquant_block_decode_ref(bits, rows, 5, rs, vals, NULL, NULL, got);
     check(memcmp(got, want, sizeof(got)) == 0, "reference = kvq_dequantize_v", bits, 5);
     for (const struct impl * im = impls; im->name; im++) {
         im->fn(bits, rows, 5, rs, vals, NULL, NULL, got);
         check(memcmp(got, want, sizeof(got)) == 0, im->name, bits, 5);
     }
     free(rows);
-    ggml_ext_kvq_layer_free(L);
+    ggml_ext_kvquant_layer_free(L);
 }
 
 int main(void) {

@@ -1,11 +1,11 @@
 // Standalone device check + bench of the any-precision CUDA kernels (ggml_ext/src/cuda/anyprec_cuda.cu), run by
 // scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
-//   * check: every path against the C reference (ggml_ext_apq_gemv_ref per token; relative error of each
+//   * check: every path against the C reference (ggml_ext_anyprec_gemv_ref per token; relative error of each
 //     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v15 and the default (row-lane layout made
-//     by ggml_ext_apq_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
+//     by ggml_ext_anyprec_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
 //     dequantize kernel (bit-exact
-//     against ggml_ext_apq_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
+//     against ggml_ext_anyprec_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
 //     tolerance 1e-3); the max relative error of each shape/precision is printed;
 //   * time: each variant at one token against cuBLAS's fp16 GEMV of the same shape, as a fraction of the
 //     bandwidth measured by a device-to-device copy (a read-only kernel's bandwidth printed beside it); v2 at 8
@@ -33,12 +33,12 @@
 
 extern "C" {
 typedef uint16_t ggml_ext_fp16_t;
-int     ggml_ext_apq_gemv_ref(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
-                              const float *, float *);
-int     ggml_ext_apq_pack_tables(const float *, int64_t, int64_t, int64_t, int, int, ggml_ext_fp16_t *);
-int     ggml_ext_apq_dequantize(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
-                                int, float *);
-int64_t ggml_ext_apq_row_table_len(int, int);
+int     ggml_ext_anyprec_gemv_ref(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
+                                  const float *, float *);
+int     ggml_ext_anyprec_pack_tables(const float *, int64_t, int64_t, int64_t, int, int, ggml_ext_fp16_t *);
+int     ggml_ext_anyprec_dequantize(const uint8_t *, const ggml_ext_fp16_t *, int64_t, int64_t, int64_t, int64_t, int, int,
+                                    int, float *);
+int64_t ggml_ext_anyprec_row_table_len(int, int);
 }
 
 #define CK(x)                                                                                  \
@@ -253,7 +253,7 @@ int main() {
         "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t3 =
-        "## q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda, v13 over 3 matrices sharing x) vs 3 launches of v13, one token, L2-cold\n\n"
+        "## q/k/v in one launch (ggml_ext_anyprec_gemv_rl_multi_cuda, v13 over 3 matrices sharing x) vs 3 launches of v13, one token, L2-cold\n\n"
         "| matrices | bits | ideal us | fused b2b us | 3 x v13 b2b us | fused graph us | 3 x v13 graph us | fused % of bandwidth | max rel err |\n"
         "|---|---|---|---|---|---|---|---|---|\n";
     char line[1024];
@@ -263,14 +263,14 @@ int main() {
         const size_t  np = (size_t) P * n * k / 8;
         std::vector<uint8_t> planes(np);
         for (auto & v : planes) v = (uint8_t) rnd();
-        const int64_t tl = ggml_ext_apq_row_table_len(S, P);
+        const int64_t tl = ggml_ext_anyprec_row_table_len(S, P);
         std::vector<float> tf((size_t) (n * tl));
         for (auto & v : tf) v = ((int) (rnd() % 2001) - 1000) * 1e-4f;
         std::vector<uint16_t> t16((size_t) (n * tl));
-        ggml_ext_apq_pack_tables(tf.data(), 0, n, n, S, P, t16.data());
+        ggml_ext_anyprec_pack_tables(tf.data(), 0, n, n, S, P, t16.data());
         std::vector<float> x((size_t) (NTB * k));
         for (auto & v : x) v = ((int) (rnd() % 2001) - 1000) * 1e-3f;
-        const size_t rl_size = rl_ok ? (size_t) P * ggml_ext_apq_rl_plane_size(n, k) : 16;
+        const size_t rl_size = rl_ok ? (size_t) P * ggml_ext_anyprec_rl_plane_size(n, k) : 16;
         uint8_t * dp, * drl; uint16_t * dt, * dw16, * dx16; float * dx, * dy, * dyc; __half * dh16;
         CK(cudaMalloc(&dp, np));
         CK(cudaMalloc(&drl, rl_size));
@@ -287,8 +287,8 @@ int main() {
         uint8_t * dtcl;  // v16's tile layout
         CK(cudaMalloc(&dtcl, rl_size));
         if (rl_ok) {
-            CK(ggml_ext_apq_relayout_cuda(dp, n, k, P, drl, 0));
-            CK(ggml_ext_apq_relayout_tc_cuda(dp, n, k, P, dtcl, 0));
+            CK(ggml_ext_anyprec_relayout_cuda(dp, n, k, P, drl, 0));
+            CK(ggml_ext_anyprec_relayout_tc_cuda(dp, n, k, P, dtcl, 0));
         }
         CK(cudaDeviceSynchronize());
         // fp16 baselines (weights: whatever the dequantize kernel left there; zeros first)
@@ -317,23 +317,23 @@ int main() {
         const float f16_16us  = b2b_us([&](int i) { fp16_gemm(NTB, i); });
         auto deq_gemm = [&](int b, int i) {
             uint16_t * w = w16c[i % nc16];
-            CK(ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w, st));
-            CK(ggml_ext_apq_f32_to_f16_cuda(dx, dx16, NTB * k, st));
+            CK(ggml_ext_anyprec_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w, st));
+            CK(ggml_ext_anyprec_f32_to_f16_cuda(dx, dx16, NTB * k, st));
             cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int) n, NTB, (int) k, &fone, w, CUDA_R_16F, (int) k, dx16,
                          CUDA_R_16F, (int) k, &fzero, dyc, CUDA_R_32F, (int) n, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
         };
         auto rlv = [&](int b, int v, int nt, int i) {
-            return ggml_ext_apq_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, v, dx, nt, dy, st);
+            return ggml_ext_anyprec_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, v, dx, nt, dy, st);
         };
         for (int b = b_lo; b <= b_hi; b++) {
             std::vector<float>  deq((size_t) (n * k)), want((size_t) (NTB * n)), got((size_t) (NTB * n));
             std::vector<double> mag((size_t) (NTB * n));
-            ggml_ext_apq_dequantize(planes.data(), t16.data(), 0, n, n, k, S, P, b, deq.data());
+            ggml_ext_anyprec_dequantize(planes.data(), t16.data(), 0, n, n, k, S, P, b, deq.data());
 #pragma omp parallel for schedule(dynamic)
             for (int t = 0; t < NTB; t++) {
-                ggml_ext_apq_gemv_ref(planes.data(), t16.data(), 0, n, n, k, S, b, x.data() + t * k,
-                                      want.data() + t * n);
+                ggml_ext_anyprec_gemv_ref(planes.data(), t16.data(), 0, n, n, k, S, b, x.data() + t * k,
+                                          want.data() + t * n);
                 for (int64_t r = 0; r < n; r++) {
                     double m = 0;
                     for (int64_t j = 0; j < k; j++) m += fabs((double) deq[r * k + j] * x[t * k + j]);
@@ -347,11 +347,11 @@ int main() {
                 worst = std::max(worst, check(what, n, k, b, got, want, mag, nt, tol));
             };
             CK(cudaMemset(dy, 0xff, NTB * n * 4));
-            CK(ggml_ext_apq_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
+            CK(ggml_ext_anyprec_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
             run_check("v0", 1, 1e-4);
             float us[17] = {};
             if (!skip_old || !rl_ok) {
-                us[0] = b2b_us([&](int i) { ggml_ext_apq_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
+                us[0] = b2b_us([&](int i) { ggml_ext_anyprec_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
             }
             int   best_v = 0;
             float best = 1e30f, best_graph = -1, best_alone = 0, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
@@ -381,7 +381,7 @@ int main() {
                 }
                 // v16: tensor cores on the tile layout (b <= 3 so far)
                 auto tcv = [&](int i) {
-                    return ggml_ext_apq_gemv_tc_cuda(tcc[i % tcc.size()], dtc[i % nc], n, k, S, b, dx, dy, st);
+                    return ggml_ext_anyprec_gemv_tc_cuda(tcc[i % tcc.size()], dtc[i % nc], n, k, S, b, dx, dy, st);
                 };
                 if (b <= 3) {
                     CK(cudaMemset(dy, 0xff, NTB * n * 4));
@@ -405,7 +405,7 @@ int main() {
                     best_alone = median_us([&] { bestf(0); });
                 }
                 if (n == 4096 && k == 4096) {
-                    // q/k/v in one launch (ggml_ext_apq_gemv_rl_multi_cuda: v13 over three matrices sharing x,
+                    // q/k/v in one launch (ggml_ext_anyprec_gemv_rl_multi_cuda: v13 over three matrices sharing x,
                     // here three copies of the weights) against three v13 launches, L2-cold as above
                     auto fused = [&](int i) {
                         const uint8_t *  r3[3];
@@ -416,7 +416,7 @@ int main() {
                             r3[m] = rlc[(3 * i + m) % rlc.size()];
                             t3[m] = dtc[(3 * i + m) % nc];
                         }
-                        return ggml_ext_apq_gemv_rl_multi_cuda(3, r3, t3, n3, k, S, b, dx, y3, st);
+                        return ggml_ext_anyprec_gemv_rl_multi_cuda(3, r3, t3, n3, k, S, b, dx, y3, st);
                     };
                     auto three = [&](int i) {
                         for (int m = 0; m < 3; m++) {
@@ -458,7 +458,7 @@ int main() {
                     v8_8 = b2b_us([&](int i) { rlv(b, 8, 8, i); });
                 }
                 // dequantize: bit-exact
-                CK(ggml_ext_apq_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
+                CK(ggml_ext_anyprec_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
                 CK(cudaDeviceSynchronize());
                 std::vector<__half> w16((size_t) (n * k));
                 CK(cudaMemcpy(w16.data(), dw16, (size_t) n * k * 2, cudaMemcpyDeviceToHost));
@@ -471,7 +471,7 @@ int main() {
                 }
                 if (!skip_old) {
                     deq_us = b2b_us([&](int i) {
-                        ggml_ext_apq_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
+                        ggml_ext_anyprec_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
                     });
                 }
                 deq_gemm(b, 0);

@@ -42,9 +42,9 @@ template <int BITS> static void check(ggml_type type) {
         std::memcpy(&dh, &b->d, sizeof(dh));
         const float   d   = ggml_fp16_to_fp32(dh);
         const float * r   = ref.data() + ib * GGML_EXT_QK_CB;
-        for (int s = 0; s < GGML_EXT_CB_NGROUPS; s++) {  // the dequantize kernel's reading
+        for (int s = 0; s < GGML_EXT_CODEBOOKS_NGROUPS; s++) {  // the dequantize kernel's reading
             const float dm = d * (float) cb_mult<BITS>(b, s);
-            for (int jj = 0; jj < GGML_EXT_CB_GROUP; jj++) {
+            for (int jj = 0; jj < GGML_EXT_CODEBOOKS_GROUP; jj++) {
                 const float v = dm * (float) tab.t[cb_code_index<BITS>(b, s, jj)];
                 if (v != r[16 * s + jj] && fails++ < 10) {
                     std::printf("FAIL CB%d dequantize block %lld weight %d: %g != %g\n", BITS, (long long) ib,

@@ -1,9 +1,9 @@
-// The KVQuant decode op's CUDA pieces (ggml_ext/src/cuda/kvattn_decode.cuh: what the table and partial kernels of
-// kvattn_cuda.cu run per cell and per dimension) on the host against the CPU: for NUQ4 / NUQ3 / NUQ2 key caches
+// The KVQuant decode op's CUDA pieces (ggml_ext/src/cuda/kvquant_attn_decode.cuh: what the table and partial kernels of
+// kvquant_attn_cuda.cu run per cell and per dimension) on the host against the CPU: for NUQ4 / NUQ3 / NUQ2 key caches
 // bound with per-channel scales and outlier slots, head dims 64 / 128 / 256, normal and NEOX RoPE (n_dims < hd
 // once, YaRN with freq factors once), with and without a K norm:
 //   table  kva::table_row of every cell's position (up to ~10^5 radians) against the table node of the CPU op
-//          (ggml/kvattn_cpu.c's rope_table_fn, through ggml_ext_kvq_attn): within 2 ulp of mscale, most bit-equal (YaRN:
+//          (backend/kvquant_attn_cpu.c's rope_table_fn, through ggml_ext_kvquant_attn): within 2 ulp of mscale, most bit-equal (YaRN:
 //          plus 2 ulp of the largest angle, positions up to ~10^3: the CPU's compiler may fuse the ramp's blend);
 //   keys   kva::row_value (kvq::dequantize_value), norm_scale / norm_apply and rope_at against ggml's CPU ops on the
 //          same bound cache: ggml_cast to F32 (the type's to_float), rms_norm * w, rope_ext at the cells'
@@ -11,12 +11,11 @@
 // Host code only: built with nvcc and run without a GPU by tests/cuda/test_kvattn_cuda.py. The kernels on a GPU
 // against the CPU op: tests/c/test_kvattn_cuda.cpp.
 #include "ggml-cpu.h"
-#include "ggml-ext-kvattn.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "ggml-ext.h"
 #include "ggml.h"
-#include "ggml/kvquant_device.h"
-#include "kvattn_decode.cuh"
+#include "backend/kvquant_device.h"
+#include "kvquant_attn_decode.cuh"
 #include "kvq_check.h"
 
 #include <algorithm>
@@ -49,8 +48,8 @@ static void check(const cfg & c) {
     ggml_context *   ctx = ggml_init(ip);
     ggml_tensor *    K   = ggml_new_tensor_2d(ctx, (ggml_type) type, D, n_cells);
     char             err[256] = "";
-    CHECK(ggml_ext_kvq_bind_opts(K->data, ggml_nbytes(K), type, D, levels, values, mid.data(), half.data(), 1, 0, err,
-                                 sizeof(err)) == 0,
+    CHECK(ggml_ext_kvquant_bind_opts(K->data, ggml_nbytes(K), type, D, levels, values, mid.data(), half.data(), 1, 0, err,
+                                     sizeof(err)) == 0,
           "bind: %s", err);
     const ggml_type_traits * tr = ggml_get_type_traits((ggml_type) type);
     std::vector<float>       x(D);
@@ -76,7 +75,7 @@ static void check(const cfg & c) {
         }
     }
     const float       eps  = 1e-6f;
-    ggml_ext_kvq_rope rope = { c.mode, c.n_dims, 4096, 10000.0f, c.yarn ? 0.25f : 1.0f, c.yarn ? 1.0f : 0.0f, 1.0f, 32.0f,
+    ggml_ext_kvquant_rope rope = { c.mode, c.n_dims, 4096, 10000.0f, c.yarn ? 0.25f : 1.0f, c.yarn ? 1.0f : 0.0f, 1.0f, 32.0f,
                                1.0f };
     // ggml's path: to_float, rms_norm * w, rope_ext
     ggml_tensor * kv = ggml_view_3d(ctx, K, hd, c.n_hkv, n_cells, ggml_row_size(K->type, hd), K->nb[1], 0);
@@ -94,33 +93,33 @@ static void check(const cfg & c) {
     ggml_tensor * k4  = ggml_view_4d(ctx, K, hd, c.n_hkv, n_cells, 1, ggml_row_size(K->type, hd), K->nb[1],
                                      K->nb[1] * n_cells, 0);
     char          why[160] = "";
-    ggml_tensor * out = ggml_ext_kvq_attn(ctx, q, k4, k4, mask, pos, ff, &rope, c.norm ? w : nullptr, eps, 1.0f, 0, why,
-                                          sizeof(why));
-    CHECK(out != nullptr, "ggml_ext_kvq_attn: %s", why);
+    ggml_tensor * out = ggml_ext_kvquant_attn(ctx, q, k4, k4, mask, pos, ff, &rope, c.norm ? w : nullptr, eps, 1.0f, 0, why,
+                                              sizeof(why));
+    CHECK(out != nullptr, "ggml_ext_kvquant_attn: %s", why);
     if (!out) {
         ggml_free(ctx);
         return;
     }
     ggml_tensor * tab = out->src[0]->src[4];
-    CHECK(ggml_ext_kvq_attn_node_kind(tab) == GGML_EXT_KVA_TABLE && ggml_ext_kvq_attn_node_kind(out->src[0]) ==
-                                                                         GGML_EXT_KVA_PARTIAL &&
-              ggml_ext_kvq_attn_node_kind(out) == GGML_EXT_KVA_COMBINE && ggml_ext_kvq_attn_node_kind(kr) == 0,
+    CHECK(ggml_ext_kvquant_attn_node_kind(tab) == GGML_EXT_KVQUANT_ATTN_TABLE && ggml_ext_kvquant_attn_node_kind(out->src[0]) ==
+                                                                         GGML_EXT_KVQUANT_ATTN_PARTIAL &&
+              ggml_ext_kvquant_attn_node_kind(out) == GGML_EXT_KVQUANT_ATTN_COMBINE && ggml_ext_kvquant_attn_node_kind(kr) == 0,
           "node kinds");
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, kr);
     ggml_build_forward_expand(gf, out);
     ggml_graph_compute_with_ctx(ctx, gf, 1);
 
-    // the kernels' arguments, as kvattn_cuda.cu gets them (kvquant_cuda.cu's args_for), on host memory
-    ggml_ext_kvq_binding_desc d;
-    CHECK(ggml_ext_kvq_binding_find(K->data, type, &d) && d.lo, "find");
+    // the kernels' arguments, as kvquant_attn_cuda.cu gets them (kvquant_cuda.cu's args_for), on host memory
+    ggml_ext_kvquant_binding_desc d;
+    CHECK(ggml_ext_kvquant_binding_find(K->data, type, &d) && d.lo, "find");
     kvq::kvq_args a = {};
     a.bits = d.bits, a.block_bytes = (int) d.block_bytes, a.dense_bytes = 64 * d.bits / 8;
     std::memcpy(a.values, d.values, sizeof(a.values));
     std::memcpy(a.mids, d.mids, sizeof(a.mids));
     a.lo = d.lo, a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half, a.outliers = d.outliers;
     a.row_values = d.row_values;
-    // the table's arguments, as kvattn_cuda.cu's launch_table takes them
+    // the table's arguments, as kvquant_attn_cuda.cu's launch_table takes them
     const kva::table_args ta = kva::table_args_of(rope);
 
     int64_t            tab_equal = 0, tab_n = 0;
@@ -192,7 +191,7 @@ static void check(const cfg & c) {
     std::printf("%s hd %d %s n_dims %d%s%s: table %lld of %lld bit-equal (max diff %.3g), keys max diff %.3g of |k| %.3g\n",
                 c.type, hd, c.mode == 2 ? "neox" : "normal", c.n_dims, c.norm ? " +knorm" : "", c.yarn ? " yarn+ff" : "",
                 (long long) tab_equal, (long long) tab_n, tab_max, key_max, ref_max);
-    ggml_ext_kvq_unbind(K->data);
+    ggml_ext_kvquant_unbind(K->data);
     ggml_free(ctx);
 }
 

@@ -1,23 +1,23 @@
 // The KVQuant cache types' CUDA block functions (ggml_ext/src/cuda/kvquant_decode.cuh: what the SET_ROWS / CPY /
 // GET_ROWS / flash-attention kernels of kvquant_cuda.cu run per block and per value) on the host against the CPU
-// row functions (ggml's from_float_ref / to_float of NUQ4 / NUQ3 / NUQ2, ggml/kvquant_base.c): for each type, value
-// and pre-RoPE key caches (per-channel key blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK, ggml_ext_kvq_key_blocks),
+// row functions (ggml's from_float_ref / to_float of NUQ4 / NUQ3 / NUQ2, backend/kvquant_base.c): for each type, value
+// and pre-RoPE key caches (per-channel key blocks, and block-scaled ones: GGML_EXT_KV_KBLOCK, ggml_ext_kvquant_key_blocks),
 // without and with outlier slots, without and with the float sink, and memory outside every
 // binding (uniform levels), rows of random values (some far outside the key ranges, a NaN, an infinity) quantized by
 // both must give the same bytes, and every value read back the same bits (NaN where the CPU has NaN). The kernel
-// arguments come from ggml-base's view of the binding (ggml_ext_kvq_binding_find / _sinks, kvquant_device.h), as
+// arguments come from ggml-base's view of the binding (ggml_ext_kvquant_binding_find / _sinks, kvquant_device.h), as
 // kvquant_cuda.cu builds them. The decode op's row reader (kvq::row_geo_of / row_sink / block_words / block_value,
-// what kvattn_cuda.cu reads K and V rows with) on the same caches cut into heads of 64 values and of a whole row:
+// what kvquant_attn_cuda.cu reads K and V rows with) on the same caches cut into heads of 64 values and of a whole row:
 // every value the bits of dequantize_value; strides that are not whole rows refused. Then the kernels' per-thread
 // bodies (kvq::quantize_at / dequantize_at) against ggml's CPU ops over real shapes and strides (check_ops below). Host code only: built with nvcc and run without a GPU by
 // tests/cuda/test_kvquant_cuda.py. The kernels on a GPU against the CPU: tests/c/test_kvquant_cuda.cpp.
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "ggml-ext.h"
 #include "ggml.h"
-#include "ggml/kvquant_device.h"
+#include "backend/kvquant_device.h"
 #include "kvquant_decode.cuh"
 #include "kvq_check.h"
 
@@ -29,8 +29,8 @@
 #include <vector>
 
 
-// GGML_EXT_KV_KBLOCK's switch (ggml/kvquant_base.c; declared by its callers only)
-extern "C" int ggml_ext_kvq_key_blocks(const void * data, int on);
+// GGML_EXT_KV_KBLOCK's switch (backend/kvquant_base.c; declared by its callers only)
+extern "C" int ggml_ext_kvquant_key_blocks(const void * data, int on);
 
 
 static const int N_ROWS = 9;
@@ -62,23 +62,23 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     std::vector<uint8_t> ref(N_ROWS * row_bytes + 8), mine(ref.size());
     char                 err[256] = "";
     if (bound) {
-        const int rc = ggml_ext_kvq_bind_opts(ref.data(), N_ROWS * row_bytes, type, D, levels, values,
-                                              key ? mid.data() : nullptr, key ? half.data() : nullptr, outliers, n_sink,
-                                              err, sizeof(err));
+        const int rc = ggml_ext_kvquant_bind_opts(ref.data(), N_ROWS * row_bytes, type, D, levels, values,
+                                                  key ? mid.data() : nullptr, key ? half.data() : nullptr, outliers, n_sink,
+                                                  err, sizeof(err));
         CHECK(rc == 0, "bind: %s", err);
         if (kblock) {
-            CHECK(ggml_ext_kvq_key_blocks(ref.data(), 1) == 0, "key_blocks");
+            CHECK(ggml_ext_kvquant_key_blocks(ref.data(), 1) == 0, "key_blocks");
         }
         std::vector<uint32_t> cells(N_ROWS);
         std::vector<int32_t>  pos(N_ROWS);
         for (int r = 0; r < N_ROWS; r++) {
             cells[r] = (uint32_t) r, pos[r] = r == 4 ? 0 : 10 + r;  // row 4 holds position 0: a sink row
         }
-        ggml_ext_kvq_rows_written(ref.data(), row_bytes, cells.data(), pos.data(), N_ROWS);
+        ggml_ext_kvquant_rows_written(ref.data(), row_bytes, cells.data(), pos.data(), N_ROWS);
     }
     // the kernels' arguments, as kvquant_cuda.cu's args_for makes them, on host memory
-    ggml_ext_kvq_binding_desc d;
-    CHECK(ggml_ext_kvq_binding_find(ref.data(), type, &d), "find");
+    ggml_ext_kvquant_binding_desc d;
+    CHECK(ggml_ext_kvquant_binding_find(ref.data(), type, &d), "find");
     kvq::kvq_args a = {};
     a.bits = d.bits, a.block_bytes = (int) d.block_bytes, a.dense_bytes = 64 * d.bits / 8;
     std::memcpy(a.values, d.values, sizeof(a.values));
@@ -90,7 +90,7 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
         a.row_blocks = d.row_blocks, a.k_mid = d.k_mid, a.k_half = d.k_half, a.outliers = d.outliers;
         a.k_block = d.k_block, a.row_values = d.row_values;
         if (d.n_sink > 0) {
-            sink[0]     = ggml_ext_kvq_binding_sinks(d.lo, d.serial, sink.data() + 1, d.sink_cap);
+            sink[0]     = ggml_ext_kvquant_binding_sinks(d.lo, d.serial, sink.data() + 1, d.sink_cap);
             a.sink      = sink.data();
             a.sink_data = sink_data.data();
             a.row_bytes = (int64_t) row_bytes;
@@ -194,7 +194,7 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
     }
     *n_geo_checked += n_geo;
     if (bound) {
-        ggml_ext_kvq_unbind(ref.data());
+        ggml_ext_kvquant_unbind(ref.data());
     }
 }
 
@@ -237,16 +237,16 @@ static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
     ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
     ggml_backend_buffer_clear(buf, 0);
     char err[256] = "";
-    CHECK(ggml_ext_kvq_bind_opts(v->data, ggml_nbytes(v), type, DV, levels, values, nullptr, nullptr, outliers, n_sink,
-                                 err, sizeof(err)) == 0, "bind v: %s", err);
-    CHECK(ggml_ext_kvq_bind_opts(k->data, ggml_nbytes(k), type, DK, levels, values, mid.data(), half.data(), outliers,
-                                 n_sink, err, sizeof(err)) == 0, "bind k: %s", err);
-    CHECK(!kblock || ggml_ext_kvq_key_blocks(k->data, 1) == 0, "key_blocks");
+    CHECK(ggml_ext_kvquant_bind_opts(v->data, ggml_nbytes(v), type, DV, levels, values, nullptr, nullptr, outliers, n_sink,
+                                     err, sizeof(err)) == 0, "bind v: %s", err);
+    CHECK(ggml_ext_kvquant_bind_opts(k->data, ggml_nbytes(k), type, DK, levels, values, mid.data(), half.data(), outliers,
+                                     n_sink, err, sizeof(err)) == 0, "bind k: %s", err);
+    CHECK(!kblock || ggml_ext_kvquant_key_blocks(k->data, 1) == 0, "key_blocks");
     std::vector<int64_t> cells = { 5, 31, 0, 17, 2, 29, 11 };
     std::vector<int32_t> pos   = { 0, 40, 41, 42, 43, 44, 45 };  // cell 5 holds position 0: a sink row with n_sink
     std::vector<uint32_t> uc(cells.begin(), cells.end());
-    ggml_ext_kvq_rows_written(v->data, v->nb[1], uc.data(), pos.data(), NW);
-    ggml_ext_kvq_rows_written(k->data, k->nb[1], uc.data(), pos.data(), NW);
+    ggml_ext_kvquant_rows_written(v->data, v->nb[1], uc.data(), pos.data(), NW);
+    ggml_ext_kvquant_rows_written(k->data, k->nb[1], uc.data(), pos.data(), NW);
     for (ggml_tensor * t : { srcv, srck }) {
         std::vector<float> x(ggml_nelements(t));
         for (auto & e : x) {
@@ -279,8 +279,8 @@ static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
     // the kernels' bodies on shadows of the caches (zeros, as the cleared buffers), with the bindings' arguments
     for (ggml_tensor * cache : { v, k }) {
         std::vector<char> shadow(ggml_nbytes(cache), 0);
-        ggml_ext_kvq_binding_desc d;
-        ggml_ext_kvq_binding_find(cache->data, type, &d);
+        ggml_ext_kvquant_binding_desc d;
+        ggml_ext_kvquant_binding_find(cache->data, type, &d);
         kvq::kvq_args a = {};
         a.bits = d.bits, a.block_bytes = (int) d.block_bytes, a.dense_bytes = 64 * d.bits / 8;
         std::memcpy(a.values, d.values, sizeof(a.values));
@@ -291,7 +291,7 @@ static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
         std::vector<int64_t> sink(1 + std::max(d.sink_cap, 0), 0);
         std::vector<float>   sink_data((size_t) std::max(d.sink_cap, 0) * d.row_values);
         if (d.n_sink > 0) {
-            sink[0] = ggml_ext_kvq_binding_sinks(d.lo, d.serial, sink.data() + 1, d.sink_cap);
+            sink[0] = ggml_ext_kvquant_binding_sinks(d.lo, d.serial, sink.data() + 1, d.sink_cap);
             a.sink = sink.data(), a.sink_data = sink_data.data(), a.row_bytes = (int64_t) cache->nb[1];
         }
         ggml_tensor * src = cache == v ? sv : sk;
@@ -326,8 +326,8 @@ static void check_ops(int type, bool outliers, int n_sink, bool kblock) {
                   kblock ? " (block-scaled)" : "", ggml_op_desc(o), (long long) bad);
         }
     }
-    ggml_ext_kvq_unbind(v->data);
-    ggml_ext_kvq_unbind(k->data);
+    ggml_ext_kvquant_unbind(v->data);
+    ggml_ext_kvquant_unbind(k->data);
     ggml_gallocr_free(ga);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);

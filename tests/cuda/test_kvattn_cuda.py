@@ -1,11 +1,11 @@
-"""The KVQuant decode op with the cache in VRAM (ggml_ext/src/cuda/kvattn_cuda.cu through patch 0421's hook;
+"""The KVQuant decode op with the cache in VRAM (ggml_ext/src/cuda/kvquant_attn_cuda.cu through patch 0421's hook;
 docs/KVQUANT.md "The decode op", "The CUDA path").
 
-- Host (nvcc, no GPU): the per-cell pieces the kernels run (kvattn_decode.cuh: the cos / sin table row, the K / V
+- Host (nvcc, no GPU): the per-cell pieces the kernels run (kvquant_attn_decode.cuh: the cos / sin table row, the K / V
   row values, the K norm, the RoPE of a dimension) against the CPU op's table node and ggml's to_float, rms_norm,
   mul and rope_ext on the same bound NUQ key caches (tests/cuda/kvattn_cuda_check.cu). Skipped without nvcc.
 - GPU (tests/c/test_kvattn_cuda.cpp --require-gpu, also run by `make test-cuda`): the same bound NUQ caches written
-  by SET_ROWS on the CPU and on the GPU, ggml_ext_kvq_attn over them with every node on that backend (the GPU takes
+  by SET_ROWS on the CPU and on the GPU, ggml_ext_kvquant_attn over them with every node on that backend (the GPU takes
   the table, partial and combine nodes); the GPU's result within NMSE 1e-6 of the CPU's for eight cases, each with the split kernel (k_split) where it
   applies and with it off (n_kv not a multiple of the cell range, block-scaled keys, GQA up to 20, 1-6 tokens, 2 streams, NEOX / normal RoPE, partial rotary, YaRN with
   freq factors, a K norm, outlier slots, a float sink row, NUQ / F16 / F32 V, F16 / F32 masks with -inf holes and a

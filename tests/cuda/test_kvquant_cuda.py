@@ -6,7 +6,7 @@ docs/KVQUANT.md "The CUDA path").
   outlier slots and the sink, and memory outside every binding: the same bytes and every value the same bits; the
   kernels' per-thread bodies (SET_ROWS from a strided source into scattered cells, CPY of the flash-attention V view
   and the K path's 4-D view, GET_ROWS) against ggml's CPU ops on the same bound caches, keys per channel and
-  block-scaled; the decode op's row reader (row_geo_of / row_sink / block_value, kvattn_cuda.cu's reading of K and
+  block-scaled; the decode op's row reader (row_geo_of / row_sink / block_value, kvquant_attn_cuda.cu's reading of K and
   V rows) on every bound cache: the bits of dequantize_value (tests/cuda/kvquant_cuda_check.cu). Skipped without
   nvcc.
 - GPU (tests/c/test_kvquant_cuda.cpp --require-gpu, also run by `make test-cuda`): four caches bound at once on the

@@ -158,7 +158,7 @@ def test_block_size_is_the_stated_bits_per_weight(real_rows, bits, nbytes, bpw):
     assert q.shape == (real_rows.shape[0], real_rows.shape[1] // 256 * nbytes)
     assert codebooks.bits_per_weight(bits) == bpw == q.size * 8 / real_rows.size
     lib = codebooks._lib()
-    assert lib.ggml_ext_cb_block_size(bits) == nbytes and lib.ggml_ext_cb_block_size(4) == 0
+    assert lib.ggml_ext_codebooks_block_size(bits) == nbytes and lib.ggml_ext_codebooks_block_size(4) == 0
 
 
 @pytest.mark.parametrize("bits", [2, 3])
@@ -192,7 +192,7 @@ def test_nonfinite_input_refused(real_rows, bad):
         codebooks.quantize(x, 2, name="blk.3.ffn_up.weight")
     # the C function refuses by itself too: nothing written, 0 returned
     out = np.full(2 * 2 * 78, 0xAB, dtype=np.uint8)
-    assert codebooks._lib().ggml_ext_cb_quantize(2, x.ctypes.data, out.ctypes.data, 2, 512, None) == 0
+    assert codebooks._lib().ggml_ext_codebooks_quantize(2, x.ctypes.data, out.ctypes.data, 2, 512, None) == 0
     assert (out == 0xAB).all()
 
 
@@ -207,7 +207,7 @@ def test_bad_importance_and_shapes_refused(real_rows):
         codebooks.quantize(real_rows, 4)
     imp[3] = np.nan
     out = np.zeros(real_rows.shape[0] * 2 * 110, np.uint8)
-    assert codebooks._lib().ggml_ext_cb_quantize(3, real_rows.ctypes.data, out.ctypes.data, real_rows.shape[0],
+    assert codebooks._lib().ggml_ext_codebooks_quantize(3, real_rows.ctypes.data, out.ctypes.data, real_rows.shape[0],
                                                  512, imp.ctypes.data_as(ctypes.c_void_p)) == 0
 
 

@@ -5,7 +5,7 @@ second of run time each; qemu a few.
 
 - tests/c/test_kvquant.c (KVQUANT): the KV-cache row kernels of ggml_ext/src/formats/kvquant and
   generic/x86/arm kvquant*.c (append, q . RoPE(K), attention . V).
-- tests/c/test_nuq_decode.c (NUQ_DECODE): the NUQ4/3/2 cache types' block decode (formats/kvquant/nuq_decode.h:
+- tests/c/test_nuq_decode.c (NUQ_DECODE): the NUQ4/3/2 cache types' block decode (formats/kvquant/kvquant_decode.h:
   the value path's to_float per head and the pre-RoPE key path's dequantization), bit for bit against the
   scalar reference, which is also checked against the row kernel's dequantization."""
 from __future__ import annotations

@@ -45,7 +45,7 @@ def _compiled_impls(cc: str, flags: list[str], tmp: Path) -> set[str]:
     nm = shutil.which(cc.replace("gcc", "nm")) or "nm"
     out = subprocess.run([nm, "--defined-only", *sorted(map(str, tmp.glob("*.o")))], capture_output=True, text=True,
                          check=True).stdout
-    syms = set(re.findall(r"\bggml_ext_i4_impl_(\w+)$", out, re.M))
+    syms = set(re.findall(r"\bggml_ext_interleaved4_impl_(\w+)$", out, re.M))
     return {name for name, sym in SYMBOL.items() if sym in syms}
 
 

@@ -1,6 +1,6 @@
 """QDEC (ggml_ext.methods.dec, docs/QDEC.md) on the default model: `calibrate dec` against a Q4_0 base made
 by our llama-quantize, the side file read back, the residual it holds, the channel selection of torch and
-of the C reference (ggml_ext_dec_select) equal on real activations, the approximate top-k's recall, and
+of the C reference (ggml_ext_qdec_select) equal on real activations, the approximate top-k's recall, and
 the compensation lowering perplexity (dynamic better than random channels). The op itself:
 tests/kernels/test_ext_ops.py (tests/c/test_ext_ops.cpp's DEC cases)."""
 from __future__ import annotations
@@ -143,7 +143,7 @@ def activations(hf_dir):
 def test_torch_selection_is_the_c_reference(activations, side, base):
     from ggml_ext import quants
     lib = quants.library()
-    f = lib.ggml_ext_dec_select
+    f = lib.ggml_ext_qdec_select
     f.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int, ctypes.c_float, ctypes.c_float,
                   ctypes.c_void_p]
     f.restype = ctypes.c_int64

@@ -16,7 +16,7 @@ interleaved layout.
   width): a Q4_0_8_8 file runs our SVE-256 GEMV and SVE SMMLA GEMM and answers "Paris".
 - the codebook type CB2 (the default model's ``--type cb2`` file: CB2 ffn_down, IQ4_NL elsewhere):
   llama-perplexity under `-cpu max` runs our NEON dotprod codebook kernel (its address read from
-  the binary's ``ggml_ext_cb_impl_neon_dotprod`` table, traced as above) and scores within 1.5% of
+  the binary's ``ggml_ext_codebooks_impl_neon_dotprod`` table, traced as above) and scores within 1.5% of
   our native x86 build (AVX2 kernel) on the same file.
 - llama-perplexity on 2 windows of 128 tokens: Q4_0_4_8 (our i8mm GEMM) within 1% of plain
   Q4_0 (upstream's runtime repack into the same layout) under qemu, and plain Q4_0 under qemu
@@ -248,7 +248,7 @@ def qemu(fast_bin, baseline_bin, sve_bin, models, cb2_model, text_slice, tmp_pat
                  for name in BASELINE_FILES})
     jobs[("sve256", "Q4_0_8_8")] = (_qemu_cli, sve_bin, SVE256_CPU, models["Q4_0_8_8"], tmp)
     jobs.update({("ppl", name): (_qemu_ppl, fast_bin, models[name], text_slice) for name in PPL_FILES})
-    neon_cb = _impl_kernels(fast_bin / "llama-perplexity", "ggml_ext_cb_impl_neon_dotprod")
+    neon_cb = _impl_kernels(fast_bin / "llama-perplexity", "ggml_ext_codebooks_impl_neon_dotprod")
     jobs[("ppl", "CB2")] = (_qemu_ppl_traced, fast_bin, cb2_model, text_slice, neon_cb, tmp)
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         futures = {key: pool.submit(*job) for key, job in jobs.items()}
@@ -393,5 +393,5 @@ def test_cb2_file_under_qemu_runs_our_neon_codebook_kernel_and_matches_x86(qemu,
     run = dict(env=tool_env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     x86 = _ppl(subprocess.run(tools.command("llama-perplexity", *_ppl_args(cb2_model, text_slice, threads)), **run))
     print(f"\nCB2 file, 2 x 128 tokens: qemu (NEON) {ppl:.4f}, native x86 {x86:.4f}; NEON kernel ran: {ran}")
-    assert ran, "the NEON codebook kernel (ggml_ext_cb_impl_neon_dotprod) was not traced"
+    assert ran, "the NEON codebook kernel (ggml_ext_codebooks_impl_neon_dotprod) was not traced"
     assert abs(ppl - x86) <= 0.015 * x86, (ppl, x86)

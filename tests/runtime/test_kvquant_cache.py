@@ -1,13 +1,13 @@
 """KVQuant cache types inside llama.cpp (issue 20: values, then pre-RoPE keys; docs/KVQUANT.md "In llama.cpp's cache").
 
 * The ggml types NUQ4/3/2 are the kvquant value rows of 64 channels: ggml's from_float on memory bound to
-  a layer's calibrated table (ggml_ext_kvq_bind) writes exactly the bytes of the kvquant row kernel
+  a layer's calibrated table (ggml_ext_kvquant_bind) writes exactly the bytes of the kvquant row kernel
   (ggml_ext.methods.kvquant.kernels, one head of 64 channels, the same table); unbound memory uses uniform
   levels; to_float reads them back as the kernel's dequantization does.
 * llama-perplexity on the default model with ``-ctv nuq4 --kv-calib FILE`` (flash attention, f16 keys) is
   within a stated tolerance of the f16 V cache, and nuq2 (its calibration from GGML_EXT_KV_CALIB instead
   of the flag) is further away.
-* Keys (patch 0307): memory bound with ggml_ext_kvq_bind_keys rounds each channel with its own calibrated
+* Keys (patch 0307): memory bound with ggml_ext_kvquant_bind_keys rounds each channel with its own calibrated
   mid / half (the channel of a block follows from its place in the cache row) to the table's nearest
   level; llama-perplexity with ``-ctk nuq4`` (stored before RoPE, roped at attention at the cells'
   positions) is within a tolerance of the f16 cache that a key read with a wrong rotation or channel
@@ -66,10 +66,10 @@ def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
     to_f, from_f = getattr(lib, f"ggml_ext_to_float_{name}"), getattr(lib, f"ggml_ext_from_float_ref_{name}")
     to_f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     from_f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    lib.ggml_ext_kvq_bind.restype = ctypes.c_int
-    lib.ggml_ext_kvq_bind.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
+    lib.ggml_ext_kvquant_bind.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_bind.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p,
                                       ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]
-    lib.ggml_ext_kvq_unbind.argtypes = [ctypes.c_void_p]
+    lib.ggml_ext_kvquant_unbind.argtypes = [ctypes.c_void_p]
 
     cal = KVCalibration.load(calib)
     levels, values = (np.ascontiguousarray(a, dtype=np.float32) for a in cal.levels(LAYER, "v", bits, False))
@@ -85,7 +85,7 @@ def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
     x = (rng.standard_normal(4 * 64) * np.linspace(0.1, 3, 4 * 64)).astype(np.float32)
     buf = np.zeros(4 * size + 7, np.uint8)  # a cache of 4 blocks; the tail stays outside the binding
     err = ctypes.create_string_buffer(256)
-    assert lib.ggml_ext_kvq_bind(buf.ctypes.data, 4 * size, tid, levels.ctypes.data, values.ctypes.data, err,
+    assert lib.ggml_ext_kvquant_bind(buf.ctypes.data, 4 * size, tid, levels.ctypes.data, values.ctypes.data, err,
                                  256) == 0, err.value
     try:
         from_f(x.ctypes.data, buf.ctypes.data, x.size)
@@ -95,7 +95,7 @@ def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
         np.testing.assert_array_equal(y, want_x)
     finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+        assert lib.ggml_ext_kvquant_unbind(buf.ctypes.data) == 0
     # unbound now: uniform levels, a different rounding of the same values
     uni = np.linspace(-1, 1, 2 ** bits).astype(np.float32)
     from_f(x.ctypes.data, buf.ctypes.data, x.size)
@@ -103,7 +103,7 @@ def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
     assert bytes(buf[:4 * size]) == bytes(want_u) and bytes(want_u) != bytes(want)
     # a table that is not ascending is refused
     bad = levels[::-1].copy()
-    assert lib.ggml_ext_kvq_bind(buf.ctypes.data, 4 * size, tid, bad.ctypes.data, values.ctypes.data, err, 256) == -1
+    assert lib.ggml_ext_kvquant_bind(buf.ctypes.data, 4 * size, tid, bad.ctypes.data, values.ctypes.data, err, 256) == -1
     assert b"ascending" in err.value
 
 
@@ -128,7 +128,7 @@ def test_nuq_value_cache_perplexity(default_gguf, wiki_test, threads, calib, f16
 
 @pytest.mark.parametrize("bits", [4, 2])
 def test_key_rows_round_per_channel(calib, bits):
-    """ggml_ext_kvq_bind_keys: 3 cache rows of 128 channels (2 blocks each); channel c of every row is
+    """ggml_ext_kvquant_bind_keys: 3 cache rows of 128 channels (2 blocks each); channel c of every row is
     normalised with mid[c] / half[c], rounded to the nearest level and read back as values * half + mid."""
     from ggml_ext.methods.kvquant import KVCalibration
     lib = _base()
@@ -136,10 +136,10 @@ def test_key_rows_round_per_channel(calib, bits):
     to_f, from_f = getattr(lib, f"ggml_ext_to_float_{name}"), getattr(lib, f"ggml_ext_from_float_ref_{name}")
     to_f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
     from_f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    lib.ggml_ext_kvq_bind_keys.restype = ctypes.c_int
-    lib.ggml_ext_kvq_bind_keys.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64] + \
+    lib.ggml_ext_kvquant_bind_keys.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_bind_keys.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int64] + \
         [ctypes.c_void_p] * 4 + [ctypes.c_char_p, ctypes.c_size_t]
-    lib.ggml_ext_kvq_unbind.argtypes = [ctypes.c_void_p]
+    lib.ggml_ext_kvquant_unbind.argtypes = [ctypes.c_void_p]
     levels, values = (np.ascontiguousarray(a, dtype=np.float32)
                       for a in KVCalibration.load(calib).levels(LAYER, "k", bits, False))
     D, rows = 128, 3
@@ -149,7 +149,7 @@ def test_key_rows_round_per_channel(calib, bits):
     x = (mid + half * rng.uniform(-1.3, 1.3, (rows, D))).astype(np.float32)  # some beyond the range: end levels
     buf = np.zeros(rows * D // 64 * size, np.uint8)
     err = ctypes.create_string_buffer(256)
-    assert lib.ggml_ext_kvq_bind_keys(buf.ctypes.data, buf.size, tid, D, levels.ctypes.data, values.ctypes.data,
+    assert lib.ggml_ext_kvquant_bind_keys(buf.ctypes.data, buf.size, tid, D, levels.ctypes.data, values.ctypes.data,
                                       mid.ctypes.data, half.ctypes.data, err, 256) == 0, err.value
     try:
         # written one block at a time, as set_rows / the CPU copy do, and read back the same way
@@ -159,7 +159,7 @@ def test_key_rows_round_per_channel(calib, bits):
         for b in range(rows * D // 64):
             to_f(buf[b * size:].ctypes.data, y[b * 64:].ctypes.data, 64)
     finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+        assert lib.ggml_ext_kvquant_unbind(buf.ctypes.data) == 0
     xn = (x - mid) / half
     idx = np.abs(xn[..., None] - levels).argmin(-1)  # nearest level (ties aside: random data has none)
     np.testing.assert_allclose(y.reshape(rows, D), values[idx] * half + mid, rtol=1e-6, atol=1e-6)
@@ -168,7 +168,7 @@ def test_key_rows_round_per_channel(calib, bits):
     assert (trailer == np.array([0, 0x3C00, 0, 0], np.uint16)).all()
     # a channel without a range is refused
     half[5] = 0
-    assert lib.ggml_ext_kvq_bind_keys(buf.ctypes.data, buf.size, tid, D, levels.ctypes.data, values.ctypes.data,
+    assert lib.ggml_ext_kvquant_bind_keys(buf.ctypes.data, buf.size, tid, D, levels.ctypes.data, values.ctypes.data,
                                       mid.ctypes.data, half.ctypes.data, err, 256) == -1
     assert b"channel 5" in err.value
 

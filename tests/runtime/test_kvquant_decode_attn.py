@@ -1,4 +1,4 @@
-"""The KVQuant decode attention (issue 20; docs/KVQUANT.md "The decode op"; ggml-ext-kvattn.h, patch 0320).
+"""The KVQuant decode attention (issue 20; docs/KVQUANT.md "The decode op"; ggml-ext-kvquant.h, patch 0320).
 
 * tests/c/test_kvquant_attn.c on our installed libraries: the op against the path it replaces (the cache's
   to_float, ggml's own rope at the cells' positions, softmax in double) on random NUQ4 / NUQ3 key caches with

@@ -1,13 +1,13 @@
 """KVQuant cache: dense-and-sparse outliers and the attention sink (issue 20; docs/KVQUANT.md "Outliers and the
 sink"; patch 0309).
 
-* Values with outliers (ggml_ext_kvq_bind_opts, outliers=1): each 64-value block keeps its minimum or maximum
+* Values with outliers (ggml_ext_kvquant_bind_opts, outliers=1): each 64-value block keeps its minimum or maximum
   (whichever leaves the narrower range) in its trailer's slot as fp16; mid / half come from the other 63 values.
   The bytes and the dequantized values equal a numpy twin of that rule on the same table.
 * Keys with outliers: per-channel thresholds mid +- half; the two channels of a block with the largest excess go
   to the block's two slots (fp16), the rest clamp to the end levels (numpy twin).
-* The sink: rows written at positions < n_sink (ggml_ext_kvq_rows_written) read back exactly as written (float),
-  others as their blocks; the state's side blob (ggml_ext_kvq_side_get / _set) carries them to other cells.
+* The sink: rows written at positions < n_sink (ggml_ext_kvquant_rows_written) read back exactly as written (float),
+  others as their blocks; the state's side blob (ggml_ext_kvquant_side_get / _set) carries them to other cells.
 * llama-perplexity: nuq3 K+V with --kv-outliers 0.01 --kv-sink 1 is closer to f16 than plain nuq3; bad flags and
   a fraction other than the calibration's are refused with a clear message.
 * State round trip (llama-cpp-python, whole context and one sequence): a fresh context restored from the saved
@@ -45,15 +45,15 @@ def _base():
     quants.library()
     lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
     p, i64, sz = ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t
-    lib.ggml_ext_kvq_bind_opts.restype = ctypes.c_int
-    lib.ggml_ext_kvq_bind_opts.argtypes = [p, sz, ctypes.c_int, i64, p, p, p, p, ctypes.c_int, ctypes.c_int,
+    lib.ggml_ext_kvquant_bind_opts.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_bind_opts.argtypes = [p, sz, ctypes.c_int, i64, p, p, p, p, ctypes.c_int, ctypes.c_int,
                                            ctypes.c_char_p, sz]
-    lib.ggml_ext_kvq_unbind.argtypes = [p]
-    lib.ggml_ext_kvq_rows_written.argtypes = [p, sz, p, p, ctypes.c_uint32]
-    lib.ggml_ext_kvq_side_get.restype = sz
-    lib.ggml_ext_kvq_side_get.argtypes = [p, sz, p, ctypes.c_uint32, p, sz]
-    lib.ggml_ext_kvq_side_set.restype = ctypes.c_int
-    lib.ggml_ext_kvq_side_set.argtypes = [p, sz, p, ctypes.c_uint32, p, sz]
+    lib.ggml_ext_kvquant_unbind.argtypes = [p]
+    lib.ggml_ext_kvquant_rows_written.argtypes = [p, sz, p, p, ctypes.c_uint32]
+    lib.ggml_ext_kvquant_side_get.restype = sz
+    lib.ggml_ext_kvquant_side_get.argtypes = [p, sz, p, ctypes.c_uint32, p, sz]
+    lib.ggml_ext_kvquant_side_set.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_side_set.argtypes = [p, sz, p, ctypes.c_uint32, p, sz]
     return lib
 
 
@@ -87,7 +87,7 @@ def _u16(x):
 
 def _bind(lib, buf, nbytes, bits, row_values, levels, values, k_mid=None, k_half=None, outliers=1, n_sink=0):
     err = ctypes.create_string_buffer(256)
-    rc = lib.ggml_ext_kvq_bind_opts(buf.ctypes.data, nbytes, IDS[bits], row_values, levels.ctypes.data,
+    rc = lib.ggml_ext_kvquant_bind_opts(buf.ctypes.data, nbytes, IDS[bits], row_values, levels.ctypes.data,
                                     values.ctypes.data, None if k_mid is None else k_mid.ctypes.data,
                                     None if k_half is None else k_half.ctypes.data, outliers, n_sink, err, 256)
     assert rc == 0, err.value
@@ -102,7 +102,7 @@ def _round_trip(lib, fns, x, buf, bits, row_values, levels, values, **bind):
         y = np.empty_like(x)
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
     finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+        assert lib.ggml_ext_kvquant_unbind(buf.ctypes.data) == 0
     return y
 
 
@@ -190,7 +190,7 @@ def test_sink_rows_and_state_blob(calib):
     try:
         cells = np.array([0, 1, 2, 3, 4, 5], np.uint32)
         pos = np.array([7, 0, 8, 9, 0, 10], np.int32)  # rows 1 and 4 hold position 0 (two sequences)
-        lib.ggml_ext_kvq_rows_written(buf.ctypes.data, row_bytes, cells.ctypes.data, pos.ctypes.data, rows)
+        lib.ggml_ext_kvquant_rows_written(buf.ctypes.data, row_bytes, cells.ctypes.data, pos.ctypes.data, rows)
         from_f(x.ctypes.data, buf.ctypes.data, x.size)
         y = np.empty_like(x)
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
@@ -198,29 +198,29 @@ def test_sink_rows_and_state_blob(calib):
         assert not any(np.array_equal(y[i], x[i]) for i in (0, 2, 3, 5))  # the others: quantized
         # the state blob of cells (4, 2): one sink row, ordinal 0
         sel = np.array([4, 2], np.uint32)
-        n = lib.ggml_ext_kvq_side_get(buf.ctypes.data, row_bytes, sel.ctypes.data, 2, None, 0)
+        n = lib.ggml_ext_kvquant_side_get(buf.ctypes.data, row_bytes, sel.ctypes.data, 2, None, 0)
         assert n == 8 + 4 + 4 * D
         blob = np.zeros(n, np.uint8)
-        assert lib.ggml_ext_kvq_side_get(buf.ctypes.data, row_bytes, sel.ctypes.data, 2, blob.ctypes.data, n) == n
+        assert lib.ggml_ext_kvquant_side_get(buf.ctypes.data, row_bytes, sel.ctypes.data, 2, blob.ctypes.data, n) == n
         # restored into cells (3, 5) (a state read into other cells): 3 becomes a sink row, 5 does not
         buf[3 * row_bytes:4 * row_bytes] = buf[4 * row_bytes:5 * row_bytes]
         dst = np.array([3, 5], np.uint32)
-        assert lib.ggml_ext_kvq_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, blob.ctypes.data, n) == 0
+        assert lib.ggml_ext_kvquant_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, blob.ctypes.data, n) == 0
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
         np.testing.assert_array_equal(y[3], x[4])
         assert not np.array_equal(y[5], x[5])
         # a row rewritten at another position stops being a sink
         one, p5 = np.array([1], np.uint32), np.array([5], np.int32)
-        lib.ggml_ext_kvq_rows_written(buf.ctypes.data, row_bytes, one.ctypes.data, p5.ctypes.data, 1)
+        lib.ggml_ext_kvquant_rows_written(buf.ctypes.data, row_bytes, one.ctypes.data, p5.ctypes.data, 1)
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
         assert not np.array_equal(y[1], x[1])
         # malformed blobs are refused
-        assert lib.ggml_ext_kvq_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, blob.ctypes.data, n - 1) == -1
+        assert lib.ggml_ext_kvquant_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, blob.ctypes.data, n - 1) == -1
         bad = blob.copy()
         bad[8:12] = np.frombuffer(np.uint32(7).tobytes(), np.uint8)  # ordinal 7 of 2 cells
-        assert lib.ggml_ext_kvq_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, bad.ctypes.data, n) == -1
+        assert lib.ggml_ext_kvquant_side_set(buf.ctypes.data, row_bytes, dst.ctypes.data, 2, bad.ctypes.data, n) == -1
     finally:
-        assert lib.ggml_ext_kvq_unbind(buf.ctypes.data) == 0
+        assert lib.ggml_ext_kvquant_unbind(buf.ctypes.data) == 0
 
 
 def _ppl(model, text, threads, *extra, env=None):

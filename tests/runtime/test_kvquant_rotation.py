@@ -2,12 +2,12 @@
 (issue 20's quality goal; docs/KVQUANT.md "Block tables and rotation"; patch 0318).
 
 * The calibration's block normalisation (``block_normalised``) is the rule the NUQ value blocks are written
-  with (src/ggml/kvquant_base.c): per block of 64 the min / max after taking out the slot's element; checked
+  with (src/backend/kvquant_base.c): per block of 64 the min / max after taking out the slot's element; checked
   against the fp16 mid / half and the slot a real from_float writes.
 * ``keys_as_cached_rotated`` ropes like Hugging Face's own ``apply_rotary_pos_emb`` on the model's config
   (then llama.cpp's channel order and the Hadamard matrix, which squares to the identity).
 * Block-scaled keys (the default where the calibration has their tables; GGML_EXT_KV_KBLOCK=0 opts out,
-  ggml_ext_kvq_key_blocks): bytes and read-back equal a numpy twin.
+  ggml_ext_kvquant_key_blocks): bytes and read-back equal a numpy twin.
 * llama-perplexity (ctx 256, 2 windows) on the default model: nuq2 values with the block tables
   (the default) are closer to f16 than with the per-token tables (GGML_EXT_KV_VTABLE=token); nuq3 keys with
   the per-token block scale (the default) are closer to f16 than with the channel scale alone
@@ -59,10 +59,10 @@ def test_block_normalisation_is_the_written_one(calib):
     quants.library()
     lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
     p, sz = ctypes.c_void_p, ctypes.c_size_t
-    lib.ggml_ext_kvq_bind_opts.restype = ctypes.c_int
-    lib.ggml_ext_kvq_bind_opts.argtypes = [p, sz, ctypes.c_int, ctypes.c_int64, p, p, p, p, ctypes.c_int,
+    lib.ggml_ext_kvquant_bind_opts.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_bind_opts.argtypes = [p, sz, ctypes.c_int, ctypes.c_int64, p, p, p, p, ctypes.c_int,
                                            ctypes.c_int, ctypes.c_char_p, sz]
-    lib.ggml_ext_kvq_unbind.argtypes = [p]
+    lib.ggml_ext_kvquant_unbind.argtypes = [p]
     from_f = lib.ggml_ext_from_float_ref_NUQ3
     from_f.argtypes = [p, p, ctypes.c_int64]
     levels, values = (np.ascontiguousarray(a, np.float32) for a in KVCalibration.load(calib).levels(3, "v", 3, True))
@@ -70,12 +70,12 @@ def test_block_normalisation_is_the_written_one(calib):
     x = rng.standard_t(3, size=(16, 64)).astype(np.float32)  # heavy tails: the slot takes min or max
     buf = np.zeros(16 * 32, np.uint8)
     err = ctypes.create_string_buffer(256)
-    assert lib.ggml_ext_kvq_bind_opts(buf.ctypes.data, buf.nbytes, 104, 64, levels.ctypes.data, values.ctypes.data,
+    assert lib.ggml_ext_kvquant_bind_opts(buf.ctypes.data, buf.nbytes, 104, 64, levels.ctypes.data, values.ctypes.data,
                                       None, None, 1, 0, err, 256) == 0, err.value
     try:
         from_f(x.ctypes.data, buf.ctypes.data, x.size)
     finally:
-        lib.ggml_ext_kvq_unbind(buf.ctypes.data)
+        lib.ggml_ext_kvquant_unbind(buf.ctypes.data)
     w = buf.reshape(16, 32)[:, 24:].copy().view(np.uint16)  # fp16 mid, fp16 half, 0x8000 | slot, value
     xn, keep = block_normalised(torch.from_numpy(x), slot=True)
     slot = (~keep).nonzero()[:, 1].numpy()
@@ -96,19 +96,19 @@ def _u16(x):
 
 @pytest.mark.parametrize("bits", [4, 3, 2])
 def test_block_scaled_keys_numpy_twin(calib, bits):
-    """GGML_EXT_KV_KBLOCK's key blocks (ggml_ext_kvq_key_blocks): each channel normalised by its calibrated
+    """GGML_EXT_KV_KBLOCK's key blocks (ggml_ext_kvquant_key_blocks): each channel normalised by its calibrated
     mid / half, then the block written as a value block (its own fp16 mid / half, one slot with the raw key)."""
     from ggml_ext import _locate, quants
     from ggml_ext.methods.kvquant import KVCalibration
     quants.library()
     lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
     p, sz = ctypes.c_void_p, ctypes.c_size_t
-    lib.ggml_ext_kvq_bind_opts.restype = ctypes.c_int
-    lib.ggml_ext_kvq_bind_opts.argtypes = [p, sz, ctypes.c_int, ctypes.c_int64, p, p, p, p, ctypes.c_int,
+    lib.ggml_ext_kvquant_bind_opts.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_bind_opts.argtypes = [p, sz, ctypes.c_int, ctypes.c_int64, p, p, p, p, ctypes.c_int,
                                            ctypes.c_int, ctypes.c_char_p, sz]
-    lib.ggml_ext_kvq_key_blocks.restype = ctypes.c_int
-    lib.ggml_ext_kvq_key_blocks.argtypes = [p, ctypes.c_int]
-    lib.ggml_ext_kvq_unbind.argtypes = [p]
+    lib.ggml_ext_kvquant_key_blocks.restype = ctypes.c_int
+    lib.ggml_ext_kvquant_key_blocks.argtypes = [p, ctypes.c_int]
+    lib.ggml_ext_kvquant_unbind.argtypes = [p]
     to_f, from_f = getattr(lib, f"ggml_ext_to_float_NUQ{bits}"), getattr(lib, f"ggml_ext_from_float_ref_NUQ{bits}")
     to_f.argtypes = from_f.argtypes = [p, p, ctypes.c_int64]
     cal = KVCalibration.load(calib)
@@ -121,17 +121,17 @@ def test_block_scaled_keys_numpy_twin(calib, bits):
     x[0, 5], x[1, 100] = 40.0, -25.0  # far beyond their channels' ranges: the slot keeps them
     buf = np.zeros(rows * 2 * size, np.uint8)
     err = ctypes.create_string_buffer(256)
-    assert lib.ggml_ext_kvq_bind_opts(buf.ctypes.data, buf.nbytes, {4: 103, 3: 104, 2: 105}[bits], D,
+    assert lib.ggml_ext_kvquant_bind_opts(buf.ctypes.data, buf.nbytes, {4: 103, 3: 104, 2: 105}[bits], D,
                                       levels.ctypes.data, values.ctypes.data, mid.ctypes.data, half.ctypes.data, 1, 0,
                                       err, 256) == 0, err.value
     try:
-        assert lib.ggml_ext_kvq_key_blocks(buf.ctypes.data, 1) == 0
-        assert lib.ggml_ext_kvq_key_blocks(buf.ctypes.data + 1, 1) == -1  # no binding starts there
+        assert lib.ggml_ext_kvquant_key_blocks(buf.ctypes.data, 1) == 0
+        assert lib.ggml_ext_kvquant_key_blocks(buf.ctypes.data + 1, 1) == -1  # no binding starts there
         from_f(x.ctypes.data, buf.ctypes.data, x.size)
         y = np.empty_like(x)
         to_f(buf.ctypes.data, y.ctypes.data, x.size)
     finally:
-        lib.ggml_ext_kvq_unbind(buf.ctypes.data)
+        lib.ggml_ext_kvquant_unbind(buf.ctypes.data)
     mids = ((levels[:-1] + levels[1:]) / 2).astype(np.float32)
     for r in range(rows):
         for cb in range(2):

@@ -1,4 +1,4 @@
-"""The llama.cpp hooks of patch 0300 (ggml_ext/src/glue) on the real default model through llama-cpp-python:
+"""The llama.cpp hooks of patch 0300 (ggml_ext/src/llama) on the real default model through llama-cpp-python:
 every weight matmul of the graph passes through ggml_ext_llama_linear, every KV cache asks
 ggml_ext_llama_kv_type for its types; with nothing registered, or a pass-through callback, the logits are
 the same bits, and what a callback returns is what llama.cpp uses."""

@@ -11,9 +11,9 @@
 
 #    include <arm_neon.h>
 
-int ggml_ext_apq_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    if (!ggml_ext_apq_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
         return -1;
     }
     const int64_t    row_bytes   = n_per_row / 8;
@@ -22,7 +22,7 @@ int ggml_ext_apq_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * table
     const uint8x16_t bitsel          = vld1q_u8(bitsel_b);
     float            lut[256];
     for (int64_t r = 0; r < nr; r++) {
-        const ggml_ext_fp16_t * t = tables + ggml_ext_apq_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        const ggml_ext_fp16_t * t = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
         for (int c = 0; c < (1 << bits); c++) {
             lut[c] = ggml_ext_fp16_to_fp32(t[c]);
         }

@@ -19,7 +19,7 @@
 
 #    define ROWS 8
 
-GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
+GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CODEBOOKS_MM_ARGS) {
     const int8x16_t   t2 = vld1q_s8(&ggml_ext_cb2_tables[0][0]);
     const int8x16x2_t t3 = { { vld1q_s8(&ggml_ext_cb3_tables[0][0]), vld1q_s8(&ggml_ext_cb3_tables[2][0]) } };
     const int         nb  = n / GGML_EXT_QK_CB;
@@ -68,14 +68,14 @@ GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
     }
 }
 
-static void mm_cb2(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb2(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(2, n, s, bs, vx, vy, nr, nc);
 }
 
-static void mm_cb3(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb3(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(3, n, s, bs, vx, vy, nr, nc);
 }
 
-const struct ggml_ext_cb_impl ggml_ext_cb_impl_neon_dotprod = { "neon-dotprod", NULL, { mm_cb2, mm_cb3 } };
+const struct ggml_ext_codebooks_impl ggml_ext_codebooks_impl_neon_dotprod = { "neon-dotprod", NULL, { mm_cb2, mm_cb3 } };
 
 #endif

@@ -59,20 +59,20 @@ INLINE int8x16_t dup64(const int8_t * p) {  // 8 bytes in both halves
 
 // GEMM of 4T activation rows (T tiles of four, interleaved) x N columns over nb blocks,
 // w at the row group's first block; s[r * bs + c].
-#    define GGML_EXT_I4_ARM_TILE_ARGS const ggml_ext_block_q8_0x4 *a, int nb, const uint8_t *w, float *s, size_t bs
-typedef void (*ggml_ext_i4_arm_tile_fn)(GGML_EXT_I4_ARM_TILE_ARGS);
+#    define GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS const ggml_ext_block_q8_0x4 *a, int nb, const uint8_t *w, float *s, size_t bs
+typedef void (*ggml_ext_interleaved4_arm_tile_fn)(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS);
 
-#    define GGML_EXT_I4_ARM_COLBLOCK_BYTES (256 * 1024)
+#    define GGML_EXT_INTERLEAVED4_ARM_COLBLOCK_BYTES (256 * 1024)
 
 // Column blocks of about COLBLOCK_BYTES of weights outermost, so that a block stays in L2
 // while all tiles pass over it; tiles of 4T rows (tileT), then single 4-row tiles (tile1).
 // Always inlined with always-inlined tiles: the tiles' loops are compiled in place.
-GGML_EXT_INLINE void ggml_ext_i4_arm_gemm_driver(int N, int T, ggml_ext_i4_arm_tile_fn tileT, ggml_ext_i4_arm_tile_fn tile1,
-                                                 int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
-                                                 int nc) {
+GGML_EXT_INLINE void ggml_ext_interleaved4_arm_gemm_driver(int N, int T, ggml_ext_interleaved4_arm_tile_fn tileT, ggml_ext_interleaved4_arm_tile_fn tile1,
+                                                           int n, float * s, size_t bs, const void * vx, const void * vy, int nr,
+                                                           int nc) {
     const int                     nb    = n / 32, ng = nc / N, nt = nr / 4;
     const size_t                  group = (size_t) nb * N * sizeof(ggml_ext_block_q4_0);  // bytes of one row group
-    const int                     GB    = group >= GGML_EXT_I4_ARM_COLBLOCK_BYTES ? 1 : (int) (GGML_EXT_I4_ARM_COLBLOCK_BYTES / group);
+    const int                     GB    = group >= GGML_EXT_INTERLEAVED4_ARM_COLBLOCK_BYTES ? 1 : (int) (GGML_EXT_INTERLEAVED4_ARM_COLBLOCK_BYTES / group);
     const ggml_ext_block_q8_0x4 * a     = (const ggml_ext_block_q8_0x4 *) vy;
     for (int g0 = 0; g0 < ng; g0 += GB) {
         const int g1 = g0 + GB < ng ? g0 + GB : ng;

@@ -90,15 +90,15 @@ INLINE void gemm_4x8_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
 
 // Q4_0_4_8 / IQ4_NL_4_8 (V: the values' flag): tiles of 8 rows, then of 4.
 #define GEMM_4X8(values, V)                                                                                     \
-    INLINE void tile_##values##_4x8_8rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+    INLINE void tile_##values##_4x8_8rows(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                          \
         gemm_4x8_tiles(V, 2, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                   \
     }                                                                                                           \
-    INLINE void tile_##values##_4x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+    INLINE void tile_##values##_4x8_4rows(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                          \
         gemm_4x8_tiles(V, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                   \
     }                                                                                                           \
-    static void gemm_##values##_4x8_i8mm(GGML_EXT_I4_MM_ARGS) {                                                 \
-        ggml_ext_i4_arm_gemm_driver(4, 2, tile_##values##_4x8_8rows, tile_##values##_4x8_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                    \
+    static void gemm_##values##_4x8_i8mm(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                                 \
+        ggml_ext_interleaved4_arm_gemm_driver(4, 2, tile_##values##_4x8_8rows, tile_##values##_4x8_4rows, n, s, bs, vx, vy, \
+                                              nr, nc);                                                                    \
     }
 GEMM_4X8(q4_0, 0)
 GEMM_4X8(iq4_nl, 1)
@@ -136,17 +136,17 @@ INLINE void tile_8x8_4rows_f(int fam, const ggml_ext_block_q8_0x4 * a, int nb, c
 }
 
 #define GEMM_8X8(values, V)                                                                                    \
-    INLINE void tile_##values##_8x8_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                         \
+    INLINE void tile_##values##_8x8_4rows(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                         \
         tile_8x8_4rows_f(V, a, nb, w, s, bs);                                                                  \
     }                                                                                                          \
-    static void gemm_##values##_8x8_i8mm(GGML_EXT_I4_MM_ARGS) {                                                \
-        ggml_ext_i4_arm_gemm_driver(8, 1, tile_##values##_8x8_4rows, tile_##values##_8x8_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                   \
+    static void gemm_##values##_8x8_i8mm(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                                \
+        ggml_ext_interleaved4_arm_gemm_driver(8, 1, tile_##values##_8x8_4rows, tile_##values##_8x8_4rows, n, s, bs, vx, vy, \
+                                              nr, nc);                                                                   \
     }
 GEMM_8X8(q4_0, 0)
 GEMM_8X8(iq4_nl, 1)
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_i8mm = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_neon_i8mm = {
     .name                  = "neon-i8mm",
     .quantize_row_q8_0     = NULL,
     .quantize_mat_q8_0_4x4 = NULL,
@@ -156,5 +156,5 @@ const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_i8mm = {
 };
 
 #else
-typedef int ggml_ext_i4_arm_i8mm_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_interleaved4_arm_i8mm_not_compiled;  // ISO C: no empty translation unit
 #endif

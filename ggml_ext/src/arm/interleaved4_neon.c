@@ -204,18 +204,18 @@ INLINE void gemm_4x4_tiles(int fam, int T, const ggml_ext_block_q8_0x4 * a, int 
 
 // One GEMV and one GEMM per values (V: their flag): tiles of 16 rows, then of 4.
 #define ENTRIES_4X4(values, V)                                                                                   \
-    INLINE void tile_##values##_4x4_16rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                          \
+    INLINE void tile_##values##_4x4_16rows(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                          \
         gemm_4x4_tiles(V, 4, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                    \
     }                                                                                                            \
-    INLINE void tile_##values##_4x4_4rows(GGML_EXT_I4_ARM_TILE_ARGS) {                                           \
+    INLINE void tile_##values##_4x4_4rows(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                           \
         gemm_4x4_tiles(V, 1, a, nb, (const ggml_ext_block_q4_0x4 *) w, s, bs);                                    \
     }                                                                                                            \
-    static void gemv_##values##_4x4_dotprod(GGML_EXT_I4_MM_ARGS) {                                               \
+    static void gemv_##values##_4x4_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                               \
         gemv_4x4_dotprod(V, n, s, bs, vx, vy, nr, nc);                                                           \
     }                                                                                                            \
-    static void gemm_##values##_4x4_dotprod(GGML_EXT_I4_MM_ARGS) {                                               \
-        ggml_ext_i4_arm_gemm_driver(4, 4, tile_##values##_4x4_16rows, tile_##values##_4x4_4rows, n, s, bs, vx, vy, \
-                                    nr, nc);                                                                     \
+    static void gemm_##values##_4x4_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                               \
+        ggml_ext_interleaved4_arm_gemm_driver(4, 4, tile_##values##_4x4_16rows, tile_##values##_4x4_4rows, n, s, bs, vx, vy, \
+                                              nr, nc);                                                                     \
     }
 ENTRIES_4X4(q4_0, 0)
 ENTRIES_4X4(iq4_nl, 1)
@@ -327,30 +327,30 @@ INLINE void gemm_tile_b8_dotprod(int fam, int N, const ggml_ext_block_q8_0x4 * a
 
 // One GEMV and one GEMM per (values, N) with B = 8 (V: the values' flag).
 #define ENTRIES_B8(values, V, N)                                                                          \
-    INLINE void tile_##values##_##N##x8(GGML_EXT_I4_ARM_TILE_ARGS) {                                      \
+    INLINE void tile_##values##_##N##x8(GGML_EXT_INTERLEAVED4_ARM_TILE_ARGS) {                                      \
         gemm_tile_b8_dotprod(V, N, a, nb, w, s, bs);                                                      \
     }                                                                                                     \
-    static void gemv_##values##_##N##x8_dotprod(GGML_EXT_I4_MM_ARGS) {                                    \
+    static void gemv_##values##_##N##x8_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                    \
         gemv_b8_dotprod(V, N, n, s, bs, vx, vy, nr, nc);                                                  \
     }                                                                                                     \
-    static void gemm_##values##_##N##x8_dotprod(GGML_EXT_I4_MM_ARGS) {                                    \
-        ggml_ext_i4_arm_gemm_driver(N, 1, tile_##values##_##N##x8, tile_##values##_##N##x8, n, s, bs, vx, vy, \
-                                    nr, nc);                                                              \
+    static void gemm_##values##_##N##x8_dotprod(GGML_EXT_INTERLEAVED4_MM_ARGS) {                                    \
+        ggml_ext_interleaved4_arm_gemm_driver(N, 1, tile_##values##_##N##x8, tile_##values##_##N##x8, n, s, bs, vx, vy, \
+                                              nr, nc);                                                              \
     }
 ENTRIES_B8(q4_0, 0, 4)
 ENTRIES_B8(q4_0, 0, 8)
 ENTRIES_B8(iq4_nl, 1, 4)
 ENTRIES_B8(iq4_nl, 1, 8)
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_neon_dotprod = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_neon_dotprod = {
     .name                  = "neon-dotprod",
     .quantize_row_q8_0     = quantize_row_q8_0_neon,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_neon,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_neon,
-    .gemv                  = GGML_EXT_I4_TABLE(gemv, dotprod),
-    .gemm                  = GGML_EXT_I4_TABLE(gemm, dotprod),
+    .gemv                  = GGML_EXT_INTERLEAVED4_TABLE(gemv, dotprod),
+    .gemm                  = GGML_EXT_INTERLEAVED4_TABLE(gemm, dotprod),
 };
 
 #else
-typedef int ggml_ext_i4_arm_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_interleaved4_arm_not_compiled;  // ISO C: no empty translation unit
 #endif

@@ -201,10 +201,10 @@ INLINE void tile_8x8_sve_4rows(const ggml_ext_block_q8_0x4 * a, int nb, const ui
 }
 
 static void gemm_q4_0_8x8_sve256(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc) {
-    ggml_ext_i4_arm_gemm_driver(8, 2, tile_8x8_sve_8rows, tile_8x8_sve_4rows, n, s, bs, vx, vy, nr, nc);
+    ggml_ext_interleaved4_arm_gemm_driver(8, 2, tile_8x8_sve_8rows, tile_8x8_sve_4rows, n, s, bs, vx, vy, nr, nc);
 }
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_sve256_i8mm = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_sve256_i8mm = {
     .name                  = "sve256-i8mm",
     .quantize_row_q8_0     = NULL,
     .quantize_mat_q8_0_4x4 = NULL,
@@ -215,5 +215,5 @@ const struct ggml_ext_i4_impl ggml_ext_i4_impl_sve256_i8mm = {
 };
 
 #else
-typedef int ggml_ext_i4_arm_sve_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_interleaved4_arm_sve_not_compiled;  // ISO C: no empty translation unit
 #endif

@@ -43,6 +43,11 @@ bool ggml_ext_is_type(int type) {
     return ggml_ext_type_info_by_id(type) != NULL;
 }
 
+int ggml_ext_type_family(int type) {
+    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
+    return t ? t->family : 0;
+}
+
 int ggml_ext_type_first_own(void) {
     return GGML_EXT_TYPE_FIRST_OWN;
 }

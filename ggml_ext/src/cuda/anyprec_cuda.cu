@@ -1,6 +1,6 @@
 // CUDA GEMV of the any-precision bitplanes (docs/formats/anyprec.md): y = W_b x reading only the first b
 // planes of the file's layout and precision b's fp16 tables. Not an op yet (the op and the type are the
-// next step): ggml_ext_apq_gemv_cuda is a plain launcher, compiled into ggml-cuda with GGML_EXT_CUDA=ON and
+// next step): ggml_ext_anyprec_gemv_cuda is a plain launcher, compiled into ggml-cuda with GGML_EXT_CUDA=ON and
 // by scripts/device_anyprec.sh standalone, which checks it against the CPU reference and times it.
 //
 // Loads: thread t of a warp reads 32-bit word c = t, t+32, ... of a row's plane (consecutive words across
@@ -10,8 +10,8 @@
 // permutes the bytes of the planes instead; that variant is the next step). Each warp handles rows in
 // turn; its row's table sits in shared memory as float.
 //
-// v1..v4 (ggml_ext_apq_gemv_rl_cuda, below) run on the "row-lane" device layout of anyprec_cuda.h, made once
-// at upload by ggml_ext_apq_relayout_cuda: lane l of a warp owns row 32 g + l of a 32-row group, so
+// v1..v4 (ggml_ext_anyprec_gemv_rl_cuda, below) run on the "row-lane" device layout of anyprec_cuda.h, made once
+// at upload by ggml_ext_anyprec_relayout_cuda: lane l of a warp owns row 32 g + l of a 32-row group, so
 //   * every lane loads 16 bytes per plane per 128 weights and the warp's load is 512 contiguous bytes;
 //   * every lane reads its own row's table, stored lane-transposed in shared memory (entry e of lane l at
 //     word e * 32 + l): the table lookups of a warp never conflict, at any table size;
@@ -22,7 +22,7 @@
 //   * b <= 4 with pair tables (the paper's merged tables, here for 1..4 bits): one lookup of the byte
 //     (two codes) gives two centroids (float2), halving the lookups;
 //   * the warps of a block split the row length; a shared-memory reduction per row at the end.
-// Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
+// Variants (ggml_ext_anyprec_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
 //   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
 //   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens until the second H100 run);
 //   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
@@ -42,7 +42,7 @@
 // The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
 // (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
-// Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
+// Above ~8 tokens: ggml_ext_anyprec_dequantize_rl_cuda to fp16 and cuBLAS.
 #include "anyprec_cuda.h"
 
 #include <cuda_fp16.h>
@@ -123,9 +123,9 @@ static cudaError_t apq_launch(const uint8_t * planes, const uint16_t * tables, i
 // planes, tables, x, y in device memory (the file's bytes as they are); n_per_row a multiple of 32 and at
 // most about 50000 (x is staged in shared memory); 1 <= seed_bits <= bits <= 8. Returns cudaErrorInvalidValue
 // for bad arguments.
-extern "C" cudaError_t ggml_ext_apq_gemv_cuda(const uint8_t * planes, const uint16_t * tables, int64_t n_rows,
-                                              int64_t n_per_row, int seed_bits, int bits, const float * x, float * y,
-                                              cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_gemv_cuda(const uint8_t * planes, const uint16_t * tables, int64_t n_rows,
+                                                  int64_t n_per_row, int seed_bits, int bits, const float * x, float * y,
+                                                  cudaStream_t stream) {
     if (n_per_row <= 0 || n_per_row % 32 || seed_bits < 1 || bits < seed_bits || bits > 8 || n_rows < 0) {
         return cudaErrorInvalidValue;
     }
@@ -147,7 +147,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_cuda(const uint8_t * planes, const uint
 // ---------------------------------------------------------------------------------------------------------
 // row-lane layout
 
-extern "C" size_t ggml_ext_apq_rl_plane_size(int64_t n_rows, int64_t n_per_row) {
+extern "C" size_t ggml_ext_anyprec_rl_plane_size(int64_t n_rows, int64_t n_per_row) {
     return (size_t) ((n_rows + 31) / 32) * 32 * (size_t) (n_per_row / 8);
 }
 
@@ -184,15 +184,15 @@ static __global__ void apq_relayout_kernel(const uint8_t * __restrict__ planes, 
     }
 }
 
-extern "C" cudaError_t ggml_ext_apq_relayout_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
-                                                  int parent_bits, uint8_t * out, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_relayout_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                      int parent_bits, uint8_t * out, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
         return cudaErrorInvalidValue;
     }
     if (n_rows == 0) {
         return cudaSuccess;
     }
-    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_anyprec_rl_plane_size(n_rows, n_per_row) / 4);
     const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
     apq_relayout_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
                                                                (uint32_t *) out);
@@ -481,7 +481,7 @@ static cudaError_t rl_launch(const uint8_t * rl, const uint16_t * tables, int64_
         }
         attr[dev] = smem;
     }
-    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    const int64_t plane_u4 = (int64_t) (ggml_ext_anyprec_rl_plane_size(n, k) / 16);
     if constexpr (CL == 1) {
         apq_gemv_rl_kernel<B, NT, W, PAIR, XS, 1><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
             (const uint4 *) rl, (const __half *) tables, n, k, S, nt, 1, plane_u4, x, y);
@@ -699,7 +699,7 @@ static cudaError_t rl9_launch(const uint8_t * rl, const uint16_t * tables, int64
             attr[dev] = smem;
         }
     }
-    const int64_t plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 16);
+    const int64_t plane_u4 = (int64_t) (ggml_ext_anyprec_rl_plane_size(n, k) / 16);
     apq_gemv_rl9_kernel<B, W, PAIRS><<<(unsigned) ((n + 31) / 32), 32 * W, smem, stream>>>(
         (const uint4 *) rl, (const __half *) tables, n, k, S, plane_u4, x, y);
     return cudaGetLastError();
@@ -1121,7 +1121,7 @@ static cudaError_t rl13_width(int count, const uint8_t * const * rl, const uint1
         ms.tab[m]      = (const __half *) t[i] + n[i] * ((1 << B) - (1 << S));
         ms.y[m]        = y[i];
         ms.n[m]        = n[i];
-        ms.plane_u4[m] = (int64_t) (ggml_ext_apq_rl_plane_size(n[i], k) / 16);
+        ms.plane_u4[m] = (int64_t) (ggml_ext_anyprec_rl_plane_size(n[i], k) / 16);
         G += m < count ? (n[i] + 31) / 32 : 0;
         ms.gend[m] = G;
     }
@@ -1149,10 +1149,10 @@ static cudaError_t rl13_bits(int b, int count, const uint8_t * const * rl, const
     }
 }
 
-extern "C" cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t * const * rl,
-                                                       const uint16_t * const * tables, const int64_t * n_rows,
-                                                       int64_t n_per_row, int seed_bits, int bits, const float * x,
-                                                       float * const * y, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_multi_cuda(int count, const uint8_t * const * rl,
+                                                           const uint16_t * const * tables, const int64_t * n_rows,
+                                                           int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                           float * const * y, cudaStream_t stream) {
     if (count < 1 || count > 4 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits ||
         bits > 8) {
         return cudaErrorInvalidValue;
@@ -1165,9 +1165,9 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_multi_cuda(int count, const uint8_t 
     return rl13_bits<false, 4>(bits, count, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
 }
 
-extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
-                                                 int64_t n_per_row, int seed_bits, int bits, int variant,
-                                                 const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                     int64_t n_per_row, int seed_bits, int bits, int variant,
+                                                     const float * x, int64_t n_tokens, float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8 ||
         n_tokens < 1 || n_tokens > 8 || variant < 0 || variant > 15 ||
         (((variant >= 3 && variant <= 7) || variant >= 9) && n_tokens != 1) ||
@@ -1315,16 +1315,16 @@ static cudaError_t dq_launch(const uint4 * p, const __half * t, int64_t n, int64
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
-                                                       int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
-                                                       cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_dequantize_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
+                                                           int64_t n_per_row, int seed_bits, int bits, uint16_t * out,
+                                                           cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 8) {
         return cudaErrorInvalidValue;
     }
     if (n_rows == 0) {
         return cudaSuccess;
     }
-    const int64_t  plane_u4 = (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 16);
+    const int64_t  plane_u4 = (int64_t) (ggml_ext_anyprec_rl_plane_size(n_rows, n_per_row) / 16);
     const uint4 *  p        = (const uint4 *) rl;
     const __half * t        = (const __half *) tables;
     __half *       o        = (__half *) out;
@@ -1346,7 +1346,7 @@ static __global__ void apq_f32_to_f16_kernel(const float * __restrict__ x, __hal
     }
 }
 
-extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * out, int64_t n, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_f32_to_f16_cuda(const float * x, uint16_t * out, int64_t n, cudaStream_t stream) {
     if (n < 0) {
         return cudaErrorInvalidValue;
     }
@@ -1370,7 +1370,7 @@ extern "C" cudaError_t ggml_ext_apq_f32_to_f16_cuda(const float * x, uint16_t * 
 // the other rows are copies whose outputs are unused, so one LDS.128 per step is the whole A fragment): per
 // step of 16 weights x 8 rows a lane issues 3 instructions of codes, 4 PRMT, one LDS.128 and one MMA for its 4
 // weights; SASS (nvdisasm, b = 3): 93 instructions per chunk of 32 weights per lane = 2.9 per weight (v13 4.05).
-// Device layout ("tile layout", ggml_ext_apq_relayout_tc_cuda, same size as the row-lane layout): plane p,
+// Device layout ("tile layout", ggml_ext_anyprec_relayout_tc_cuda, same size as the row-lane layout): plane p,
 // tile of 8 rows (rows padded to a multiple of 32), chunk q of 128 weights: 32 lanes x 32-bit word, lane
 // 4 g + c's word holding row 8 tile + g: bit 4 j + m (j < 8, m < 4) = weight 128 q + 16 s + o with step
 // s = 2 m + (j >> 2), o = 2 c + {0, 1, 8, 9}[j & 3]; so rl_codes(m) gives the nibble codes of steps 2m
@@ -1407,15 +1407,15 @@ static __global__ void apq_relayout_tc_kernel(const uint8_t * __restrict__ plane
     }
 }
 
-extern "C" cudaError_t ggml_ext_apq_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
-                                                     int parent_bits, uint8_t * out, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_relayout_tc_cuda(const uint8_t * planes, int64_t n_rows, int64_t n_per_row,
+                                                         int parent_bits, uint8_t * out, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || parent_bits < 1 || parent_bits > 8) {
         return cudaErrorInvalidValue;
     }
     if (n_rows == 0) {
         return cudaSuccess;
     }
-    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_apq_rl_plane_size(n_rows, n_per_row) / 4);
+    const int64_t words  = (int64_t) parent_bits * (int64_t) (ggml_ext_anyprec_rl_plane_size(n_rows, n_per_row) / 4);
     const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
     apq_relayout_tc_kernel<<<(unsigned) blocks, 256, 0, stream>>>(planes, n_rows, n_per_row, parent_bits,
                                                                   (uint32_t *) out);
@@ -1577,13 +1577,13 @@ static cudaError_t tc16_launch(const uint8_t * tc, const uint16_t * tables, int6
     }
     const __half * t = (const __half *) tables + n * ((1 << B) - (1 << S));
     kern<<<(unsigned) ((n + 31) / 32), 128 * H, smem, stream>>>(
-        (const uint32_t *) tc, t, n, k, (int64_t) (ggml_ext_apq_rl_plane_size(n, k) / 4), x, y);
+        (const uint32_t *) tc, t, n, k, (int64_t) (ggml_ext_anyprec_rl_plane_size(n, k) / 4), x, y);
     return cudaGetLastError();
 }
 
-extern "C" cudaError_t ggml_ext_apq_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows,
-                                                 int64_t n_per_row, int seed_bits, int bits, const float * x,
-                                                 float * y, cudaStream_t stream) {
+extern "C" cudaError_t ggml_ext_anyprec_gemv_tc_cuda(const uint8_t * tc, const uint16_t * tables, int64_t n_rows,
+                                                     int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                                     float * y, cudaStream_t stream) {
     if (n_rows < 0 || n_per_row <= 0 || n_per_row % 128 || seed_bits < 1 || bits < seed_bits || bits > 3) {
         return cudaErrorInvalidValue;  // b >= 4: not written yet (tables in shared memory)
     }

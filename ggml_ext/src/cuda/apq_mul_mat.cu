@@ -15,7 +15,7 @@
 //
 // Padding. The row-lane layout needs whole groups of 32 rows and rows of a multiple of 128 weights
 // (SmolLM2's 576 is not): the weight is held as ceil(N / 32) * 32 rows of Kp = ceil(K / 128) * 128 weights
-// (patch 0420 asks ggml_ext_cuda_apq_alloc_size for the room), the padding's codes zero (written with the
+// (patch 0420 asks ggml_ext_cuda_anyprec_alloc_size for the room), the padding's codes zero (written with the
 // last row / last word they pad), and the forward pads x with zeros to Kp, so padded weights add nothing.
 //
 // Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the v14 GEMV, 2..8 tokens v8
@@ -46,11 +46,11 @@ struct rl_shape {
         Kw(t->ne[0] / 32),
         Kpw((t->ne[0] + 127) / 128 * 4),
         G((t->ne[1] + 31) / 32),
-        P(ggml_ext_apq_parent_bits((int) t->type)) {}
+        P(ggml_ext_anyprec_parent_bits((int) t->type)) {}
 
     int64_t padded_k() const { return Kpw * 32; }
 
-    size_t bytes() const { return (size_t) P * ggml_ext_apq_rl_plane_size(N, padded_k()); }
+    size_t bytes() const { return (size_t) P * ggml_ext_anyprec_rl_plane_size(N, padded_k()); }
 };
 
 // row-lane word of plane p, row r, word c (anyprec_cuda.h: plane, group, super-chunk, lane, word)
@@ -158,20 +158,20 @@ bool on_device(const ggml_tensor * t, int device) {
 
 }  // namespace
 
-bool ggml_ext_cuda_apq_layout(const ggml_tensor * t) {
-    return t != nullptr && ggml_ext_apq_parent_bits((int) t->type) > 0 && t->view_src == nullptr && t->ne[2] == 1 &&
+bool ggml_ext_cuda_anyprec_layout(const ggml_tensor * t) {
+    return t != nullptr && ggml_ext_anyprec_parent_bits((int) t->type) > 0 && t->view_src == nullptr && t->ne[2] == 1 &&
            t->ne[3] == 1 && t->ne[0] % 32 == 0 && ggml_is_contiguous(t);
 }
 
-size_t ggml_ext_cuda_apq_alloc_size(const ggml_tensor * t) {
+size_t ggml_ext_cuda_anyprec_alloc_size(const ggml_tensor * t) {
     return rl_shape(t).bytes();
 }
 
-void ggml_ext_cuda_apq_set(ggml_tensor * t, const void * data, size_t offset, size_t size) {
+void ggml_ext_cuda_anyprec_set(ggml_tensor * t, const void * data, size_t offset, size_t size) {
     if (size == 0) {
         return;
     }
-    GGML_ASSERT(ggml_ext_cuda_apq_layout(t) && offset + size <= ggml_nbytes(t));
+    GGML_ASSERT(ggml_ext_cuda_anyprec_layout(t) && offset + size <= ggml_nbytes(t));
     const size_t lo = offset / 4 * 4, hi = (offset + size + 3) / 4 * 4;
     std::vector<uint32_t> words((hi - lo) / 4);
     if (lo != offset) {  // the first word's bytes before the write, as they are now
@@ -184,24 +184,24 @@ void ggml_ext_cuda_apq_set(ggml_tensor * t, const void * data, size_t offset, si
     set_words(t, words.data(), (int64_t) (lo / 4), (int64_t) words.size());
 }
 
-void ggml_ext_cuda_apq_get(const ggml_tensor * t, void * data, size_t offset, size_t size) {
+void ggml_ext_cuda_anyprec_get(const ggml_tensor * t, void * data, size_t offset, size_t size) {
     if (size == 0) {
         return;
     }
-    GGML_ASSERT(ggml_ext_cuda_apq_layout(t) && offset + size <= ggml_nbytes(t));
+    GGML_ASSERT(ggml_ext_cuda_anyprec_layout(t) && offset + size <= ggml_nbytes(t));
     const size_t          lo = offset / 4 * 4, hi = (offset + size + 3) / 4 * 4;
     std::vector<uint32_t> words((hi - lo) / 4);
     get_words(t, words.data(), (int64_t) (lo / 4), (int64_t) words.size());
     std::memcpy(data, (const char *) words.data() + (offset - lo), size);
 }
 
-bool ggml_ext_cuda_apq_supports_mul_mat(int device, const ggml_tensor * op) {
+bool ggml_ext_cuda_anyprec_supports_mul_mat(int device, const ggml_tensor * op) {
     const ggml_tensor * w = op->src[0];
-    return op->op == GGML_OP_MUL_MAT && ggml_ext_cuda_apq_layout(w) && on_device(w, device) &&
+    return op->op == GGML_OP_MUL_MAT && ggml_ext_cuda_anyprec_layout(w) && on_device(w, device) &&
            op->src[1]->type == GGML_TYPE_F32 && op->type == GGML_TYPE_F32;
 }
 
-void ggml_ext_cuda_apq_refuse_mul_mat(const ggml_tensor * src0) {
+void ggml_ext_cuda_anyprec_refuse_mul_mat(const ggml_tensor * src0) {
     GGML_ABORT("%s is an any-precision (APQ) weight: it runs through ggml_ext_apq_mul_mat with its tables and a "
                "precision (llama.cpp's linear hook does this), not through a plain mul_mat",
                src0->name);
@@ -216,7 +216,7 @@ static bool supports(int device, const ggml_tensor * op) {
     // the operands on this GPU: the weight in the row-lane layout (its own buffer on this device; a weight
     // in host memory stays with the CPU backend rather than being copied up for every product), its tables
     const int64_t T = ggml_nrows(op);
-    return ggml_ext_cuda_apq_layout(w) && w->buffer != nullptr && on_device(w, device) && tab->buffer != nullptr &&
+    return ggml_ext_cuda_anyprec_layout(w) && w->buffer != nullptr && on_device(w, device) && tab->buffer != nullptr &&
            on_device(tab, device) && ggml_is_contiguous(op) && w->ne[1] <= INT32_MAX && T <= INT32_MAX &&
            rl_shape(w).padded_k() <= INT32_MAX;
 }
@@ -229,7 +229,7 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     const ggml_tensor * w   = dst->src[0];
     const ggml_tensor * x   = dst->src[1];
     const ggml_tensor * tab = dst->src[2];
-    GGML_ASSERT(ggml_ext_cuda_apq_layout(w) && ggml_is_contiguous(dst));
+    GGML_ASSERT(ggml_ext_cuda_anyprec_layout(w) && ggml_is_contiguous(dst));
     const int32_t * p = (const int32_t *) dst->op_params;
     const int       S = p[0], b = p[2];
     const rl_shape  s(w);
@@ -255,13 +255,13 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     }
 
     if (T <= GEMV_MAX_TOKENS) {  // variant 0: v14 for one token, v8 for 2..8
-        CUDA_CHECK(ggml_ext_apq_gemv_rl_cuda(rl, tables, N, Kp, S, b, 0, xc, T, y, stream));
+        CUDA_CHECK(ggml_ext_anyprec_gemv_rl_cuda(rl, tables, N, Kp, S, b, 0, xc, T, y, stream));
         return;
     }
     ggml_cuda_pool_alloc<half> w16(ctx.pool(), (size_t) (N * Kp));
     ggml_cuda_pool_alloc<half> x16(ctx.pool(), (size_t) (T * Kp));
-    CUDA_CHECK(ggml_ext_apq_dequantize_rl_cuda(rl, tables, N, Kp, S, b, (uint16_t *) w16.get(), stream));
-    CUDA_CHECK(ggml_ext_apq_f32_to_f16_cuda(xc, (uint16_t *) x16.get(), T * Kp, stream));
+    CUDA_CHECK(ggml_ext_anyprec_dequantize_rl_cuda(rl, tables, N, Kp, S, b, (uint16_t *) w16.get(), stream));
+    CUDA_CHECK(ggml_ext_anyprec_f32_to_f16_cuda(xc, (uint16_t *) x16.get(), T * Kp, stream));
     // dst [N, T] (column-major N x T) = W^T x: W row-major N x Kp is column-major Kp x N
     cublasHandle_t handle = ctx.cublas_handle();
     CUBLAS_CHECK(cublasSetStream(handle, stream));

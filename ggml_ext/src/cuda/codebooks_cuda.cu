@@ -1,8 +1,8 @@
 // The codebook types CB2 / CB3 (docs/formats/codebooks.md, formats/codebooks/codebooks.h) on CUDA: the
 // file's bytes as they are in GPU memory, two kernels, called from ggml-cuda.cu through patch 0410:
 //   dequantize   blocks -> f32 / f16 / bf16 (ggml_get_to_fp*_cuda): ggml-cuda's own cuBLAS path
-//                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CB_MMV_MAX tokens;
-//   mat-vec      y = W x for 1..GGML_EXT_CB_MMV_MAX tokens (decode, small batches) straight from the blocks:
+//                (ggml_cuda_mul_mat_cublas) then runs every batch of more than GGML_EXT_CODEBOOKS_MMV_MAX tokens;
+//   mat-vec      y = W x for 1..GGML_EXT_CODEBOOKS_MMV_MAX tokens (decode, small batches) straight from the blocks:
 //                by default the integer one (cb_mul_mat_vec_q8: q8_1 activations, weights decoded to int8 by byte
 //                permutes of the codebooks held in registers, dp4a); with GGML_EXT_CB_MMV=f32 the f32 one below
 //                (cb_mul_mat_vec), kept for comparison.
@@ -34,6 +34,7 @@
 #include "ggml-cuda/convert.cuh"
 #include "ggml-cuda/quantize.cuh"
 #include "codebooks_decode.cuh"
+#include "common/settings.h"
 #include "formats/codebooks/codebooks.h"
 
 #include <cuda_bf16.h>
@@ -345,13 +346,9 @@ void launch_mmv_q8_cols(const mmv_q8_args & a, int ncols, int64_t n_channels, cu
 }
 
 // Which mat-vec runs: the integer one, unless GGML_EXT_CB_MMV=f32 asks for the f32 one (kept for comparison:
-// scripts/device_codebooks.sh measures both). Read once.
+// tests/c/test_types_backends.cpp checks both against the CPU).
 bool use_f32_mmv() {
-    static const bool f32 = [] {
-        const char * e = getenv("GGML_EXT_CB_MMV");
-        return e && strcmp(e, "f32") == 0;
-    }();
-    return f32;
+    return ggml_ext_settings_codebooks_f32_mmv();
 }
 
 template <typename T, int BITS>
@@ -369,7 +366,7 @@ bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
     const ggml_tensor * w = op->src[0];
     const ggml_tensor * x = op->src[1];
     if (w->type == GGML_TYPE_APQ) {  // the loader's question about an any-precision weight (apq_mul_mat.cu)
-        return ggml_ext_cuda_apq_supports_mul_mat(device, op);
+        return ggml_ext_cuda_anyprec_supports_mul_mat(device, op);
     }
     // MUL_MAT only (MUL_MAT_ID's expert weights would need an ids-aware kernel), weights whole rows in a
     // contiguous tensor (the dequantizer reads them as one run of blocks), f32 or f16 activations and dst
@@ -381,10 +378,10 @@ bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op) {
 bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                    ggml_tensor * dst) {
     if (src0->type == GGML_TYPE_APQ) {
-        ggml_ext_cuda_apq_refuse_mul_mat(src0);  // runs only as APQ_MUL_MAT, with its tables and a precision
+        ggml_ext_cuda_anyprec_refuse_mul_mat(src0);  // runs only as APQ_MUL_MAT, with its tables and a precision
     }
     GGML_TENSOR_BINARY_OP_LOCALS
-    if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CB_MMV_MAX ||
+    if (src1->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || ne11 < 1 || ne11 > GGML_EXT_CODEBOOKS_MMV_MAX ||
         ne00 % QK != 0 || ne12 % ne02 != 0 || ne13 % ne03 != 0 || nb10 != sizeof(float) ||
         nb11 % (2 * sizeof(float)) != 0 || nb12 % (2 * sizeof(float)) != 0 || nb13 % (2 * sizeof(float)) != 0 ||
         ((uintptr_t) src1->data) % (2 * sizeof(float)) != 0 || ((uintptr_t) src0->data) % 2 != 0 ||

@@ -6,7 +6,7 @@
 // y is the base GEMV's output (ggml's own mul_mat of the base weight, an earlier node); this op adds the
 // residual term. Two phases:
 //   1. selection: one thread block (256 threads, 4 channels each, in index order) per (row, 1024-channel
-//      chunk) picks the chunk's k channels exactly as ggml_ext_dec_select does (approximate: 32 bucket
+//      chunk) picks the chunk's k channels exactly as ggml_ext_qdec_select does (approximate: 32 bucket
 //      counters in shared memory, whole buckets from the top, the overflowing bucket's first channels in
 //      index order by a block scan; exact: each channel's rank by (|x| descending, index)), and writes
 //      their indices and x values to a small scratch list (the only GPU memory QDEC takes); every block
@@ -35,7 +35,7 @@
 //
 // Where r lives: the op reads r->data as a device pointer. In a CUDA buffer (the tests' first run) that is
 // GPU memory; in pinned host memory (ggml's CUDA host buffer, cudaHostAlloc(..., cudaHostAllocMapped), or a
-// loader's mapping registered with ggml_ext_cuda_dec_pin below) the pointer CUDA maps it to is used and
+// loader's mapping registered with ggml_ext_cuda_qdec_pin below) the pointer CUDA maps it to is used and
 // every residual byte crosses PCIe at each use - never copied to GPU memory. Unregistered host memory is
 // refused with a clear message (a kernel cannot read it).
 //
@@ -46,7 +46,8 @@
 
 #include "ggml-ext-cuda.cuh"
 #include "ggml-ext-ops.h"
-#include "ggml-ext-dec.h"
+#include "common/settings.h"
+#include "ggml-ext-qdec.h"
 
 #include <cooperative_groups.h>
 
@@ -58,10 +59,10 @@
 namespace cg = cooperative_groups;
 
 #define DEC_THREADS 256                                    // every kernel's block
-#define DEC_PER_THREAD (GGML_EXT_DEC_CHUNK / DEC_THREADS)  // channels of a chunk per thread, consecutive
+#define DEC_PER_THREAD (GGML_EXT_QDEC_CHUNK / DEC_THREADS)  // channels of a chunk per thread, consecutive
 #define DEC_PIECE 16                                       // residual bytes a thread reads per channel
 
-static_assert(GGML_EXT_DEC_CHUNK == DEC_THREADS * DEC_PER_THREAD, "a chunk is one block's channels");
+static_assert(GGML_EXT_QDEC_CHUNK == DEC_THREADS * DEC_PER_THREAD, "a chunk is one block's channels");
 
 struct dec_args {
     const char *    y;
@@ -75,7 +76,7 @@ struct dec_args {
     size_t          y_nb1, y_nb2, y_nb3, x_nb1, x_nb2, x_nb3, d_nb1, d_nb2, d_nb3;
     size_t          rs;      // bytes of one residual row ((M + 1) / 2)
     int64_t         pieces;  // DEC_PIECE-byte pieces of a row
-    int             kk;      // min(k_chunk, GGML_EXT_DEC_CHUNK): chunk c's slots start at c * kk
+    int             kk;      // min(k_chunk, GGML_EXT_QDEC_CHUNK): chunk c's slots start at c * kk
     int             n_sel;   // slots of a row
     int             n_chunks;
     int             exact;
@@ -88,7 +89,7 @@ static __device__ __forceinline__ const float * row_ptr(const char * base, int64
     return (const float *) (base + i1 * nb1 + i2 * nb2 + i3 * nb3);
 }
 
-// ggml_ext_dec_bucket in IEEE round-to-nearest arithmetic whatever the fast-math flags
+// ggml_ext_qdec_bucket in IEEE round-to-nearest arithmetic whatever the fast-math flags
 static __device__ __forceinline__ int dec_bucket(float v, float b0, float b15) {
     if (!(v > 0.0f)) {
         return 31;
@@ -146,11 +147,11 @@ static __device__ int block_scan(int v, int * total) {
 static __device__ void select_chunk(const dec_args & a, int64_t row, int c) {
     __shared__ int   cnt[32];
     __shared__ int   cut[2];  // the last bucket taken, how many of its channels
-    __shared__ float mags[GGML_EXT_DEC_CHUNK];
+    __shared__ float mags[GGML_EXT_QDEC_CHUNK];
 
-    const float * xr = row_ptr(a.x, row, a.ne1, a.ne2, a.x_nb1, a.x_nb2, a.x_nb3) + (int64_t) c * GGML_EXT_DEC_CHUNK;
-    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_DEC_CHUNK;
-    const int     L  = Ll < GGML_EXT_DEC_CHUNK ? (int) Ll : GGML_EXT_DEC_CHUNK;
+    const float * xr = row_ptr(a.x, row, a.ne1, a.ne2, a.x_nb1, a.x_nb2, a.x_nb3) + (int64_t) c * GGML_EXT_QDEC_CHUNK;
+    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_QDEC_CHUNK;
+    const int     L  = Ll < GGML_EXT_QDEC_CHUNK ? (int) Ll : GGML_EXT_QDEC_CHUNK;
     const int     k  = a.kk < L ? a.kk : L;
     const int     j0 = threadIdx.x * DEC_PER_THREAD;
 
@@ -237,7 +238,7 @@ static __device__ void select_chunk(const dec_args & a, int64_t row, int c) {
 #pragma unroll
     for (int e = 0; e < DEC_PER_THREAD; e++) {
         if (sel[e]) {
-            a.idx[slot + pos] = c * GGML_EXT_DEC_CHUNK + j0 + e;
+            a.idx[slot + pos] = c * GGML_EXT_QDEC_CHUNK + j0 + e;
             a.xs[slot + pos]  = v[e];
             pos++;
         }
@@ -345,7 +346,7 @@ template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_
 #define DEC_OP_MAX_SEL 2048                        // slots of a row the one-pass kernel holds in shared memory
 #define DEC_OP_SLAB    WARP_SIZE                   // pieces per block: one per lane (32 x 32 = 1024 outputs)
 #define DEC_OP_WARPS   (DEC_THREADS / WARP_SIZE)
-#define DEC_OP_LANE_CH (GGML_EXT_DEC_CHUNK / WARP_SIZE)  // channels of a chunk per lane, consecutive
+#define DEC_OP_LANE_CH (GGML_EXT_QDEC_CHUNK / WARP_SIZE)  // channels of a chunk per lane, consecutive
 
 static __device__ __forceinline__ int warp_incl_scan(int v, int lane) {
 #pragma unroll
@@ -356,12 +357,12 @@ static __device__ __forceinline__ int warp_incl_scan(int v, int lane) {
     return v;
 }
 
-// chunk c of row x (approximate selection) by one warp, ggml_ext_dec_select's rule: whole buckets from the
+// chunk c of row x (approximate selection) by one warp, ggml_ext_qdec_select's rule: whole buckets from the
 // top, then the overflowing bucket's first channels in index order; slots c * kk + 0..k-1 of sidx / sxs
 static __device__ void warp_select_chunk(const dec_args & a, const float * xr, int c, int lane, int * hist,
                                          int32_t * sidx, float * sxs) {
-    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_DEC_CHUNK;
-    const int     L  = Ll < GGML_EXT_DEC_CHUNK ? (int) Ll : GGML_EXT_DEC_CHUNK;
+    const int64_t Ll = a.K - (int64_t) c * GGML_EXT_QDEC_CHUNK;
+    const int     L  = Ll < GGML_EXT_QDEC_CHUNK ? (int) Ll : GGML_EXT_QDEC_CHUNK;
     const int     k  = a.kk < L ? a.kk : L;
     const int     j0 = lane * DEC_OP_LANE_CH;
     float         v[DEC_OP_LANE_CH];
@@ -371,7 +372,7 @@ static __device__ void warp_select_chunk(const dec_args & a, const float * xr, i
 #pragma unroll
     for (int e = 0; e < DEC_OP_LANE_CH; e++) {
         const bool in = j0 + e < L;
-        v[e]          = in ? xr[(int64_t) c * GGML_EXT_DEC_CHUNK + j0 + e] : 0.0f;
+        v[e]          = in ? xr[(int64_t) c * GGML_EXT_QDEC_CHUNK + j0 + e] : 0.0f;
         b[e]          = in ? dec_bucket(fabsf(v[e]), a.b0, a.b15) : 32;
         if (b[e] < 32) {
             atomicAdd(&hist[b[e]], 1);
@@ -403,7 +404,7 @@ static __device__ void warp_select_chunk(const dec_args & a, const float * xr, i
 #pragma unroll
     for (int e = 0; e < DEC_OP_LANE_CH; e++) {
         if (sel >> e & 1) {
-            sidx[pos] = c * GGML_EXT_DEC_CHUNK + j0 + e;
+            sidx[pos] = c * GGML_EXT_QDEC_CHUNK + j0 + e;
             sxs[pos]  = v[e];
             pos++;
         }
@@ -462,11 +463,11 @@ template <bool VEC> static __global__ void __launch_bounds__(DEC_THREADS) k_dec_
     }
 }
 
-bool ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_type_t buft) {
-    return buft != nullptr && std::strcmp(ggml_backend_buft_name(buft), GGML_EXT_DEC_HOST_BUFT_NAME) == 0;
+bool ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_type_t buft) {
+    return buft != nullptr && std::strcmp(ggml_backend_buft_name(buft), GGML_EXT_QDEC_HOST_BUFT_NAME) == 0;
 }
 
-// A QDEC side file's buffer (llama.cpp's glue maps the file into one): pinned and mapped whole at the first
+// A QDEC side file's buffer (src/llama/qdec.c maps the file into one): pinned and mapped whole at the first
 // use of any tensor in it, once per process (registration is portable: every device sees it).
 static void pin_side_file_once(ggml_backend_buffer_t buf) {
     static std::mutex                      lock;
@@ -475,7 +476,7 @@ static void pin_side_file_once(ggml_backend_buffer_t buf) {
     if (std::find(pinned.begin(), pinned.end(), buf) != pinned.end()) {
         return;
     }
-    ggml_ext_cuda_dec_pin(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf));
+    ggml_ext_cuda_qdec_pin(ggml_backend_buffer_get_base(buf), ggml_backend_buffer_get_size(buf));
     pinned.push_back(buf);
 }
 
@@ -495,7 +496,7 @@ static const uint8_t * residual_device_ptr(const ggml_tensor * t) {
         if (at.type == cudaMemoryTypeHost && at.devicePointer != nullptr) {
             return (const uint8_t *) at.devicePointer;
         }
-        if (attempt == 0 && t->buffer != nullptr && ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_get_type(t->buffer))) {
+        if (attempt == 0 && t->buffer != nullptr && ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_get_type(t->buffer))) {
             pin_side_file_once(t->buffer);
             continue;
         }
@@ -503,11 +504,11 @@ static const uint8_t * residual_device_ptr(const ggml_tensor * t) {
     }
     GGML_ABORT(
         "dec_mul_mat: the residual '%s' is in host memory CUDA cannot map: put it in a CUDA host buffer or "
-        "register it with ggml_ext_cuda_dec_pin",
+        "register it with ggml_ext_cuda_qdec_pin",
         t->name);
 }
 
-void ggml_ext_cuda_dec_pin(void * ptr, size_t size) {
+void ggml_ext_cuda_qdec_pin(void * ptr, size_t size) {
     cudaError_t e = cudaHostRegister(ptr, size, cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly);
     if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
         (void) cudaGetLastError();  // a device without read-only registration
@@ -519,7 +520,7 @@ void ggml_ext_cuda_dec_pin(void * ptr, size_t size) {
     (void) cudaGetLastError();
 }
 
-void ggml_ext_cuda_dec_unpin(void * ptr) {
+void ggml_ext_cuda_qdec_unpin(void * ptr) {
     (void) cudaHostUnregister(ptr);
     (void) cudaGetLastError();
 }
@@ -544,8 +545,7 @@ static int fused_capacity(int device, bool vec) {
 // GGML_EXT_DEC_LAUNCH: "coop" / "split" / "onepass" forces the launch; unset or anything else: automatic
 // (one-pass where it applies). Read at each launch (the tests and the benchmark switch it between runs).
 static int launch_mode() {
-    const char * s = std::getenv("GGML_EXT_DEC_LAUNCH");
-    return s && !std::strcmp(s, "coop") ? 1 : s && !std::strcmp(s, "split") ? 2 : s && !std::strcmp(s, "onepass") ? 3 : 0;
+    return ggml_ext_settings_dec_launch();  // GGML_EXT_DEC_LAUNCH_*: 1 coop, 2 split, 3 onepass
 }
 
 static bool supports(int device, const ggml_tensor * op) {
@@ -554,9 +554,9 @@ static bool supports(int device, const ggml_tensor * op) {
         return false;
     }
     // slots are int32 and idx values are channels
-    const int64_t kk = std::min<int64_t>(((const int32_t *) op->op_params)[0], GGML_EXT_DEC_CHUNK);
+    const int64_t kk = std::min<int64_t>(((const int32_t *) op->op_params)[0], GGML_EXT_QDEC_CHUNK);
     return op->src[1]->ne[0] <= INT32_MAX && ggml_nrows(op) * op->src[1]->ne[0] <= INT32_MAX &&
-           ggml_nrows(op) * kk * ((op->src[1]->ne[0] + GGML_EXT_DEC_CHUNK - 1) / GGML_EXT_DEC_CHUNK) <= INT32_MAX;
+           ggml_nrows(op) * kk * ((op->src[1]->ne[0] + GGML_EXT_QDEC_CHUNK - 1) / GGML_EXT_QDEC_CHUNK) <= INT32_MAX;
 }
 
 static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
@@ -588,11 +588,11 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     a.d_nb1 = dst->nb[1], a.d_nb2 = dst->nb[2], a.d_nb3 = dst->nb[3];
     a.rs       = r->nb[1];
     a.pieces   = (int64_t) ((a.rs + DEC_PIECE - 1) / DEC_PIECE);
-    a.n_chunks = (int) ((a.K + GGML_EXT_DEC_CHUNK - 1) / GGML_EXT_DEC_CHUNK);
-    a.kk       = std::min(p[0], GGML_EXT_DEC_CHUNK);
-    const int64_t last = a.K - (int64_t) (a.n_chunks - 1) * GGML_EXT_DEC_CHUNK;
+    a.n_chunks = (int) ((a.K + GGML_EXT_QDEC_CHUNK - 1) / GGML_EXT_QDEC_CHUNK);
+    a.kk       = std::min(p[0], GGML_EXT_QDEC_CHUNK);
+    const int64_t last = a.K - (int64_t) (a.n_chunks - 1) * GGML_EXT_QDEC_CHUNK;
     a.n_sel            = a.kk == 0 ? 0 : (a.n_chunks - 1) * a.kk + (int) std::min<int64_t>(a.kk, last);
-    a.exact            = p[1] == GGML_EXT_DEC_EXACT;
+    a.exact            = p[1] == GGML_EXT_QDEC_EXACT;
     memcpy(&a.b0, p + 2, sizeof(float));
     memcpy(&a.b15, p + 3, sizeof(float));
 

@@ -39,18 +39,28 @@ struct ggml_ext_cuda_op {
 // cudaHostRegister (mapped, read-only where the device can) of a host range holding residuals (the
 // loader's mapping of the side file), so DEC_MUL_MAT reads them zero-copy; unpin undoes it. A CUDA host
 // buffer (ggml_backend_cuda_host_buffer_type) needs neither.
-void ggml_ext_cuda_dec_pin(void * ptr, size_t size);
-void ggml_ext_cuda_dec_unpin(void * ptr);
-// true for the buffer type of a QDEC side file mapped by llama.cpp's glue (GGML_EXT_DEC_Host, ggml-ext-dec.h):
+void ggml_ext_cuda_qdec_pin(void * ptr, size_t size);
+void ggml_ext_cuda_qdec_unpin(void * ptr);
+// true for the buffer type of a QDEC side file mapped by src/llama/qdec.c (GGML_EXT_DEC_Host, ggml-ext-qdec.h):
 // ggml-cuda's supports_buft takes it (patch 0317), so the scheduler leaves r and scales in host memory and
-// DEC_MUL_MAT pins the whole buffer with ggml_ext_cuda_dec_pin at its first use
-bool ggml_ext_cuda_dec_host_buft(ggml_backend_buffer_type_t buft);
+// DEC_MUL_MAT pins the whole buffer with ggml_ext_cuda_qdec_pin at its first use
+bool ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_type_t buft);
 
 // ---- tensors held on the GPU in a layout of their own (device_layout.cu, patches 0400 and 0420) ----
 // The file's bytes stay what every caller writes and reads back; only GPU memory holds the other layout:
 // a registered type with a stock twin its base layout (interleaved4_cuda.cu, below), an any-precision APQ
 // weight the row-lane layout of anyprec_cuda.h (apq_mul_mat.cu). Synchronous on cudaStreamPerThread, the
 // device already current.
+
+// A family whose tensors ggml-cuda may hold in a layout of their own: its entry in device_layout.cu's family
+// table (indexed by enum ggml_ext_family, like the tables of common/families.h). set / get run only on a
+// tensor holds_layout accepts; layout_alloc_size nullptr: the layout has the file's size.
+struct ggml_ext_cuda_family {
+    bool (*holds_layout)(const ggml_tensor * t);
+    void (*set_layout)(ggml_tensor * t, const void * data, size_t offset, size_t size);
+    void (*get_layout)(const ggml_tensor * t, void * data, size_t offset, size_t size);
+    size_t (*layout_alloc_size)(const ggml_tensor * t);
+};
 
 // true for a tensor whose CUDA bytes are not the caller's
 bool ggml_ext_cuda_device_layout(const ggml_tensor * t);
@@ -66,15 +76,15 @@ size_t ggml_ext_cuda_device_layout_alloc_size(const ggml_tensor * t, size_t size
 // ---- any-precision APQ weights (apq_mul_mat.cu): the row-lane layout of anyprec_cuda.h ----
 
 // true for an APQ weight held in the row-lane layout in a CUDA buffer (one contiguous 2-D matrix, not a view)
-bool   ggml_ext_cuda_apq_layout(const ggml_tensor * t);
-size_t ggml_ext_cuda_apq_alloc_size(const ggml_tensor * t);
-void   ggml_ext_cuda_apq_set(ggml_tensor * t, const void * data, size_t offset, size_t size);
-void   ggml_ext_cuda_apq_get(const ggml_tensor * t, void * data, size_t offset, size_t size);
+bool   ggml_ext_cuda_anyprec_layout(const ggml_tensor * t);
+size_t ggml_ext_cuda_anyprec_alloc_size(const ggml_tensor * t);
+void   ggml_ext_cuda_anyprec_set(ggml_tensor * t, const void * data, size_t offset, size_t size);
+void   ggml_ext_cuda_anyprec_get(const ggml_tensor * t, void * data, size_t offset, size_t size);
 // supports_op for a plain MUL_MAT of an APQ weight: what llama.cpp's loader asks to pick the weight's buffer
 // (the linear hook replaces the node with APQ_MUL_MAT before a graph runs, as on the CPU)
-bool   ggml_ext_cuda_apq_supports_mul_mat(int device, const ggml_tensor * op);
+bool   ggml_ext_cuda_anyprec_supports_mul_mat(int device, const ggml_tensor * op);
 // a plain MUL_MAT of an APQ weight that reached ggml-cuda: stops with the weight's name (no tables, no precision)
-[[noreturn]] void ggml_ext_cuda_apq_refuse_mul_mat(const ggml_tensor * src0);
+[[noreturn]] void ggml_ext_cuda_anyprec_refuse_mul_mat(const ggml_tensor * src0);
 
 // ---- registered types held in their base layout (interleaved4_cuda.cu) ----
 
@@ -112,18 +122,18 @@ struct ggml_ext_cuda_base_layout_graph {
 
 // ---- ggml-ext's own quantized types: the codebooks CB2 / CB3 (codebooks_cuda.cu, patch 0410), and APQ ----
 // APQ is "own" too (no upstream kernel may see it), but a plain MUL_MAT of it only answers the loader's
-// supports_op question (ggml_ext_cuda_apq_supports_mul_mat); APQ_MUL_MAT computes it (apq_mul_mat.cu).
+// supports_op question (ggml_ext_cuda_anyprec_supports_mul_mat); APQ_MUL_MAT computes it (apq_mul_mat.cu).
 // Their bytes are held as they are; ggml_cuda_mul_mat sends them here first: the mat-vec for up to
-// GGML_EXT_CB_MMV_MAX tokens, else ggml-cuda's cuBLAS path on weights dequantized by the converters below.
+// GGML_EXT_CODEBOOKS_MMV_MAX tokens, else ggml-cuda's cuBLAS path on weights dequantized by the converters below.
 
-#define GGML_EXT_CB_MMV_MAX 8
+#define GGML_EXT_CODEBOOKS_MMV_MAX 8
 
 // true for CB2 / CB3 / APQ (no upstream kernel may see them: MMVQ / MMQ and their fusions are skipped)
 bool ggml_ext_cuda_own_type(ggml_type type);
 // supports_op for a MUL_MAT / MUL_MAT_ID node whose weights (src0) are of an own type
 bool ggml_ext_cuda_supports_own_mul_mat(int device, const ggml_tensor * op);
 // y = W x by the mat-vec kernel on ctx's stream; false (nothing run) when the node is not for it
-// (more than GGML_EXT_CB_MMV_MAX tokens, f16 activations, ...): the caller runs cuBLAS instead.
+// (more than GGML_EXT_CODEBOOKS_MMV_MAX tokens, f16 activations, ...): the caller runs cuBLAS instead.
 bool ggml_ext_cuda_mul_mat_vec_own(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
                                    ggml_tensor * dst);
 
@@ -135,15 +145,15 @@ ggml_ext_to_cuda_t<nv_bfloat16> ggml_ext_cuda_get_to_bf16(ggml_type type);
 
 // ---- the KVQuant cache types NUQ4 / NUQ3 / NUQ2 with the cache in VRAM (kvquant_cuda.cu, patch 0421) ----
 // true for a node with a NUQ tensor among itself and its sources: supports_op and compute_forward ask the two below
-bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op);
+bool ggml_ext_cuda_kvquant_involved(const ggml_tensor * op);
 // SET_ROWS / CPY f32 -> NUQ, CPY NUQ -> f32 / f16, GET_ROWS NUQ -> f32, FLASH_ATTN_EXT with a NUQ V; false for
 // anything else with these types (the scheduler then keeps it off this device)
-bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op);
+bool ggml_ext_cuda_kvquant_supports(int device, const ggml_tensor * op);
 // runs such a node on ctx's stream; false when no NUQ tensor is involved (upstream's switch runs it)
-bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+bool ggml_ext_cuda_kvquant_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 
-// ---- the KVQuant decode op's nodes with the cache in VRAM (kvattn_cuda.cu; ggml-ext-kvattn.h) ----
-// supports_op / compute_forward of the table, partial and combine nodes (ggml_ext_kvq_attn_node_kind), through
-// ggml_ext_cuda_kvq_supports / _forward
-bool ggml_ext_cuda_kvattn_supports(int device, const ggml_tensor * op);
-void ggml_ext_cuda_kvattn_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// ---- the KVQuant decode op's nodes with the cache in VRAM (kvquant_attn_cuda.cu; ggml-ext-kvquant.h) ----
+// supports_op / compute_forward of the table, partial and combine nodes (ggml_ext_kvquant_attn_node_kind), through
+// ggml_ext_cuda_kvquant_supports / _forward
+bool ggml_ext_cuda_kvquant_attn_supports(int device, const ggml_tensor * op);
+void ggml_ext_cuda_kvquant_attn_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

@@ -7,15 +7,15 @@
 //   CPY       NUQ -> f32 / f16, f32 -> NUQ (same shapes): the K path's ggml_cast before RoPE (patch 0307);
 //   GET_ROWS  NUQ -> f32;
 //   FLASH_ATTN_EXT with a NUQ V: V dequantized to f16 in ggml-cuda's pool, then upstream's flash attention on it.
-// The bytes and the values are the CPU row functions' (ggml/kvquant_base.c: from_float, to_float, the block
-// decoder of formats/kvquant/nuq_decode.h): the same comparisons, the quantizer's arithmetic in IEEE round-to-
+// The bytes and the values are the CPU row functions' (backend/kvquant_base.c: from_float, to_float, the block
+// decoder of formats/kvquant/kvquant_decode.h): the same comparisons, the quantizer's arithmetic in IEEE round-to-
 // nearest intrinsics (ggml-cuda builds with -use_fast_math, which would change divisions) and the decode's product
 // rounded before the sum, so a block and a decoded f32 value are bit for bit the CPU's (tests/c/test_kvquant_cuda.cpp);
 // f16 output is the f32 value rounded to nearest.
 //
-// Tables: a cache tensor is bound to its layer's table by ADDRESS in ggml-base (ggml_ext_kvq_bind*, the llama
-// glue; a device cache with its device address). The 2^B values and midpoints travel as kernel parameters; what is
-// per binding and larger lives in device memory made when the binding is made (the hooks of ggml/kvquant_device.h,
+// Tables: a cache tensor is bound to its layer's table by ADDRESS in ggml-base (ggml_ext_kvquant_bind*, from
+// src/llama; a device cache with its device address). The 2^B values and midpoints travel as kernel parameters; what is
+// per binding and larger lives in device memory made when the binding is made (the hooks of backend/kvquant_device.h,
 // registered when ggml-cuda loads): the per-channel key scales, the sink marks (slot -> cache row, count first:
 // updated before the graph that writes the rows, so a CUDA graph replays with the current marks) and the sink rows'
 // floats (written by SET_ROWS, read instead of the blocks; the state's side blob copies them out / in).
@@ -25,10 +25,9 @@
 #include "ggml-cuda/common.cuh"
 #include "ggml-cuda/convert.cuh"
 #include "ggml-cuda/fattn.cuh"
-#include "ggml-ext-kvattn.h"
-#include "ggml-ext-kvq.h"
+#include "ggml-ext-kvquant.h"
 #include "kvquant_decode.cuh"
-#include "ggml/kvquant_device.h"
+#include "backend/kvquant_device.h"
 
 #include <cuda_fp16.h>
 
@@ -41,7 +40,7 @@ namespace {
 
 using kvq::QK;
 using kvq::kvq_args;
-static_assert(QK == GGML_EXT_KVQ_DEV_BLOCK, "kvquant_device.h's block");
+static_assert(QK == GGML_EXT_KVQUANT_DEV_BLOCK, "kvquant_device.h's block");
 
 using kvq::shape4;
 
@@ -98,7 +97,7 @@ static void free_binding(dev_binding & b) {
 
 // the device copies of binding d, made now when missing (the caller holds dev_lock); nullptr with a message
 // when the memory is not a CUDA device's or CUDA fails
-static dev_binding * make_binding(const ggml_ext_kvq_binding_desc & d, bool quiet) {
+static dev_binding * make_binding(const ggml_ext_kvquant_binding_desc & d, bool quiet) {
     auto it = dev_bindings.find({ d.lo, d.serial });
     if (it != dev_bindings.end()) {
         return &it->second;
@@ -142,7 +141,7 @@ static dev_binding * make_binding(const ggml_ext_kvq_binding_desc & d, bool quie
 }
 
 static void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
-    int64_t buf[1 + GGML_EXT_KVQ_MAX_SINK * 256];
+    int64_t buf[1 + GGML_EXT_KVQUANT_MAX_SINK * 256];
     buf[0] = hw;
     for (int i = 0; i < hw; i++) {
         buf[1 + i] = rows[i];
@@ -157,7 +156,7 @@ static void upload_sinks(dev_binding & b, const int64_t * rows, int hw) {
     ggml_cuda_set_device(prev);
 }
 
-static void hook_bound(const ggml_ext_kvq_binding_desc * d) {
+static void hook_bound(const ggml_ext_kvquant_binding_desc * d) {
     std::lock_guard<std::mutex> g(dev_lock);
     make_binding(*d, false);
 }
@@ -210,21 +209,21 @@ static void hook_sink_upload(const void * lo, uint64_t serial, int slot, const f
     hook_sink_copy(lo, serial, slot, const_cast<float *>(src), false);
 }
 
-const ggml_ext_kvq_device_hooks hooks = { hook_bound, hook_unbound, hook_sinks_changed, hook_sink_download,
+const ggml_ext_kvquant_device_hooks hooks = { hook_bound, hook_unbound, hook_sinks_changed, hook_sink_download,
                                           hook_sink_upload };
 
 struct register_hooks {
-    register_hooks() { ggml_ext_kvq_set_device_hooks(&hooks); }
+    register_hooks() { ggml_ext_kvquant_set_device_hooks(&hooks); }
 } register_hooks_at_load;
 
 static bool is_nuq(const ggml_tensor * t) {
-    return t && ggml_ext_kvq_is_cache_type((int) t->type);
+    return t && ggml_ext_kvquant_is_cache_type((int) t->type);
 }
 
 // the kernel arguments for NUQ memory at p (its binding's, or the uniform levels')
 static kvq_args args_for(const void * p, ggml_type type, int device) {
-    ggml_ext_kvq_binding_desc d;
-    GGML_ASSERT(ggml_ext_kvq_binding_find(p, (int) type, &d));
+    ggml_ext_kvquant_binding_desc d;
+    GGML_ASSERT(ggml_ext_kvquant_binding_find(p, (int) type, &d));
     kvq_args a = {};
     a.bits        = d.bits;
     a.block_bytes = (int) d.block_bytes;
@@ -335,14 +334,14 @@ static void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const gg
 
 }  // namespace
 
-// the kernel arguments of NUQ memory, for the decode op's kernels (kvattn_cuda.cu)
-kvq::kvq_args ggml_ext_cuda_kvq_args(const void * p, ggml_type type, int device) {
+// the kernel arguments of NUQ memory, for the decode op's kernels (kvquant_attn_cuda.cu)
+kvq::kvq_args ggml_ext_cuda_kvquant_args(const void * p, ggml_type type, int device) {
     return args_for(p, type, device);
 }
 
-bool ggml_ext_cuda_kvq_involved(const ggml_tensor * op) {
-    if (ggml_ext_kvq_attn_node_kind(op)) {
-        return true;  // the decode op's nodes (kvattn_cuda.cu)
+bool ggml_ext_cuda_kvquant_involved(const ggml_tensor * op) {
+    if (ggml_ext_kvquant_attn_node_kind(op)) {
+        return true;  // the decode op's nodes (kvquant_attn_cuda.cu)
     }
     switch (op->op) {  // views of a NUQ cache: no kernel, upstream says yes
         case GGML_OP_NONE:
@@ -381,14 +380,14 @@ static bool nuq_off_host(const ggml_tensor * op) {
     return true;
 }
 
-bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op) {
+bool ggml_ext_cuda_kvquant_supports(int device, const ggml_tensor * op) {
     const ggml_tensor * s0 = op->src[0], * s1 = op->src[1];
     if (!nuq_off_host(op)) {
         return false;
     }
     switch (op->op) {
-        case GGML_OP_CUSTOM:  // the decode op's nodes (kvattn_cuda.cu)
-            return ggml_ext_cuda_kvattn_supports(device, op);
+        case GGML_OP_CUSTOM:  // the decode op's nodes (kvquant_attn_cuda.cu)
+            return ggml_ext_cuda_kvquant_attn_supports(device, op);
         case GGML_OP_SET_ROWS:  // f32 rows into a NUQ cache
             return is_nuq(op) && rows_of_blocks(op) && plain_rows(s0, GGML_TYPE_F32) && s0->ne[0] == op->ne[0] &&
                    (s1->type == GGML_TYPE_I64 || s1->type == GGML_TYPE_I32) && s1->ne[0] == s0->ne[1] &&
@@ -433,15 +432,15 @@ bool ggml_ext_cuda_kvq_supports(int device, const ggml_tensor * op) {
     }
 }
 
-bool ggml_ext_cuda_kvq_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if (!ggml_ext_cuda_kvq_involved(dst)) {
+bool ggml_ext_cuda_kvquant_forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    if (!ggml_ext_cuda_kvquant_involved(dst)) {
         return false;
     }
     cudaStream_t        stream = ctx.stream();
     const ggml_tensor * s0     = dst->src[0];
     switch (dst->op) {
         case GGML_OP_CUSTOM:
-            ggml_ext_cuda_kvattn_forward(ctx, dst);
+            ggml_ext_cuda_kvquant_attn_forward(ctx, dst);
             break;
         case GGML_OP_SET_ROWS:
             launch_quantize(s0, dst, dst->src[1], ctx.device, stream);

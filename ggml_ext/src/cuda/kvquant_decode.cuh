@@ -1,6 +1,6 @@
 // How the CUDA kernels of the KVQuant cache types (kvquant_cuda.cu) write and read one 64-value block: the
-// quantizer (ggml/kvquant_base.c's from_float: values with their own mid / half and one outlier slot, pre-RoPE keys
-// per channel with two) and the value reader (to_float: the block decoder of formats/kvquant/nuq_decode.h, the slots,
+// quantizer (backend/kvquant_base.c's from_float: values with their own mid / half and one outlier slot, pre-RoPE keys
+// per channel with two) and the value reader (to_float: the block decoder of formats/kvquant/kvquant_decode.h, the slots,
 // the sink rows; block-scaled keys, GGML_EXT_KV_KBLOCK: value blocks of the channel-normalised keys), __host__
 // __device__ and free of ggml-cuda, so tests/cuda/kvquant_cuda_check.cu runs these very
 // functions on the host against the CPU row functions. The arithmetic is IEEE round-to-nearest in both
@@ -191,7 +191,7 @@ KVQ_HD int64_t key_channel0(const kvq_args & a, const void * blk) {
     return ((const char *) blk - a.lo) / a.block_bytes % a.row_blocks * QK;
 }
 
-// one block of 64 values x into blk: ggml/kvquant_base.c's from_float for one block, bit for bit
+// one block of 64 values x into blk: backend/kvquant_base.c's from_float for one block, bit for bit
 KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     if (a.row_blocks > 0 && a.k_block) {
         // a block-scaled key (kvquant_base.c's key_block_scaled): the channels normalised by their calibrated
@@ -254,7 +254,7 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
-// The decode op's fast path (kvattn_cuda.cu's k_split) reads a head row a lane at a time: lane l of a warp owns the
+// The decode op's fast path (kvquant_attn_cuda.cu's k_split) reads a head row a lane at a time: lane l of a warp owns the
 // values d = l + 32 k of the row (k < n / 32: in block k / 2 the channels c = l and l + 32, the two halves of the
 // block's slot order), its channel scales loaded once (lane_scales; zeros for values) and the 2^B table anywhere
 // (values). lane_value is a block's value from its table value t, its trailer words and (keys) its channel's
@@ -284,7 +284,7 @@ KVQ_HD float lane_value(const kvq_args & a, float t, const uint16_t * w, int c, 
     return KVQ_ADD(KVQ_MUL(t, h2f(w[1])), h2f(w[0]));
 }
 
-// A block's value, in two parts (the decode op's kernels, kvattn_cuda.cu, read a row's blocks this way, and
+// A block's value, in two parts (the decode op's kernels, kvquant_attn_cuda.cu, read a row's blocks this way, and
 // dequantize_value below is the two for one value): the trailer words of the block, read once per block, then
 // block_value for value c of a block that is not in a sink row, ch0 its first channel (keys: key_channel0), values the
 // 2^B table (a.values or a copy of it). Values: (val * half_t + mid_t), the slot over it; per-channel keys: val *
@@ -301,7 +301,7 @@ KVQ_HD float block_value(const kvq_args & a, const float * values, int64_t ch0, 
     return lane_value(a, t, w, c, key ? a.k_mid[ch0 + c] : 0.0f, key ? a.k_half[ch0 + c] : 0.0f);
 }
 
-// value c of the block at blk: ggml/kvquant_base.c's to_float, bit for bit
+// value c of the block at blk: backend/kvquant_base.c's to_float, bit for bit
 KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     int64_t   off;
     const int s = sink_slot(a, blk, &off);

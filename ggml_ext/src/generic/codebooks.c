@@ -10,7 +10,7 @@
 
 _Static_assert(sizeof(ggml_ext_block_q8_K) == 292, "ggml's block_q8_K: fp32 d, 256 int8, 16 int16 sums");
 
-void ggml_ext_cb_quantize_row_q8_K(const float * x, void * vy, int64_t k) {
+void ggml_ext_codebooks_quantize_row_q8_K(const float * x, void * vy, int64_t k) {
     ggml_ext_block_q8_K * y = (ggml_ext_block_q8_K *) vy;
     for (int64_t b = 0; b < k / GGML_EXT_QK_CB; b++, x += GGML_EXT_QK_CB) {
         float amax = 0.0f;
@@ -37,26 +37,26 @@ void ggml_ext_cb_quantize_row_q8_K(const float * x, void * vy, int64_t k) {
 static int32_t block_dot(int bits, const uint8_t * w, const int8_t * a) {
     const ggml_ext_block_cb3 * y = (const ggml_ext_block_cb3 *) w;  // CB2's fields are CB3's first ones
     int32_t                    sum = 0;
-    for (int s = 0; s < GGML_EXT_CB_NGROUPS; s++) {
+    for (int s = 0; s < GGML_EXT_CODEBOOKS_NGROUPS; s++) {
         const int m = ((y->scales[s >> 1] >> (4 * (s & 1))) & 15) + 1;
         const int c = (y->cb[s >> 2] >> (2 * (s & 3))) & 3;
         int32_t   g = 0;
-        for (int j = 0; j < GGML_EXT_CB_GROUP; j++) {
+        for (int j = 0; j < GGML_EXT_CODEBOOKS_GROUP; j++) {
             int q = (y->qs[16 * (s >> 2) + j] >> (2 * (s & 3))) & 3;
             if (bits == 3) {
                 q |= ((y->hmask[16 * (s >> 3) + j] >> (s & 7)) & 1) << 2;
             }
             const int t = bits == 2 ? ggml_ext_cb2_tables[c][q] : ggml_ext_cb3_tables[c][q];
-            g += t * a[s * GGML_EXT_CB_GROUP + j];
+            g += t * a[s * GGML_EXT_CODEBOOKS_GROUP + j];
         }
         sum += m * g;
     }
     return sum;
 }
 
-static void mm(int bits, GGML_EXT_CB_MM_ARGS) {
+static void mm(int bits, GGML_EXT_CODEBOOKS_MM_ARGS) {
     const int     nb    = n / GGML_EXT_QK_CB;
-    const size_t  wbs   = ggml_ext_cb_block_size(bits);
+    const size_t  wbs   = ggml_ext_codebooks_block_size(bits);
     const uint8_t * wx  = (const uint8_t *) vx;
     const ggml_ext_block_q8_K * ay = (const ggml_ext_block_q8_K *) vy;
     for (int r = 0; r < nr; r++) {
@@ -74,12 +74,12 @@ static void mm(int bits, GGML_EXT_CB_MM_ARGS) {
     }
 }
 
-static void mm_cb2(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb2(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(2, n, s, bs, vx, vy, nr, nc);
 }
 
-static void mm_cb3(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb3(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(3, n, s, bs, vx, vy, nr, nc);
 }
 
-const struct ggml_ext_cb_impl ggml_ext_cb_impl_generic = { "generic", NULL, { mm_cb2, mm_cb3 } };
+const struct ggml_ext_codebooks_impl ggml_ext_codebooks_impl_generic = { "generic", NULL, { mm_cb2, mm_cb3 } };

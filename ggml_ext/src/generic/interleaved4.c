@@ -133,10 +133,10 @@ static void gemm_generic(const int8_t * kv, int N, int B, int AB, int n, float *
 
 // One GEMV and one GEMM per (values, layout): the bodies above with their constants bound.
 #define KERNELS(values, KV, N, B, AB)                                      \
-    static void gemv_##values##_##N##x##B##_generic(GGML_EXT_I4_MM_ARGS) { \
+    static void gemv_##values##_##N##x##B##_generic(GGML_EXT_INTERLEAVED4_MM_ARGS) { \
         gemv_generic(KV, N, B, n, s, bs, vx, vy, nr, nc);                 \
     }                                                                     \
-    static void gemm_##values##_##N##x##B##_generic(GGML_EXT_I4_MM_ARGS) { \
+    static void gemm_##values##_##N##x##B##_generic(GGML_EXT_INTERLEAVED4_MM_ARGS) { \
         gemm_generic(KV, N, B, AB, n, s, bs, vx, vy, nr, nc);             \
     }
 KERNELS(q4_0, NULL, 4, 4, 4)
@@ -146,11 +146,11 @@ KERNELS(iq4_nl, ggml_ext_kvalues_iq4nl, 4, 4, 4)
 KERNELS(iq4_nl, ggml_ext_kvalues_iq4nl, 4, 8, 8)
 KERNELS(iq4_nl, ggml_ext_kvalues_iq4nl, 8, 8, 8)
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_generic = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_generic = {
     .name                  = "generic",
     .quantize_row_q8_0     = quantize_row_q8_0_generic,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_generic,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_generic,
-    .gemv                  = GGML_EXT_I4_TABLE(gemv, generic),
-    .gemm                  = GGML_EXT_I4_TABLE(gemm, generic),
+    .gemv                  = GGML_EXT_INTERLEAVED4_TABLE(gemv, generic),
+    .gemm                  = GGML_EXT_INTERLEAVED4_TABLE(gemm, generic),
 };

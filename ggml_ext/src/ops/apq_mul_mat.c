@@ -9,13 +9,13 @@
 
 enum { P_SEED = 0, P_PARENT = 1, P_BITS = 2 };
 
-int ggml_ext_apq_parent_bits(int type) {
+int ggml_ext_anyprec_parent_bits(int type) {
     const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
     return t && t->family == GGML_EXT_FAMILY_ANYPREC ? t->layout : 0;
 }
 
-int ggml_ext_apq_seed_bits(const struct ggml_tensor * w, const struct ggml_tensor * tables) {
-    const int P = w ? ggml_ext_apq_parent_bits((int) w->type) : 0;
+int ggml_ext_anyprec_seed_bits(const struct ggml_tensor * w, const struct ggml_tensor * tables) {
+    const int P = w ? ggml_ext_anyprec_parent_bits((int) w->type) : 0;
     if (P == 0 || !tables || tables->type != GGML_TYPE_F16 || ggml_nrows(tables) != 1 || w->ne[1] <= 0) {
         return -1;
     }
@@ -35,7 +35,7 @@ const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * dst) {
     if (!w || !x || !tables) {
         return "apq_mul_mat: needs w, x and tables";
     }
-    const int P = ggml_ext_apq_parent_bits((int) w->type);
+    const int P = ggml_ext_anyprec_parent_bits((int) w->type);
     if (P == 0) {
         return "apq_mul_mat: w is not an any-precision (APQ) tensor";
     }
@@ -45,7 +45,7 @@ const char * ggml_ext_apq_mul_mat_check(const struct ggml_tensor * dst) {
     if (w->ne[2] != 1 || w->ne[3] != 1 || !ggml_is_contiguous(w) || w->ne[0] % 32 != 0) {
         return "apq_mul_mat: w is one contiguous matrix with rows of a multiple of 32 weights";
     }
-    const int S = ggml_ext_apq_seed_bits(w, tables);
+    const int S = ggml_ext_anyprec_seed_bits(w, tables);
     if (S < 0 || !ggml_is_contiguous(tables)) {
         return "apq_mul_mat: tables is F16 [N (2^(P+1) - 2^S)] for w of N rows";
     }
@@ -76,8 +76,8 @@ struct ggml_tensor * ggml_ext_apq_mul_mat(struct ggml_context * ctx, struct ggml
     result->src[1]              = x;
     result->src[2]              = tables;
     int32_t * p                 = (int32_t *) result->op_params;
-    p[P_SEED]                   = ggml_ext_apq_seed_bits(w, tables);
-    p[P_PARENT]                 = ggml_ext_apq_parent_bits((int) w->type);
+    p[P_SEED]                   = ggml_ext_anyprec_seed_bits(w, tables);
+    p[P_PARENT]                 = ggml_ext_anyprec_parent_bits((int) w->type);
     p[P_BITS]                   = bits;
     const char * err            = ggml_ext_apq_mul_mat_check(result);
     if (err) {

@@ -7,7 +7,7 @@
 //     scalar, formats/anyprec/dispatch.c) once per activation row: it reads the first b planes of the
 //     thread's rows and precision b's tables, nothing else;
 //   - more (prompt processing, perplexity): blocks of ROW_BLOCK rows are dequantized once to F32 in the
-//     thread's part of the work buffer (ggml_ext_apq_dequantize: the same b planes and table entries)
+//     thread's part of the work buffer (ggml_ext_anyprec_dequantize: the same b planes and table entries)
 //     and dotted with every activation row (ggml's own ggml_vec_dot_f32), so the bit-transpose is paid
 //     once per block instead of once per token.
 // Both compute the same values W_b[r][j] = T_b[r][code_b(r, j)]; they differ only in summation order.
@@ -58,7 +58,7 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
             const int64_t i1 = t % ne1, i2 = (t / ne1) % ne2, i3 = t / (ne1 * ne2);
             const float * xr = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
             float * dr = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
-            if (ggml_ext_apq_gemv(planes, tab, r0, r1 - r0, N, K, S, b, xr, dr + r0) != 0) {
+            if (ggml_ext_anyprec_gemv(planes, tab, r0, r1 - r0, N, K, S, b, xr, dr + r0) != 0) {
                 GGML_ABORT("apq_mul_mat: the GEMV refused %s (K %lld, S %d, b %d)", w->name, (long long) K, S, b);
             }
         }
@@ -69,7 +69,7 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
                             (size_t) params->ith * ((size_t) ROW_BLOCK * (size_t) K * sizeof(float) + PAD_BYTES));
     for (int64_t rb = r0; rb < r1; rb += ROW_BLOCK) {
         const int64_t nr = r1 - rb < ROW_BLOCK ? r1 - rb : ROW_BLOCK;
-        if (ggml_ext_apq_dequantize(planes, tab, rb, nr, N, K, S, P, b, wf) != 0) {
+        if (ggml_ext_anyprec_dequantize(planes, tab, rb, nr, N, K, S, P, b, wf) != 0) {
             GGML_ABORT("apq_mul_mat: could not dequantize %s (K %lld, S %d, b %d)", w->name, (long long) K, S, b);
         }
         for (int64_t t = 0; t < T; t++) {

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 
-int ggml_ext_dec_bucket(float v, float b0, float b15) {
+int ggml_ext_qdec_bucket(float v, float b0, float b15) {
     if (!(v > 0.0f)) {
         return 31;  // 0, negative zero and NaN
     }
@@ -67,7 +67,7 @@ static int64_t exact_chunk(const float * x, int64_t L, int64_t k, int64_t base, 
 static int64_t approx_chunk(const float * x, int64_t L, int64_t k, int64_t base, float b0, float b15, int32_t * sel) {
     int64_t count[32] = { 0 };
     for (int64_t j = 0; j < L; j++) {
-        count[ggml_ext_dec_bucket(fabsf(x[j]), b0, b15)]++;
+        count[ggml_ext_qdec_bucket(fabsf(x[j]), b0, b15)]++;
     }
     int     last = 0;
     int64_t before = 0;  // channels in buckets above `last`
@@ -76,7 +76,7 @@ static int64_t approx_chunk(const float * x, int64_t L, int64_t k, int64_t base,
     }
     int64_t take = k - before, n = 0;  // from bucket `last`
     for (int64_t j = 0; j < L; j++) {
-        const int b = ggml_ext_dec_bucket(fabsf(x[j]), b0, b15);
+        const int b = ggml_ext_qdec_bucket(fabsf(x[j]), b0, b15);
         if (b < last || (b == last && take-- > 0)) {
             sel[n++] = (int32_t) (base + j);
         }
@@ -84,16 +84,16 @@ static int64_t approx_chunk(const float * x, int64_t L, int64_t k, int64_t base,
     return n;
 }
 
-int64_t ggml_ext_dec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_dec_mode mode, float b0, float b15,
-                            int32_t * sel) {
+int64_t ggml_ext_qdec_select(const float * x, int64_t K, int k_chunk, enum ggml_ext_qdec_mode mode, float b0, float b15,
+                             int32_t * sel) {
     int64_t n = 0;
     if (k_chunk <= 0) {
         return 0;
     }
-    for (int64_t c = 0; c < K; c += GGML_EXT_DEC_CHUNK) {
-        const int64_t L = K - c < GGML_EXT_DEC_CHUNK ? K - c : GGML_EXT_DEC_CHUNK;
+    for (int64_t c = 0; c < K; c += GGML_EXT_QDEC_CHUNK) {
+        const int64_t L = K - c < GGML_EXT_QDEC_CHUNK ? K - c : GGML_EXT_QDEC_CHUNK;
         const int64_t k = k_chunk < L ? k_chunk : L;
-        n += mode == GGML_EXT_DEC_EXACT ? exact_chunk(x + c, L, k, c, sel + n)
+        n += mode == GGML_EXT_QDEC_EXACT ? exact_chunk(x + c, L, k, c, sel + n)
                                         : approx_chunk(x + c, L, k, c, b0, b15, sel + n);
     }
     return n;
@@ -133,10 +133,10 @@ const char * ggml_ext_dec_mul_mat_check(const struct ggml_tensor * dst) {
     float           b0, b15;
     memcpy(&b0, p + 2, sizeof(float));
     memcpy(&b15, p + 3, sizeof(float));
-    if (p[0] < 0 || (p[1] != GGML_EXT_DEC_APPROX && p[1] != GGML_EXT_DEC_EXACT) || p[4] < 0) {
+    if (p[0] < 0 || (p[1] != GGML_EXT_QDEC_APPROX && p[1] != GGML_EXT_QDEC_EXACT) || p[4] < 0) {
         return "dec_mul_mat: k_chunk >= 0, mode approximate or exact, n_tb >= 0";
     }
-    if (p[1] == GGML_EXT_DEC_APPROX && !(b15 > 0.0f && b0 >= b15 && isfinite(b0))) {
+    if (p[1] == GGML_EXT_QDEC_APPROX && !(b15 > 0.0f && b0 >= b15 && isfinite(b0))) {
         return "dec_mul_mat: the approximate top-k needs finite 0 < b15 <= b0";
     }
     return NULL;
@@ -144,7 +144,7 @@ const char * ggml_ext_dec_mul_mat_check(const struct ggml_tensor * dst) {
 
 struct ggml_tensor * ggml_ext_dec_mul_mat(struct ggml_context * ctx, struct ggml_tensor * y, struct ggml_tensor * x,
                                           struct ggml_tensor * r, struct ggml_tensor * scales, int k_chunk,
-                                          enum ggml_ext_dec_mode mode, float b0, float b15) {
+                                          enum ggml_ext_qdec_mode mode, float b0, float b15) {
     struct ggml_tensor * result = ggml_new_tensor(ctx, GGML_TYPE_F32, GGML_MAX_DIMS, y->ne);
     result->op                  = GGML_OP_DEC_MUL_MAT;
     result->src[0]              = y;

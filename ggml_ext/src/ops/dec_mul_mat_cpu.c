@@ -1,6 +1,6 @@
 // GGML_OP_DEC_MUL_MAT on the CPU: the scalar reference the CUDA kernel will be compared with.
 //
-// Per row of x: the channels sel(x) (ggml_ext_dec_select, ascending), then for every output m
+// Per row of x: the channels sel(x) (ggml_ext_qdec_select, ascending), then for every output m
 //   dst[m] = y[m] + scales[m] * sum_{j in sel} q[j][m] * x[j]
 // summed in float in ascending j, so each output is the same whatever the thread count. Threads split
 // the outputs (rows times M) into equal contiguous ranges like COL_SIDECAR; a thread recomputes the
@@ -26,7 +26,7 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
     memcpy(&b0, p + 2, sizeof(float));
     memcpy(&b15, p + 3, sizeof(float));
     const int                   k_chunk = p[0];
-    const enum ggml_ext_dec_mode mode   = (enum ggml_ext_dec_mode) p[1];
+    const enum ggml_ext_qdec_mode mode   = (enum ggml_ext_qdec_mode) p[1];
 
     const int64_t   K = x->ne[0];
     const uint8_t * rq = (const uint8_t *) r->data;
@@ -37,7 +37,7 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
     struct ggml_ext_row_split split = ggml_ext_row_split(params->ith, params->nth, y, x, dst);
     struct ggml_ext_row_piece pc;
     while (ggml_ext_row_split_next(&split, &pc)) {
-        const int64_t ns = ggml_ext_dec_select(pc.x, K, k_chunk, mode, b0, b15, sel);
+        const int64_t ns = ggml_ext_qdec_select(pc.x, K, k_chunk, mode, b0, b15, sel);
         for (int64_t m = pc.m0; m < pc.m1; m++) {
             float acc = 0.0f;
             for (int64_t t = 0; t < ns; t++) {

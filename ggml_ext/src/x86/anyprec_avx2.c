@@ -12,9 +12,9 @@
 #    include <immintrin.h>
 #    include <string.h>
 
-int ggml_ext_apq_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    if (!ggml_ext_apq_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
         return -1;
     }
     const int64_t row_bytes   = n_per_row / 8;
@@ -22,13 +22,13 @@ int ggml_ext_apq_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * table
     const __m256i spread = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,   // lane 0: bytes 0, 1
                                             2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);  // lane 1: bytes 2, 3
     const __m256i bitsel = _mm256_set1_epi64x((long long) 0x8040201008040201ull);
-    __m256i       weight[GGML_EXT_APQ_MAX_BITS];
+    __m256i       weight[GGML_EXT_ANYPREC_MAX_BITS];
     for (int k = 0; k < bits; k++) {
         weight[k] = _mm256_set1_epi8((char) (1 << (bits - 1 - k)));
     }
     float lut[256];
     for (int64_t r = 0; r < nr; r++) {
-        const ggml_ext_fp16_t * t = tables + ggml_ext_apq_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        const ggml_ext_fp16_t * t = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
         if (bits >= 3) {
             for (int c = 0; c < (1 << bits); c += 8) {
                 _mm256_storeu_ps(lut + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *) (t + c))));

@@ -172,7 +172,7 @@ GGML_EXT_INLINE void mm_rows(const int bits, const int RN, const int ABS, const 
     }
 }
 
-GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
+GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CODEBOOKS_MM_ARGS) {
     struct tabs t;
     build_tabs(bits, &t);
     const ggml_ext_block_q8_K * ay = (const ggml_ext_block_q8_K *) vy;
@@ -211,14 +211,14 @@ GGML_EXT_INLINE void mm(const int bits, GGML_EXT_CB_MM_ARGS) {
     }
 }
 
-static void mm_cb2(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb2(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(2, n, s, bs, vx, vy, nr, nc);
 }
 
-static void mm_cb3(GGML_EXT_CB_MM_ARGS) {
+static void mm_cb3(GGML_EXT_CODEBOOKS_MM_ARGS) {
     mm(3, n, s, bs, vx, vy, nr, nc);
 }
 
-const struct ggml_ext_cb_impl ggml_ext_cb_impl_avx2 = { "avx2", NULL, { mm_cb2, mm_cb3 } };
+const struct ggml_ext_codebooks_impl ggml_ext_codebooks_impl_avx2 = { "avx2", NULL, { mm_cb2, mm_cb3 } };
 
 #endif

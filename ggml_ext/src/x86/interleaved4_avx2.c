@@ -17,8 +17,8 @@
 
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_i4_act_sums    act_sums;
-typedef ggml_ext_i4_act_sums_x4 act_sums_x4;
+typedef ggml_ext_interleaved4_act_sums    act_sums;
+typedef ggml_ext_interleaved4_act_sums_x4 act_sums_x4;
 
 // ---------------------------------------------------------------- activations
 
@@ -176,9 +176,9 @@ INLINE void gemv_group_b8(int fam, int H, const act_sums * t, const ggml_ext_blo
     __m256       acc[2] = { _mm256_setzero_ps(), _mm256_setzero_ps() };
     for (int b = 0; b < kn; b++, w += blk) {
         const int8_t * q    = a[b].qs;
-        const __m256i  A[4] = { ggml_ext_i4_bcast64(q), ggml_ext_i4_bcast64(q + 8), ggml_ext_i4_bcast64(q + 16),
-                                ggml_ext_i4_bcast64(q + 24) };
-        const __m256i  corr = ggml_ext_i4_bcast64(t[b].pair);
+        const __m256i  A[4] = { ggml_ext_interleaved4_bcast64(q), ggml_ext_interleaved4_bcast64(q + 8), ggml_ext_interleaved4_bcast64(q + 16),
+                                ggml_ext_interleaved4_bcast64(q + 24) };
+        const __m256i  corr = ggml_ext_interleaved4_bcast64(t[b].pair);
         const __m256   sc   = _mm256_mul_ps(load_scales(w, H), _mm256_set1_ps(t[b].d));
         GGML_EXT_UNROLL
         for (int h = 0; h < H; h++) {
@@ -208,9 +208,9 @@ INLINE void gemm_tile_b8(int fam, int H, const act_sums_x4 * t, const ggml_ext_b
             const int8_t * q  = a[b].qs;  // chunk c of row r at q + 8 (4c + r)
             GGML_EXT_UNROLL
             for (int r = 0; r < 4; r++) {
-                const __m256i A[4] = { ggml_ext_i4_bcast64(q + 8 * r), ggml_ext_i4_bcast64(q + 8 * (4 + r)),
-                                       ggml_ext_i4_bcast64(q + 8 * (8 + r)), ggml_ext_i4_bcast64(q + 8 * (12 + r)) };
-                const __m256i p    = add_corr(fam, dot_half_b8(fam, &wh, A), ggml_ext_i4_bcast64(t[b].pair[r]));
+                const __m256i A[4] = { ggml_ext_interleaved4_bcast64(q + 8 * r), ggml_ext_interleaved4_bcast64(q + 8 * (4 + r)),
+                                       ggml_ext_interleaved4_bcast64(q + 8 * (8 + r)), ggml_ext_interleaved4_bcast64(q + 8 * (12 + r)) };
+                const __m256i p    = add_corr(fam, dot_half_b8(fam, &wh, A), ggml_ext_interleaved4_bcast64(t[b].pair[r]));
                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(sp, _mm256_set1_ps(t[b].d[r])), acc[r]);
             }
         }
@@ -291,22 +291,22 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 // ---------------------------------------------------------------- entry points
 
 // The values' flag, then for B = 8 the column halves H = N / 4.
-GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
-GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
-GGML_EXT_I4_X86_ENTRIES(avx2, q4_0, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
-GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
-GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
-GGML_EXT_I4_X86_ENTRIES(avx2, iq4_nl, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, q4_0, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, q4_0, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 0, 2)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, iq4_nl, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, iq4_nl, 4, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx2, iq4_nl, 8, 8, 8, gemv_group_b8, gemm_tile_b8, 1, 2)
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx2 = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_avx2 = {
     .name                  = "avx2",
     .quantize_row_q8_0     = quantize_row_q8_0_avx2,
     .quantize_mat_q8_0_4x4 = quantize_mat_q8_0_4x4_avx2,
     .quantize_mat_q8_0_4x8 = quantize_mat_q8_0_4x8_avx2,
-    .gemv                  = GGML_EXT_I4_TABLE(gemv, avx2),
-    .gemm                  = GGML_EXT_I4_TABLE(gemm, avx2),
+    .gemv                  = GGML_EXT_INTERLEAVED4_TABLE(gemv, avx2),
+    .gemm                  = GGML_EXT_INTERLEAVED4_TABLE(gemm, avx2),
 };
 
 #else
-typedef int ggml_ext_i4_x86_avx2_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_interleaved4_x86_avx2_not_compiled;  // ISO C: no empty translation unit
 #endif

@@ -15,8 +15,8 @@
 
 #    define INLINE GGML_EXT_INLINE
 
-typedef ggml_ext_i4_act_sums    act_sums;
-typedef ggml_ext_i4_act_sums_x4 act_sums_x4;
+typedef ggml_ext_interleaved4_act_sums    act_sums;
+typedef ggml_ext_interleaved4_act_sums_x4 act_sums_x4;
 
 // 64 stored bytes -> unsigned weights for vpdpbusd. fam 0 (Q4_0): the original nibbles
 // (0..15), (x ^ 0x88) & 0x0f in one ternlog. fam 1 (IQ4_NL): kvalues[nibble] + 128.
@@ -243,22 +243,22 @@ INLINE void gemm_tile_4x4_f(int fam, const act_sums_x4 * t, const ggml_ext_block
 
 // The values' flag V, then the correction multiplier of the tables (Q4_0 8, IQ4_NL 128: vpdpbusd
 // needs unsigned weights, see x86/interleaved4_x86.h).
-GGML_EXT_I4_X86_ENTRIES(avx512, q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
-GGML_EXT_I4_X86_ENTRIES(avx512, q4_0, 4, 8, 8, gemv_group_4x8_f, gemm_tile_4x8_f, 0)
-GGML_EXT_I4_X86_ENTRIES(avx512, q4_0, 8, 8, 8, gemv_group_8x8_f, gemm_tile_8x8_f, 0)
-GGML_EXT_I4_X86_ENTRIES(avx512, iq4_nl, 4, 4, 128, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
-GGML_EXT_I4_X86_ENTRIES(avx512, iq4_nl, 4, 8, 128, gemv_group_4x8_f, gemm_tile_4x8_f, 1)
-GGML_EXT_I4_X86_ENTRIES(avx512, iq4_nl, 8, 8, 128, gemv_group_8x8_f, gemm_tile_8x8_f, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, q4_0, 4, 4, 8, gemv_group_4x4_f, gemm_tile_4x4_f, 0)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, q4_0, 4, 8, 8, gemv_group_4x8_f, gemm_tile_4x8_f, 0)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, q4_0, 8, 8, 8, gemv_group_8x8_f, gemm_tile_8x8_f, 0)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, iq4_nl, 4, 4, 128, gemv_group_4x4_f, gemm_tile_4x4_f, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, iq4_nl, 4, 8, 128, gemv_group_4x8_f, gemm_tile_4x8_f, 1)
+GGML_EXT_INTERLEAVED4_X86_ENTRIES(avx512, iq4_nl, 8, 8, 128, gemv_group_8x8_f, gemm_tile_8x8_f, 1)
 
-const struct ggml_ext_i4_impl ggml_ext_i4_impl_avx512vnni = {
+const struct ggml_ext_interleaved4_impl ggml_ext_interleaved4_impl_avx512vnni = {
     .name                  = "avx512-vnni",
     .quantize_row_q8_0     = NULL,  // the AVX2 quantizers are as fast (memory bound)
     .quantize_mat_q8_0_4x4 = NULL,
     .quantize_mat_q8_0_4x8 = NULL,
-    .gemv                  = GGML_EXT_I4_TABLE(gemv, avx512),
-    .gemm                  = GGML_EXT_I4_TABLE(gemm, avx512),
+    .gemv                  = GGML_EXT_INTERLEAVED4_TABLE(gemv, avx512),
+    .gemm                  = GGML_EXT_INTERLEAVED4_TABLE(gemm, avx512),
 };
 
 #else
-typedef int ggml_ext_i4_x86_avx512_not_compiled;  // ISO C: no empty translation unit
+typedef int ggml_ext_interleaved4_x86_avx512_not_compiled;  // ISO C: no empty translation unit
 #endif

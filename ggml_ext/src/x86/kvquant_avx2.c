@@ -69,7 +69,7 @@ INLINE void nibbles8(const uint8_t * p, __m256i * lo, __m256i * hi) {
     *hi             = _mm256_srli_epi32(b, 4);
 }
 
-static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
+static int k_scores(const struct ggml_ext_kvquant_layer * L, int h0, int nh, const float * q, int n_q, const void * k_rows,
                     size_t stride, const int32_t * pos, int n_tokens, float * scores) {
     const int hd = L->head_dim, h2 = hd / 2, nqh = nh * n_q;
     if (L->bits != 4 || hd % 16) {
@@ -79,10 +79,10 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const f
     if (!co) {
         return 0;
     }
-    float        cs[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
-    float        cd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQ_MAX_HEAD_DIM / 2];
+    float        cs[GGML_EXT_KVQUANT_MAX_HEAD_DIM / 2], sn[GGML_EXT_KVQUANT_MAX_HEAD_DIM / 2];
+    float        cd[GGML_EXT_KVQUANT_MAX_HEAD_DIM / 2], sd[GGML_EXT_KVQUANT_MAX_HEAD_DIM / 2];
     const __m256 tlo = _mm256_loadu_ps(L->k_values), thi = _mm256_loadu_ps(L->k_values + 8);
-    ggml_ext_kvq_k_coefficients(L, q, h0, nqh, n_q, co, cd, sd);
+    ggml_ext_kvquant_k_coefficients(L, q, h0, nqh, n_q, co, cd, sd);
     for (int t = 0; t < n_tokens; t++) {
         const uint8_t * row = (const uint8_t *) k_rows + (size_t) t * stride;
         // the (cos, sin) of every pair at this position: afresh every 16 tokens and after a jump, else one
@@ -130,15 +130,15 @@ static int k_scores(const struct ggml_ext_kvq_layer * L, int h0, int nh, const f
                     scores[(size_t) (h * n_q + g0 + g) * n_tokens + t] = hsum(acc[g]);
                 }
             }
-            ggml_ext_kvq_k_row_sparse(L, h0 + h, row, cs, sn, q + (size_t) h * n_q * hd, n_q,
-                                      scores + (size_t) h * n_q * n_tokens + t, (size_t) n_tokens);
+            ggml_ext_kvquant_k_row_sparse(L, h0 + h, row, cs, sn, q + (size_t) h * n_q * hd, n_q,
+                                          scores + (size_t) h * n_q * n_tokens + t, (size_t) n_tokens);
         }
     }
     free(co);
     return 1;
 }
 
-static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, const float * w, int n_q,
+static int v_accumulate(const struct ggml_ext_kvquant_layer * L, int h0, int nh, const float * w, int n_q,
                         const void * v_rows, size_t stride, int n_tokens, float * out) {
     const int hd = L->head_dim, h2 = hd / 2, nqh = nh * n_q;
     if (L->bits != 4 || hd % 16) {
@@ -155,7 +155,7 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, con
     for (int t = 0; t < n_tokens; t++) {
         const uint8_t * row = (const uint8_t *) v_rows + (size_t) t * stride;
         float           mid, half;
-        ggml_ext_kvq_v_scale(L, row, &mid, &half);
+        ggml_ext_kvquant_v_scale(L, row, &mid, &half);
         for (int h = 0; h < nh; h++) {
             const uint8_t * blk = row + (h0 + h) * L->head_bytes;
             for (int g0 = 0; g0 < n_q; g0 += MAXG) {
@@ -179,8 +179,8 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, con
                     }
                 }
             }
-            ggml_ext_kvq_v_row_sparse(L, h0 + h, row, mid, half, w + (size_t) h * n_q * n_tokens + t, n_q,
-                                      (size_t) n_tokens, out + (size_t) h * n_q * hd);
+            ggml_ext_kvquant_v_row_sparse(L, h0 + h, row, mid, half, w + (size_t) h * n_q * n_tokens + t, n_q,
+                                          (size_t) n_tokens, out + (size_t) h * n_q * hd);
         }
     }
     for (int i = 0; i < nqh; i++) {
@@ -192,6 +192,6 @@ static int v_accumulate(const struct ggml_ext_kvq_layer * L, int h0, int nh, con
     return 1;
 }
 
-const struct ggml_ext_kvq_impl ggml_ext_kvq_impl_avx2 = { "avx2", k_scores, v_accumulate };
+const struct ggml_ext_kvquant_impl ggml_ext_kvquant_impl_avx2 = { "avx2", k_scores, v_accumulate };
 
 #endif  // GGML_EXT_HAVE_AVX2

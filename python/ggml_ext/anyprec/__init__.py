@@ -39,12 +39,12 @@ __all__ = ["AnyPrecError", "QK", "SEED_BITS", "PARENT_BITS", "REFINE", "quantize
 QK = 32            # n_per_row must be a multiple of this (whole 32-bit words per plane row)
 SEED_BITS = 3
 PARENT_BITS = 8
-#: precisions above the seed refined jointly with it (GGML_EXT_APQ_REFINE; 0: the paper's greedy upscaling)
+#: precisions above the seed refined jointly with it (GGML_EXT_ANYPREC_REFINE; 0: the paper's greedy upscaling)
 REFINE = 2
 #: extra starts of the refinement: also from the optimal partition at seed+1 .. seed+STARTS bits
-#: (GGML_EXT_APQ_STARTS); the start with the lowest joint objective wins
+#: (GGML_EXT_ANYPREC_STARTS); the start with the lowest joint objective wins
 STARTS = 0
-#: precision seed+i weighs GAIN**i in the refinement's joint objective (GGML_EXT_APQ_GAIN; 1: plain sum)
+#: precision seed+i weighs GAIN**i in the refinement's joint objective (GGML_EXT_ANYPREC_GAIN; 1: plain sum)
 GAIN = 1.0
 
 
@@ -58,16 +58,16 @@ def _lib() -> ctypes.CDLL:
     lib = quants.library()
     P, I64, I = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     sigs = {
-        "ggml_ext_apq_quantize": ([P, P, I64, I64, I, I, P, P], I),
-        "ggml_ext_apq_quantize_refined": ([P, P, I64, I64, I, I, I, P, P], I),
-        "ggml_ext_apq_quantize_ex": ([P, P, I64, I64, I, I, I, I, ctypes.c_double, P, P], I),
-        "ggml_ext_apq_row_table_len": ([I, I], I64),
-        "ggml_ext_apq_planes_size": ([I, I64, I64], ctypes.c_size_t),
-        "ggml_ext_apq_pack": ([P, I64, I64, I64, I64, I, P], I),
-        "ggml_ext_apq_table_offset": ([I64, I, I], I64),
-        "ggml_ext_apq_pack_tables": ([P, I64, I64, I64, I, I, P], I),
-        "ggml_ext_apq_dequantize": ([P, P, I64, I64, I64, I64, I, I, I, P], I),
-        "ggml_ext_apq_gemv_ref": ([P, P, I64, I64, I64, I64, I, I, P, P], I),
+        "ggml_ext_anyprec_quantize": ([P, P, I64, I64, I, I, P, P], I),
+        "ggml_ext_anyprec_quantize_refined": ([P, P, I64, I64, I, I, I, P, P], I),
+        "ggml_ext_anyprec_quantize_ex": ([P, P, I64, I64, I, I, I, I, ctypes.c_double, P, P], I),
+        "ggml_ext_anyprec_row_table_len": ([I, I], I64),
+        "ggml_ext_anyprec_planes_size": ([I, I64, I64], ctypes.c_size_t),
+        "ggml_ext_anyprec_pack": ([P, I64, I64, I64, I64, I, P], I),
+        "ggml_ext_anyprec_table_offset": ([I64, I, I], I64),
+        "ggml_ext_anyprec_pack_tables": ([P, I64, I64, I64, I, I, P], I),
+        "ggml_ext_anyprec_dequantize": ([P, P, I64, I64, I64, I64, I, I, I, P], I),
+        "ggml_ext_anyprec_gemv_ref": ([P, P, I64, I64, I64, I64, I, I, P, P], I),
     }
     for name, (args, res) in sigs.items():
         f = getattr(lib, name)
@@ -148,7 +148,7 @@ def quantize(x: np.ndarray, w: np.ndarray | None = None, seed: int = SEED_BITS, 
     def run(lo: int, hi: int) -> None:
         if hi <= lo:
             return
-        rc = lib.ggml_ext_apq_quantize_ex(_ptr(x[lo:]), None if w is None else _ptr(w[lo:]), hi - lo, k, seed,
+        rc = lib.ggml_ext_anyprec_quantize_ex(_ptr(x[lo:]), None if w is None else _ptr(w[lo:]), hi - lo, k, seed,
                                           parent, int(refine), int(starts), float(gain), _ptr(codes[lo:]),
                                           _ptr(tables[lo:]))
         if rc != 0:
@@ -201,7 +201,7 @@ def pack(codes: np.ndarray, parent: int = PARENT_BITS, name: str = "rows") -> np
     n, k = codes.shape
     _check_row(k, name)
     planes = np.empty((parent, n, k // 8), dtype=np.uint8)
-    if _lib().ggml_ext_apq_pack(_ptr(codes), 0, n, n, k, parent, _ptr(planes)) != 0:
+    if _lib().ggml_ext_anyprec_pack(_ptr(codes), 0, n, n, k, parent, _ptr(planes)) != 0:
         raise AnyPrecError(f"{name}: cannot pack {parent}-bit codes")
     return planes
 
@@ -216,7 +216,7 @@ def pack_tables(tables: np.ndarray, seed: int = SEED_BITS, parent: int = PARENT_
     tables = np.ascontiguousarray(tables, dtype=np.float32)
     n = tables.shape[0]
     out = np.empty(n * row_table_len(seed, parent), dtype=np.uint16)
-    if _lib().ggml_ext_apq_pack_tables(_ptr(tables), 0, n, n, seed, parent, _ptr(out)) != 0:
+    if _lib().ggml_ext_anyprec_pack_tables(_ptr(tables), 0, n, n, seed, parent, _ptr(out)) != 0:
         raise AnyPrecError("cannot pack the tables")
     return out
 
@@ -238,7 +238,7 @@ def dequantize(planes: np.ndarray, tables16: np.ndarray, n_per_row: int, bits: i
     planes = np.ascontiguousarray(planes)
     tables16 = np.ascontiguousarray(tables16, dtype=np.uint16)
     y = np.empty((n, n_per_row), dtype=np.float32)
-    if _lib().ggml_ext_apq_dequantize(_ptr(planes), _ptr(tables16), 0, n, n, n_per_row, seed, held, bits, _ptr(y)) != 0:
+    if _lib().ggml_ext_anyprec_dequantize(_ptr(planes), _ptr(tables16), 0, n, n, n_per_row, seed, held, bits, _ptr(y)) != 0:
         raise AnyPrecError("cannot dequantize")
     return y
 
@@ -253,7 +253,7 @@ def gemv_ref(planes: np.ndarray, tables16: np.ndarray, x: np.ndarray, bits: int,
     planes = np.ascontiguousarray(planes)
     tables16 = np.ascontiguousarray(tables16, dtype=np.uint16)
     y = np.empty(n, dtype=np.float32)
-    if _lib().ggml_ext_apq_gemv_ref(_ptr(planes), _ptr(tables16), 0, n, n, x.shape[0], seed, bits, _ptr(x), _ptr(y)) != 0:
+    if _lib().ggml_ext_anyprec_gemv_ref(_ptr(planes), _ptr(tables16), 0, n, n, x.shape[0], seed, bits, _ptr(x), _ptr(y)) != 0:
         raise AnyPrecError("gemv refused its arguments")
     return y
 

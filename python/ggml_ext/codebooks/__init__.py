@@ -58,30 +58,30 @@ def _bits(bits: int) -> int:
 def _lib() -> ctypes.CDLL:
     from .. import quants
     lib = quants.library()
-    lib.ggml_ext_cb_tables_version.argtypes = []
-    lib.ggml_ext_cb_tables_version.restype = ctypes.c_int
-    lib.ggml_ext_cb_tables.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
-    lib.ggml_ext_cb_tables.restype = ctypes.c_int
-    lib.ggml_ext_cb_block_size.argtypes = [ctypes.c_int]
-    lib.ggml_ext_cb_block_size.restype = ctypes.c_size_t
-    lib.ggml_ext_cb_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+    lib.ggml_ext_codebooks_tables_version.argtypes = []
+    lib.ggml_ext_codebooks_tables_version.restype = ctypes.c_int
+    lib.ggml_ext_codebooks_tables.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+    lib.ggml_ext_codebooks_tables.restype = ctypes.c_int
+    lib.ggml_ext_codebooks_block_size.argtypes = [ctypes.c_int]
+    lib.ggml_ext_codebooks_block_size.restype = ctypes.c_size_t
+    lib.ggml_ext_codebooks_quantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                          ctypes.c_int64, ctypes.c_void_p]
-    lib.ggml_ext_cb_quantize.restype = ctypes.c_size_t
-    lib.ggml_ext_cb_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-    lib.ggml_ext_cb_dequantize.restype = ctypes.c_int
+    lib.ggml_ext_codebooks_quantize.restype = ctypes.c_size_t
+    lib.ggml_ext_codebooks_dequantize.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    lib.ggml_ext_codebooks_dequantize.restype = ctypes.c_int
     return lib
 
 
 def tables_version() -> int:
     """The version of the library's built-in tables."""
-    return int(_lib().ggml_ext_cb_tables_version())
+    return int(_lib().ggml_ext_codebooks_tables_version())
 
 
 def tables(bits: int) -> np.ndarray:
     """The library's built-in tables: int8, shape (4 codebooks, 4 or 8 entries)."""
     n_e = 4 if _bits(bits) == 2 else 8
     out = np.zeros(4 * n_e, dtype=np.int8)
-    if _lib().ggml_ext_cb_tables(bits, out.ctypes.data, out.size) != out.size:
+    if _lib().ggml_ext_codebooks_tables(bits, out.ctypes.data, out.size) != out.size:
         raise CodebookError(f"the library has no CB{bits} tables")
     return out.reshape(4, n_e)
 
@@ -122,7 +122,7 @@ def quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, thr
 
     def run(lo: int, hi: int) -> None:
         if weighting == "importance":
-            if hi > lo and lib.ggml_ext_cb_quantize(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
+            if hi > lo and lib.ggml_ext_codebooks_quantize(bits, rows[lo].ctypes.data, out[lo].ctypes.data, hi - lo, k,
                                                     imp_ptr) != (hi - lo) * row_bytes:
                 raise CodebookError(f"tensor {name or '?'}: the C quantizer refused rows {lo}..{hi}")
             return
@@ -131,7 +131,7 @@ def quantize(x: np.ndarray, bits: int, importance: np.ndarray | None = None, thr
             x = rows[r].reshape(-1, QK)
             w = np.ascontiguousarray((base.reshape(-1, QK) * np.sqrt((x * x).mean(1, keepdims=True) + x * x)).ravel(),
                                      dtype=np.float32)
-            if lib.ggml_ext_cb_quantize(bits, rows[r].ctypes.data, out[r].ctypes.data, 1, k, w.ctypes.data) != row_bytes:
+            if lib.ggml_ext_codebooks_quantize(bits, rows[r].ctypes.data, out[r].ctypes.data, 1, k, w.ctypes.data) != row_bytes:
                 raise CodebookError(f"tensor {name or '?'}: the C quantizer refused row {r}")
 
     threads = max(1, min(threads or os.cpu_count() or 1, n))
@@ -153,7 +153,7 @@ def dequantize(q: np.ndarray, bits: int) -> np.ndarray:
         raise CodebookError(f"rows of {q2.shape[-1]} bytes are not whole CB{bits} blocks of {BLOCK_BYTES[bits]}")
     nb = q2.size // BLOCK_BYTES[bits]
     out = np.empty((q2.shape[0], q2.shape[-1] // BLOCK_BYTES[bits] * QK), dtype=np.float32)
-    if _lib().ggml_ext_cb_dequantize(bits, q2.ctypes.data, out.ctypes.data, nb) != 0:
+    if _lib().ggml_ext_codebooks_dequantize(bits, q2.ctypes.data, out.ctypes.data, nb) != 0:
         raise CodebookError(f"the C dequantizer refused CB{bits}")
     return out
 

@@ -38,7 +38,7 @@ def header_text(result: dict, json_name: str = JSON_NAME) -> str:
         "",
         "#include <stdint.h>",
         "",
-        f"#define GGML_EXT_CB_TABLES_VERSION {result.get('tables_version', TABLES_VERSION)}",
+        f"#define GGML_EXT_CODEBOOKS_TABLES_VERSION {result.get('tables_version', TABLES_VERSION)}",
         "",
     ]
     for name, t in result["types"].items():

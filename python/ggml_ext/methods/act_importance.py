@@ -1,6 +1,6 @@
 """``act-importance``: each type's own quantizer, weighted by the calibration activations.
 
-The codebook types' quantizer (``ggml_ext_cb_quantize``, docs/formats/codebooks.md) chooses per
+The codebook types' quantizer (``ggml_ext_codebooks_quantize``, docs/formats/codebooks.md) chooses per
 sub-group the codebook and scale that minimise the importance-weighted squared error
 ``sum_j imp_j (x_j - w_j)^2``, the paper's objective; the importance of input column j is the mean
 squared activation ``E[x_j^2]`` at the matrix's input, which is what llama.cpp's imatrix holds too.

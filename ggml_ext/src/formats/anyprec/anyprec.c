@@ -11,7 +11,7 @@
 // run the seed's dynamic programming over a grid of APQ_DP_GRID evenly spaced sorted positions instead
 // and then polish every seed boundary at full resolution (coordinate descent, apq_refine at the seed's
 // precision): O(k m log m + n) instead of O(k n log n), 10-30x less work on those rows, the same seed on
-// almost every row and a local optimum on all (docs/formats/anyprec.md, "Quantization time"). With refine R > 0 (the default, GGML_EXT_APQ_REFINE), the seed
+// almost every row and a local optimum on all (docs/formats/anyprec.md, "Quantization time"). With refine R > 0 (the default, GGML_EXT_ANYPREC_REFINE), the seed
 // and the first R splits are then moved together by coordinate descent on the summed weighted error of
 // precisions S..S+R (apq_refine), still nested. A weight's P-bit code is the index of its final range:
 // splitting a range gives its children codes 2c and 2c + 1, so the top b bits are the b-bit code.
@@ -150,12 +150,12 @@ static void apq_sort_row(const float * x, const float * w, int64_t n, apq_item *
     }
 }
 
-int64_t ggml_ext_apq_row_table_len(int seed_bits, int parent_bits) {
+int64_t ggml_ext_anyprec_row_table_len(int seed_bits, int parent_bits) {
     return ((int64_t) 1 << (parent_bits + 1)) - ((int64_t) 1 << seed_bits);
 }
 
 static int apq_bits_ok(int seed_bits, int parent_bits) {
-    return seed_bits >= GGML_EXT_APQ_MIN_BITS && seed_bits <= parent_bits && parent_bits <= GGML_EXT_APQ_MAX_BITS;
+    return seed_bits >= GGML_EXT_ANYPREC_MIN_BITS && seed_bits <= parent_bits && parent_bits <= GGML_EXT_ANYPREC_MAX_BITS;
 }
 
 // The split of sorted items [l, r) at its exact weighted 2-means optimum (a scan over the split
@@ -196,7 +196,7 @@ static void apq_split_all(const apq_prefix * p, const apq_item * it, const int64
 static void apq_refine(const apq_prefix * p, const apq_item * it, int64_t * B, int S, int L, int64_t n,
                        const double * lam) {
     const int K = 1 << L;
-    for (int sweep = 0; sweep < GGML_EXT_APQ_REFINE_SWEEPS; sweep++) {
+    for (int sweep = 0; sweep < GGML_EXT_ANYPREC_REFINE_SWEEPS; sweep++) {
         int moved = 0;
         for (int i = 1; i < K; i++) {
             int tz = 0;
@@ -405,8 +405,8 @@ static void apq_quantize_row(const float * x, const float * w, int64_t n, int S,
     }
 }
 
-int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                             int parent_bits, int refine, int starts, double gain, uint8_t * codes, float * tables) {
+int ggml_ext_anyprec_quantize_ex(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                                 int parent_bits, int refine, int starts, double gain, uint8_t * codes, float * tables) {
     if (!apq_bits_ok(seed_bits, parent_bits) || n_per_row < 1 || n_per_row > (int64_t) UINT32_MAX || n_rows < 0 || !x ||
         !codes || !tables || refine < 0 || starts < 0 || !(gain > 0.0) || !isfinite(gain)) {
         return -1;
@@ -421,8 +421,8 @@ int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, i
     double *      dp  = malloc(sizeof(double) * (size_t) (2 * (n + 1)));
     int64_t *     arg = malloc(sizeof(int64_t) * (size_t) K * (size_t) (n + 1));
     int64_t       bounds[257], nbounds[257], tb[257];
-    double        lam[GGML_EXT_APQ_MAX_BITS + 1];
-    for (int b = 0; b <= GGML_EXT_APQ_MAX_BITS; b++) {
+    double        lam[GGML_EXT_ANYPREC_MAX_BITS + 1];
+    for (int b = 0; b <= GGML_EXT_ANYPREC_MAX_BITS; b++) {
         lam[b] = pow(gain, b);  // precision seed + b's weight in the joint objective
     }
     int rc = 0;
@@ -430,7 +430,7 @@ int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, i
         rc = -1;
     } else {
         apq_prefix    p  = { pre, pre + (n + 1), pre + 2 * (n + 1), pre + 3 * (n + 1) };
-        const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
+        const int64_t tl = ggml_ext_anyprec_row_table_len(seed_bits, parent_bits);
         for (int64_t r = 0; r < n_rows; r++) {
             apq_quantize_row(x + r * n, w ? w + r * n : NULL, n, seed_bits, parent_bits, refine, starts, lam,
                              codes + r * n, tables + r * tl, it, sbuf, &p, dp, arg, bounds, nbounds, tb);
@@ -444,20 +444,20 @@ int ggml_ext_apq_quantize_ex(const float * x, const float * w, int64_t n_rows, i
     return rc;
 }
 
-int ggml_ext_apq_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                                  int parent_bits, int refine, uint8_t * codes, float * tables) {
-    return ggml_ext_apq_quantize_ex(x, w, n_rows, n_per_row, seed_bits, parent_bits, refine, GGML_EXT_APQ_STARTS,
-                                    GGML_EXT_APQ_GAIN, codes, tables);
+int ggml_ext_anyprec_quantize_refined(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                                      int parent_bits, int refine, uint8_t * codes, float * tables) {
+    return ggml_ext_anyprec_quantize_ex(x, w, n_rows, n_per_row, seed_bits, parent_bits, refine, GGML_EXT_ANYPREC_STARTS,
+                                        GGML_EXT_ANYPREC_GAIN, codes, tables);
 }
 
-int ggml_ext_apq_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                          int parent_bits, uint8_t * codes, float * tables) {
-    return ggml_ext_apq_quantize_refined(x, w, n_rows, n_per_row, seed_bits, parent_bits, GGML_EXT_APQ_REFINE,
-                                         codes, tables);
+int ggml_ext_anyprec_quantize(const float * x, const float * w, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                              int parent_bits, uint8_t * codes, float * tables) {
+    return ggml_ext_anyprec_quantize_refined(x, w, n_rows, n_per_row, seed_bits, parent_bits, GGML_EXT_ANYPREC_REFINE,
+                                             codes, tables);
 }
 
-double ggml_ext_apq_row_sse(const float * x, const float * w, int64_t n_per_row, const uint8_t * codes,
-                            const float * tables, int seed_bits, int parent_bits, int bits) {
+double ggml_ext_anyprec_row_sse(const float * x, const float * w, int64_t n_per_row, const uint8_t * codes,
+                                const float * tables, int seed_bits, int parent_bits, int bits) {
     const float * t = tables + (((int64_t) 1 << bits) - ((int64_t) 1 << seed_bits));
     double        s = 0.0;
     for (int64_t j = 0; j < n_per_row; j++) {
@@ -467,13 +467,13 @@ double ggml_ext_apq_row_sse(const float * x, const float * w, int64_t n_per_row,
     return s;
 }
 
-size_t ggml_ext_apq_planes_size(int parent_bits, int64_t n_rows, int64_t n_per_row) {
+size_t ggml_ext_anyprec_planes_size(int parent_bits, int64_t n_rows, int64_t n_per_row) {
     return (size_t) parent_bits * (size_t) n_rows * (size_t) (n_per_row / 8);
 }
 
-int ggml_ext_apq_pack(const uint8_t * codes, int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row,
-                      int parent_bits, uint8_t * planes) {
-    if (n_per_row % GGML_EXT_APQ_QK || parent_bits < 1 || parent_bits > 8 || r0 < 0 || r0 + nr > n_rows) {
+int ggml_ext_anyprec_pack(const uint8_t * codes, int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row,
+                          int parent_bits, uint8_t * planes) {
+    if (n_per_row % GGML_EXT_ANYPREC_QK || parent_bits < 1 || parent_bits > 8 || r0 < 0 || r0 + nr > n_rows) {
         return -1;
     }
     const int64_t row_bytes   = n_per_row / 8;
@@ -495,21 +495,21 @@ int ggml_ext_apq_pack(const uint8_t * codes, int64_t r0, int64_t nr, int64_t n_r
     return 0;
 }
 
-int64_t ggml_ext_apq_table_offset(int64_t n_rows, int seed_bits, int bits) {
+int64_t ggml_ext_anyprec_table_offset(int64_t n_rows, int seed_bits, int bits) {
     return n_rows * (((int64_t) 1 << bits) - ((int64_t) 1 << seed_bits));
 }
 
-int ggml_ext_apq_pack_tables(const float * tables, int64_t r0, int64_t nr, int64_t n_rows, int seed_bits,
-                             int parent_bits, ggml_ext_fp16_t * out) {
+int ggml_ext_anyprec_pack_tables(const float * tables, int64_t r0, int64_t nr, int64_t n_rows, int seed_bits,
+                                 int parent_bits, ggml_ext_fp16_t * out) {
     if (!apq_bits_ok(seed_bits, parent_bits) || r0 < 0 || r0 + nr > n_rows) {
         return -1;
     }
-    const int64_t tl = ggml_ext_apq_row_table_len(seed_bits, parent_bits);
+    const int64_t tl = ggml_ext_anyprec_row_table_len(seed_bits, parent_bits);
     for (int b = seed_bits; b <= parent_bits; b++) {
         const int64_t K   = (int64_t) 1 << b;
         const int64_t off = ((int64_t) 1 << b) - ((int64_t) 1 << seed_bits);
         for (int64_t r = 0; r < nr; r++) {
-            ggml_ext_fp16_t * dst = out + ggml_ext_apq_table_offset(n_rows, seed_bits, b) + (r0 + r) * K;
+            ggml_ext_fp16_t * dst = out + ggml_ext_anyprec_table_offset(n_rows, seed_bits, b) + (r0 + r) * K;
             for (int64_t c = 0; c < K; c++) {
                 dst[c] = ggml_ext_fp32_to_fp16(tables[r * tl + off + c]);
             }
@@ -518,16 +518,16 @@ int ggml_ext_apq_pack_tables(const float * tables, int64_t r0, int64_t nr, int64
     return 0;
 }
 
-int ggml_ext_apq_dequantize(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                            int64_t n_rows, int64_t n_per_row, int seed_bits, int parent_bits, int bits, float * y) {
+int ggml_ext_anyprec_dequantize(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                int64_t n_rows, int64_t n_per_row, int seed_bits, int parent_bits, int bits, float * y) {
     if (!apq_bits_ok(seed_bits, parent_bits) || bits < seed_bits || bits > parent_bits ||
-        n_per_row % GGML_EXT_APQ_QK || r0 < 0 || r0 + nr > n_rows) {
+        n_per_row % GGML_EXT_ANYPREC_QK || r0 < 0 || r0 + nr > n_rows) {
         return -1;
     }
     const int64_t row_bytes   = n_per_row / 8;
     const size_t  plane_bytes = (size_t) n_rows * (size_t) row_bytes;
     for (int64_t r = 0; r < nr; r++) {
-        const ggml_ext_fp16_t * t = tables + ggml_ext_apq_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        const ggml_ext_fp16_t * t = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
         for (int64_t j = 0; j < n_per_row; j++) {
             int code = 0;
             for (int k = 0; k < bits; k++) {

@@ -1,6 +1,6 @@
-// The any-precision GEMV kernels (same contract as ggml_ext_apq_gemv_ref in anyprec.h): the scalar
+// The any-precision GEMV kernels (same contract as ggml_ext_anyprec_gemv_ref in anyprec.h): the scalar
 // reference in generic/anyprec.c, SIMD twins in x86/anyprec_avx2.c and arm/anyprec_neon.c (each defined
-// only where its instruction set is compiled in: common/simd.h), and ggml_ext_apq_gemv in dispatch.c,
+// only where its instruction set is compiled in: common/simd.h), and ggml_ext_anyprec_gemv in dispatch.c,
 // which runs the best one this build has. All of them read the first b planes and precision b's table.
 #pragma once
 
@@ -11,28 +11,28 @@
 extern "C" {
 #endif
 
-typedef int (*ggml_ext_apq_gemv_fn)(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                                    int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x,
-                                    float * y);
+typedef int (*ggml_ext_anyprec_gemv_fn)(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                        int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x,
+                                        float * y);
 
 #if defined(GGML_EXT_HAVE_AVX2)
-int ggml_ext_apq_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
+int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
 #endif
 #if defined(GGML_EXT_HAVE_NEON)
-int ggml_ext_apq_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
+int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
 #endif
 
 // The best kernel of this build and its name ("avx2", "neon", "scalar").
-GGML_EXT_API int          ggml_ext_apq_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0,
-                                            int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits, int bits,
-                                            const float * x, float * y);
-GGML_EXT_API const char * ggml_ext_apq_gemv_name(void);
+GGML_EXT_API int          ggml_ext_anyprec_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0,
+                                                int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits, int bits,
+                                                const float * x, float * y);
+GGML_EXT_API const char * ggml_ext_anyprec_gemv_name(void);
 
-static inline int ggml_ext_apq_gemv_args_ok(int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits,
-                                            int bits) {
-    return bits >= seed_bits && bits >= 1 && bits <= GGML_EXT_APQ_MAX_BITS && n_per_row % GGML_EXT_APQ_QK == 0 &&
+static inline int ggml_ext_anyprec_gemv_args_ok(int64_t r0, int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits,
+                                                int bits) {
+    return bits >= seed_bits && bits >= 1 && bits <= GGML_EXT_ANYPREC_MAX_BITS && n_per_row % GGML_EXT_ANYPREC_QK == 0 &&
            r0 >= 0 && nr >= 0 && r0 + nr <= n_rows;
 }
 

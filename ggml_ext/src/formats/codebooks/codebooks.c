@@ -26,8 +26,8 @@ _Static_assert(GGML_EXT_CB2_N_CODEBOOKS == 4 && GGML_EXT_CB3_N_CODEBOOKS == 4, "
 _Static_assert(GGML_EXT_CB2_N_ENTRIES == 4 && GGML_EXT_CB3_N_ENTRIES == 8, "2-bit and 3-bit codes");
 
 #define QK      GGML_EXT_QK_CB
-#define G       GGML_EXT_CB_GROUP
-#define NG      GGML_EXT_CB_NGROUPS
+#define G       GGML_EXT_CODEBOOKS_GROUP
+#define NG      GGML_EXT_CODEBOOKS_NGROUPS
 #define NCB     4
 #define MAX_E   8
 #define N_D     7   // super-scale candidates
@@ -244,11 +244,11 @@ static void pack(int bits, const choice_t * ch, void * dst) {
     }
 }
 
-int ggml_ext_cb_tables_version(void) {
-    return GGML_EXT_CB_TABLES_VERSION;
+int ggml_ext_codebooks_tables_version(void) {
+    return GGML_EXT_CODEBOOKS_TABLES_VERSION;
 }
 
-int ggml_ext_cb_tables(int bits, int8_t * out, size_t n) {
+int ggml_ext_codebooks_tables(int bits, int8_t * out, size_t n) {
     const int     ne   = bits == 2 ? GGML_EXT_CB2_N_ENTRIES : bits == 3 ? GGML_EXT_CB3_N_ENTRIES : 0;
     const size_t  need = (size_t) NCB * (size_t) ne;
     if (ne == 0 || n < need) {
@@ -258,13 +258,13 @@ int ggml_ext_cb_tables(int bits, int8_t * out, size_t n) {
     return (int) need;
 }
 
-size_t ggml_ext_cb_block_size(int bits) {
+size_t ggml_ext_codebooks_block_size(int bits) {
     return bits == 2 ? sizeof(ggml_ext_block_cb2) : bits == 3 ? sizeof(ggml_ext_block_cb3) : 0;
 }
 
-size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                            const float * importance) {
-    const size_t bs = ggml_ext_cb_block_size(bits);
+size_t ggml_ext_codebooks_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
+                                   const float * importance) {
+    const size_t bs = ggml_ext_codebooks_block_size(bits);
     if (bs == 0 || n_per_row <= 0 || n_per_row % QK || nrows < 0) {
         return 0;
     }
@@ -309,8 +309,8 @@ size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst, int64_t nro
     return (size_t) (nrows * nb) * bs;
 }
 
-int ggml_ext_cb_dequantize(int bits, const void * src, float * dst, int64_t n_blocks) {
-    const size_t bs = ggml_ext_cb_block_size(bits);
+int ggml_ext_codebooks_dequantize(int bits, const void * src, float * dst, int64_t n_blocks) {
+    const size_t bs = ggml_ext_codebooks_block_size(bits);
     if (bs == 0) {
         return -1;
     }

@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #define GGML_EXT_QK_CB      256  // weights per block
-#define GGML_EXT_CB_GROUP   16   // weights per sub-group
-#define GGML_EXT_CB_NGROUPS (GGML_EXT_QK_CB / GGML_EXT_CB_GROUP)
+#define GGML_EXT_CODEBOOKS_GROUP   16   // weights per sub-group
+#define GGML_EXT_CODEBOOKS_NGROUPS (GGML_EXT_QK_CB / GGML_EXT_CODEBOOKS_GROUP)
 
 typedef struct {
     ggml_ext_fp16_t d;           // super-scale
@@ -49,10 +49,10 @@ extern "C" {
 // The version of the built-in tables (codebooks_tables.h), and a copy of them:
 // n_codebooks * n_entries int8 values, codebook-major, for bits 2 or 3. Returns the number of
 // values written (16 for CB2, 32 for CB3), 0 for other bits or a too small buffer.
-GGML_EXT_API int    ggml_ext_cb_tables_version(void);
-GGML_EXT_API int    ggml_ext_cb_tables(int bits, int8_t * out, size_t n);
+GGML_EXT_API int    ggml_ext_codebooks_tables_version(void);
+GGML_EXT_API int    ggml_ext_codebooks_tables(int bits, int8_t * out, size_t n);
 // Bytes per block (78 or 110; 0 for other bits).
-GGML_EXT_API size_t ggml_ext_cb_block_size(int bits);
+GGML_EXT_API size_t ggml_ext_codebooks_block_size(int bits);
 
 // Float rows (nrows x n_per_row, n_per_row a multiple of 256) -> CB2 (bits 2) or CB3 (bits 3)
 // blocks. importance: n_per_row non-negative weights of the input columns (an imatrix row:
@@ -61,11 +61,11 @@ GGML_EXT_API size_t ggml_ext_cb_block_size(int bits);
 //     sum_j importance[j] * (x_j - d * (l + 1) * table[c][q_j])^2.
 // Returns the bytes written; 0 (nothing written) when n_per_row is not a multiple of 256,
 // bits is not 2 or 3, or an input or importance value is not finite (or importance < 0).
-GGML_EXT_API size_t ggml_ext_cb_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
-                                         const float * importance);
+GGML_EXT_API size_t ggml_ext_codebooks_quantize(int bits, const float * src, void * dst, int64_t nrows, int64_t n_per_row,
+                                                const float * importance);
 
 // Blocks -> floats (n_blocks * 256). Returns 0, or -1 for bits other than 2 and 3.
-GGML_EXT_API int ggml_ext_cb_dequantize(int bits, const void * src, float * dst, int64_t n_blocks);
+GGML_EXT_API int ggml_ext_codebooks_dequantize(int bits, const void * src, float * dst, int64_t n_blocks);
 
 // ---- kernels: weights (CB2 / CB3 rows) times activations quantized to Q8_K ----
 // Activations are quantized per 256 values (one weight block) to ggml's Q8_K bytes: an fp32 scale,
@@ -79,29 +79,29 @@ typedef struct {
 } ggml_ext_block_q8_K;  // 292 bytes, ggml-common.h's block_q8_K
 
 // k floats (k a multiple of 256) -> k / 256 Q8_K blocks: d = max |x| / 127, q = round(x / d).
-GGML_EXT_API void ggml_ext_cb_quantize_row_q8_K(const float * x, void * y, int64_t k);
+GGML_EXT_API void ggml_ext_codebooks_quantize_row_q8_K(const float * x, void * y, int64_t k);
 
 // s[r * bs + c] = dot(weight row c, activation row r) for c < nc, r < nr: vx holds nc rows of n
 // weights (CB2 or CB3 blocks), vy nr rows of n activations as Q8_K blocks; n a multiple of 256.
-#define GGML_EXT_CB_MM_ARGS int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc
-typedef void (*ggml_ext_cb_mm_fn)(GGML_EXT_CB_MM_ARGS);
+#define GGML_EXT_CODEBOOKS_MM_ARGS int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc
+typedef void (*ggml_ext_codebooks_mm_fn)(GGML_EXT_CODEBOOKS_MM_ARGS);
 
 // One implementation of the kernels (generic: the scalar reference; avx2; neon-dotprod). mm[0] is
 // CB2's, mm[1] CB3's; the scalar reference has both, a SIMD implementation may lack one (NULL).
-struct ggml_ext_cb_impl {
+struct ggml_ext_codebooks_impl {
     const char *      name;
     int (*usable)(void);  // NULL: always usable where compiled
-    ggml_ext_cb_mm_fn mm[2];
+    ggml_ext_codebooks_mm_fn mm[2];
 };
 
 // Every implementation compiled in (0: generic ... best last), and the one that runs for bits.
-GGML_EXT_API int                              ggml_ext_cb_impl_count(void);
-GGML_EXT_API const struct ggml_ext_cb_impl * ggml_ext_cb_impl_get(int i);
-GGML_EXT_API const char *                     ggml_ext_cb_dispatched(int bits);
+GGML_EXT_API int                              ggml_ext_codebooks_impl_count(void);
+GGML_EXT_API const struct ggml_ext_codebooks_impl * ggml_ext_codebooks_impl_get(int i);
+GGML_EXT_API const char *                     ggml_ext_codebooks_dispatched(int bits);
 // The dispatched kernel for bits 2 or 3 (what ggml-cpu's mul_mat runs).
-GGML_EXT_API void ggml_ext_cb_mm(int bits, GGML_EXT_CB_MM_ARGS);
+GGML_EXT_API void ggml_ext_codebooks_mm(int bits, GGML_EXT_CODEBOOKS_MM_ARGS);
 
-GGML_EXT_API extern const struct ggml_ext_cb_impl ggml_ext_cb_impl_generic;
+GGML_EXT_API extern const struct ggml_ext_codebooks_impl ggml_ext_codebooks_impl_generic;
 
 #ifdef __cplusplus
 }

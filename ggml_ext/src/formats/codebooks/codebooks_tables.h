@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#define GGML_EXT_CB_TABLES_VERSION 1
+#define GGML_EXT_CODEBOOKS_TABLES_VERSION 1
 
 // CB2: 4 codebooks of 4 signed int8 entries, each sorted ascending;
 // weight = d * (local scale + 1) * table[codebook][code].

@@ -71,48 +71,48 @@ GGML_EXT_STATIC_ASSERT(sizeof(ggml_ext_block_q4_0x8) == 8 * 18, "Q4_0x8 block is
 GGML_EXT_STATIC_ASSERT(sizeof(ggml_ext_block_q8_0x4) == 4 * 34, "Q8_0x4 block is 136 bytes");
 
 // The LAYOUT column of ggml-ext-types.def.
-enum ggml_ext_i4_layout {
-    GGML_EXT_I4_4X4 = 0,  // N = 4, B = 4: Q4_0_4_4 (id 31), IQ4_NL_4_4 (36)
-    GGML_EXT_I4_4X8 = 1,  // N = 4, B = 8: Q4_0_4_8 (32), IQ4_NL_4_8 (37)
-    GGML_EXT_I4_8X8 = 2,  // N = 8, B = 8: Q4_0_8_8 (33), IQ4_NL_8_8 (38)
-    GGML_EXT_I4_N_LAYOUTS
+enum ggml_ext_interleaved4_layout {
+    GGML_EXT_INTERLEAVED4_4X4 = 0,  // N = 4, B = 4: Q4_0_4_4 (id 31), IQ4_NL_4_4 (36)
+    GGML_EXT_INTERLEAVED4_4X8 = 1,  // N = 4, B = 8: Q4_0_4_8 (32), IQ4_NL_4_8 (37)
+    GGML_EXT_INTERLEAVED4_8X8 = 2,  // N = 8, B = 8: Q4_0_8_8 (33), IQ4_NL_8_8 (38)
+    GGML_EXT_INTERLEAVED4_N_LAYOUTS
 };
 
 // The values a nibble stands for (the BASE column of ggml-ext-types.def).
-enum ggml_ext_i4_values {
-    GGML_EXT_I4_Q4_0   = 0,  // (q - 8) * d, bytes stored XOR 0x88
-    GGML_EXT_I4_IQ4_NL = 1,  // kvalues[q] * d
-    GGML_EXT_I4_N_VALUES
+enum ggml_ext_interleaved4_values {
+    GGML_EXT_INTERLEAVED4_Q4_0   = 0,  // (q - 8) * d, bytes stored XOR 0x88
+    GGML_EXT_INTERLEAVED4_IQ4_NL = 1,  // kvalues[q] * d
+    GGML_EXT_INTERLEAVED4_N_VALUES
 };
 
 // The codebook as an array (the scalar kernels' and the tests'); its values: common/blocks.h.
 GGML_EXT_API extern const int8_t ggml_ext_kvalues_iq4nl[16];
 
 // Error returns (0 is success).
-#define GGML_EXT_I4_ERR_LAYOUT (-1)  // not one of enum ggml_ext_i4_layout
-#define GGML_EXT_I4_ERR_ROWS   (-2)  // row count not a positive multiple of N
-#define GGML_EXT_I4_ERR_COLS   (-3)  // row length not a positive multiple of 32
+#define GGML_EXT_INTERLEAVED4_ERR_LAYOUT (-1)  // not one of enum ggml_ext_interleaved4_layout
+#define GGML_EXT_INTERLEAVED4_ERR_ROWS   (-2)  // row count not a positive multiple of N
+#define GGML_EXT_INTERLEAVED4_ERR_COLS   (-3)  // row length not a positive multiple of 32
 
-typedef void (*ggml_ext_i4_mm_fn)(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+typedef void (*ggml_ext_interleaved4_mm_fn)(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
 // Quantizes 4 rows x[r * k .. r * k + k) into k / 32 ggml_ext_block_q8_0x4.
 typedef void (*ggml_ext_q8_0_x4_fn)(const float * x, void * vy, int64_t k);
 typedef void (*ggml_ext_q8_0_row_fn)(const float * x, void * vy, int64_t k);
 
 // One table of traits per type (values x layout); the kernel pointers are the best compiled in.
-struct ggml_ext_i4_layout_traits {
+struct ggml_ext_interleaved4_layout_traits {
     const char *        name;        // "Q4_0_4_4" .. "IQ4_NL_8_8"
     int                 type_id;     // 31 .. 33, 36 .. 38
     int                 nrows;       // N: rows interleaved per group
     int                 chunk;       // B: bytes per round-robin chunk
     size_t              block_size;  // bytes of one interleaved block (N * 18)
     ggml_ext_q8_0_x4_fn quantize_mat;  // activations for gemm (interleaved with chunk B)
-    ggml_ext_i4_mm_fn gemv;
-    ggml_ext_i4_mm_fn gemm;
+    ggml_ext_interleaved4_mm_fn gemv;
+    ggml_ext_interleaved4_mm_fn gemm;
 };
 
 // NULL for unknown values or layout.
-GGML_EXT_API const struct ggml_ext_i4_layout_traits * ggml_ext_i4_layout_traits(enum ggml_ext_i4_values values,
-                                                                               enum ggml_ext_i4_layout layout);
+GGML_EXT_API const struct ggml_ext_interleaved4_layout_traits * ggml_ext_interleaved4_layout_traits(enum ggml_ext_interleaved4_values values,
+                                                                               enum ggml_ext_interleaved4_layout layout);
 
 // --- Q4_0 and Q8_0 reference (bit-identical to ggml's quantize_row_q4_0_ref / q8_0_ref) ---
 // k must be a multiple of 32.
@@ -123,20 +123,20 @@ GGML_EXT_API void ggml_ext_quantize_row_q8_0_ref(const float * x, ggml_ext_block
 
 // --- layout transforms (formats/interleaved4/layout.c); src and dst must not overlap ---
 // Q4_0 / IQ4_NL tensor of nrows x ncols (row-major blocks) -> interleaved, and back (lossless).
-GGML_EXT_API int ggml_ext_repack_q4_0(enum ggml_ext_i4_layout layout, void * dst, const ggml_ext_block_q4_0 * src,
+GGML_EXT_API int ggml_ext_repack_q4_0(enum ggml_ext_interleaved4_layout layout, void * dst, const ggml_ext_block_q4_0 * src,
                                       int64_t nrows, int64_t ncols);
-GGML_EXT_API int ggml_ext_unpack_q4_0(enum ggml_ext_i4_layout layout, ggml_ext_block_q4_0 * dst, const void * src,
+GGML_EXT_API int ggml_ext_unpack_q4_0(enum ggml_ext_interleaved4_layout layout, ggml_ext_block_q4_0 * dst, const void * src,
                                       int64_t nrows, int64_t ncols);
-GGML_EXT_API int ggml_ext_repack_iq4_nl(enum ggml_ext_i4_layout layout, void * dst, const ggml_ext_block_iq4_nl * src,
+GGML_EXT_API int ggml_ext_repack_iq4_nl(enum ggml_ext_interleaved4_layout layout, void * dst, const ggml_ext_block_iq4_nl * src,
                                         int64_t nrows, int64_t ncols);
-GGML_EXT_API int ggml_ext_unpack_iq4_nl(enum ggml_ext_i4_layout layout, ggml_ext_block_iq4_nl * dst, const void * src,
+GGML_EXT_API int ggml_ext_unpack_iq4_nl(enum ggml_ext_interleaved4_layout layout, ggml_ext_block_iq4_nl * dst, const void * src,
                                         int64_t nrows, int64_t ncols);
 // float rows -> interleaved Q4_0, through the Q4_0 reference rounding (== quantize then repack).
-GGML_EXT_API int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_i4_layout layout, const float * x, void * dst,
+GGML_EXT_API int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_interleaved4_layout layout, const float * x, void * dst,
                                                     int64_t nrows, int64_t ncols);
-GGML_EXT_API int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_i4_layout layout, const void * src, float * y,
+GGML_EXT_API int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_interleaved4_layout layout, const void * src, float * y,
                                                       int64_t nrows, int64_t ncols);
-GGML_EXT_API int ggml_ext_dequantize_iq4_nl_interleaved(enum ggml_ext_i4_layout layout, const void * src, float * y,
+GGML_EXT_API int ggml_ext_dequantize_iq4_nl_interleaved(enum ggml_ext_interleaved4_layout layout, const void * src, float * y,
                                                         int64_t nrows, int64_t ncols);
 
 // --- activations (best compiled-in implementation); same values as the _ref quantizer ---
@@ -145,29 +145,29 @@ GGML_EXT_API void ggml_ext_quantize_mat_q8_0_4x4(const float * x, void * vy, int
 GGML_EXT_API void ggml_ext_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k);  // chunk B = 8
 
 // --- kernels (best compiled-in implementation), named as upstream's repack kernels ---
-#define GGML_EXT_I4_MM_ARGS int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc
-#define GGML_EXT_I4_DECLARE(values, NxB)                                  \
-    GGML_EXT_API void ggml_ext_gemv_##values##_##NxB##_q8_0(GGML_EXT_I4_MM_ARGS); \
-    GGML_EXT_API void ggml_ext_gemm_##values##_##NxB##_q8_0(GGML_EXT_I4_MM_ARGS);
-GGML_EXT_I4_DECLARE(q4_0, 4x4)
-GGML_EXT_I4_DECLARE(q4_0, 4x8)
-GGML_EXT_I4_DECLARE(q4_0, 8x8)
-GGML_EXT_I4_DECLARE(iq4_nl, 4x4)
-GGML_EXT_I4_DECLARE(iq4_nl, 4x8)
-GGML_EXT_I4_DECLARE(iq4_nl, 8x8)
-#undef GGML_EXT_I4_DECLARE
+#define GGML_EXT_INTERLEAVED4_MM_ARGS int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc
+#define GGML_EXT_INTERLEAVED4_DECLARE(values, NxB)                                  \
+    GGML_EXT_API void ggml_ext_gemv_##values##_##NxB##_q8_0(GGML_EXT_INTERLEAVED4_MM_ARGS); \
+    GGML_EXT_API void ggml_ext_gemm_##values##_##NxB##_q8_0(GGML_EXT_INTERLEAVED4_MM_ARGS);
+GGML_EXT_INTERLEAVED4_DECLARE(q4_0, 4x4)
+GGML_EXT_INTERLEAVED4_DECLARE(q4_0, 4x8)
+GGML_EXT_INTERLEAVED4_DECLARE(q4_0, 8x8)
+GGML_EXT_INTERLEAVED4_DECLARE(iq4_nl, 4x4)
+GGML_EXT_INTERLEAVED4_DECLARE(iq4_nl, 4x8)
+GGML_EXT_INTERLEAVED4_DECLARE(iq4_nl, 8x8)
+#undef GGML_EXT_INTERLEAVED4_DECLARE
 
 // --- every compiled-in implementation, for tests and benchmarks ---
 // Index 0 is the scalar reference ("generic"), which has every entry; later entries
 // are SIMD ("neon-dotprod", "neon-i8mm", "sve256-i8mm", "avx2", "avx512-vnni") and may leave an entry
 // NULL, in which case the dispatcher uses the best earlier one.
-struct ggml_ext_i4_impl {
+struct ggml_ext_interleaved4_impl {
     const char *         name;
     ggml_ext_q8_0_row_fn quantize_row_q8_0;
     ggml_ext_q8_0_x4_fn  quantize_mat_q8_0_4x4;
     ggml_ext_q8_0_x4_fn  quantize_mat_q8_0_4x8;
-    ggml_ext_i4_mm_fn    gemv[GGML_EXT_I4_N_VALUES][GGML_EXT_I4_N_LAYOUTS];  // [enum ggml_ext_i4_values][layout]
-    ggml_ext_i4_mm_fn    gemm[GGML_EXT_I4_N_VALUES][GGML_EXT_I4_N_LAYOUTS];
+    ggml_ext_interleaved4_mm_fn    gemv[GGML_EXT_INTERLEAVED4_N_VALUES][GGML_EXT_INTERLEAVED4_N_LAYOUTS];  // [enum ggml_ext_interleaved4_values][layout]
+    ggml_ext_interleaved4_mm_fn    gemm[GGML_EXT_INTERLEAVED4_N_VALUES][GGML_EXT_INTERLEAVED4_N_LAYOUTS];
     // NULL: always usable where compiled in; otherwise asked at run time (SVE: the vector
     // length), and the dispatcher skips the implementation when it returns 0.
     int (*usable)(void);
@@ -176,18 +176,18 @@ struct ggml_ext_i4_impl {
 // The kernel table of one kind (gemv or gemm) of an implementation whose static kernels are
 // named <kind>_<values>_<N>x<B>_<isa> (q4_0 / iq4_nl; 4x4, 4x8, 8x8; generic, avx2, dotprod, ...):
 // one name per kernel and implementation, which profiles and the qemu tests' traces read.
-#define GGML_EXT_I4_TABLE(kind, isa)                                                           \
+#define GGML_EXT_INTERLEAVED4_TABLE(kind, isa)                                                           \
     {                                                                                          \
         { kind##_q4_0_4x4_##isa, kind##_q4_0_4x8_##isa, kind##_q4_0_8x8_##isa },               \
         { kind##_iq4_nl_4x4_##isa, kind##_iq4_nl_4x8_##isa, kind##_iq4_nl_8x8_##isa }          \
     }
 
-GGML_EXT_API int                           ggml_ext_i4_impl_count(void);
-GGML_EXT_API const struct ggml_ext_i4_impl * ggml_ext_i4_impl_get(int i);  // NULL out of range
+GGML_EXT_API int                           ggml_ext_interleaved4_impl_count(void);
+GGML_EXT_API const struct ggml_ext_interleaved4_impl * ggml_ext_interleaved4_impl_get(int i);  // NULL out of range
 // Name of the implementation the dispatcher runs on this CPU for a type's GEMV (gemm = 0)
 // or GEMM ("generic" is the scalar reference); NULL for unknown values or layout.
 // ggml_ext_dispatched_kernel (ggml-ext.h) answers the same by type id.
-GGML_EXT_API const char * ggml_ext_i4_dispatched(enum ggml_ext_i4_values values, enum ggml_ext_i4_layout layout, int gemm);
+GGML_EXT_API const char * ggml_ext_interleaved4_dispatched(enum ggml_ext_interleaved4_values values, enum ggml_ext_interleaved4_layout layout, int gemm);
 
 #ifdef __cplusplus
 }

@@ -69,18 +69,18 @@ void ggml_ext_dequantize_row_iq4_nl(const ggml_ext_block_iq4_nl * x, float * y, 
 
 // ---------------------------------------------------------------- layout transforms
 
-static const int layout_n[GGML_EXT_I4_N_LAYOUTS] = { 4, 4, 8 };
-static const int layout_b[GGML_EXT_I4_N_LAYOUTS] = { 4, 8, 8 };
+static const int layout_n[GGML_EXT_INTERLEAVED4_N_LAYOUTS] = { 4, 4, 8 };
+static const int layout_b[GGML_EXT_INTERLEAVED4_N_LAYOUTS] = { 4, 8, 8 };
 
-static int check_shape(enum ggml_ext_i4_layout layout, int64_t nrows, int64_t ncols) {
-    if ((unsigned) layout >= GGML_EXT_I4_N_LAYOUTS) {
-        return GGML_EXT_I4_ERR_LAYOUT;
+static int check_shape(enum ggml_ext_interleaved4_layout layout, int64_t nrows, int64_t ncols) {
+    if ((unsigned) layout >= GGML_EXT_INTERLEAVED4_N_LAYOUTS) {
+        return GGML_EXT_INTERLEAVED4_ERR_LAYOUT;
     }
     if (nrows <= 0 || nrows % layout_n[layout] != 0) {
-        return GGML_EXT_I4_ERR_ROWS;
+        return GGML_EXT_INTERLEAVED4_ERR_ROWS;
     }
     if (ncols <= 0 || ncols % QK != 0) {
-        return GGML_EXT_I4_ERR_COLS;
+        return GGML_EXT_INTERLEAVED4_ERR_COLS;
     }
     return 0;
 }
@@ -128,7 +128,7 @@ static void deinterleave_block(const uint8_t * in, int N, int B, uint8_t x, ggml
     }
 }
 
-static int repack_blocks(enum ggml_ext_i4_layout layout, uint8_t x, void * dst, const ggml_ext_block_q4_0 * src,
+static int repack_blocks(enum ggml_ext_interleaved4_layout layout, uint8_t x, void * dst, const ggml_ext_block_q4_0 * src,
                          int64_t nrows, int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
@@ -151,7 +151,7 @@ static int repack_blocks(enum ggml_ext_i4_layout layout, uint8_t x, void * dst, 
     return 0;
 }
 
-static int unpack_blocks(enum ggml_ext_i4_layout layout, uint8_t x, ggml_ext_block_q4_0 * dst, const void * src,
+static int unpack_blocks(enum ggml_ext_interleaved4_layout layout, uint8_t x, ggml_ext_block_q4_0 * dst, const void * src,
                          int64_t nrows, int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
@@ -174,27 +174,27 @@ static int unpack_blocks(enum ggml_ext_i4_layout layout, uint8_t x, ggml_ext_blo
     return 0;
 }
 
-int ggml_ext_repack_q4_0(enum ggml_ext_i4_layout layout, void * dst, const ggml_ext_block_q4_0 * src, int64_t nrows,
+int ggml_ext_repack_q4_0(enum ggml_ext_interleaved4_layout layout, void * dst, const ggml_ext_block_q4_0 * src, int64_t nrows,
                          int64_t ncols) {
     return repack_blocks(layout, XOR_Q4_0, dst, src, nrows, ncols);
 }
 
-int ggml_ext_unpack_q4_0(enum ggml_ext_i4_layout layout, ggml_ext_block_q4_0 * dst, const void * src, int64_t nrows,
+int ggml_ext_unpack_q4_0(enum ggml_ext_interleaved4_layout layout, ggml_ext_block_q4_0 * dst, const void * src, int64_t nrows,
                          int64_t ncols) {
     return unpack_blocks(layout, XOR_Q4_0, dst, src, nrows, ncols);
 }
 
-int ggml_ext_repack_iq4_nl(enum ggml_ext_i4_layout layout, void * dst, const ggml_ext_block_iq4_nl * src, int64_t nrows,
+int ggml_ext_repack_iq4_nl(enum ggml_ext_interleaved4_layout layout, void * dst, const ggml_ext_block_iq4_nl * src, int64_t nrows,
                            int64_t ncols) {
     return repack_blocks(layout, XOR_IQ4_NL, dst, src, nrows, ncols);
 }
 
-int ggml_ext_unpack_iq4_nl(enum ggml_ext_i4_layout layout, ggml_ext_block_iq4_nl * dst, const void * src, int64_t nrows,
+int ggml_ext_unpack_iq4_nl(enum ggml_ext_interleaved4_layout layout, ggml_ext_block_iq4_nl * dst, const void * src, int64_t nrows,
                            int64_t ncols) {
     return unpack_blocks(layout, XOR_IQ4_NL, dst, src, nrows, ncols);
 }
 
-int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_i4_layout layout, const float * x, void * dst, int64_t nrows,
+int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_interleaved4_layout layout, const float * x, void * dst, int64_t nrows,
                                        int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
@@ -219,7 +219,7 @@ int ggml_ext_quantize_q4_0_interleaved(enum ggml_ext_i4_layout layout, const flo
     return 0;
 }
 
-static int dequantize_interleaved(enum ggml_ext_i4_layout layout, uint8_t x, const void * src, float * y, int64_t nrows,
+static int dequantize_interleaved(enum ggml_ext_interleaved4_layout layout, uint8_t x, const void * src, float * y, int64_t nrows,
                                   int64_t ncols) {
     const int err = check_shape(layout, nrows, ncols);
     if (err) {
@@ -250,12 +250,12 @@ static int dequantize_interleaved(enum ggml_ext_i4_layout layout, uint8_t x, con
     return 0;
 }
 
-int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_i4_layout layout, const void * src, float * y, int64_t nrows,
+int ggml_ext_dequantize_q4_0_interleaved(enum ggml_ext_interleaved4_layout layout, const void * src, float * y, int64_t nrows,
                                          int64_t ncols) {
     return dequantize_interleaved(layout, XOR_Q4_0, src, y, nrows, ncols);
 }
 
-int ggml_ext_dequantize_iq4_nl_interleaved(enum ggml_ext_i4_layout layout, const void * src, float * y, int64_t nrows,
+int ggml_ext_dequantize_iq4_nl_interleaved(enum ggml_ext_interleaved4_layout layout, const void * src, float * y, int64_t nrows,
                                            int64_t ncols) {
     return dequantize_interleaved(layout, XOR_IQ4_NL, src, y, nrows, ncols);
 }

@@ -47,7 +47,7 @@ static int prep_table(const float * levels, const float * values, int n, float *
     return 1;
 }
 
-struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_config * c, char * err, size_t en) {
+struct ggml_ext_kvquant_layer * ggml_ext_kvquant_layer_new(const struct ggml_ext_kvquant_config * c, char * err, size_t en) {
     if (!c) {
         fail(err, en, "kvquant: no config");
         return NULL;
@@ -56,8 +56,8 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
         fail(err, en, "kvquant: bits must be 2, 3 or 4, not %d", c->bits);
         return NULL;
     }
-    if (c->head_dim < 8 || c->head_dim % 8 || c->head_dim > GGML_EXT_KVQ_MAX_HEAD_DIM) {
-        fail(err, en, "kvquant: head_dim %d is not a multiple of 8 in [8, %d]", c->head_dim, GGML_EXT_KVQ_MAX_HEAD_DIM);
+    if (c->head_dim < 8 || c->head_dim % 8 || c->head_dim > GGML_EXT_KVQUANT_MAX_HEAD_DIM) {
+        fail(err, en, "kvquant: head_dim %d is not a multiple of 8 in [8, %d]", c->head_dim, GGML_EXT_KVQUANT_MAX_HEAD_DIM);
         return NULL;
     }
     if (c->n_kv_heads < 1 || (int64_t) c->n_kv_heads * c->head_dim > 65535) {
@@ -65,10 +65,10 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
         return NULL;
     }
     const int D = c->n_kv_heads * c->head_dim;
-    if (c->v_outliers_per_side < 0 || c->v_outliers_per_side > GGML_EXT_KVQ_MAX_VK ||
+    if (c->v_outliers_per_side < 0 || c->v_outliers_per_side > GGML_EXT_KVQUANT_MAX_VK ||
         2 * c->v_outliers_per_side >= D) {
         fail(err, en, "kvquant: v_outliers_per_side %d (0 .. %d, fewer than half of %d channels)",
-             c->v_outliers_per_side, GGML_EXT_KVQ_MAX_VK, D);
+             c->v_outliers_per_side, GGML_EXT_KVQUANT_MAX_VK, D);
         return NULL;
     }
     if (c->k_slots < 0 || c->k_slots > D || c->v_slots < 2 * c->v_outliers_per_side || c->v_slots > D) {
@@ -76,7 +76,7 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
              2 * c->v_outliers_per_side, D);
         return NULL;
     }
-    if (c->rope_mode != GGML_EXT_KVQ_ROPE_NORM && c->rope_mode != GGML_EXT_KVQ_ROPE_NEOX) {
+    if (c->rope_mode != GGML_EXT_KVQUANT_ROPE_NORM && c->rope_mode != GGML_EXT_KVQUANT_ROPE_NEOX) {
         fail(err, en, "kvquant: rope_mode %d (0: normal, 2: NEOX)", c->rope_mode);
         return NULL;
     }
@@ -95,7 +95,7 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
         fail(err, en, "kvquant: k_lo / k_hi missing or not finite");
         return NULL;
     }
-    struct ggml_ext_kvq_layer * L = calloc(1, sizeof(*L));
+    struct ggml_ext_kvquant_layer * L = calloc(1, sizeof(*L));
     float * buf                    = malloc(sizeof(float) * 4 * (size_t) D);
     if (!L || !buf) {
         free(L);
@@ -141,8 +141,8 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
             L->rope_freq_factors[j] = ff;
             L->pair_theta[j] = c->rope_freq_scale * (t / ff);
             t *= L->rope_theta_scale;
-            L->perm[j]      = c->rope_mode == GGML_EXT_KVQ_ROPE_NEOX ? j : 2 * j;
-            L->perm[j + h2] = c->rope_mode == GGML_EXT_KVQ_ROPE_NEOX ? j + nd / 2 : 2 * j + 1;
+            L->perm[j]      = c->rope_mode == GGML_EXT_KVQUANT_ROPE_NEOX ? j : 2 * j;
+            L->perm[j + h2] = c->rope_mode == GGML_EXT_KVQUANT_ROPE_NEOX ? j + nd / 2 : 2 * j + 1;
         } else {  // channels RoPE leaves alone, two by two
             L->rope_freq_factors[j] = 1.0f;
             L->pair_theta[j]        = 0.0f;
@@ -160,18 +160,18 @@ struct ggml_ext_kvq_layer * ggml_ext_kvq_layer_new(const struct ggml_ext_kvq_con
     return L;
 }
 
-void ggml_ext_kvq_layer_free(struct ggml_ext_kvq_layer * L) {
+void ggml_ext_kvquant_layer_free(struct ggml_ext_kvquant_layer * L) {
     if (L) {
         free(L->k_lo);
         free(L);
     }
 }
 
-size_t ggml_ext_kvq_k_row_size(const struct ggml_ext_kvq_layer * L) {
+size_t ggml_ext_kvquant_k_row_size(const struct ggml_ext_kvquant_layer * L) {
     return L->k_row_size;
 }
 
-size_t ggml_ext_kvq_v_row_size(const struct ggml_ext_kvq_layer * L) {
+size_t ggml_ext_kvquant_v_row_size(const struct ggml_ext_kvquant_layer * L) {
     return L->v_row_size;
 }
 
@@ -215,7 +215,7 @@ static void pack_head(uint8_t * blk, int bits, int hd, const uint8_t * idx) {
 }
 
 static void put_slot(uint8_t * sparse, int i, int channel, float value) {
-    ggml_ext_kvq_slot sl = { (uint16_t) channel, ggml_ext_fp32_to_fp16(value) };
+    ggml_ext_kvquant_slot sl = { (uint16_t) channel, ggml_ext_fp32_to_fp16(value) };
     memcpy(sparse + 4 + 4 * (size_t) i, &sl, 4);
 }
 
@@ -229,7 +229,7 @@ static int cmp_desc(const void * a, const void * b) {
     return (x < y) - (x > y);
 }
 
-int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * L, const float * k, void * vrow) {
+int ggml_ext_kvquant_quantize_k(const struct ggml_ext_kvquant_layer * L, const float * k, void * vrow) {
     const int D = L->n_channels, hd = L->head_dim, n = 1 << L->bits;
     if (!finite_all(k, D)) {
         return -1;
@@ -254,7 +254,7 @@ int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * L, const float * k
         return -1;
     }
     int     n_cand = 0;
-    uint8_t idx[GGML_EXT_KVQ_MAX_HEAD_DIM];
+    uint8_t idx[GGML_EXT_KVQUANT_MAX_HEAD_DIM];
     for (int c = 0; c < D; c++) {
         const int   h = c / hd, s = L->slot_of[c - h * hd];
         const float x  = k[c];
@@ -297,7 +297,7 @@ int ggml_ext_kvq_quantize_k(const struct ggml_ext_kvq_layer * L, const float * k
 
 // the (k+1)-th smallest of x (k < n), keeping a sorted list of the k+1 smallest seen
 static float kth_smallest(const float * x, int n, int k, float sign) {
-    float best[GGML_EXT_KVQ_MAX_VK + 1];
+    float best[GGML_EXT_KVQUANT_MAX_VK + 1];
     int   m = 0;
     for (int i = 0; i < n; i++) {
         const float v = sign * x[i];
@@ -314,7 +314,7 @@ static float kth_smallest(const float * x, int n, int k, float sign) {
     return sign * best[k];
 }
 
-int ggml_ext_kvq_quantize_v(const struct ggml_ext_kvq_layer * L, const float * v, void * vrow) {
+int ggml_ext_kvquant_quantize_v(const struct ggml_ext_kvquant_layer * L, const float * v, void * vrow) {
     const int D = L->n_channels, hd = L->head_dim, n = 1 << L->bits;
     if (!finite_all(v, D)) {
         return -1;
@@ -330,7 +330,7 @@ int ggml_ext_kvq_quantize_v(const struct ggml_ext_kvq_layer * L, const float * v
     memcpy(row + L->dense_bytes, scale, 4);
     uint8_t * sparse = row + L->dense_bytes + 4;
     int       n_out  = 0;
-    uint8_t idx[GGML_EXT_KVQ_MAX_HEAD_DIM];
+    uint8_t idx[GGML_EXT_KVQUANT_MAX_HEAD_DIM];
     for (int c = 0, i = 0, h = 0; c < D; c++) {
         const float x = v[c];
         idx[i++]      = (uint8_t) nearest(L->v_mids, n, (x - mid) / half);
@@ -346,38 +346,38 @@ int ggml_ext_kvq_quantize_v(const struct ggml_ext_kvq_layer * L, const float * v
     return 0;
 }
 
-void ggml_ext_kvq_dequantize_k(const struct ggml_ext_kvq_layer * L, const void * vrow, float * k) {
+void ggml_ext_kvquant_dequantize_k(const struct ggml_ext_kvquant_layer * L, const void * vrow, float * k) {
     const uint8_t * row = vrow;
     const int       hd  = L->head_dim;
     for (int c = 0; c < L->n_channels; c++) {
-        const int q = ggml_ext_kvq_get(row + (c / hd) * L->head_bytes, L->bits, hd, L->slot_of[c % hd]);
+        const int q = ggml_ext_kvquant_get(row + (c / hd) * L->head_bytes, L->bits, hd, L->slot_of[c % hd]);
         k[c]        = L->k_values[q] * L->k_half[c] + L->k_mid[c];
     }
     const uint8_t * sparse = row + L->dense_bytes;
-    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
-        const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
+    for (int i = 0, n = ggml_ext_kvquant_n_kept(sparse); i < n; i++) {
+        const ggml_ext_kvquant_slot sl = ggml_ext_kvquant_slot_at(sparse, i);
         k[sl.channel]              = ggml_ext_fp16_to_fp32(sl.value);
     }
 }
 
-void ggml_ext_kvq_dequantize_v(const struct ggml_ext_kvq_layer * L, const void * vrow, float * v) {
+void ggml_ext_kvquant_dequantize_v(const struct ggml_ext_kvquant_layer * L, const void * vrow, float * v) {
     const uint8_t * row = vrow;
     const int       hd  = L->head_dim;
     float           mid, half;
-    ggml_ext_kvq_v_scale(L, row, &mid, &half);
+    ggml_ext_kvquant_v_scale(L, row, &mid, &half);
     for (int c = 0; c < L->n_channels; c++) {
-        v[c] = L->v_values[ggml_ext_kvq_get(row + (c / hd) * L->head_bytes, L->bits, hd, c % hd)] * half + mid;
+        v[c] = L->v_values[ggml_ext_kvquant_get(row + (c / hd) * L->head_bytes, L->bits, hd, c % hd)] * half + mid;
     }
-    const uint8_t * sparse = ggml_ext_kvq_v_sparse(L, row);
-    for (int i = 0, n = ggml_ext_kvq_n_kept(sparse); i < n; i++) {
-        const ggml_ext_kvq_slot sl = ggml_ext_kvq_slot_at(sparse, i);
+    const uint8_t * sparse = ggml_ext_kvquant_v_sparse(L, row);
+    for (int i = 0, n = ggml_ext_kvquant_n_kept(sparse); i < n; i++) {
+        const ggml_ext_kvquant_slot sl = ggml_ext_kvquant_slot_at(sparse, i);
         v[sl.channel]              = ggml_ext_fp16_to_fp32(sl.value);
     }
 }
 
 // llama.cpp's ggml_rope_cache_init with ext_factor 0 and mscale 1: theta = pos * theta_scale^j
 // by repeated multiplication, divided by the frequency factor, times freq_scale.
-float ggml_ext_kvq_rope_angle(const struct ggml_ext_kvq_layer * L, int j, int32_t pos) {
+float ggml_ext_kvquant_rope_angle(const struct ggml_ext_kvquant_layer * L, int j, int32_t pos) {
     if (j >= L->rope_n_dims / 2) {
         return 0.0f;
     }

@@ -7,7 +7,7 @@ while they fit, and the bucket that overflows gives its first channels in index 
 at random inside it; the GPU takes whichever arrive first). b0 is the largest |x| seen in calibration,
 b15 the largest k-th largest |x| of a chunk (per k_chunk). ``exact``: the k largest |x|.
 
-The float32 arithmetic of :func:`bucket` is the C reference's (ggml_ext_dec_bucket), so both pick the
+The float32 arithmetic of :func:`bucket` is the C reference's (ggml_ext_qdec_bucket), so both pick the
 same channels (tests/methods/test_dec.py checks it on real activations)."""
 from __future__ import annotations
 

@@ -220,7 +220,7 @@ def rotate_blocks(x, n: int = VBLOCK):
 
 
 def block_normalised(x, slot: bool):
-    """Values normalised as llama.cpp's NUQ value blocks are written (src/ggml/kvquant_base.c): per 64
+    """Values normalised as llama.cpp's NUQ value blocks are written (src/backend/kvquant_base.c): per 64
     values of a token mid / half from the min and max, with ``slot`` after taking out the block's minimum
     or maximum, whichever leaves the narrower range (it goes to the block's outlier slot). Returns the
     normalised values (blocks x 64) and the mask of those quantized densely (all but the slot's)."""

@@ -90,18 +90,18 @@ def _lib() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(_locate.library("ggml-cpu")), mode=ctypes.RTLD_GLOBAL)
     P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
     sig = {
-        "ggml_ext_kvq_layer_new": ([P, ctypes.c_char_p, S], P),
-        "ggml_ext_kvq_layer_free": ([P], None),
-        "ggml_ext_kvq_k_row_size": ([P], S),
-        "ggml_ext_kvq_v_row_size": ([P], S),
-        "ggml_ext_kvq_quantize_k": ([P, P, P], I),
-        "ggml_ext_kvq_quantize_v": ([P, P, P], I),
-        "ggml_ext_kvq_dequantize_k": ([P, P, P], None),
-        "ggml_ext_kvq_dequantize_v": ([P, P, P], None),
-        "ggml_ext_kvq_k_scores": ([P, I, P, I, P, S, P, I, P], None),
-        "ggml_ext_kvq_v_accumulate": ([P, I, P, I, P, S, I, P], None),
-        "ggml_ext_kvq_kernel": ([P], ctypes.c_char_p),
-        "ggml_ext_kvq_force": ([ctypes.c_char_p], I),
+        "ggml_ext_kvquant_layer_new": ([P, ctypes.c_char_p, S], P),
+        "ggml_ext_kvquant_layer_free": ([P], None),
+        "ggml_ext_kvquant_k_row_size": ([P], S),
+        "ggml_ext_kvquant_v_row_size": ([P], S),
+        "ggml_ext_kvquant_quantize_k": ([P, P, P], I),
+        "ggml_ext_kvquant_quantize_v": ([P, P, P], I),
+        "ggml_ext_kvquant_dequantize_k": ([P, P, P], None),
+        "ggml_ext_kvquant_dequantize_v": ([P, P, P], None),
+        "ggml_ext_kvquant_k_scores": ([P, I, P, I, P, S, P, I, P], None),
+        "ggml_ext_kvquant_v_accumulate": ([P, I, P, I, P, S, I, P], None),
+        "ggml_ext_kvquant_kernel": ([P], ctypes.c_char_p),
+        "ggml_ext_kvquant_force": ([ctypes.c_char_p], I),
     }
     for name, (args, res) in sig.items():
         f = getattr(lib, name)
@@ -111,7 +111,7 @@ def _lib() -> ctypes.CDLL:
 
 def force(name: str | None) -> None:
     """Run implementation ``name`` ("generic", "avx2", "neon") from now on; None: choose by CPU again."""
-    if _lib().ggml_ext_kvq_force(name.encode() if name else None) != 0:
+    if _lib().ggml_ext_kvquant_force(name.encode() if name else None) != 0:
         raise KVKernelError(f"this build has no KV kernel implementation {name!r}")
 
 
@@ -143,11 +143,11 @@ class KVCacheLayer:
                       rope.n_dims or head_dim, rope.freq_base, rope.freq_scale,
                       None if ff is None else ff.ctypes.data, *ptr)
         err = ctypes.create_string_buffer(256)
-        self._h = _lib().ggml_ext_kvq_layer_new(ctypes.byref(cfg), err, len(err))
+        self._h = _lib().ggml_ext_kvquant_layer_new(ctypes.byref(cfg), err, len(err))
         if not self._h:
             raise KVKernelError(f"{name}: {err.value.decode()}")
-        self.k_row_size = int(_lib().ggml_ext_kvq_k_row_size(self._h))
-        self.v_row_size = int(_lib().ggml_ext_kvq_v_row_size(self._h))
+        self.k_row_size = int(_lib().ggml_ext_kvquant_k_row_size(self._h))
+        self.v_row_size = int(_lib().ggml_ext_kvquant_v_row_size(self._h))
 
     @classmethod
     def from_calibration(cls, cal, layer: int, bits: int, outliers: bool = True, rope: Rope = Rope(),
@@ -168,12 +168,12 @@ class KVCacheLayer:
     def __del__(self):
         h, self._h = getattr(self, "_h", None), None
         if h:
-            _lib().ggml_ext_kvq_layer_free(h)
+            _lib().ggml_ext_kvquant_layer_free(h)
 
     @property
     def kernel(self) -> str:
         """The implementation the kernels run for this layer ("generic", "avx2", "neon")."""
-        return _lib().ggml_ext_kvq_kernel(self._h).decode()
+        return _lib().ggml_ext_kvquant_kernel(self._h).decode()
 
     def _quantize(self, fn, x, row_size: int, what: str) -> np.ndarray:
         x = _f32(x).reshape(-1, self.n_channels)
@@ -189,10 +189,10 @@ class KVCacheLayer:
 
     def quantize_k(self, k) -> np.ndarray:
         """Keys before RoPE (tokens, D) -> rows; ``last_dropped`` says how many outliers found no slot."""
-        return self._quantize(_lib().ggml_ext_kvq_quantize_k, k, self.k_row_size, "keys")
+        return self._quantize(_lib().ggml_ext_kvquant_quantize_k, k, self.k_row_size, "keys")
 
     def quantize_v(self, v) -> np.ndarray:
-        return self._quantize(_lib().ggml_ext_kvq_quantize_v, v, self.v_row_size, "values")
+        return self._quantize(_lib().ggml_ext_kvquant_quantize_v, v, self.v_row_size, "values")
 
     def _dequantize(self, fn, rows, row_size) -> np.ndarray:
         rows = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1, row_size)
@@ -202,10 +202,10 @@ class KVCacheLayer:
         return out
 
     def dequantize_k(self, rows) -> np.ndarray:
-        return self._dequantize(_lib().ggml_ext_kvq_dequantize_k, rows, self.k_row_size)
+        return self._dequantize(_lib().ggml_ext_kvquant_dequantize_k, rows, self.k_row_size)
 
     def dequantize_v(self, rows) -> np.ndarray:
-        return self._dequantize(_lib().ggml_ext_kvq_dequantize_v, rows, self.v_row_size)
+        return self._dequantize(_lib().ggml_ext_kvquant_dequantize_v, rows, self.v_row_size)
 
     def _head(self, head: int) -> None:
         if not 0 <= head < self.n_kv_heads:
@@ -225,7 +225,7 @@ class KVCacheLayer:
         if pos.shape != (rows.shape[0],):
             raise KVKernelError(f"{self.name}: {pos.size} positions for {rows.shape[0]} key rows")
         out = np.empty((q.shape[0], rows.shape[0]), dtype=np.float32)
-        _lib().ggml_ext_kvq_k_scores(self._h, -1 if head is None else head, q.ctypes.data, n_q, rows.ctypes.data,
+        _lib().ggml_ext_kvquant_k_scores(self._h, -1 if head is None else head, q.ctypes.data, n_q, rows.ctypes.data,
                                      self.k_row_size,
                                      pos.ctypes.data, rows.shape[0], out.ctypes.data)
         return out
@@ -241,6 +241,6 @@ class KVCacheLayer:
         if head is None and w.shape[0] != n_q * self.n_kv_heads:
             raise KVKernelError(f"{self.name}: {w.shape[0]} weight rows for {self.n_kv_heads} KV heads")
         out = np.empty((w.shape[0], self.head_dim), dtype=np.float32)
-        _lib().ggml_ext_kvq_v_accumulate(self._h, -1 if head is None else head, w.ctypes.data, n_q, rows.ctypes.data,
+        _lib().ggml_ext_kvquant_v_accumulate(self._h, -1 if head is None else head, w.ctypes.data, n_q, rows.ctypes.data,
                                          self.v_row_size, rows.shape[0], out.ctypes.data)
         return out
