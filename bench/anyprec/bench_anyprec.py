@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Any-precision": perplexity of one file at every precision against independent k-means and stock mixes.
 """Any-precision (convert --method anyprec): perplexity at every precision of one file, against
 independently quantized k-means files and stock llama-quantize types; quantization time; file sizes.
 
-  scripts/bench_anyprec.py [--models smollm2,gemma3] [--bits 3-8] [--independent 4,5]
+  bench/anyprec/bench_anyprec.py [--models smollm2,gemma3] [--bits 3-8] [--independent 4,5]
                            [--stock q3_k,q4_k,q5_k,q6_k,q8_0] [--calib-samples 16] [--calib-seq-len 256]
                            [--chunks 20] [--threads N] [--via op|extract] [--keep DIR] [--json OUT]
                            [--refine R] [--starts T] [--gain G] [--baseline-refine 0] [--upstream DIR] [--imatrix-chunks 16]
@@ -56,7 +57,7 @@ from ggml_ext.converters import convert
 from ggml_ext.converters.pipeline import _FisherSource, plan
 from ggml_ext.methods.anyprec import seed_and_upscale
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "convert")))
 from bench_convert import cpu_name  # noqa: E402
 
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
@@ -132,7 +133,7 @@ def main() -> int:
     p.add_argument("--parent-file", type=Path, default=None, metavar="FILE",
                    help="measure this bitplane file of the (single) model instead of converting one (no timing)")
     p.add_argument("--keep", type=Path, default=None, metavar="DIR",
-                   help="keep each model's bitplane file in DIR (for scripts/bench_anyprec_speed.py)")
+                   help="keep each model's bitplane file in DIR (for a later run's --parent-file)")
     p.add_argument("--json", default=None)
     p.add_argument("--refine", type=int, default=ap.REFINE,
                    help=f"precisions above the seed refined jointly with it (default {ap.REFINE}; 0: the paper's greedy)")

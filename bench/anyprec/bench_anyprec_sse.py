@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Any-precision": the quantizer's weighted error against k-means at each width.
 """Any-precision quantizer quality without a model run: per precision, the Fisher-weighted squared error of
 the one-file codes (seed + upscaling, with and without the joint refinement) over that of the independent
 k-means optimum at each precision, on real rows of the default model; and the quantizer's time on
 Llama-2-7B-shaped random matrices (``--time-7b``).
 
-  scripts/bench_anyprec_sse.py [--model smollm2|gemma3] [--rows 96] [--layers 3,10,15,25] [--refine 0,1,2,3]
+  bench/anyprec/bench_anyprec_sse.py [--model smollm2|gemma3] [--rows 96] [--layers 3,10,15,25] [--refine 0,1,2,3]
                                [--variants R:T:G,...] [--calib 4x64]
-  scripts/bench_anyprec_sse.py --time-7b [--refine 0,2] [--layers-7b 1] [--threads N]
+  bench/anyprec/bench_anyprec_sse.py --time-7b [--refine 0,2] [--layers-7b 1] [--threads N]
 
 Quality: for each (layer, matrix) ``--rows`` rows spread over the matrix, the Fisher diagonal of the
 calibration engine (``--calib`` samples x tokens of wiki-train, cached), normalised like the method does;
 "k-means b" = ``quantize(bits b-b)``, the exact b-bit optimum of each row (the independent baseline of
-docs/BENCHMARKS.md); printed: sum of weighted SSE at b of the one-file codes / that of k-means b.
+docs/RESULTS.md); printed: sum of weighted SSE at b of the one-file codes / that of k-means b.
 ``--variants R:T:G,...`` adds one-file codes of refinement depth R, T extra starts and gain G (the
 method's ``refine`` / ``starts`` / ``gain``) to the ``--refine`` depths (which run with starts 0, gain 1).
 Time: seed + upscaling of ``--layers-7b`` decoder layers of Llama-2-7B shapes (q, k, v, o 4096x4096; gate,

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Codebooks (CB2/CB3)": the recipes' perplexity against llama-quantize's mixes, and the Pareto plots.
 """Perplexity of the codebook types CB2 / CB3 (fake-quantized) beside Q2_K, IQ2_XS, IQ2_S and
 Q3_K_S made by llama-quantize with an imatrix, at their bits per weight.
 
-  scripts/bench_codebooks.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
+  bench/codebooks/bench_codebooks.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
                              [--weightings importance,sqrt_s2x2] [--threads N] [--json OUT]
 
 CB2 and CB3 are not ggml types yet (no id, no kernels), so their files are *fake-quantized*:
-* the f16 file, its imatrix on wiki-train and the stock files come from scripts/bench_iq4_nl_quality.py's
+* the f16 file, its imatrix on wiki-train and the stock files come from bench/interleaved4/bench_iq4_nl_quality.py's
   helpers (same recipes, same cache folder: SmolLM2 from our converter, Gemma-3-270M's f16 from its
   Q4_K_M GGUF; our llama-imatrix; our llama-quantize with --imatrix);
 * "CB2 (Q2_K mix)": the Q2_K file with every Q2_K tensor replaced by the F16 values
@@ -52,7 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "interleaved4")))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 import bench_iq4_nl_quality as base  # noqa: E402
 from default_models import cached, source, tool  # noqa: E402
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Codebooks (CB2/CB3)": the quantizers' weighted error against the stock 2-3-bit types.
 """Importance-weighted quantization error of CB2 / CB3 beside ggml's 2- and 3-bit types, tensor by tensor.
 
-  scripts/bench_codebooks_error.py [--model smollm2|gemma3] [--layers 0,10,20] [--rows 128]
+  bench/codebooks/bench_codebooks_error.py [--model smollm2|gemma3] [--layers 0,10,20] [--rows 128]
 
 For each chosen layer's ``ffn_down`` (the matrix every type can take on both models: rows a multiple
 of 256), the first --rows rows of the f16 file are quantized to IQ2_XXS, IQ2_XS, IQ2_S, Q2_K, IQ3_S,
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "interleaved4")))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 import bench_iq4_nl_quality as base  # noqa: E402
 
 from ggml_ext import codebooks, quants  # noqa: E402

@@ -1,8 +1,9 @@
+// Reproduces docs/RESULTS.md "Codebooks (CB2/CB3)": the kernel timings of bench_codebooks_kernels.py.
 // Single-thread GEMV microbenchmark of the codebook kernels (CB2 / CB3 x Q8_K, ggml_ext/src/*/codebooks*.c)
 // against ggml's own Q2_K / Q3_K vec_dot (x Q8_K) on the same machine in the same run: the 1-token decode
 // product of one weight matrix. Kernels are timed interleaved (rep after rep, each kernel once per rep)
 // and the minimum is reported, so a shared, busy machine slows them alike and the best rep of each is what
-// the kernel can do. Built and run by scripts/bench_codebooks_kernels.py (speed only: the weights are
+// the kernel can do. Built and run by bench/codebooks/bench_codebooks_kernels.py (speed only: the weights are
 // random bytes with a sane fp16 scale, not a quantized matrix).
 //
 //   bench_codebooks_kernels [--rows M] [--cols K] [--reps R] [--act-rows N]   (defaults: 4096 x 4096, 30 reps, N = 1)

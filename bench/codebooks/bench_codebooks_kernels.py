@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Build and run the codebook kernels' GEMV microbenchmark (scripts/bench_codebooks_kernels.c): CB2 / CB3 x
+# Reproduces docs/RESULTS.md "Codebooks (CB2/CB3)": CPU GEMV / GEMM against ggml's Q2_K / Q3_K vec_dot.
+"""Build and run the codebook kernels' GEMV microbenchmark (bench/codebooks/bench_codebooks_kernels.c): CB2 / CB3 x
 Q8_K with every SIMD implementation compiled in, against ggml's own Q2_K / Q3_K vec_dot, one thread, the
 1-token decode product of one weight matrix, timed interleaved (best of --reps).
 
-    python3 scripts/bench_codebooks_kernels.py [--old REF] [--march native] [-- --rows 4096 --cols 11008 --reps 30]
-    python3 scripts/bench_codebooks_kernels.py --old REF -- --rows 512 --act-rows 16   # a 16-row GEMM instead
+    python3 bench/codebooks/bench_codebooks_kernels.py [--old REF] [--march native] [-- --rows 4096 --cols 11008 --reps 30]
+    python3 bench/codebooks/bench_codebooks_kernels.py --old REF -- --rows 512 --act-rows 16   # a 16-row GEMM instead
 
 Compiles ggml_ext's codebook sources with the benchmark (gcc -O3 -DNDEBUG) and links ggml (ggml-base,
 ggml-cpu) of the installed build (GGML_EXT_PREFIX, else the installed package): the stock types run ggml's
@@ -19,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 sys.path.insert(0, str(REPO / "python"))
 from kernel_sources import CODEBOOKS as SOURCES, SRC  # noqa: E402
@@ -35,7 +36,7 @@ def main() -> int:
 
     lib, inc = _locate.lib_dir(), _locate.prefix() / "include"
     with tempfile.TemporaryDirectory() as td:
-        srcs = [str(REPO / "scripts" / "bench_codebooks_kernels.c"), *map(str, SOURCES)]
+        srcs = [str(Path(__file__).resolve().with_suffix(".c")), *map(str, SOURCES)]
         defs = []
         if ns.old:
             old = Path(td) / "codebooks_avx2_old.c"

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Converter": streamed calibration against the whole model on the CPU (time, memory).
 """Peak memory and time of calibration, streamed (one decoder layer at a time) against the naive way
 (the whole model in memory, hooks on every layer), each in a fresh process so peak RSS is its own.
 
-    python scripts/bench_calibrate.py [--model HF_DIR] [--samples 16] [--seq-len 512] [--what hessian,act_stats]
-    python scripts/bench_calibrate.py --fisher ...        # Fisher: reverse pass vs whole-model autograd
+    python bench/convert/bench_calibrate.py [--model HF_DIR] [--samples 16] [--seq-len 512] [--what hessian,act_stats]
+    python bench/convert/bench_calibrate.py --fisher ...        # Fisher: reverse pass vs whole-model autograd
 
 Default model: the smollm2-hf asset. Prints a Markdown table (wall seconds, peak RSS MiB) and the model's
 size in memory (float32 parameters) and one layer's, so the goal "peak <= 1.5 layers + activations" can

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Converter": ggml-ext convert against convert_hf_to_gguf.py (time, peak RSS).
 """Conversion time and peak memory: `ggml-ext convert` vs llama.cpp's convert_hf_to_gguf.py, same run.
 
 Both convert the default model (SmolLM2-135M-Instruct, float32 safetensors) at each
@@ -7,7 +8,7 @@ reported. Wall time and peak resident memory are those of the converter's own
 process tree (``os.wait4`` rusage of each child). The source files are read once
 before timing so both start from a warm page cache. Prints a markdown table.
 
-  scripts/bench_convert.py [--types f16,q8_0] [--rounds 3] [--model HF_DIR]
+  bench/convert/bench_convert.py [--types f16,q8_0] [--rounds 3] [--model HF_DIR]
 """
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 import fetch_llama_cpp  # noqa: E402
 
 
@@ -92,7 +93,7 @@ def main() -> int:
 
     print(f"Conversion of `{a.model.name}` ({sum(f.stat().st_size for f in a.model.glob('*.safetensors')) / 2**20:.0f} "
           f"MiB of safetensors) on {cpu_name()}, {os.cpu_count()} cores; median of {a.rounds} rounds "
-          f"(ABBA order), warm page cache. Command: `scripts/bench_convert.py --types {a.types} --rounds {a.rounds}`.\n")
+          f"(ABBA order), warm page cache. Command: `bench/convert/bench_convert.py --types {a.types} --rounds {a.rounds}`.\n")
     print("| type | converter | wall time (s) | peak RSS (MiB) | output (MiB) |")
     print("| --- | --- | ---: | ---: | ---: |")
     for (t, name), runs in results.items():

@@ -1,5 +1,6 @@
+// Reproduces docs/RESULTS.md "QDEC": the DEC node's cost against the base GEMV on CUDA (run by device_dec.sh).
 // QDEC on the GPU: base GEMV + DEC_MUL_MAT time normalised to the base GEMV alone (issue 18's measure), for
-// one weight shape over k_chunk and n_tb. Run by scripts/device_dec.sh (MODE=bench), which prints the table.
+// one weight shape over k_chunk and n_tb. Run by bench/device/device_dec.sh (MODE=bench), which prints the table.
 //
 // Each measurement is one graph of `reps` linears over `copies` distinct weights (their total above the
 // GPU's L2 cache, so each node streams its weights from memory, as in bench_mul_mat_backend.cpp): the
@@ -15,7 +16,7 @@
 //   prints markdown rows: | M x K | r | launch | mode | k_chunk | n_tb | base us | base+DEC us | ratio | residual GB/s |
 //   (launch: GGML_EXT_DEC_LAUNCH as set by the caller, "auto" when unset; n_tb 0: the op's default, one per SM)
 //
-// Build: c++ -O2 -std=c++17 scripts/bench_dec_cuda.cpp -I$P/include -L$P/lib -lggml -lggml-base -o bench-dec-cuda
+// Build: c++ -O2 -std=c++17 bench/device/bench_dec_cuda.cpp -I$P/include -L$P/lib -lggml -lggml-base -o bench-dec-cuda
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-ext-ops.h"

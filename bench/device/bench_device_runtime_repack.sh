@@ -1,12 +1,13 @@
 #!/bin/bash
+# Reproduces docs/RESULTS.md "Interleaved Q4_0": runtime repack and Q4_0_8_8 file against pristine upstream on the GPU machine's Xeon.
 # AVX-512 VNNI host of the GPU machine: stock Q4_0 through the pristine build's runtime repack vs ours (CPU-only builds,
 # same compiler/flags: -O3 -march=native), SmolLM2-135M shape with random weights (speed does not depend on values).
 # Run on the lent GPU machine (its host CPU; no PyPI there), from a folder D prepared here:
 #   D=.device (ignored by git, named in the device run's carry):
 #   tar the pinned tree to D/llama.cpp.tgz (docs/DEVELOPING.md "GPU"), `git archive HEAD | tar -x -C D/main`,
 #   cp ~/.cache/ggml-ext/assets/smollm2-hf/{config.json,generation_config.json,tokenizer*.json} D/hf/,
-#   cp scripts/bench_device_runtime_repack.sh D/bench.sh; then run `bash .device/bench.sh` there.
-# Prints the table of docs/BENCHMARKS.md "Truth pass" (AVX-512 host); $OUT gets the raw llama-bench JSON.
+#   cp bench/device/bench_device_runtime_repack.sh D/bench.sh; then run `bash .device/bench.sh` there.
+# Prints the table of docs/RESULTS.md "Interleaved Q4_0" (AVX-512 host); $OUT gets the raw llama-bench JSON.
 set -euo pipefail
 D=$(cd "$(dirname "$0")" && pwd)
 export GGML_EXT_LLAMA_CPP_SRC=/tmp/src/llama.cpp-0c1e57098 PYTHON=python3

@@ -1,3 +1,4 @@
+// Reproduces docs/RESULTS.md "GPU path" and "Codebooks (CB2/CB3)": mat-vec per type through a ggml backend (run by device_gpu_baseline.sh).
 // Mat-vec / small-batch mat-mul time of one ggml type on one backend, at given shapes.
 //
 // The baseline tool for the GPU kernels (issues 15, 17): the same program is built against the
@@ -12,7 +13,7 @@
 //   bench-mul-mat-backend TYPE M K [N=1] [--backend CUDA0] [--iters 20] [--reps 64] [--min-bytes 512M]
 //   prints one line: type M K N us_per_op GB_per_s (weight bytes / time)
 //
-// Build (scripts/device_gpu_baseline.sh does this):
+// Build (bench/device/device_gpu_baseline.sh does this):
 //   c++ -O2 -std=c++17 bench_mul_mat_backend.cpp -I$SRC/ggml/include -L$LIB -lggml -lggml-base -o bench
 #include "ggml.h"
 #include "ggml-alloc.h"

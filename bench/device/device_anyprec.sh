@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "Any-precision": CUDA GEMV, the op's perplexity and speed, quantization time.
 # The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
@@ -13,7 +14,7 @@
 # v16 (tensor cores, tile layout, b <= 3) is checked and timed beside v1..v15.
 # APQ_SKIP_OLD=1: time only v4, v13..v16 and cuBLAS at one token, no batch / dequantize timings (every path
 # still checked against the CPU reference; ~2-3 min instead of ~8); APQ_BITS=3 or 3-5: only those precisions.
-# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
+# Usage: bench/device/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
 # compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
 #
 # Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens, v9 at 3
@@ -42,30 +43,30 @@
 #          GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits) and of the Q4_K / Q3_K files,
 #          alternating over two rounds
 #   big    (BIG=1; BIG=only skips files/ppl/bench above) Llama-2-7B-shaped random files
-#          (scripts/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
+#          (bench/runtime/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
 #          Q4_K, so only the decoder layers differ; tokenizer from TEMPLATE, default the f16 file made above:
 #          see device_codebooks.sh), llama-bench -ngl 99 at each of BITS and Q4_K / Q3_K, one round (ROUNDS)
 # Usage (device, repository root):
-#   MODE=op bash scripts/device_anyprec.sh OUT [HF_DIR TEXT]
+#   MODE=op bash bench/device/device_anyprec.sh OUT [HF_DIR TEXT]
 # Writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, PPL=0, BENCH=0, BIG, TEMPLATE,
 # BITS, CHUNKS (perplexity chunks, 8), CALIB_SAMPLES (8), ROUNDS, PYTHON (default /opt/torch/.venv/bin/python3
 # where it exists). See docs/formats/anyprec.md, "CUDA op".
 #
 # MODE=ppl: the quantizer's quality (no GPU kernel involved; the Fisher pass runs on the GPU): one model per
-#   call (MODELS: smollm2 or gemma3), scripts/bench_anyprec.py: the one file (--bits 3-8, refinement depth
+#   call (MODELS: smollm2 or gemma3), bench/anyprec/bench_anyprec.py: the one file (--bits 3-8, refinement depth
 #   REFINE, default the method's) scored by our CPU llama-perplexity at every precision 3..8 (--apq-bits), the
 #   same with BASELINE_REFINE (default 0: the paper's greedy upscaling; '' skips it), and the independent
 #   Fisher-weighted k-means file at each width of INDEPENDENT (default 3,4,5,6,7,8), all on the same CALIB
 #   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too
 #   (without and with an imatrix of IMATRIX_CHUNKS x 512 TRAIN tokens, default 16; by our build unless
 #   UPSTREAM names a pristine build's bin folder). STARTS / GAIN: the refinement's extra starts and gain
-#   (scripts/bench_anyprec.py --starts / --gain; default the method's).
-#   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
+#   (bench/anyprec/bench_anyprec.py --starts / --gain; default the method's).
+#   Needs SMOLLM2_HF / GEMMA3_HF (folders from bench/device/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
 #   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
 #   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
 # MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 1) Llama-2-7B-shaped
 #   random decoder layers at refinement depths REFINES (default 0,2), extrapolated to 32 layers
-#   (scripts/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
+#   (bench/anyprec/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
 if [ "${MODE:-kernels}" = op ]; then
     exec bash "$(dirname "$0")/device_anyprec_op.sh" "$@"
 fi
@@ -85,7 +86,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
     if [ "$MODE" = qtime ]; then
-        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
+        PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
             --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
         exit "${PIPESTATUS[0]}"
     fi
@@ -96,7 +97,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     br=${BASELINE_REFINE-0}
     t0=$(date +%s)
     rc=0
-    PYTHONPATH=python "$PY" scripts/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
+    PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
         ${REFINE:+--refine "$REFINE"} ${STARTS:+--starts "$STARTS"} ${GAIN:+--gain "$GAIN"} \
         ${br:+--baseline-refine "$br"} --imatrix-chunks "${IMATRIX_CHUNKS:-16}" --upstream "${UPSTREAM:-none}" \
         --independent "${INDEPENDENT-3,4,5,6,7,8}" --stock "${STOCK:-}" \

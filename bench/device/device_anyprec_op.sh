@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The APQ_MUL_MAT op on CUDA in our llama.cpp, on the device machine: `MODE=op bash scripts/device_anyprec.sh`
-# runs this (what it does, its arguments and environment: the header of scripts/device_anyprec.sh).
-#   bash scripts/device_anyprec_op.sh OUT [HF_DIR TEXT]
+# Reproduces docs/RESULTS.md "Any-precision": the APQ op on CUDA in llama.cpp (MODE=op of device_anyprec.sh).
+# The APQ_MUL_MAT op on CUDA in our llama.cpp, on the device machine: `MODE=op bash bench/device/device_anyprec.sh`
+# runs this (what it does, its arguments and environment: the header of bench/device/device_anyprec.sh).
+#   bash bench/device/device_anyprec_op.sh OUT [HF_DIR TEXT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_anyprec_op.sh OUT [HF_DIR TEXT]} hf=${2:-} text=${3:-}
-. scripts/device_lib.sh   # from the repository root (cmake -S .)
+. bench/device/device_lib.sh   # from the repository root (cmake -S .)
 device_setup "$top" "device_anyprec op"
 BITS=${BITS:-3 4 5 6 7 8}
 device_build_cuda
@@ -81,7 +82,7 @@ if [ -n "${BIG:-}" ]; then
         for ty in apq q4_k q3_k; do
             [ -s /tmp/big-$ty.gguf ] && continue
             t0=$(date +%s)
-            "$PY" scripts/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
+            "$PY" bench/runtime/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
                 { say "big $ty: make failed"; tail -5 "$out/make-big-$ty.log" | tee -a "$out/summary.txt"; }
             say "big $ty: $(tail -1 "$out/make-big-$ty.log") ($(( $(date +%s) - t0 )) s)"
         done

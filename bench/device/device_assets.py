@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Device runs: rebuilds the assets (HF folders, tokenizers) on the GPU machine for the scripts beside it.
 """The test models on the device machine, which has no PyPI: join carried pieces, check, dequantize.
 
 The device takes at most 64 MiB per call, so the models' GGUF files travel in pieces
@@ -14,7 +15,7 @@ into single characters: perplexity 678 instead of 12 at 32K tokens), so the toke
 folders made here travel too: a carried ``smollm2-hf/`` or ``gemma3-hf/`` folder holding ``tokenizer*``
 files replaces the device's own. Every folder's tokenization of a probe sentence is printed for the log.
 
-Usage (device, repository root):  python3 scripts/device_assets.py DEST [PIECES_DIR ...]
+Usage (device, repository root):  python3 bench/device/device_assets.py DEST [PIECES_DIR ...]
 Prints the folders that are ready (DEST/smollm2-hf, DEST/gemma3-hf).
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
 from ggml_ext.assets import hf_folder, pins  # noqa: E402
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Converter": streamed calibration and Fisher against the whole model on a 7B-shaped model.
 """Calibration of a 7B-shaped model on one GPU (the lent H100/H200): streamed one layer at a time vs the
 whole model in GPU memory, bf16 weights and activations, statistics accumulated in float64.
 
-    PYTHONPATH=python python3 scripts/device_calibrate_7b.py --tokenizer DIR --text FILE --work /tmp/w --out OUT
+    PYTHONPATH=python python3 bench/device/device_calibrate_7b.py --tokenizer DIR --text FILE --work /tmp/w --out OUT
 
 Makes a random Llama-2-7B-shaped model (32 layers, d=4096, ffn 11008, 32 heads / 8 KV heads, vocab 49152,
 bf16 safetensors, one shard per layer) with the tokenizer of --tokenizer, then times Hessians + activation

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "Codebooks (CB2/CB3)": CUDA correctness, perplexity and 7B-shaped speed.
 # The codebook types CB2 / CB3 on CUDA, on the device machine (ggml_ext/src/cuda/codebooks_cuda.cu, patch 0410):
 #   build  ours with GGML_EXT_CUDA=ON into $BUILD (default /tmp/bc) unless $BUILD/install already holds it
 #   test   scripts/test_cuda.sh (tests/c/test_types_backends.cpp: CB2/CB3 mul_mat on each GPU against the
@@ -14,32 +15,32 @@
 #          (SmolLM2's only matrices with rows of a multiple of 256 are ffn_down: the rest of its cb files fall
 #          back to other types, and 135M parameters measure kernel launches more than the weights' reads)
 #   big    (BIG=1; BIG=only skips everything above but the build) Llama-2-7B-shaped random files of CB2, CB3,
-#          Q2_K, Q3_K, Q4_0 in every matrix (scripts/make_bench_gguf.py; its tokenizer from TEMPLATE, default
+#          Q2_K, Q3_K, Q4_0 in every matrix (bench/runtime/make_bench_gguf.py; its tokenizer from TEMPLATE, default
 #          the f16 file an earlier call made, else llama.cpp's vocab-only ggml-vocab-llama-spm.gguf from a tree
 #          with models/: the device's pinned tarball has none, so give TEMPLATE there): llama-bench
 #          -ngl 99 pp512 / tg128, alternating; CB2 / CB3 also with GGML_EXT_CB_MMV=f32 (bench lines
 #          big-cb2-f32mmv-*: the f32 mat-vec, against big-cb2-* the integer one);
 #          this is where decode is bound by reading the weights, the kernels' real comparison
 # Usage (device, repository root):
-#   bash scripts/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
-#   HF_DIR  the default model's HF folder (scripts/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
+#   bash bench/device/device_codebooks.sh HF_DIR TEXT OUT [CALIB]
+#   HF_DIR  the default model's HF folder (bench/device/device_assets.py unpacks it to /tmp/assets/smollm2-hf)
 #   TEXT    perplexity text (wiki-test); CALIB: calibration text for the converter (wiki-train; default TEXT)
 # Needs a python with numpy, torch, transformers, safetensors, tqdm (PYTHON; default /opt/torch/.venv/bin/python3
 # where it exists, else python3); writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, CALIB_SAMPLES (16),
 # CHUNKS (perplexity chunks, 16), PPL=0 (no perplexity), BENCH=0 (no llama-bench), F32MMV=0 (no test / big bench of
 # the f32 mat-vec beside the default integer one). The files stay in
 # /tmp/cb-models and are reused by a later call on the same warm machine. Each device call has 10 minutes:
-#   call 1  PPL=0 BENCH=0 bash scripts/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
+#   call 1  PPL=0 BENCH=0 bash bench/device/device_codebooks.sh /tmp/assets/smollm2-hf WIKI_TEST $OUT WIKI_TRAIN
 #           (test-cuda, the files: a cb conversion took 8 min on 2 busy cores here with CALIB_SAMPLES=2)
-#   call 2  SKIP_TESTS=1 BENCH=0 bash scripts/device_codebooks.sh ...same...   (perplexity)
-#   call 3  SKIP_TESTS=1 PPL=0 bash scripts/device_codebooks.sh ...same...     (llama-bench)
-#   call 4  BIG=only bash scripts/device_codebooks.sh - - $OUT                  (7B-shaped speed)
-#           or, without call 1's f16 file (as measured in docs/BENCHMARKS.md's second run):
+#   call 2  SKIP_TESTS=1 BENCH=0 bash bench/device/device_codebooks.sh ...same...   (perplexity)
+#   call 3  SKIP_TESTS=1 PPL=0 bash bench/device/device_codebooks.sh ...same...     (llama-bench)
+#   call 4  BIG=only bash bench/device/device_codebooks.sh - - $OUT                  (7B-shaped speed)
+#           or, without call 1's f16 file (as measured for docs/RESULTS.md):
 #           SKIP_TESTS=1 BIG=only TEMPLATE=<llama.cpp checkout>/models/ggml-vocab-llama-spm.gguf \
-#               bash scripts/device_codebooks.sh - - $OUT
+#               bash bench/device/device_codebooks.sh - - $OUT
 set -uo pipefail
 hf=$1 text=$2 top=$3 calib=${4:-$2}
-. scripts/device_lib.sh   # from the repository root (cmake -S .)
+. bench/device/device_lib.sh   # from the repository root (cmake -S .)
 device_setup "$top" "device_codebooks"
 device_build_cuda
 
@@ -64,7 +65,7 @@ fi
 if [ -n "${BIG:-}" ]; then
     if [ -f "$TEMPLATE" ]; then
         for ty in cb2 cb3 q2_k q3_k q4_0; do
-            "$PY" scripts/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
+            "$PY" bench/runtime/make_bench_gguf.py "$TEMPLATE" /tmp/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 ||
                 { say "big $ty: make failed"; tail -5 "$out/make-big-$ty.log"; }
         done
         say "big files: $(cd /tmp && ls -l big-*.gguf | awk '{printf "%s %d MiB; ", $9, $5/1048576}')"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "Build and test times": the cold CUDA build, then test-cuda and a CPU / GPU perplexity check.
 # Prove the CUDA switch on an NVIDIA machine (the lent H100/H200): configure with
 # GGML_EXT_CUDA=ON, build, install, run ggml-ext's CUDA op tests (scripts/test_cuda.sh), then run the
 # same model on CPU and GPU.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "QDEC": CUDA correctness, the DEC node's cost, and llama.cpp end to end with the tuner.
 # QDEC's fused CUDA kernel (DEC_MUL_MAT, ggml_ext/src/cuda/dec_mul_mat.cu) on the device machine (issue 18).
-#   bash scripts/device_dec.sh OUT          (on the device: bash scripts/device_dec.sh $OUT)
+#   bash bench/device/device_dec.sh OUT          (on the device: bash bench/device/device_dec.sh $OUT)
 # MODE (default all):
 #   test    build our CUDA tree (device_lib.sh) and run make test-cuda twice: test_ext_ops' DEC cases compare
 #           the kernel with the CPU reference (Llama-3-8B shapes and odd ones, k_chunk 0/8/16/64, approximate
 #           and exact top-k, r in GPU and in pinned host memory, cooperative and two-kernel launch)
-#   bench   base GEMV + DEC time normalised to the base GEMV alone (scripts/bench_dec_cuda.cpp) for the
+#   bench   base GEMV + DEC time normalised to the base GEMV alone (bench/device/bench_dec_cuda.cpp) for the
 #           Llama-3-8B shapes 4096x4096, 1024x4096, 14336x4096, 4096x14336 (Q4_0 base weights, one token),
 #           over k_chunk (K_LIST, default 0,8,16,32,64,128) and n_tb (NTB_LIST, default 0 = one per SM,
 #           and 8,16,33,66,132,264); residuals in pinned host memory (zero-copy over PCIe); then the same with
@@ -14,7 +15,7 @@
 #           Writes $OUT/dec_bench.md (the markdown table) and the summary.
 #   all     test, then bench
 #   tune    QDEC in llama.cpp end to end (issue 18): the default model (HF folder $HF, default
-#           /tmp/assets/smollm2-hf from scripts/device_assets.py) converted to f16 and quantized to Q4_0 by our
+#           /tmp/assets/smollm2-hf from bench/device/device_assets.py) converted to f16 and quantized to Q4_0 by our
 #           llama-quantize on the device, `ggml-ext calibrate dec` on the CPU (CAL_DEVICE=cuda for the GPU: torch 2.11 on the device raised an internal assert in the calibration hook there once our CUDA library was loaded in the same process; $TRAIN text, CALIB 16x512),
 #           `ggml-ext tune dec` (targets TARGETS, default 2.5,5,10,20; BUDGET_S, default 300), then
 #           llama-bench tg (TG tokens, default 128, 5 reps) with DEC off, each target's config, and uniform
@@ -30,7 +31,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_dec.sh OUT}
 MODE=${MODE:-all}
-. scripts/device_lib.sh
+. bench/device/device_lib.sh
 device_setup "$top" "device_dec ($MODE)"
 device_build_cuda
 
@@ -122,7 +123,7 @@ SHAPES=${SHAPES:-4096x4096 1024x4096 14336x4096 4096x14336}
 K_LIST=${K_LIST:-0,8,16,32,64,128}
 NTB_LIST=${NTB_LIST:-0,8,16,33,66,132,264}
 bench_bin=$B/bench-dec-cuda
-"${CXX:-g++}" -O2 -std=c++17 scripts/bench_dec_cuda.cpp -I"$P/include" -L"$P/lib" -lggml -lggml-base \
+"${CXX:-g++}" -O2 -std=c++17 bench/device/bench_dec_cuda.cpp -I"$P/include" -L"$P/lib" -lggml -lggml-base \
     -Wl,-rpath,"$P/lib" -o "$bench_bin" > "$out/bench-build.log" 2>&1 ||
     { say "bench_dec_cuda build FAILED"; tail -20 "$out/bench-build.log" | tee -a "$out/summary.txt"; exit 1; }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "GPTQ and OOC": GPTQ into K-quant grids and GPTQ on the GPU.
 # GPTQ timing on the lent GPU for Llama-7B-shaped layers (random weights, seeded): the batched torch
 # implementation on CUDA vs the sequential numpy reference, and byte identity of the two.
-# Usage (repository root, on the device): bash scripts/device_gptq.sh [OUTDIR]   (default $OUT)
+# Usage (repository root, on the device): bash bench/device/device_gptq.sh [OUTDIR]   (default $OUT)
 #   SIZE=tiny   CPU-only smoke run at small shapes (what CI / a laptop can do)
 #   GGML_EXT_PREFIX=...   an installed build; unset: a CPU-only build of ours is made in $BUILD_DIR
 #     (the scale choice calls ggml's quantizer on the host; no CUDA build is needed)
@@ -15,7 +16,7 @@
 #   ctx 512, CHUNKS (20) windows; bits per weight and tensor types per file.
 #   GPTQ_EXTRA='LABEL:KEY=VALUE,...': one more GPTQ variant in the same run, e.g. k_proj's Hessian:
 #   GPTQ_EXTRA='k-attn:scale_rule=static,percdamp=0.1,v_hessian=attention,k_hessian=attention'.
-#   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST (the wiki texts).
+#   Needs SMOLLM2_HF / GEMMA3_HF (folders from bench/device/device_assets.py), TRAIN and TEST (the wiki texts).
 #   Writes OUTDIR/ppl-<model>.md / .json / .log and appends the table to OUTDIR/summary.txt.
 set -euo pipefail
 out=${1:-${OUT:?give OUTDIR or set OUT}}
@@ -38,7 +39,7 @@ if [ "${MODE:-time}" = ppl ]; then
       *) echo "unknown model $m" >&2; exit 2 ;; esac
     t0=$(date +%s)
     rc=0
-    PYTHONPATH=python "$PY" scripts/bench_gptq.py --models "$m" --hf "$m=$hf" --types "${TYPES:-q3_k,q2_k}" \
+    PYTHONPATH=python "$PY" bench/gptq/bench_gptq.py --models "$m" --hf "$m=$hf" --types "${TYPES:-q3_k,q2_k}" \
       --calib-samples "${calib%x*}" --calib-seq-len "${calib#*x}" --chunks "${CHUNKS:-20}" --threads "$(nproc)" \
       --train "${TRAIN:?set TRAIN}" --test "${TEST:?set TEST}" --device "${DEVICE:-cuda}" \
       --gptq 'gptq-best:scale_rule=static,percdamp=0.1,v_hessian=attention' ${GPTQ_EXTRA:+--gptq "$GPTQ_EXTRA"} \
@@ -59,7 +60,7 @@ else
 fi
 { date -u; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >"$out/summary.txt"
 for type in q4_0 iq4_nl; do
-  PYTHONPATH=python "$PY" scripts/bench_gptq_gpu.py --device "$device" --type "$type" --check "$check" \
+  PYTHONPATH=python "$PY" bench/gptq/bench_gptq_gpu.py --device "$device" --type "$type" --check "$check" \
     --shapes "$shapes" --reference "$reference" --repeat "$repeat" --cpu-max 0 --json "$out/gptq-$type.json" \
     | tee -a "$out/summary.txt"
 done

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "GPU path": pristine upstream's CUDA mat-vec per type and 7B-shaped llama-bench.
 # The pristine upstream CUDA baseline on the device (issues 15 and 17): the pinned llama.cpp built unpatched
 # with GGML_CUDA=ON, then, in one run,
-#   mat-vec  scripts/bench_mul_mat_backend.cpp against that build's ggml: F16 (ggml-cuda's own f16 path),
+#   mat-vec  bench/device/bench_mul_mat_backend.cpp against that build's ggml: F16 (ggml-cuda's own f16 path),
 #            Q4_0, Q4_K, Q3_K, Q2_K, IQ2_S at the Llama shapes 4096x4096, 11008x4096, 4096x11008, 14336x4096
 #            (M x K), batch N = 1 and 8, in us per op and weight GB/s (weights streamed from memory: each
 #            graph cycles over copies whose total exceeds the L2 cache)
-#   model    llama-bench -ngl 99 pp512 / tg128 of Llama-2-7B-shaped files (scripts/make_bench_gguf.py, random
+#   model    llama-bench -ngl 99 pp512 / tg128 of Llama-2-7B-shaped files (bench/runtime/make_bench_gguf.py, random
 #            codes, tokenizer from TEMPLATE) with every matrix Q2_K, Q3_K, Q4_0, Q4_K, IQ2_S
 # With OURS=PREFIX (an installed ggml_ext of ours, e.g. /tmp/bc/install/ggml_ext) the same two parts run on our
 # build too, CB2 and CB3 added, so both builds' rows come from one call.
 # Usage (device, repository root):
-#   SRC=/tmp/src/llama.cpp-0c1e57098 TEMPLATE=.dev15j/ggml-vocab-llama-spm.gguf bash scripts/device_gpu_baseline.sh $OUT
+#   SRC=/tmp/src/llama.cpp-0c1e57098 TEMPLATE=.dev15j/ggml-vocab-llama-spm.gguf bash bench/device/device_gpu_baseline.sh $OUT
 # Environment: UP (build dir, default /tmp/up-cuda; reused on a warm machine), SHAPES, TYPES, MODEL=0 (skip
 # llama-bench), MATVEC=0, OURS.
 set -uo pipefail
@@ -31,11 +32,11 @@ t0=$(date +%s)
   { tail -40 "$top/up-build.log" | tee -a "$sum"; exit 1; }
 say "pristine upstream CUDA build: $(( $(date +%s) - t0 )) s"
 ULIB=$UP/bin
-c++ -O2 -std=c++17 scripts/bench_mul_mat_backend.cpp -I"$SRC/ggml/include" -L"$ULIB" -lggml -lggml-base \
+c++ -O2 -std=c++17 bench/device/bench_mul_mat_backend.cpp -I"$SRC/ggml/include" -L"$ULIB" -lggml -lggml-base \
     -Wl,-rpath,"$ULIB" -o /tmp/bmm-up || exit 1
 builds="upstream:/tmp/bmm-up:$ULIB/llama-bench"
 if [ -n "${OURS:-}" ]; then
-  c++ -O2 -std=c++17 scripts/bench_mul_mat_backend.cpp -I"$OURS/include" -L"$OURS/lib" -lggml -lggml-base \
+  c++ -O2 -std=c++17 bench/device/bench_mul_mat_backend.cpp -I"$OURS/include" -L"$OURS/lib" -lggml -lggml-base \
       -Wl,-rpath,"$OURS/lib" -o /tmp/bmm-ours || exit 1
   builds="$builds ours:/tmp/bmm-ours:$OURS/bin/llama-bench"
 fi
@@ -52,7 +53,7 @@ fi
 if [ "${MODEL:-1}" != 0 ]; then
   mkdir -p /tmp/gb-models
   for t in q2_k q3_k q4_0 q4_k iq2_s ${OURS:+cb2 cb3}; do
-    [ -f /tmp/gb-models/$t.gguf ] || PYTHONPATH=$PWD/python $PY scripts/make_bench_gguf.py "$TEMPLATE" \
+    [ -f /tmp/gb-models/$t.gguf ] || PYTHONPATH=$PWD/python $PY bench/runtime/make_bench_gguf.py "$TEMPLATE" \
         /tmp/gb-models/$t.gguf --type $t >> "$top/make.log" 2>&1 || say "make $t failed"
   done
   say "## llama-bench -ngl 99 -p 512 -n 128 -r 3 (Llama-2-7B shape, 32 layers)"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The interleaved types on CUDA, on the device machine (docs/BENCHMARKS.md "Interleaved types on CUDA"):
+# Reproduces docs/RESULTS.md "GPU path": interleaved types on CUDA against pristine upstream (agreement, perplexity, speed).
+# The interleaved types on CUDA, on the device machine (docs/RESULTS.md "GPU path"):
 #   build  ours with GGML_EXT_CUDA=ON (and, with --upstream, the pristine pinned llama.cpp with GGML_CUDA=ON,
 #          same flags) unless already built
 #   test   make test-cuda (tests/c/test_ext_ops.cpp, tests/c/test_types_backends.cpp on every GPU), and
@@ -9,12 +10,12 @@
 #          weights on the rpc-server's GPU, and -sm layer / -sm row over every GPU when there are two or more
 #   bench  llama-bench -ngl 99 (pp512, tg128) of the Q4_0_8_8 file on ours and of the Q4_0 file on ours and
 #          on upstream (with --upstream), in the same run; load time and GPU memory from the logs
-#   big    (BIG=1; BIG=only skips the runs above) Llama-2-7B-shaped random Q4_0 and IQ4_NL files (scripts/make_bench_gguf.py, MODEL as the
+#   big    (BIG=1; BIG=only skips the runs above) Llama-2-7B-shaped random Q4_0 and IQ4_NL files (bench/runtime/make_bench_gguf.py, MODEL as the
 #          tokenizer template) and their 8x8 twins: llama-bench -ngl 99 on ours, the plain files on upstream,
 #          alternating rounds; this is where decode is bound by memory bandwidth, as it is for users
 # Placement: every perplexity run logs at -lv 4, so the summary shows where the loader put the weights
 # ("CUDA0 model buffer size", "offloaded N/M layers").
-# Usage (device, repository root): [BIG=1] bash scripts/device_interleaved4_cuda.sh MODEL TEXT OUT [--upstream]
+# Usage (device, repository root): [BIG=1] bash bench/device/device_interleaved4_cuda.sh MODEL TEXT OUT [--upstream]
 # Needs GGML_EXT_LLAMA_CPP_SRC (the unpacked pinned tree); writes OUT/summary.txt and OUT/logs.tgz.
 set -uo pipefail
 model=$1 text=$2 top=$3 upstream=${4:-}
@@ -102,7 +103,7 @@ bench() {  # name bin file [reps]
 }
 if [ -n "${BIG:-}" ]; then
     for ty in q4_0 iq4_nl; do
-        python3 scripts/make_bench_gguf.py "$model" $m/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 &&
+        python3 bench/runtime/make_bench_gguf.py "$model" $m/big-$ty.gguf --type $ty > "$out/make-big-$ty.log" 2>&1 &&
         python3 -c 'import sys; from ggml_ext.cli import main; sys.exit(main(sys.argv[1:]))' repack \
             $m/big-$ty.gguf $m/big-${ty}_8_8.gguf --layout 8x8 >> "$out/make-big-$ty.log" 2>&1 ||
             { say "big $ty: make/repack failed"; tail -5 "$out/make-big-$ty.log"; }

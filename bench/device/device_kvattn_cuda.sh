@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "KVQuant": the CUDA decode op against the dequantize-and-rope path.
 # The KVQuant decode op on CUDA (issue 20, docs/KVQUANT.md "The decode op", "The CUDA path";
 # ggml_ext/src/cuda/kvattn_cuda.cu) on the device machine, in one run of a few minutes:
 #   build    our CUDA tree (device_lib.sh's device_build_cuda: GGML_EXT_CUDA=ON, sm_90)
@@ -16,7 +17,7 @@
 # (iSWA: takes the op only once patch 0325's hook asks the glue, another helper's session-11 branch) with
 # GEMMA_CALIB; a model without a calibration is skipped.
 # Usage (device, repository root):
-#   SMOL_CALIB=... GEMMA_CALIB=... bash scripts/device_kvattn_cuda.sh $OUT
+#   SMOL_CALIB=... GEMMA_CALIB=... bash bench/device/device_kvattn_cuda.sh $OUT
 # Environment: SMOL_GGUF (default /tmp/assets/SmolLM2-135M-Instruct.Q4_1.gguf), GEMMA_GGUF (default
 #   /tmp/assets/gemma-3-270m-q4_k_m.gguf), DEPTHS ("8192 32768"; SmolLM2 only up to 8192, its training length),
 #   NGEN (64), REPS (3), CHECK_DEPTH (1024), BUILD (/tmp/bc), STEPS ("test check bench"), CHUNKS (e.g. "16 64":
@@ -26,7 +27,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvattn_cuda.sh OUT}
-. scripts/device_lib.sh
+. bench/device/device_lib.sh
 device_setup "$top" "device_kvattn_cuda"
 STEPS=${STEPS:-test check bench}
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# KVQuant's Table 2 ladder at full context on the device (docs/BENCHMARKS.md "KVQuant ladder"): for
+# Reproduces docs/RESULTS.md "KVQuant": the torch simulation ladder at full context.
+# KVQuant's Table 2 ladder at full context on the device (docs/RESULTS.md "KVQuant"): for
 # SmolLM2-135M-Instruct (8192 tokens) and Gemma-3-270M (32768 tokens), `ggml-ext calibrate kv` with the
 # paper's 16 x 2048 tokens of wiki-train on the GPU, then perplexity on wiki-test with every window the
 # text holds, for fp16, int4/3/2 (per-token keys after RoPE), int4/3/2 per-channel keys before and after
 # RoPE, nf4/3/2, nuq4/3/2 and nuq4/3/2 with 1% outliers, all in one run per model (the fp16 row is the
 # baseline). Needs only torch, transformers, scikit-learn, safetensors, tqdm (no build, no gguf package).
 # Usage (device, repository root):
-#   bash scripts/device_kvquant.sh SMOLLM2_HF GEMMA3_HF WIKI_TRAIN WIKI_TEST OUT [SCHEMES]
+#   bash bench/device/device_kvquant.sh SMOLLM2_HF GEMMA3_HF WIKI_TRAIN WIKI_TEST OUT [SCHEMES]
 # Assets: the GGUF assets in pieces, one carried folder per call, joined and dequantized on the device
-#   by scripts/device_assets.py (its header; docs/KVQUANT.md "Kernels and the device ladder"), then:
-#   bash scripts/device_kvquant.sh /tmp/assets/smollm2-hf /tmp/assets/gemma3-hf TRAIN TEST $OUT
+#   by bench/device/device_assets.py (its header; docs/KVQUANT.md "Kernels and the device ladder"), then:
+#   bash bench/device/device_kvquant.sh /tmp/assets/smollm2-hf /tmp/assets/gemma3-hf TRAIN TEST $OUT
 # Environment: PYTHON (default /opt/torch/.venv/bin/python3), DEVICE (cuda), CHUNKS (0: every window),
 # CALIB (16x2048), MODELS (smollm2,gemma3).
 set -uo pipefail
@@ -28,7 +29,7 @@ IFS=, read -ra models <<<"${MODELS:-smollm2,gemma3}"
 for m in "${models[@]}"; do
     case $m in smollm2) hf=$smol ;; gemma3) hf=$gemma ;; *) say "unknown model $m"; continue ;; esac
     t0=$(date +%s)
-    PYTHONPATH=python "$PY" scripts/bench_kvquant.py --model "$m" --hf "$hf" --test-text "$test" --calib-text "$train" \
+    PYTHONPATH=python "$PY" bench/kvquant/bench_kvquant.py --model "$m" --hf "$hf" --test-text "$test" --calib-text "$train" \
         --ctx "${CTX:-0}" --chunks "$CHUNKS" --calib-samples "${CALIB%x*}" --calib-seq-len "${CALIB#*x}" \
         --device "$DEVICE" --schemes "$LADDER" --json "$out/$m.json" --calib-out "$out/$m.kvq.gguf" \
         >"$out/$m.md" 2>"$out/$m.log"

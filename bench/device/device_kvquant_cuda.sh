@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "KVQuant": NUQ caches in VRAM, perplexity, decode speed and memory against pristine upstream.
 # The KVQuant cache types NUQ4 / NUQ3 / NUQ2 with the cache in VRAM (issue 20, docs/KVQUANT.md "The CUDA path";
 # ggml_ext/src/cuda/kvquant_cuda.cu, patch 0421) on the device machine, in one run:
 #   build    our CUDA tree (device_lib.sh) and the pristine upstream CUDA build of llama-perplexity / llama-bench
@@ -28,10 +29,10 @@
 # then "bench mem".
 #
 # Usage (device, repository root):
-#   SRC=/tmp/src/llama.cpp-0c1e57098 TEST=... [TRAIN=...] bash scripts/device_kvquant_cuda.sh $OUT
+#   SRC=/tmp/src/llama.cpp-0c1e57098 TEST=... [TRAIN=...] bash bench/device/device_kvquant_cuda.sh $OUT
 # Environment: SMOL_GGUF (default /tmp/assets/SmolLM2-135M-Instruct.Q4_1.gguf), GEMMA_GGUF (default
 #   /tmp/assets/gemma-3-270m-q4_k_m.gguf), SMOL_HF / GEMMA_HF (HF folders for the calibration, default
-#   /tmp/assets/smollm2-hf, /tmp/assets/gemma3-hf: scripts/device_assets.py makes both and the GGUFs),
+#   /tmp/assets/smollm2-hf, /tmp/assets/gemma3-hf: bench/device/device_assets.py makes both and the GGUFs),
 #   SMOL_CALIB / GEMMA_CALIB (carried calibrations), CALIB (16x2048), CAL_DEVICE (cuda), CTX_SMOL (2048),
 #   CTX_GEMMA ("8192 32768"), CHUNKS_SMOL / CHUNKS_GEMMA (windows per row, 0 = every window the text holds),
 #   CTX_CPU (2048), CHUNKS_CPU (4), DEPTHS ("8192 32768"), NGEN (64), REPS (3), MEM_DEPTH (131072),
@@ -41,7 +42,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=${1:?usage: device_kvquant_cuda.sh OUT}
-. scripts/device_lib.sh
+. bench/device/device_lib.sh
 device_setup "$top" "device_kvquant_cuda"
 STEPS=${STEPS:-test upstream calib ppl_smol ppl_gemma bench mem}
 case " $STEPS " in *" ppl "*) STEPS="$STEPS ppl_smol ppl_gemma" ;; esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": GPTQ against rtn and rtn + imatrix, perplexity and conversion time.
 """Perplexity and quantization time of GPTQ against round-to-nearest, with and without an imatrix.
 
-  scripts/bench_gptq.py [--models smollm2,gemma3] [--types q4_0,iq4_nl,q3_k,q2_k] [--calib-samples 16]
+  bench/gptq/bench_gptq.py [--models smollm2,gemma3] [--types q4_0,iq4_nl,q3_k,q2_k] [--calib-samples 16]
                         [--calib-seq-len 512] [--chunks 20] [--threads N] [--json OUT] [--no-llama-quantize]
 
 For each model (SmolLM2-135M-Instruct's dequantized HF folder ``smollm2-hf``; Gemma-3-270M's
@@ -47,7 +48,7 @@ from ggml_ext import assets, bits, tools
 from ggml_ext.calibrate import imatrix
 from ggml_ext.converters import convert
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "convert")))
 from bench_convert import cpu_name  # noqa: E402
 
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": which module costs GPTQ, and the v_proj attention-output Hessian (torch harness).
 """Where GPTQ loses to the imatrix on SmolLM2, and the attention-output Hessian for v_proj.
 
-  scripts/bench_gptq_attn.py --imatrix-gguf I.gguf --gptq-gguf G.gguf [--model smollm2-hf] [--chunks 10]
+  bench/gptq/bench_gptq_attn.py --imatrix-gguf I.gguf --gptq-gguf G.gguf [--model smollm2-hf] [--chunks 10]
                              [--calib-samples 16] [--seq-len 512] [--type q4_0]
 
 Python-side perplexity (torch, float32 activations) of the HF model whose decoder matrices are taken

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": batched GPTQ on the GPU against the sequential reference (bytes and time).
 """GPTQ's batched torch implementation on a GPU: same bytes as the CPU reference, and its speed.
 
 For each SHAPE (rows x columns, e.g. 4096x11008 for a Llama-2-7B ffn_up/gate matrix seen from
@@ -17,7 +18,7 @@ device; then
   batched implementation's speed-up over it;
 * ``--json FILE``: every row written as JSON as well (the device script puts it under $OUT).
 
-    PYTHONPATH=python GGML_EXT_PREFIX=... python3 scripts/bench_gptq_gpu.py --device cuda \\
+    PYTHONPATH=python GGML_EXT_PREFIX=... python3 bench/gptq/bench_gptq_gpu.py --device cuda \\
         --check 576x1536,1536x576 --shapes 4096x4096,11008x4096,4096x11008 --type q4_0
 
 The scale choice per 32-column block calls ggml's quantizer on the CPU (once per block, all rows);
@@ -35,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from ggml_ext.methods.gptq import gptq, gptq_reference  # noqa: E402
 from ggml_ext.methods.grids import grid  # noqa: E402
 

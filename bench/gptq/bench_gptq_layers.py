@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": GPTQ's per-matrix output error against the imatrix quantizer.
 """GPTQ against llama.cpp's imatrix quantizer on single matrices: layer-output error on held-out text.
 
-  scripts/bench_gptq_layers.py [--model smollm2-hf] [--layers 2,20] [--type q4_0] [--calib-samples 16]
+  bench/gptq/bench_gptq_layers.py [--model smollm2-hf] [--layers 2,20] [--type q4_0] [--calib-samples 16]
                                [--test-samples 8] [--seq-len 512]
 
 For each matrix of the chosen decoder layers (the layers before them unquantized), the Hessian

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": whole-model OOC against GPTQ perplexity.
 """Perplexity of OOC(h, l, p, s) against GPTQ(l) at the same ggml type (the K-OOC paper's table).
 
-  scripts/bench_ooc.py [--models smollm2] [--configs q4_0:8,q2_k:2] [--p 0.1] [--s 0.1,0.2,0.5,1]
+  bench/gptq/bench_ooc.py [--models smollm2] [--configs q4_0:8,q2_k:2] [--p 0.1] [--s 0.1,0.2,0.5,1]
                        [--calib-samples 16] [--calib-seq-len 512] [--validation-samples 4] [--chunks 20]
                        [--device cpu|cuda] [--flow both|ooc] [--no-gptq] [--threads N] [--json OUT]
 
@@ -41,7 +42,7 @@ from ggml_ext import assets, bits, methods, tools
 from ggml_ext.converters import convert
 from ggml_ext.gguf import read_gguf
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "convert")))
 from bench_convert import cpu_name  # noqa: E402
 
 HF = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": OOC against GPTQ per matrix of one layer (probe and held-out error).
 """OOC(h, l, p, s) against GPTQ(l) on one real decoder layer: the per-matrix losses, no model conversion.
 
-  scripts/bench_ooc_layer.py [--model smollm2] [--layer 1] [--type q2_k] [--h 2] [--p 0.1] [--s 0.1,0.2,0.5,1]
+  bench/gptq/bench_ooc_layer.py [--model smollm2] [--layer 1] [--type q2_k] [--h 2] [--p 0.1] [--s 0.1,0.2,0.5,1]
                              [--samples 8] [--seq-len 128] [--json OUT]
 
 The layer's Hessians (and the probe: the last calibration sample) come from ``--samples`` windows of wiki-train
@@ -12,7 +13,7 @@ as llama-quantize falls back), by GPTQ(l) and by GPTQ(h, l, p, s) (methods/ooc.p
 columns at ``ooc.clear_bits(h, type)`` bits) for each s. Rows: the probe loss tr(ΔW H_probe ΔWᵀ) (what OOC
 picks its candidate by) and the held-out output error tr(ΔW H_test ΔWᵀ), relative to GPTQ's, and the seconds.
 What a whole-model run adds (the layers feeding each other, the double workflow's choice, perplexity) is
-scripts/bench_ooc.py's; this one fits the shared 2-core machine (a few minutes).
+bench/gptq/bench_ooc.py's; this one fits the shared 2-core machine (a few minutes).
 """
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ import time
 from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("bench", "convert")))
 import convert_support as cs  # noqa: E402
 from bench_convert import cpu_name  # noqa: E402
 from ggml_ext import assets  # noqa: E402

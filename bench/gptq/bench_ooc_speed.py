@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "GPTQ and OOC": OOC's batched candidates against one sweep per candidate.
 """OOC's quantization time: all candidate groups in one batched sweep vs one sweep per candidate.
 
 For each SHAPE (rows x columns; Llama-2-7B's q/k/v/o 4096x4096, gate/up 11008x4096, down 4096x11008) a
 seeded weight matrix W (normal, std 0.02), a Hessian H = XᵀX of correlated calibration inputs (as
-scripts/bench_gptq_gpu.py makes them: 2048 samples X = Z·A, a few outlier channels) and the probe
+bench/gptq/bench_gptq_gpu.py makes them: 2048 samples X = Z·A, a few outlier channels) and the probe
 Hessian of its last 256 samples are made; then on ``--device``, median of ``--repeat`` runs after a
 warm-up:
 
@@ -22,9 +23,9 @@ idx and S, plain flow's bytes); the script exits 1 if they do not. ``--model-lay
 on the CPU for the 7 matrices of decoder layer N of the default model (SmolLM2-135M, 8 x 128 wiki-train
 tokens), per matrix and for the layer. ``--json FILE``: the rows as JSON too.
 
-    PYTHONPATH=python GGML_EXT_PREFIX=... python3 scripts/bench_ooc_speed.py --device cuda \\
+    PYTHONPATH=python GGML_EXT_PREFIX=... python3 bench/gptq/bench_ooc_speed.py --device cuda \\
         --check 576x1536 --shapes 4096x4096,11008x4096,4096x11008 --s 0.1
-    PYTHONPATH=python GGML_EXT_PREFIX=... python3 scripts/bench_ooc_speed.py --device cpu --shapes "" \\
+    PYTHONPATH=python GGML_EXT_PREFIX=... python3 bench/gptq/bench_ooc_speed.py --device cpu --shapes "" \\
         --check "" --model-layer 1 --s 0.1,0.5
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from ggml_ext.methods.gptq import _torch_threads, gptq  # noqa: E402
 from ggml_ext.methods.grids import grid  # noqa: E402
 from ggml_ext.methods.ooc import gptq_hlps  # noqa: E402
@@ -157,7 +158,7 @@ def main() -> int:
                 out.append({"shape": f"{rows}x{cols}", "s": s, "candidates": n_cand, "device": a.device, **t})
                 print(row(f"{rows}x{cols}", s, n_cand, t), flush=True)
         if a.model_layer is not None:
-            sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+            sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
             import convert_support as cs
             layer = cs.real_layer(str(cs.default_hf()), a.model_layer, ("hessian", "probe_hessian"))
             print(f"\ndefault model ({cs.default_hf().name}), decoder layer {a.model_layer}, {a.device}:")

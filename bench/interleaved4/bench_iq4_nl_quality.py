@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "IQ4_NL": perplexity of our IQ4_NL quantizer against ggml's, Q4_0 and Q4_1.
 """Perplexity at about 4.5 bits per weight: Q4_0, Q4_1, IQ4_NL by ggml's quantizer and
 IQ4_NL by ggml-ext's, each without and with an importance matrix, beside the f16 file.
 
-  scripts/bench_iq4_nl_quality.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
+  bench/interleaved4/bench_iq4_nl_quality.py [--models smollm2,gemma3] [--chunks 20] [--imatrix-chunks 32]
                                   [--weightings default] [--threads N] [--json OUT]
 
 For each model:
@@ -35,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 from default_models import cached, default_model, source, tool  # noqa: E402
 
 from ggml_ext import _atomic, assets, cache, quants, tools  # noqa: E402

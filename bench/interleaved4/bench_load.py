@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Interleaved Q4_0": load time and peak RSS, pre-interleaved file against the runtime repack.
 """Load time and peak RSS: a pre-interleaved Q4_0_8_8 file vs stock Q4_0 with and
 without the runtime repack (which copies the weights at load): upstream's, on the pristine
 pinned build (`make upstream`), and ours (into Q4_0_8_8, patch 0112).
@@ -6,7 +7,7 @@ pinned build (`make upstream`), and ours (into Q4_0_8_8, patch 0112).
 Each case is one fresh `llama-bench -p 0 -n N -r 1` process (load, N tokens, exit): wall time
 and the child's peak RSS (getrusage). Cases are interleaved over rounds; the median is reported.
 
-  scripts/bench_load.py [--rounds 5] [--model smollm2|gemma3] [--tokens 1]
+  bench/interleaved4/bench_load.py [--rounds 5] [--model smollm2|gemma3] [--tokens 1]
 
 smollm2: the default model; gemma3: Gemma-3-270M (asset gemma3-hf), the largest the assets have.
 """
@@ -21,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 from default_models import GEMMA, NAME, default_model, gemma_model, repacked  # noqa: E402
 
 from ggml_ext import tools  # noqa: E402
@@ -40,7 +41,7 @@ def one_run(model: Path, repack: int, bench: list[str], tokens: int) -> tuple[fl
 
 def upstream_bench() -> list[str]:
     """The pristine pinned build's llama-bench (scripts/build_upstream.sh, `make upstream`)."""
-    out = subprocess.run(["bash", str(Path(__file__).resolve().parent / "build_upstream.sh")], capture_output=True,
+    out = subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "scripts" / "build_upstream.sh")], capture_output=True,
                          text=True)
     if out.returncode:
         raise SystemExit(f"the pristine build failed (make upstream):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")

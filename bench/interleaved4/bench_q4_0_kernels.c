@@ -1,3 +1,4 @@
+// Reproduces docs/RESULTS.md "Interleaved Q4_0" and "IQ4_NL": the kernel timings of bench_q4_0_kernels.py.
 // Microbenchmark of the interleaved Q4_0 kernels (--family iq4_nl: the interleaved
 // IQ4_NL kernels, against ggml's plain and runtime-repacked IQ4_NL), one thread: GEMV (one token) and GEMM
 // (--tokens, default 512) on Llama-like weight shapes, for every compiled-in
@@ -27,7 +28,7 @@
 // GEMM (--tokens) in GOPS and % of both peaks, for ours (Q4_0_8_8 dispatched and AVX2) and
 // upstream's 8x8. All as best of many short intervals (see the section's comment).
 //
-// Built and run by scripts/bench_q4_0_kernels.py.
+// Built and run by bench/interleaved4/bench_q4_0_kernels.py.
 #define _GNU_SOURCE  // clock_gettime, posix_memalign, sysconf(_SC_LEVEL3_CACHE_SIZE) under -std=c11
 
 #include "formats/interleaved4/interleaved4_impl.h"

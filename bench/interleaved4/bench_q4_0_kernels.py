@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Build and run the interleaved Q4_0 / IQ4_NL kernel microbenchmark (scripts/bench_q4_0_kernels.c).
+# Reproduces docs/RESULTS.md "Interleaved Q4_0" and "IQ4_NL": standalone GEMV / GEMM against upstream's kernels, the roofline, Arm instruction counts.
+"""Build and run the interleaved Q4_0 / IQ4_NL kernel microbenchmark (bench/interleaved4/bench_q4_0_kernels.c).
 
-    python3 scripts/bench_q4_0_kernels.py [--no-ggml] [--march native] [-- bench args...]
-    python3 scripts/bench_q4_0_kernels.py -- --family iq4_nl     # the interleaved IQ4_NL kernels
+    python3 bench/interleaved4/bench_q4_0_kernels.py [--no-ggml] [--march native] [-- bench args...]
+    python3 bench/interleaved4/bench_q4_0_kernels.py -- --family iq4_nl     # the interleaved IQ4_NL kernels
 
 Compiles ggml_ext's Q4_0 sources with the benchmark (gcc -O3 -DNDEBUG -march=native, the
 flags of our Release build) into a temporary folder; with the pristine upstream build of
@@ -14,7 +15,7 @@ kernels on the same bytes as ours. Prints a
 Markdown table: GEMV in GB/s of weights, GEMM in GOPS, one thread. Arguments after `--`
 go to the benchmark (--tokens T, --reps R, --gemm-reps R, --shape MxK ...).
 
-    python3 scripts/bench_q4_0_kernels.py --roofline [--model-shapes FILE.gguf]
+    python3 bench/interleaved4/bench_q4_0_kernels.py --roofline [--model-shapes FILE.gguf]
 
 measures in the same run the int8 multiply-accumulate peak of one core (vpdpbusd zmm and
 AVX2 vpmaddubsw + vpmaddwd chains) and the read bandwidth of 1 and 2 threads, then GEMV on
@@ -22,7 +23,7 @@ cold weights as GB/s and % of that bandwidth and GEMM (512 tokens) as GOPS and %
 peaks, for our Q4_0_8_8 kernels and upstream's, on the Llama shapes and, with
 --model-shapes, the block matrices of a GGUF file (default: the default model's Q4_0 file).
 
-    python3 scripts/bench_q4_0_kernels.py --arm-loops
+    python3 bench/interleaved4/bench_q4_0_kernels.py --arm-loops
 
 needs no Arm machine: it cross-compiles our Arm kernels and the pinned tree's
 arch/arm/repack.cpp (aarch64-linux-gnu-gcc/g++ -O3 -march=armv8.6-a+dotprod+i8mm) and
@@ -40,7 +41,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import INTERLEAVED4 as SOURCES, SRC  # noqa: E402
 
@@ -201,7 +202,7 @@ def main() -> int:
             return arm_loops(args, Path(tmp))
 
     cmd = [args.cc, "-std=c11", "-O3", "-DNDEBUG", f"-march={args.march}", f"-I{REPO / 'ggml_ext' / 'include'}",
-           f"-I{SRC}", str(REPO / "scripts" / "bench_q4_0_kernels.c"), *map(str, SOURCES)]
+           f"-I{SRC}", str(Path(__file__).resolve().with_suffix(".c")), *map(str, SOURCES)]
     env = dict(os.environ)
     if not args.no_ggml:
         # ggml's own paths from the pristine build: our build's runtime repack would route

@@ -1,4 +1,5 @@
-// usage: cc -O2 scripts/bench_kvq_key_decode.c -ldl -o /tmp/kdec && LD_LIBRARY_PATH=PREFIX/lib /tmp/kdec PREFIX/lib
+// Reproduces docs/RESULTS.md "KVQuant": the key row decode, block-scaled against per-channel.
+// usage: cc -O2 bench/kvquant/bench_kvq_key_decode.c -ldl -o /tmp/kdec && LD_LIBRARY_PATH=PREFIX/lib /tmp/kdec PREFIX/lib
 // to_float of pre-RoPE key rows (192 channels = 3 blocks, as the decode op reads one cell), per channel vs block-scaled
 #include <dlfcn.h>
 #include <stdint.h>

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "KVQuant": the torch simulation ladder (perplexity per KV scheme against fp16).
 """KVQuant's Table 2 ladder by simulated quantization: perplexity of fp16 KV vs int / nf / nuq caches.
 
-    PYTHONPATH=python python scripts/bench_kvquant.py [--model smollm2|gemma3] [--ctx 2048] [--chunks 2]
+    PYTHONPATH=python python bench/kvquant/bench_kvquant.py [--model smollm2|gemma3] [--ctx 2048] [--chunks 2]
         [--calib-samples 16] [--calib-seq-len 2048] [--schemes fp16,int4,...] [--json OUT.json]
         [--hf DIR --test-text FILE --calib-text FILE]   (explicit paths: the device has no asset cache)
 
@@ -23,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 
 MODELS = {"smollm2": "smollm2-hf", "gemma3": "gemma3-hf"}
 

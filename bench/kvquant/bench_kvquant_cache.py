@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "KVQuant": llama-perplexity per -ctk / -ctv cache type, ours and pristine upstream's.
 """KVQuant cache types inside llama.cpp: llama-perplexity per K / V cache type, all in one run.
 
-    PYTHONPATH=python GGML_EXT_PREFIX=... nice -n 10 python scripts/bench_kvquant_cache.py \
+    PYTHONPATH=python GGML_EXT_PREFIX=... nice -n 10 python bench/kvquant/bench_kvquant_cache.py \
         [--ctx 512] [--chunks 4] [--threads 2] [--calib FILE] [--configs f16/f16,q4_0/f16,nuq4/f16,...]
         [--json OUT.json] [--upstream BIN_DIR] [--model ASSET_OR_GGUF]
 
@@ -33,10 +34,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "tests"))
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench" / "convert"))
 from bench_convert import cpu_name  # noqa: E402
 
 DEFAULT_CONFIGS = "f16/f16,q8_0/f16,q4_0/f16,nuq4/f16,nuq3/f16,nuq2/f16,q4_0/q4_0,nuq4/nuq4,nuq3/nuq3"

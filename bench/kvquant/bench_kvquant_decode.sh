@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "KVQuant": CPU decode speed, the decode op against the dequantize-and-rope path and upstream's caches.
 # KVQuant decode attention on the CPU (issue 20, docs/KVQUANT.md "The decode op"): llama-bench decode speed at
 # depth with our nuq4 / nuq3 caches through the old path (GGML_EXT_KV_ATTN=ref: the whole key cache
 # dequantized, roped, cast to F16, flash attention) and the new one (the decode op, keys decoded and roped on the
 # fly), beside upstream's f16 and q4_0 caches measured in the same run on the pristine upstream build.
 #
-#   bash scripts/bench_kvquant_decode.sh PREFIX UPSTREAM_BIN MODEL CALIB OUT
+#   bash bench/kvquant/bench_kvquant_decode.sh PREFIX UPSTREAM_BIN MODEL CALIB OUT
 #     PREFIX        our install (the folder holding bin/llama-bench and lib/: GGML_EXT_PREFIX)
 #     UPSTREAM_BIN  the pristine upstream build's bin folder (make upstream: ~/.cache/ggml-ext/upstream-*/bin)
 #     MODEL         the GGUF (the default model: `ggml-ext assets path smollm2-gguf`)

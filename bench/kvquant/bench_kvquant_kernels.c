@@ -1,4 +1,5 @@
-// Timing program of scripts/bench_kvquant_kernels.py: one layer's attention over a cache of T tokens,
+// Reproduces docs/RESULTS.md "KVQuant": the kernel timings of bench_kvquant_kernels.py.
+// Timing program of bench/kvquant/bench_kvquant_kernels.py: one layer's attention over a cache of T tokens,
 // single thread, KVQuant nuq4 kernels (ggml_ext_kvq_k_scores / v_accumulate with head -1: every KV head
 // and its query heads in one call) against llama.cpp's fp16 cache path on the same data: ggml-cpu's own F16 vec_dot
 // (ggml_get_type_traits_cpu(GGML_TYPE_F16)), per token over post-RoPE fp16 keys (K . q) and per channel

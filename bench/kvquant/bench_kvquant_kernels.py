@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "KVQuant": standalone nuq4 attention kernels against ggml's f16 vec_dot.
 """KVQuant's C kernels against llama.cpp's fp16 KV cache path: one layer's attention, single thread.
 
-    PYTHONPATH=python GGML_EXT_PREFIX=... python scripts/bench_kvquant_kernels.py [--ctx 1024,4096,16384,32768]
+    PYTHONPATH=python GGML_EXT_PREFIX=... python bench/kvquant/bench_kvquant_kernels.py [--ctx 1024,4096,16384,32768]
         [--reps 5] [--shapes smollm2,gemma3,llama7b] [--json OUT.json]
 
 For each model shape and context T: q . K (every KV head, its query heads in one call, RoPE on the fly
 over pre-RoPE nuq4 keys with 1% outliers) and attention . V (per-token nuq4 values, 1% outliers), against
 the same cache in fp16 through ggml-cpu's own F16 vec_dot (post-RoPE keys, one dot per token; values
 transposed, one dot per channel: llama.cpp's non-flash-attention layout), best of --reps, measured in the
-same run by scripts/bench_kvquant_kernels.c (compiled here with -O2 -march=native against the installed
+same run by bench/kvquant/bench_kvquant_kernels.c (compiled here with -O2 -march=native against the installed
 libggml-cpu). Also the scalar reference (forced) at the smallest context, and the KV memory of each
 shape at 32K and 128K tokens for nuq4/3/2 with 1% outliers vs fp16 (row sizes from the library).
 """
@@ -23,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
-sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "bench" / "convert"))
 from bench_convert import cpu_name  # noqa: E402
 
 # (layers, KV heads, head dim, query heads per KV head): SmolLM2-135M-Instruct and Gemma-3-270M from their
@@ -40,7 +41,7 @@ def build(tmp: Path) -> Path:
     inc = lib.parent / "include"
     exe = tmp / "bench_kvquant_kernels"
     cmd = ["gcc", "-std=gnu11", "-O2", "-march=native", f"-I{REPO / 'ggml_ext' / 'include'}", f"-I{SRC}", f"-I{inc}",
-           str(REPO / "scripts" / "bench_kvquant_kernels.c"), *map(str, KVQUANT), f"-L{lib}", f"-Wl,-rpath,{lib}",
+           str(Path(__file__).resolve().with_suffix(".c")), *map(str, KVQUANT), f"-L{lib}", f"-Wl,-rpath,{lib}",
            "-lggml-cpu", "-lggml-base", "-lm", "-o", str(exe)]
     subprocess.run(cmd, check=True)
     return exe

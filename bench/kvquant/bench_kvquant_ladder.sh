@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# KV-cache perplexity ladder of one model in llama.cpp (docs/BENCHMARKS.md "KVQuant keys on Gemma-3-270M"):
+# Reproduces docs/RESULTS.md "KVQuant": CPU perplexity ladder of one model in llama.cpp, ours and pristine upstream's caches.
+# KV-cache perplexity ladder of one model in llama.cpp (docs/RESULTS.md "KVQuant"):
 # stock caches by the pristine upstream build, ours (NUQ types, 1% outliers, sink) by our build, same text,
 # same windows. One markdown row per cache: name | PPL +/- | seconds | load average.
 #   MODEL=... CALIB=... [TEXT=wiki.test.txt] [CTX=2048] [CHUNKS=2] [THREADS=2] [ROWS="up-f16 up-q4_0 nuq4os"]
-#   OURS=<our prefix>/bin UP=<pristine>/bin bash scripts/bench_kvquant_ladder.sh > table.md
+#   OURS=<our prefix>/bin UP=<pristine>/bin bash bench/kvquant/bench_kvquant_ladder.sh > table.md
 # ROWS: up-f16 up-q8_0 up-q4_0 up-q4_0-norot (LLAMA_ATTN_ROT_DISABLE=1) nuq4os nuq3os nuq2os (K and V, outliers
 # and sink) nuq4k (nuq4 keys, f16 values); logs in $LOGS (default /tmp/kvq-ladder).
 set -u

@@ -1,8 +1,9 @@
+// Reproduces docs/RESULTS.md "KVQuant": the NUQ value decode, SIMD against the scalar reference.
 // NUQ cache types' to_float as llama.cpp's CPU flash attention calls it (one head of 64 values per
 // call, cell after cell) and as the key path's copy does (one 64-block per call): ns per call and per
 // value, for the libraries of one install (before / after comparisons run it against each prefix).
 //
-//   cc -O2 scripts/bench_nuq_decode.c -ldl -o /tmp/bench_nuq_decode
+//   cc -O2 bench/kvquant/bench_nuq_decode.c -ldl -o /tmp/bench_nuq_decode
 //   LD_LIBRARY_PATH=PREFIX/lib /tmp/bench_nuq_decode PREFIX/lib [CELLS] [PASSES]
 //   (GGML_EXT_KVQ_DECODE=ref: the scalar reference decoder in a build that has the SIMD one)
 #include <dlfcn.h>

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""QDEC perplexity ladder (docs/QDEC.md, docs/BENCHMARKS.md "QDEC"): a quantized base of a model plus the
+# Reproduces docs/RESULTS.md "QDEC": the torch perplexity ladder against k_chunk (dynamic, static, random channels).
+"""QDEC perplexity ladder (docs/QDEC.md, docs/RESULTS.md "QDEC"): a quantized base of a model plus the
 dynamic error compensation at k_chunk in {0, 8, 16, 32, 64, 128}, dynamic (approximate top-k) vs exact
 top-k vs static (calibration-chosen) vs random channels, all in torch (ggml_ext.methods.dec.simulate).
 
-    PYTHONPATH=python python scripts/bench_dec.py [--model smollm2|gemma3] [--types Q4_0,Q3_K:pure]
+    PYTHONPATH=python python bench/qdec/bench_dec.py [--model smollm2|gemma3] [--types Q4_0,Q3_K:pure]
         [--windows 8] [--seq-len 512] [--calib-samples 16] [--calib-seq-len 512] [--json OUT.json]
 
 Bases are made by our llama-quantize from the asset's GGUF (--allow-requantize: each model's HF folder is

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""QDEC in llama.cpp on the CPU (docs/BENCHMARKS.md "QDEC in llama.cpp"): the default model requantized to
+# Reproduces docs/RESULTS.md "QDEC": NLL, top-1 and KL in llama.cpp on the CPU against k_chunk.
+"""QDEC in llama.cpp on the CPU (docs/RESULTS.md "QDEC"): the default model requantized to
 Q4_0 by our llama-quantize, a side file of every decoder layer (`calibrate dec`, wiki-train), and a decode
 loop through llama-cpp-python on our libllama: windows of wiki-test fed one token per llama_decode (so
 every linear runs DEC_MUL_MAT at the k_chunk under test), the f16 model (our converter) the reference.
 Per setting: mean NLL of the next token, top-1 agreement with the f16 model's argmax, mean KL(f16 || it).
 
-    PYTHONPATH=python python scripts/bench_dec_llama.py [--windows 2] [--tokens 128] [--k 0,8,16,32,64,128,1024]
+    PYTHONPATH=python python bench/qdec/bench_dec_llama.py [--windows 2] [--tokens 128] [--k 0,8,16,32,64,128,1024]
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
 
 
 def main() -> int:

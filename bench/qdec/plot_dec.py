@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Plot QDEC's perplexity ladder (docs/qdec_ppl.png) from the --json files of scripts/bench_dec.py.
+# Reproduces docs/RESULTS.md "QDEC": draws docs/qdec_ppl.png from bench_dec.py's JSON.
+"""Plot QDEC's perplexity ladder (docs/qdec_ppl.png) from the --json files of bench/qdec/bench_dec.py.
 
-    python scripts/plot_dec.py OUT.png smollm2.json gemma3.json
+    python bench/qdec/plot_dec.py OUT.png smollm2.json gemma3.json
 
 One panel per (model, base): perplexity against k_chunk for each selection mode, with the base alone
 (k = 0) and the every-channel ceiling as horizontal lines. Needs matplotlib only.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
+# Reproduces docs/RESULTS.md "Build and test times": cold build of our targets.
 # Build times of our patched llama.cpp on this machine: cold (no ccache, fresh
 # folder) and no-op (the same folder again). The warm case, a fresh clone with
-# ccache filled, is timed by running `git clone` + `bash .ci/run` (see BENCHMARKS.md).
+# ccache filled, is timed by running `git clone` + `bash .ci/run` (see docs/RESULTS.md).
 # Prints wall and CPU seconds; CPU seconds / cores approximates the wall time of
 # a quiet machine when other work shares the cores.
 set -euo pipefail

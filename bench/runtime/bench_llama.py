@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Interleaved Q4_0" and "IQ4_NL": llama-bench of our build against the pristine upstream build.
 """llama-bench of our build and the pristine upstream build, in the same run.
 
 For each build, one llama-bench invocation over every model x threads x repack
@@ -6,9 +7,9 @@ setting; rounds alternate the order of the builds (ABBA) and pool the samples,
 so drift and warm-up hit both alike. Prints a markdown table with upstream and
 ours side by side and the ratio ours / upstream.
 
-  scripts/bench_llama.py [--types Q8_0,Q4_0] [--threads 1,2] [--reps 3] [--rounds 2]
+  bench/runtime/bench_llama.py [--types Q8_0,Q4_0] [--threads 1,2] [--reps 3] [--rounds 2]
                          [--ours-only q4_0_8_8 --against Q4_0]
-  scripts/bench_llama.py --runtime-repack [--threads 1,2] [--reps 3] [--rounds 2]
+  bench/runtime/bench_llama.py --runtime-repack [--threads 1,2] [--reps 3] [--rounds 2]
 
 --ours-only: types only our build runs (the interleaved ones); each is timed in
 the rounds of --against's file and compared with upstream's best path on it.
@@ -30,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2].joinpath("scripts")))
 import fetch_llama_cpp  # noqa: E402
 from default_models import NAME, default_model, label, repacked, repacked_q4_0  # noqa: E402
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Reliability": llama-server under load with hostile requests.
 """Load test for our llama-server: concurrent streaming chat clients plus malformed requests.
 
-    python scripts/load_server.py                        # default model, 8 clients x 3 requests, 4 slots
-    python scripts/load_server.py --clients 16 --requests 5 --slots 4 --json
-    python scripts/load_server.py --url http://127.0.0.1:8080   # a server that is already running
+    python bench/runtime/load_server.py                        # default model, 8 clients x 3 requests, 4 slots
+    python bench/runtime/load_server.py --clients 16 --requests 5 --slots 4 --json
+    python bench/runtime/load_server.py --url http://127.0.0.1:8080   # a server that is already running
 
 Each client thread sends its requests one after another as streaming
 `/v1/chat/completions` calls and reads the server-sent events to the final

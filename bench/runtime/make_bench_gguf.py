@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Random-weight 7B-shaped GGUF files for the speed rows of Codebooks, Any-precision and GPU path.
 """A Llama-2-7B-shaped GGUF with random 4-bit blocks, for speed benchmarks only.
 
 Decode speed on a GPU is bound by how fast the weights stream from memory, which the
@@ -18,7 +19,7 @@ lays it out: every decoder-layer matrix as APQ bitplanes (parent 8, random codes
 ``ggml_ext.anyprec.*`` keys; the token embedding and output matrices as Q4_K (``--apq-rest`` to choose),
 so at a precision b it compares with a Q4_K file of the same shape in the decoder layers only.
 
-    python3 scripts/make_bench_gguf.py TEMPLATE.gguf OUT.gguf --type q4_0 [--layers 32]
+    python3 bench/runtime/make_bench_gguf.py TEMPLATE.gguf OUT.gguf --type q4_0 [--layers 32]
 
 Repack OUT.gguf with ``ggml-ext repack`` for the interleaved twins.
 """
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from ggml_ext import ggml_types  # noqa: E402
 from ggml_ext.gguf.reader import read_gguf  # noqa: E402
 from ggml_ext.gguf.writer import GGUFWriter  # noqa: E402

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Reliability": atheris fuzzing of the converter's inputs.
 """Coverage-guided fuzzing of the converter's inputs (ggml_ext.converters), with atheris.
 
     make install                                      # installs atheris into .venv (a PyPI wheel, or built)
-    python scripts/fuzz_converter_inputs.py --make-seeds tests/fuzz/converter_seeds   # (re)build the seeds
+    python tests/fuzz/fuzz_converter_inputs.py --make-seeds tests/fuzz/converter_seeds   # (re)build the seeds
     mkdir -p /tmp/ccorpus && cp tests/fuzz/converter_seeds/* /tmp/ccorpus/
-    python scripts/fuzz_converter_inputs.py /tmp/ccorpus -max_total_time=600 -timeout=20 -rss_limit_mb=2048 \\
+    python tests/fuzz/fuzz_converter_inputs.py /tmp/ccorpus -max_total_time=600 -timeout=20 -rss_limit_mb=2048 \\
         -artifact_prefix=/tmp/ccrash-
-    python scripts/fuzz_converter_inputs.py /tmp/ccrash-XXXX       # replay one input
-    python scripts/fuzz_converter_inputs.py --unpack INPUT DIR     # an input as the model folder it stands for
-    python scripts/fuzz_converter_inputs.py --minimize CRASH OUT   # a smaller input with the same exception type
+    python tests/fuzz/fuzz_converter_inputs.py /tmp/ccrash-XXXX       # replay one input
+    python tests/fuzz/fuzz_converter_inputs.py --unpack INPUT DIR     # an input as the model folder it stands for
+    python tests/fuzz/fuzz_converter_inputs.py --minimize CRASH OUT   # a smaller input with the same exception type
 
 One input is one Hugging Face model folder: a first byte choosing the output
 type, then the files of SLOTS in order, separated by SEP (an empty slot: no

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Reliability": libFuzzer + ASan/UBSan on llama.cpp's GGUF loading.
 """libFuzzer + ASan/UBSan for llama.cpp's C/C++ GGUF loading (the patched tree, with ggml_ext).
 
     fuzz_gguf_c.py build                          build (cached) and print the build folder
@@ -30,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SRC_DIR = REPO / "tests" / "c" / "sanitizer"
 DICT = SRC_DIR / "gguf.dict"
 REGRESSIONS = REPO / "tests" / "fuzz" / "regressions"

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
+# Reproduces docs/RESULTS.md "Reliability": atheris fuzzing of our GGUF reader.
 """Coverage-guided fuzzing of our GGUF reader (ggml_ext.gguf.reader) and `ggml-ext info`, with atheris.
 
     make install                                      # installs atheris into .venv (a PyPI wheel, or built)
-    python scripts/fuzz_gguf_reader.py --make-seeds tests/fuzz/gguf_seeds   # (re)build the seed corpus
+    python tests/fuzz/fuzz_gguf_reader.py --make-seeds tests/fuzz/gguf_seeds   # (re)build the seed corpus
     mkdir -p /tmp/corpus && cp tests/fuzz/gguf_seeds/* /tmp/corpus/
-    python scripts/fuzz_gguf_reader.py /tmp/corpus -max_total_time=600 -artifact_prefix=/tmp/crash-
-    python scripts/fuzz_gguf_reader.py /tmp/crash-XXXX    # replay one input
+    python tests/fuzz/fuzz_gguf_reader.py /tmp/corpus -max_total_time=600 -artifact_prefix=/tmp/crash-
+    python tests/fuzz/fuzz_gguf_reader.py /tmp/crash-XXXX    # replay one input
 
 The property: every input either parses into a self-consistent GGUFFile that
 `ggml-ext info` can print (text and JSON), or raises GGUFError.  Any other

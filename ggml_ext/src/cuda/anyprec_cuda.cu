@@ -1,7 +1,7 @@
 // CUDA GEMV of the any-precision bitplanes (docs/formats/anyprec.md): y = W_b x reading only the first b
 // planes of the file's layout and precision b's fp16 tables. Not an op yet (the op and the type are the
 // next step): ggml_ext_apq_gemv_cuda is a plain launcher, compiled into ggml-cuda with GGML_EXT_CUDA=ON and
-// by scripts/device_anyprec.sh standalone, which checks it against the CPU reference and times it.
+// by bench/device/device_anyprec.sh standalone, which checks it against the CPU reference and times it.
 //
 // Loads: thread t of a warp reads 32-bit word c = t, t+32, ... of a row's plane (consecutive words across
 // the warp: each plane row is read in coalesced 128-byte runs). The activations are staged in shared
@@ -22,7 +22,7 @@
 //   * b <= 4 with pair tables (the paper's merged tables, here for 1..4 bits): one lookup of the byte
 //     (two codes) gives two centroids (float2), halving the lookups;
 //   * the warps of a block split the row length; a shared-memory reduction per row at the end.
-// Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; scripts/device_anyprec.sh times them all to pick one):
+// Variants (ggml_ext_apq_gemv_rl_cuda's `variant`; bench/device/device_anyprec.sh times them all to pick one):
 //   v1 singles (one lookup per weight), 8 warps per 32 rows, x read from global memory (L1, broadcast);
 //   v2 pair tables for b <= 4, singles above (the default for 2..8 tokens until the second H100 run);
 //   v3 v2 with 16 warps per block (more loads in flight for few rows);   v4 v2 with x in shared memory;
@@ -40,7 +40,7 @@
 //      memory per lookup), b >= 4 singles in double-buffered shared tables addressed by one byte-permute;
 //      plane loads running ahead across row groups; v14 = v13 with more warps per SM.
 // The default (variant 0) is v4 for one token and v8 for 2..8 tokens: in the second H100 run of 2026-11-24
-// (docs/BENCHMARKS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
+// (docs/RESULTS.md) v4 stayed the fastest at one token (v7 / v8 not ahead) and v8 took 69-102 us at 8
 // tokens on the big shapes where v2 took 173-393 us.
 // Above ~8 tokens: ggml_ext_apq_dequantize_rl_cuda to fp16 and cuBLAS.
 #include "anyprec_cuda.h"
@@ -533,8 +533,7 @@ static cudaError_t rl_bits(int b, const uint8_t * rl, const uint16_t * t, int64_
 
 // ---------------------------------------------------------------------------------------------------------
 // v9 (one token): v4's block (one block of V9_W warps per 32-row group, x and the tables in shared memory)
-// with three changes aimed at what kept v4 at 16-54% of bandwidth (docs/BENCHMARKS.md, "Any-precision CUDA
-// GEMV on the H100"):
+// with three changes aimed at what kept v4 at 16-54% of bandwidth (docs/RESULTS.md, "Any-precision"):
 //   * every lane issues the loads of its first TWO super-chunks (2 x b x 16 bytes) before the table
 //     staging and the x staging, so the DRAM latency of the first round overlaps the block's prologue
 //     (v4 issued one; at 4096 columns a warp has only 4 super-chunks, so the prologue was half its life);
@@ -722,8 +721,7 @@ static cudaError_t rl9_bits(int b, const uint8_t * rl, const uint16_t * t, int64
 
 
 // ---------------------------------------------------------------------------------------------------------
-// v13 (one token): aimed at what the L2-cold round 4 showed (docs/BENCHMARKS.md, "Any-precision GEMV,
-// L2-cold and back to back"): v4 at 24-59% of bandwidth, its inner loop instruction- and shared-memory-bound
+// v13 (one token): aimed at what the L2-cold round 4 showed (docs/RESULTS.md, "Any-precision"): v4 at 24-59% of bandwidth, its inner loop instruction- and shared-memory-bound
 // (v4 at 3 bits: ~5 instructions and 1.25 shared-memory wavefronts per weight and lane, i.e. at most ~26
 // weights per SM clock, while the H100's DRAM delivers ~35 3-bit weights per SM clock), and its block
 // prologue (tables staged, pairs merged, x staged) in front of every row group. Changes:
@@ -1196,7 +1194,7 @@ extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint1
                        rl13_width<3, false, true>(1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream) :
                        rl13_bits<false>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
         case 0:  // the default: v14 for one token (rounds 5 and 6: fastest or within 1 % on every shape and
-                 // precision, 1.1-1.3x v4), v8 for 2..8 (docs/BENCHMARKS.md)
+                 // precision, 1.1-1.3x v4), v8 for 2..8 (docs/RESULTS.md)
             if (nt == 1) {
                 return rl13_bits<true>(bits, 1, &rl, &tables, &n_rows, n_per_row, seed_bits, x, &y, stream);
             }

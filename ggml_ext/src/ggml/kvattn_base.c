@@ -31,7 +31,7 @@ int ggml_ext_kvq_attn_node_kind(const struct ggml_tensor * node) {
 // The split kernel of the decode op on CUDA (cuda/kvattn_cuda.cu's k_split) for NUQ K and V rows of head dim hd
 // (== hd_v): its register build (4 or 2 blocks per SM), 0 where the block kernel runs. By default at head dim 64
 // only (build 4): on the H100 (session 12) it beat the block kernel on SmolLM2 (hd 64, depth 8192: 260 vs 208 t/s)
-// and lost on Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/BENCHMARKS.md "KVQuant on the H100, session 12".
+// and lost on Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/RESULTS.md "KVQuant".
 // GGML_EXT_KV_ATTN_SPLIT (tuning, read at every call): 0 never, 2 / 4 that build at head dim 64, 128 or 256. One
 // rule for the kernel's launch and the glue's cell ranges (which it sizes for the kernel that will run); declared by
 // its two callers, so the sources that include ggml-ext-kvattn.h need no rebuild.

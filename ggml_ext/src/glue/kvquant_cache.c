@@ -316,7 +316,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
     // keyed per channel)
     // the default keys 2-bit caches per channel alone: at full context the block scale made nuq2 worse on both
     // models (H100, session 12: Gemma-3-270M 32768 +53.1% vs +48.2%, SmolLM2 8192 +55.0% vs +41.7%) while it helps
-    // nuq3 (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/BENCHMARKS.md "KVQuant on the H100, session 12"
+    // nuq3 (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/RESULTS.md "KVQuant"
     if (kblock == 2 && bits < 3) {
         kblock = 0;
     }
@@ -504,8 +504,7 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     }
     const bool on_host   = ggml_backend_buffer_is_host(kb->buffer) && ggml_backend_buffer_is_host(vb->buffer);
     // On CUDA the op is the default since session 12 (GGML_EXT_KV_ATTN_CUDA=0: the dequantize-and-rope path): its
-    // kernels decode at 0.96-1.51x that path's speed on the H100 (docs/BENCHMARKS.md "KVQuant on the H100, session
-    // 12") and need no f16 copy of the layer's cache
+    // kernels decode at 0.96-1.51x that path's speed on the H100 (docs/RESULTS.md "KVQuant") and need no f16 copy of the layer's cache
     const char * cuda_env  = getenv("GGML_EXT_KV_ATTN_CUDA");
     const bool   cuda_op   = !(cuda_env && !strcmp(cuda_env, "0"));
     const bool on_device = !on_host && cuda_op && ggml_ext_has_cuda() &&
