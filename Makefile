@@ -26,7 +26,7 @@ help:
 
 # Debian packages: ccache (fast rebuilds), patch, the aarch64 cross toolchain plus
 # qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max), and clang with its
-# sanitizer/libFuzzer runtimes (scripts/fuzz_gguf_c.py, atheris).
+# sanitizer/libFuzzer runtimes (tests/fuzz/fuzz_gguf_c.py, atheris).
 # Installed only when missing; needs root or sudo. clang is found, not named: any installed
 # clang-N (newest first) or clang that links -fsanitize=fuzzer,address,undefined will do
 # (scripts/find_clang.py); without one, Debian's default `clang` and the matching
@@ -67,7 +67,7 @@ install: system-deps venv
 # If both fail, the smoke runs skip and say why (the replays of the saved inputs never need it).
 $(STAMPS)/atheris: $(STAMPS)/venv $(STAMPS)/system-deps
 	@$(PIP) install -q --only-binary :all: atheris 2>/dev/null || { \
-	  clang=$$(cd scripts && ../$(PY) -c 'import fuzz_gguf_c; print(fuzz_gguf_c.find_clang()[0])' 2>/dev/null || true); \
+	  clang=$$(cd scripts && ../$(PY) -c 'import find_clang; print(find_clang.find_clang()[0])' 2>/dev/null || true); \
 	  echo "atheris: no binary wheel for this Python; building it from source with $${clang:-no clang}"; \
 	  CLANG_BIN="$$clang" $(PIP) install -q --no-binary atheris atheris > $(STAMPS)/atheris.log 2>&1 || \
 	  echo "atheris could not be installed (log: $(STAMPS)/atheris.log): the fuzz smoke runs will skip"; }

@@ -8,7 +8,7 @@ $GGML_EXT_CLANG (a clang path; its clang++ beside it) is tried first when set.
 
 The Makefile runs it (system Python, no packages) to decide whether to install Debian's
 `clang` and `libclang-rt-dev` (the distribution's default version, with matching runtimes);
-scripts/fuzz_gguf_c.py and the atheris build use find_clang().
+tests/fuzz/fuzz_gguf_c.py and the atheris build use find_clang().
 """
 from __future__ import annotations
 

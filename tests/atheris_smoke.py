@@ -1,4 +1,4 @@
-"""A short atheris run of one of scripts/fuzz_*.py, shared by the Python fuzz tests."""
+"""A short atheris run of one of tests/fuzz/fuzz_*.py, shared by the Python fuzz tests."""
 from __future__ import annotations
 
 import re

@@ -167,7 +167,7 @@ GGML_EXT_API const char * ggml_ext_dispatched_kernel(int type, int gemm);
 // How each weight counts in the squared error the per-block scale search minimises:
 // w_i = imatrix[col] (1 without one) times f(x_i), sigma2 = mean x^2 of the 32-weight block.
 enum ggml_ext_iq4_nl_weighting {
-    GGML_EXT_IQ4_NL_W_DEFAULT   = 0,  // the measured best: see docs/BENCHMARKS.md (IQ4_NL quality)
+    GGML_EXT_IQ4_NL_W_DEFAULT   = 0,  // the measured best: see docs/RESULTS.md (IQ4_NL)
     GGML_EXT_IQ4_NL_W_ONE       = 1,  // f = 1 (plain squared error)
     GGML_EXT_IQ4_NL_W_X2        = 2,  // f = x^2
     GGML_EXT_IQ4_NL_W_SQRT_S2X2 = 3,  // f = sqrt(sigma2 + x^2)

@@ -56,7 +56,7 @@ __all__ = [
 
 #: ggml-ext IQ4_NL error weightings (enum ggml_ext_iq4_nl_weighting): each weight's error counts
 #: imatrix[col] (1 without one) times 1, x^2, sqrt(sigma2 + x^2) or sigma2 + x^2 (sigma2: the
-#: block's mean x^2); "default" is sqrt_s2x2 (docs/BENCHMARKS.md, IQ4_NL quality).
+#: block's mean x^2); "default" is sqrt_s2x2 (docs/RESULTS.md, "IQ4_NL").
 IQ4_NL_WEIGHTINGS = {"default": 0, "one": 1, "x2": 2, "sqrt_s2x2": 3, "s2x2": 4}
 IQ4_NL_ID = 20
 

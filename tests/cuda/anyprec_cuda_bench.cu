@@ -1,5 +1,5 @@
 // Standalone device check + bench of the any-precision CUDA kernels (ggml_ext/src/cuda/anyprec_cuda.cu), run by
-// scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
+// bench/device/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables:
 //   * check: every path against the C reference (ggml_ext_anyprec_gemv_ref per token; relative error of each
 //     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v15 and the default (row-lane layout made

@@ -1,6 +1,6 @@
 """QDEC's tuner search (ggml_ext.methods.dec.tune; docs/QDEC.md "The tuner") on a deterministic cost model
 of decode time, the stand-in for llama-bench on a GPU, which this machine does not have (the GPU run is
-scripts/device_dec.sh MODE=tune; the refusal without a GPU: tests/runtime/test_dec_llama.py). Checks the
+bench/device/device_dec.sh MODE=tune; the refusal without a GPU: tests/runtime/test_dec_llama.py). Checks the
 search's contract: every chosen setting keeps its target, a larger target never gets less k, Phase 2 grows
 the cheap types past the uniform k of Phase 1, the n_tb_max that hides the most wins, a type whose smallest
 step already breaks a target is fixed at 0, n_tb values are the viable ones, and the configs round-trip."""

@@ -16,7 +16,7 @@ converter's "pure" K-quant files (--type q2_k .. q6_k).
   percdamp 0.1, v_proj's attention-output Hessian) on a tiny Llama whose rows are 256 long: the layers'
   matrices are Q3_K / Q2_K, layer 0's bytes are GPTQ of its Hessian, the file runs in our llama.cpp.
 * ``--type q3_k`` / ``q2_k`` with rtn writes what ``llama-quantize --pure`` writes with the same
-  output / token-embedding types (the like-for-like baseline of scripts/bench_gptq.py), also on the
+  output / token-embedding types (the like-for-like baseline of bench/gptq/bench_gptq.py), also on the
   default model, whose 576-long rows fall back to Q4_0 as llama-quantize's do.
 """
 from __future__ import annotations

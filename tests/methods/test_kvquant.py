@@ -163,7 +163,7 @@ def test_default_model_bits_and_pre_rope_keys(tmp_path):
     changes them a lot; per-channel 2-bit keys (1% outliers) quantized before RoPE beat the same after
     RoPE (KL divergence to the float model's next-token distribution over 256 tokens: 0.95 vs 1.44 when
     written). At 3 bits the two are within noise of each other on a 256-token window (0.244 pre vs 0.220
-    post without outliers), so that is not asserted; the perplexity ladder (docs/BENCHMARKS.md) has the
+    post without outliers), so that is not asserted; the perplexity ladder (docs/RESULTS.md) has the
     3-bit comparison at 1024 tokens."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -6,7 +6,7 @@ sweep (``gptq(..., clear=...)``), and the OOC method must choose the same group 
 bytes with ``implementation="batched"`` as with ``"reference"``: on layer 1 of the default model
 (wiki-train Hessians, the last sample as probe; Q4_0) and on a synthetic matrix with a dead column, mixed
 clear bit widths and no act-order (Q4_0 and the K-grid Q4_K). ~50 s of sweeps on the shared 2-core box (load
-15), plus the real layer's calibration pass (cached per process, shared with test_ooc.py, which runs first). The same comparison runs on the GPU in scripts/bench_ooc_speed.py --check.
+15), plus the real layer's calibration pass (cached per process, shared with test_ooc.py, which runs first). The same comparison runs on the GPU in bench/gptq/bench_ooc_speed.py --check.
 """
 from __future__ import annotations
 

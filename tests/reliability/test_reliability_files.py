@@ -304,7 +304,7 @@ def _build_cases(tmp: Path) -> None:
     # --- the reader's hand-built hostile files: no architecture, always refused
     for name, (data, _) in HOSTILE.items():
         CASES[f"reader: {name}"] = (data, "refuse")
-    # --- what the C fuzzer found (scripts/fuzz_gguf_c.py; patch 0930): a 0 in a shape that hid an
+    # --- what the C fuzzer found (tests/fuzz/fuzz_gguf_c.py; patch 0930): a 0 in a shape that hid an
     # element-count overflow made the load abort in ggml_new_tensor
     for p in sorted(REGRESSIONS.glob("c-*")):
         CASES[f"c fuzzer: {p.stem}"] = (p.read_bytes(), "refuse")

@@ -1,4 +1,4 @@
-"""Fuzzing smoke run of our GGUF reader (scripts/fuzz_gguf_reader.py, atheris) and replay of tests/fuzz/.
+"""Fuzzing smoke run of our GGUF reader (tests/fuzz/fuzz_gguf_reader.py, atheris) and replay of tests/fuzz/.
 
 The smoke run is short (15 s) and starts from a copy of the committed seeds, so
 the committed corpus never grows.  Only it needs atheris: the replay imports the
@@ -16,7 +16,7 @@ import pytest
 import atheris_smoke
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "fuzz_gguf_reader.py"
+SCRIPT = REPO / "tests" / "fuzz" / "fuzz_gguf_reader.py"
 FUZZ_DIR = REPO / "tests" / "fuzz"
 SMOKE_SECONDS = 15
 

@@ -1,4 +1,4 @@
-"""libFuzzer + ASan/UBSan on llama.cpp's C/C++ GGUF loading (scripts/fuzz_gguf_c.py, tests/c/sanitizer/).
+"""libFuzzer + ASan/UBSan on llama.cpp's C/C++ GGUF loading (tests/fuzz/fuzz_gguf_c.py, tests/c/sanitizer/).
 
 * every committed fuzz input (tests/fuzz/: the reader's seeds and the regressions) replays
   through both C harnesses without a report;
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "fuzz_gguf_c.py"
+SCRIPT = REPO / "tests" / "fuzz" / "fuzz_gguf_c.py"
 FUZZ_DIR = REPO / "tests" / "fuzz"
 SMOKE_SECONDS = {"fuzz_gguf": 20, "fuzz_llama_vocab": 15}
 HOSTILE_SUBSET = 4          # every 4th hostile file in make test; all of them in the script

@@ -1,4 +1,4 @@
-"""Fuzzing smoke run of the converter's inputs (scripts/fuzz_converter_inputs.py, atheris) and replay of its
+"""Fuzzing smoke run of the converter's inputs (tests/fuzz/fuzz_converter_inputs.py, atheris) and replay of its
 seeds and regressions (tests/fuzz/converter_seeds/, tests/fuzz/converter_regressions/).
 
 The smoke run is short (15 s) and starts from a copy of the committed seeds, so
@@ -17,7 +17,7 @@ import pytest
 import atheris_smoke
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "fuzz_converter_inputs.py"
+SCRIPT = REPO / "tests" / "fuzz" / "fuzz_converter_inputs.py"
 SEEDS = REPO / "tests" / "fuzz" / "converter_seeds"
 REGRESSIONS = REPO / "tests" / "fuzz" / "converter_regressions"
 SMOKE_SECONDS = 15

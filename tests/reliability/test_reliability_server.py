@@ -1,6 +1,6 @@
 """Our llama-server under concurrent streaming load, with hostile requests and abandoned streams.
 
-Drives scripts/load_server.py's run_load() against the default model on a free
+Drives bench/runtime/load_server.py's run_load() against the default model on a free
 loopback port with 4 slots: 8 streaming clients x 3 requests, and in the middle
 malformed JSON, a prompt longer than a slot's context and wrong field types.
 """
@@ -24,7 +24,7 @@ SLOTS, CTX = 4, 2048          # 512 tokens per slot
 
 
 def _load_script():
-    spec = importlib.util.spec_from_file_location("load_server", REPO / "scripts" / "load_server.py")
+    spec = importlib.util.spec_from_file_location("load_server", REPO / "bench" / "runtime" / "load_server.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["load_server"] = mod      # dataclasses look their module up
     spec.loader.exec_module(mod)

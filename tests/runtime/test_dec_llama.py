@@ -100,8 +100,7 @@ def test_decode_with_dec_is_closer_to_f16(base, side, tokens, threads, f16_logit
     kl_base = _kl(f16_logits, base_logits)
     got = {k: _kl(f16_logits, _logits(base, tokens, threads, dec=side, k=k)) for k in ("16", "1024")}
     # six of 30 layers compensated: at k_chunk 16 (16 of 576 channels) a little, at 1024 (every channel:
-    # the whole 4-bit residual) clearly closer to the f16 model (measured in docs/BENCHMARKS.md "QDEC in
-    # llama.cpp")
+    # the whole 4-bit residual) clearly closer to the f16 model (measured in docs/RESULTS.md "QDEC")
     assert got["16"] < kl_base, (got, kl_base)
     assert got["1024"] < 0.9 * kl_base, (got, kl_base)
 
@@ -197,7 +196,7 @@ def test_tuner_refuses_without_a_gpu(base, side, tmp_path):
     devs = subprocess.run(tools.command("llama-bench", "--list-devices"), capture_output=True, text=True,
                           env=tools.tool_env(), timeout=120)
     if "CUDA0" in devs.stdout + devs.stderr:
-        pytest.skip("this build sees a CUDA GPU: the tuner measures there (scripts/device_dec.sh MODE=tune)")
+        pytest.skip("this build sees a CUDA GPU: the tuner measures there (bench/device/device_dec.sh MODE=tune)")
     r = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "tune", "dec", str(base), "--dec", str(side),
                         "-o", str(tmp_path / "t")], capture_output=True, text=True, env=tools.tool_env(), timeout=300)
     assert r.returncode == 1 and "lists no CUDA device" in r.stderr, r.stderr[-2000:]

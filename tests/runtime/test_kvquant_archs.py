@@ -7,7 +7,7 @@ Tiny random models with 64-wide heads (NUQ blocks are 64 channels), calibrated o
 with ``-ctk nuq4`` (f16 values) runs a prompt longer than Gemma's sliding window (6) -- so the SWA cache's
 cells are reused -- and its logits are nearer transformers' than with ``-ctk nuq2``; the f32 cache is the
 reference of what the rest of the graph costs. The real-model check (Gemma-3-270M, perplexity with nuq4
-keys near f16's) is in docs/BENCHMARKS.md. Phi-3 (its K and V parts of the fused qkv output, the K a view
+keys near f16's) is in docs/RESULTS.md. Phi-3 (its K and V parts of the fused qkv output, the K a view
 that the pre-RoPE cache takes before RoPE) runs the same check."""
 from __future__ import annotations
 

@@ -240,7 +240,7 @@ def test_perplexity_outliers_and_sink(default_gguf, wiki_test, threads, calib):
     env = _ppl(default_gguf, wiki_test, threads, *kv,
                env={"GGML_EXT_KV_OUTLIERS": "0.01", "GGML_EXT_KV_SINK": "1", **tok})
     # 3-bit K+V without outliers and sink is far off f16 on this model (+22.9% at ctx 2048, 4 x 512 calibration);
-    # with them +7.8% (docs/BENCHMARKS.md "KVQuant cache in llama.cpp with outliers and the attention sink");
+    # with them +7.8% (docs/RESULTS.md "KVQuant");
     # this test's 1 x 64 calibration at ctx 256 meets the bound below (passed on this machine)
     assert abs(both - f16) < 0.5 * abs(plain - f16), (f16, plain, both)
     assert env == both

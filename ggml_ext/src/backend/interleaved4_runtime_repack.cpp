@@ -55,7 +55,7 @@ bool enabled() {
 
 const ggml::cpu::tensor_traits * ggml_ext_cpu_repack_traits(const struct ggml_tensor * cur) {
 #if defined(GGML_EXT_HAVE_AVX2)
-    // x86: our 8x8 AVX2 / AVX-512 VNNI kernels beat upstream's q4_0_8x8 (docs/BENCHMARKS.md).
+    // x86: our 8x8 AVX2 / AVX-512 VNNI kernels beat upstream's q4_0_8x8 (docs/RESULTS.md).
     // Arm keeps upstream's choice: its 4x4 / 4x8 GEMMs are hand-written asm that our
     // intrinsics only match in instruction count, and no Arm timing says ours are faster.
     static const q4_0_traits q4_0_8_8(GGML_EXT_INTERLEAVED4_8X8);

@@ -32,7 +32,7 @@ int ggml_ext_kvquant_attn_node_kind(const struct ggml_tensor * node) {
 // The split kernel of the decode op on CUDA (cuda/kvquant_attn_cuda.cu's k_split) for NUQ K and V rows of head dim hd
 // (== hd_v): its register build (4 or 2 blocks per SM), 0 where the block kernel runs. By default at head dim 64
 // only (build 4): on the H100 it beat the block kernel on SmolLM2 (hd 64, depth 8192: 260 vs 208 t/s) and lost on
-// Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/BENCHMARKS.md "KVQuant on the H100".
+// Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/RESULTS.md "KVQuant".
 // GGML_EXT_KV_ATTN_SPLIT (debug, read at every call: tests/c/test_kvattn_cuda.cpp runs each build): 0 never,
 // 2 / 4 that build at head dim 64, 128 or 256. One rule for the kernel's launch and llama/kvquant_cache.c's cell
 // ranges (which it sizes for the kernel that will run); declared by its two callers, so the sources that include

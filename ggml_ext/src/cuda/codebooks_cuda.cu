@@ -12,7 +12,7 @@
 // different banks of a 32-entry table: no conflicts, where __constant__ memory would serialise them).
 //
 // The f32 mat-vec takes the activations as f32 and looks each weight up in the shared-memory table: on an H100
-// it reached 0.60x Q2_K's decode speed (docs/BENCHMARKS.md), bound by those per-weight lookups and the bit
+// it reached 0.60x Q2_K's decode speed (docs/RESULTS.md "Codebooks (CB2/CB3)"), bound by those per-weight lookups and the bit
 // unpacking around them, which is what the integer mat-vec replaces (4 weights per byte permute).
 //
 // Mat-vec work split: one warp per weight row; each CB block (256 weights) is read by the whole warp,
@@ -26,7 +26,7 @@
 // the multiplier comes after the two products (3 float operations per weight pair, not 5), and a warp takes
 // two rows sharing the activation loads (up to 128 registers, 2 CUDA blocks per SM; not measured yet:
 // rows past the end are read again, not written; 0.60x Q2_K before it). The first version (one block per step, byte loads,
-// 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/BENCHMARKS.md). How both
+// 3 CUDA blocks per SM) reached 0.52x Q2_K's decode speed on an H100 (docs/RESULTS.md "Codebooks (CB2/CB3)"). How both
 // kernels read the bits is in codebooks_decode.cuh (host-checked by tests/cuda/codebooks_decode_check.cu).
 #include "ggml-ext-cuda.cuh"
 

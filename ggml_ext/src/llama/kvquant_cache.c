@@ -297,7 +297,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
     // bit (tests/c/test_kvquant_cuda.cpp)
     // the default keys 2-bit caches per channel alone: at full context the block scale made nuq2 worse on both
     // models (H100: Gemma-3-270M 32768 +53.1% vs +48.2%, SmolLM2 8192 +55.0% vs +41.7%) while it helps nuq3
-    // (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/BENCHMARKS.md "KVQuant on the H100"
+    // (+6.78% vs +7.25%, +5.67% vs +6.47%); docs/RESULTS.md "KVQuant"
     if (kblock == 2 && bits < 3) {
         kblock = 0;
     }

@@ -28,7 +28,7 @@
 // table offsets; ggml's Q2_K: ~5.75 vector operations. CB3 adds the high code bit (vpsrlvq, shift, mask,
 // OR) and cannot use nibble tables (3-bit codes: one code per lane index), but needs no blend any more.
 //
-// Measured on the 2-core Zen 1 EPYC (scripts/bench_codebooks_kernels.py, docs/BENCHMARKS.md): CB2 GEMV
+// Measured on the 2-core Zen 1 EPYC (bench/codebooks/bench_codebooks_kernels.py, docs/RESULTS.md): CB2 GEMV
 // ~0.93x ggml's Q2_K (was ~0.59x), CB3 ~0.63x (was ~0.35x). Tried and not kept (same run, same machine):
 // multipliers by a pshufb of the block's unpacked scales instead of trick 3 (no faster); abs + sign per
 // pair instead of the |a| buffer (slower); two weight rows per pass sharing the activation loads (no

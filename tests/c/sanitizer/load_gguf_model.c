@@ -1,7 +1,7 @@
 // Load one GGUF model the way our tools do (mmap, tensor data validated: check_tensors, which
 // runs ggml_validate_row_data and ggml_ext's checks), then tokenize "hi" and decode it.
 // Exit 0: loaded and decoded; 1: refused with a message on stderr; 2: usage. Anything else
-// (a signal, a sanitizer report) is a bug. Built with ASan/UBSan by scripts/fuzz_gguf_c.py.
+// (a signal, a sanitizer report) is a bug. Built with ASan/UBSan by tests/fuzz/fuzz_gguf_c.py.
 #include "llama.h"
 
 #include <stdio.h>

@@ -11,7 +11,7 @@ largest this token: y = Ŵ·x + R[:, sel(x)]·x[sel(x)], R = W − Ŵ kept as 4-
 * :mod:`.calibration` -- ``ggml-ext calibrate dec``: residuals of a base GGUF against the Hugging Face
   weights and the bucket boundaries from calibration activations, into a GGUF side file;
 * :mod:`.simulate` -- the model in torch with the base weights and the compensation added per token
-  (dynamic, static or random channels), for perplexity (scripts/bench_dec.py).
+  (dynamic, static or random channels), for perplexity (bench/qdec/bench_dec.py).
 """
 from __future__ import annotations
 

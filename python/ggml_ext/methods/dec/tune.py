@@ -126,7 +126,7 @@ class Bench:
         if not devs:
             raise DecError("tune dec measures QDEC on a GPU, and this build's llama-bench lists no CUDA device "
                            "(a CPU-only build, or no GPU here): run it on the GPU machine with the CUDA build "
-                           "(GGML_EXT_CUDA=ON; scripts/device_dec.sh MODE=tune)")
+                           "(GGML_EXT_CUDA=ON; bench/device/device_dec.sh MODE=tune)")
         return devs[0]
 
     def out_of_time(self) -> bool:

@@ -5,7 +5,7 @@
 * :mod:`.calibration` -- ``ggml-ext calibrate kv``: the offline part (Fisher of the K/V projection outputs,
   per-channel key thresholds, per-layer nuq levels) saved as a GGUF side file, and reading it back;
 * :mod:`.simulate` -- simulated quantization of a transformers model's K/V (pre- or post-RoPE keys) and
-  perplexity the way llama-perplexity computes it (scripts/bench_kvquant.py runs the ladder).
+  perplexity the way llama-perplexity computes it (bench/kvquant/bench_kvquant.py runs the ladder).
 
 A subpackage of :mod:`ggml_ext.methods` (where ARCHITECTURE.md puts it) but not a registered weight method:
 it quantizes activations at run time, not a tensor of the converted file, so the converter's
