@@ -1,23 +1,19 @@
 #!/usr/bin/env bash
-# The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
+# The any-precision CUDA kernels of the op on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
-# (v0 on the file layout; v1..v15 and the default on the row-lane layout made at upload; v2, v8 and the default
-# at 2..8 tokens; the dequantize kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
-# 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
-# of the measured copy bandwidth. Timings are L2-cold and back to back (40 launches between two events, each
-# on its own copy of the weights, the copies rotated over >= 3 x L2), the best variant and cuBLAS also in a
-# CUDA graph and alone (one launch between two events, L2-warm: how rounds 1-3 timed); an empty kernel gives
-# the launch floor of each method (first lines of the output). Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
-# anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
-# v16 (tensor cores, tile layout, b <= 3) is checked and timed beside v1..v15.
-# APQ_SKIP_OLD=1: time only v4, v13..v16 and cuBLAS at one token, no batch / dequantize timings (every path
-# still checked against the CPU reference; ~2-3 min instead of ~8); APQ_BITS=3 or 3-5: only those precisions.
-# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
-# compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
+# (the GEMV at 1, 2, 3, 5 and 8 tokens on the row-lane layout; the dequantize kernel bit-exact; dequantize +
+# cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096, 11008x4096, 4096x11008, 14336x4096
+# and 1000x1536 (padded row groups), as a fraction of the measured copy bandwidth. Timings are L2-cold and
+# back to back (40 launches between two events, each on its own copy of the weights, the copies rotated over
+# >= 3 x L2), the one-token GEMV and cuBLAS also in a CUDA graph and alone (one launch between two events,
+# L2-warm); an empty kernel gives the launch floor of each method (first lines of the output). Writes
+# $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and anyprec_ptxas.txt (registers/spills per kernel).
+# Exit status 1 on a mismatch. APQ_BITS=3 or 3-5: only those precisions.
+# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
-# Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens, v9 at 3
-# and 8 bits, the dequantize kernel at 3 bits, v13 at 3, 4 (8 warps) and 8 bits (16 warps) and v15 at 3 bits, when cuobjdump is there.
+# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the
+# 2..8-token GEMV at 3 bits, 2 and 8 tokens, and the dequantize kernel at 3 bits, when cuobjdump is there.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -118,22 +114,17 @@ ARCH=${CUDA_ARCH:-90}
 for f in formats/anyprec/anyprec.c generic/anyprec.c; do
     gcc -std=gnu11 -O2 -Iggml_ext/include -Iggml_ext/src -c "ggml_ext/src/$f" -o "$work/$(echo "$f" | tr / _).o"
 done
-"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH --split-compile=0 -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
+"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
     2> "$out/anyprec_ptxas.txt" || { grep -v "^ptxas info" "$out/anyprec_ptxas.txt" | tail -n 30; exit 1; }
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
-    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELi1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z18apq_gemv_rl_kernelILi3ELi8ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_ \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_tc16_kernelILi3ELi6ELi4EEvPKjPK6__halflllPKfPf; do
+    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi4ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_batch_kernelILi3ELi2ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z21apq_gemv_batch_kernelILi3ELi8ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi
