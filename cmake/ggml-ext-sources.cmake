@@ -60,7 +60,7 @@ if (GGML_EXT_CUDA)
     target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda" "${GGML_EXT_DIR}/src")
 endif()
 
-# What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
+# What patches 0300 / 0320 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
 # KVQuant cache bindings (libllama).
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c"
                              "${GGML_EXT_DIR}/src/glue/dec.c")

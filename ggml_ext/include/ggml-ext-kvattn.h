@@ -1,6 +1,6 @@
 // KVQuant decode attention (issue 20; docs/KVQUANT.md "In llama.cpp's cache", "The decode op"): attention
 // straight from a pre-RoPE NUQ key cache, keys decoded and roped on the fly, flash-decoding style (cell ranges
-// in parallel, then a combine). A header of its own, included only by the patched llama-graph.cpp (patch 0320)
+// in parallel, then a combine). A header of its own, included only by the patched llama-graph.cpp (patch 0326)
 // and ggml-ext's sources, so changing it rebuilds little.
 #pragma once
 
@@ -60,7 +60,7 @@ GGML_EXT_API void * ggml_ext_kvq_attn_tag(int kind);
 
 // ---- libllama (src/glue/kvquant_cache.c) ----
 
-// llama_graph's hook (patch 0320; the iSWA build_attn of patch 0325 with each layer's own cache, positions and
+// llama_graph's hook (patch 0326; the iSWA build_attn of patch 0327 with each layer's own cache, positions and
 // mask): the attention of a pre-RoPE K cache through ggml_ext_kvq_attn, or NULL
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node

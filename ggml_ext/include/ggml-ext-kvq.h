@@ -1,6 +1,6 @@
 // KVQuant cache: dense-and-sparse outliers and the attention sink (issue 20; docs/KVQUANT.md "In llama.cpp's
 // cache", "Outliers and the sink"). A header of its own, included only by the KVQuant sources and the patched
-// llama-kv-cache.cpp / arg.cpp (patch 0309), so changing it does not rebuild llama.cpp's graph code.
+// llama-kv-cache.cpp / arg.cpp (patch 0323), so changing it does not rebuild llama.cpp's graph code.
 #pragma once
 
 #include "ggml-ext.h"
