@@ -64,6 +64,7 @@ endif()
 # KVQuant cache bindings (libllama).
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/llama_hooks.c" "${GGML_EXT_DIR}/src/glue/kvquant_cache.c"
                              "${GGML_EXT_DIR}/src/glue/dec.c")
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/glue/kvquant_cache_hooks.cpp")  # KV cache hooks of patches 0322 / 0323
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
 set_source_files_properties("${GGML_EXT_DIR}/src/glue/dec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
                             INCLUDE_DIRECTORIES "${LLAMA_CPP_PATCHED}/ggml/src")
