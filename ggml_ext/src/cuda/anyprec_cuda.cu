@@ -23,8 +23,24 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 extern "C" size_t ggml_ext_apq_rl_plane_size(int64_t n_rows, int64_t n_per_row) {
     return (size_t) ((n_rows + 31) / 32) * 32 * (size_t) (n_per_row / 8);
+}
+
+// f(std::integral_constant<int, b>) for the precision b in 1..8: every kernel is instantiated per precision
+template <class F> static cudaError_t apq_by_bits(int b, F && f) {
+    switch (b) {
+        case 1: return f(std::integral_constant<int, 1>());
+        case 2: return f(std::integral_constant<int, 2>());
+        case 3: return f(std::integral_constant<int, 3>());
+        case 4: return f(std::integral_constant<int, 4>());
+        case 5: return f(std::integral_constant<int, 5>());
+        case 6: return f(std::integral_constant<int, 6>());
+        case 7: return f(std::integral_constant<int, 7>());
+        default: return f(std::integral_constant<int, 8>());
+    }
 }
 
 template <int B> static __device__ __forceinline__ void rl_load(uint4 (&v)[B], const uint4 * p, int64_t plane_u4) {
@@ -285,16 +301,9 @@ static cudaError_t batch_launch(const uint8_t * rl, const uint16_t * tables, int
 template <int NT>
 static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, int nt,
                               const float * x, float * y, cudaStream_t st) {
-    switch (b) {
-        case 1: return batch_launch<1, NT, 8, true>(rl, t, n, k, S, nt, x, y, st);
-        case 2: return batch_launch<2, NT, 8, true>(rl, t, n, k, S, nt, x, y, st);
-        case 3: return batch_launch<3, NT, 8, true>(rl, t, n, k, S, nt, x, y, st);
-        case 4: return batch_launch<4, NT, 8, true>(rl, t, n, k, S, nt, x, y, st);
-        case 5: return batch_launch<5, NT, 8, false>(rl, t, n, k, S, nt, x, y, st);
-        case 6: return batch_launch<6, NT, 8, false>(rl, t, n, k, S, nt, x, y, st);
-        case 7: return batch_launch<7, NT, 8, false>(rl, t, n, k, S, nt, x, y, st);
-        default: return batch_launch<8, NT, 8, false>(rl, t, n, k, S, nt, x, y, st);
-    }
+    return apq_by_bits(b, [&](auto B) {
+        return batch_launch<decltype(B)::value, NT, 8, (decltype(B)::value <= 4)>(rl, t, n, k, S, nt, x, y, st);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -631,16 +640,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
 
 static cudaError_t token_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
                               const float * x, float * y, cudaStream_t st) {
-    switch (b) {
-        case 1: return token_width<1>(rl, t, n, k, S, x, y, st);
-        case 2: return token_width<2>(rl, t, n, k, S, x, y, st);
-        case 3: return token_width<3>(rl, t, n, k, S, x, y, st);
-        case 4: return token_width<4>(rl, t, n, k, S, x, y, st);
-        case 5: return token_width<5>(rl, t, n, k, S, x, y, st);
-        case 6: return token_width<6>(rl, t, n, k, S, x, y, st);
-        case 7: return token_width<7>(rl, t, n, k, S, x, y, st);
-        default: return token_width<8>(rl, t, n, k, S, x, y, st);
-    }
+    return apq_by_bits(b, [&](auto B) { return token_width<decltype(B)::value>(rl, t, n, k, S, x, y, st); });
 }
 
 extern "C" cudaError_t ggml_ext_apq_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
@@ -769,16 +769,9 @@ extern "C" cudaError_t ggml_ext_apq_dequantize_rl_cuda(const uint8_t * rl, const
     const uint4 *  p        = (const uint4 *) rl;
     const __half * t        = (const __half *) tables;
     __half *       o        = (__half *) out;
-    switch (bits) {
-        case 1: return dq_launch<1>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 2: return dq_launch<2>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 3: return dq_launch<3>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 4: return dq_launch<4>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 5: return dq_launch<5>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 6: return dq_launch<6>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        case 7: return dq_launch<7>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-        default: return dq_launch<8>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
-    }
+    return apq_by_bits(bits, [&](auto B) {
+        return dq_launch<decltype(B)::value>(p, t, n_rows, n_per_row, seed_bits, plane_u4, o, stream);
+    });
 }
 
 static __global__ void apq_f32_to_f16_kernel(const float * __restrict__ x, __half * __restrict__ y, int64_t n) {
