@@ -1,8 +1,8 @@
 // CUDA kernels of the any-precision (APQ) op (GGML_OP_APQ_MUL_MAT, apq_mul_mat.cu; docs/formats/anyprec.md):
 // y = W_b x reading only the first b bitplanes of the weight and precision b's fp16 tables. The op calls
 //   * ggml_ext_apq_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel); 2..8 tokens,
-//     the split-K GEMV (apq_gemv_batch_kernel); those were variants v14 and v8 of the measurements in
-//     docs/BENCHMARKS.md, the fastest at one and at 2..8 tokens among the kernels measured there;
+//     the split-K GEMV (apq_gemv_batch_kernel): v14 and v8 in the measurements of docs/BENCHMARKS.md, the
+//     fastest at one and at 2..8 tokens of the variants measured there;
 //   * above 8 tokens, ggml_ext_apq_dequantize_rl_cuda to fp16 and ggml_ext_apq_f32_to_f16_cuda for x, then
 //     cuBLAS (in apq_mul_mat.cu).
 // tests/c/test_ext_ops.cpp checks all three against the CPU backend (make test-cuda); tests/cuda/
