@@ -62,11 +62,12 @@ if (GGML_EXT_CUDA)
     target_include_directories(ggml-cuda PRIVATE "${GGML_EXT_DIR}/src/cuda" "${GGML_EXT_DIR}/src")
 endif()
 
-# What patches 0300 / 0305 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
+# What patches 0300 / 0320 call from llama.cpp's graph and KV cache: linear-layer side-cars, KV types, the
 # KVQuant cache bindings (libllama).
 target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/src")  # common/settings.h
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/hooks.c" "${GGML_EXT_DIR}/src/llama/kvquant_cache.c"
                              "${GGML_EXT_DIR}/src/llama/qdec.c")
+target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/kvquant_cache_hooks.cpp")  # KV cache hooks of patches 0322 / 0323
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
 set_source_files_properties("${GGML_EXT_DIR}/src/llama/qdec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON
                             INCLUDE_DIRECTORIES "${LLAMA_CPP_PATCHED}/ggml/src")

@@ -1,24 +1,19 @@
 #!/usr/bin/env bash
-# Reproduces docs/RESULTS.md "Any-precision": CUDA GEMV, the op's perplexity and speed, quantization time.
-# The any-precision CUDA kernels on an NVIDIA machine, standalone (no llama.cpp build needed): builds
+# The any-precision CUDA kernels of the op on an NVIDIA machine, standalone (no llama.cpp build needed): builds
 # tests/cuda/anyprec_cuda_bench.cu with ggml_ext/src/cuda/anyprec_cuda.cu and the C reference
 # (formats/anyprec/anyprec.c, generic/anyprec.c), checks every GPU path against the CPU reference at 3..8 bits
-# (v0 on the file layout; v1..v15 and the default on the row-lane layout made at upload; v2, v8 and the default
-# at 2..8 tokens; the dequantize kernel bit-exact; dequantize + cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096,
-# 11008x4096, 4096x11008, 14336x4096 (and 576x576, 1000x1536: v0 only / padded row groups), as a fraction
-# of the measured copy bandwidth. Timings are L2-cold and back to back (40 launches between two events, each
-# on its own copy of the weights, the copies rotated over >= 3 x L2), the best variant and cuBLAS also in a
-# CUDA graph and alone (one launch between two events, L2-warm: how rounds 1-3 timed); an empty kernel gives
-# the launch floor of each method (first lines of the output). Writes $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and
-# anyprec_ptxas.txt (registers/spills per kernel). Exit status 1 on a mismatch.
-# v16 (tensor cores, tile layout, b <= 3) is checked and timed beside v1..v15.
-# APQ_SKIP_OLD=1: time only v4, v13..v16 and cuBLAS at one token, no batch / dequantize timings (every path
-# still checked against the CPU reference; ~2-3 min instead of ~8); APQ_BITS=3 or 3-5: only those precisions.
-# Usage: bench/device/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC. The kernel file
-# compiles 126 kernels (80 s of CPU on the dev box), spread over the cores by --split-compile.
+# (the GEMV at 1, 2, 3, 5 and 8 tokens on the row-lane layout; the dequantize kernel bit-exact; dequantize +
+# cuBLAS at 16 tokens) and times them against cuBLAS fp16 for 4096x4096, 11008x4096, 4096x11008, 14336x4096
+# and 1000x1536 (padded row groups), as a fraction of the measured copy bandwidth. Timings are L2-cold and
+# back to back (40 launches between two events, each on its own copy of the weights, the copies rotated over
+# >= 3 x L2), the one-token GEMV and cuBLAS also in a CUDA graph and alone (one launch between two events,
+# L2-warm); an empty kernel gives the launch floor of each method (first lines of the output). Writes
+# $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and anyprec_ptxas.txt (registers/spills per kernel).
+# Exit status 1 on a mismatch. APQ_BITS=3 or 3-5: only those precisions.
+# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
-# Also anyprec_sass.txt: the SASS of v4 (the default) and v8 at 3 bits, one token, v8 at 8 tokens, v9 at 3
-# and 8 bits, the dequantize kernel at 3 bits, v13 at 3, 4 (8 warps) and 8 bits (16 warps) and v15 at 3 bits, when cuobjdump is there.
+# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the
+# 2..8-token GEMV at 3 bits, 2 and 8 tokens, and the dequantize kernel at 3 bits, when cuobjdump is there.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -43,30 +38,30 @@
 #          GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits) and of the Q4_K / Q3_K files,
 #          alternating over two rounds
 #   big    (BIG=1; BIG=only skips files/ppl/bench above) Llama-2-7B-shaped random files
-#          (bench/runtime/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
+#          (scripts/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
 #          Q4_K, so only the decoder layers differ; tokenizer from TEMPLATE, default the f16 file made above:
 #          see device_codebooks.sh), llama-bench -ngl 99 at each of BITS and Q4_K / Q3_K, one round (ROUNDS)
 # Usage (device, repository root):
-#   MODE=op bash bench/device/device_anyprec.sh OUT [HF_DIR TEXT]
+#   MODE=op bash scripts/device_anyprec.sh OUT [HF_DIR TEXT]
 # Writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, PPL=0, BENCH=0, BIG, TEMPLATE,
 # BITS, CHUNKS (perplexity chunks, 8), CALIB_SAMPLES (8), ROUNDS, PYTHON (default /opt/torch/.venv/bin/python3
 # where it exists). See docs/formats/anyprec.md, "CUDA op".
 #
 # MODE=ppl: the quantizer's quality (no GPU kernel involved; the Fisher pass runs on the GPU): one model per
-#   call (MODELS: smollm2 or gemma3), bench/anyprec/bench_anyprec.py: the one file (--bits 3-8, refinement depth
+#   call (MODELS: smollm2 or gemma3), scripts/bench_anyprec.py: the one file (--bits 3-8, refinement depth
 #   REFINE, default the method's) scored by our CPU llama-perplexity at every precision 3..8 (--apq-bits), the
 #   same with BASELINE_REFINE (default 0: the paper's greedy upscaling; '' skips it), and the independent
 #   Fisher-weighted k-means file at each width of INDEPENDENT (default 3,4,5,6,7,8), all on the same CALIB
 #   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too
 #   (without and with an imatrix of IMATRIX_CHUNKS x 512 TRAIN tokens, default 16; by our build unless
 #   UPSTREAM names a pristine build's bin folder). STARTS / GAIN: the refinement's extra starts and gain
-#   (bench/anyprec/bench_anyprec.py --starts / --gain; default the method's).
-#   Needs SMOLLM2_HF / GEMMA3_HF (folders from bench/device/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
+#   (scripts/bench_anyprec.py --starts / --gain; default the method's).
+#   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
 #   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
 #   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
 # MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 1) Llama-2-7B-shaped
 #   random decoder layers at refinement depths REFINES (default 0,2), extrapolated to 32 layers
-#   (bench/anyprec/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
+#   (scripts/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
 if [ "${MODE:-kernels}" = op ]; then
     exec bash "$(dirname "$0")/device_anyprec_op.sh" "$@"
 fi
@@ -86,7 +81,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
     if [ "$MODE" = qtime ]; then
-        PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
+        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
             --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
         exit "${PIPESTATUS[0]}"
     fi
@@ -97,7 +92,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     br=${BASELINE_REFINE-0}
     t0=$(date +%s)
     rc=0
-    PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
+    PYTHONPATH=python "$PY" scripts/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
         ${REFINE:+--refine "$REFINE"} ${STARTS:+--starts "$STARTS"} ${GAIN:+--gain "$GAIN"} \
         ${br:+--baseline-refine "$br"} --imatrix-chunks "${IMATRIX_CHUNKS:-16}" --upstream "${UPSTREAM:-none}" \
         --independent "${INDEPENDENT-3,4,5,6,7,8}" --stock "${STOCK:-}" \
@@ -119,22 +114,17 @@ ARCH=${CUDA_ARCH:-90}
 for f in formats/anyprec/anyprec.c generic/anyprec.c; do
     gcc -std=gnu11 -O2 -Iggml_ext/include -Iggml_ext/src -c "ggml_ext/src/$f" -o "$work/$(echo "$f" | tr / _).o"
 done
-"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH --split-compile=0 -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
+"$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xptxas -v -c ggml_ext/src/cuda/anyprec_cuda.cu -o "$work/anyprec_cuda.o" \
     2> "$out/anyprec_ptxas.txt" || { grep -v "^ptxas info" "$out/anyprec_ptxas.txt" | tail -n 30; exit 1; }
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
-    for f in _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELi1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z18apq_gemv_rl_kernelILi3ELi1ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z18apq_gemv_rl_kernelILi3ELi8ELi8ELb1ELb1ELin1EEvPK5uint4PK6__halflliiilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi3ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z19apq_gemv_rl9_kernelILi8ELi8ELb1EEvPK5uint4PK6__halfllilPKfPf \
-             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_ \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi3ELi8ELi3ELi2ELb1ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi4ELi8ELi3ELi2ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_rl13_kernelILi8ELi16ELi2ELi1ELb0ELi1EEv9apq13_setIXT4_EElPKf \
-             _Z20apq_gemv_tc16_kernelILi3ELi6ELi4EEvPKjPK6__halflllPKfPf; do
+    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi4ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_batch_kernelILi3ELi2ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z21apq_gemv_batch_kernelILi3ELi8ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
+             _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
     done
 fi

@@ -2,7 +2,7 @@
 // attention sink ("Outliers and the sink"), and the decode attention straight from a pre-RoPE NUQ key cache,
 // keys decoded and roped on the fly, flash-decoding style: cell ranges in parallel, then a combine ("The decode
 // op"). A header of its own, included only by the KVQuant sources and the patched llama-kv-cache.cpp, arg.cpp
-// and llama-graph.cpp (patches 0309, 0320), so changing it does not rebuild the rest of llama.cpp.
+// and llama-graph.cpp (patches 0323, 0326), so changing it does not rebuild the rest of llama.cpp.
 #pragma once
 
 #include "ggml-ext.h"
@@ -108,7 +108,7 @@ GGML_EXT_API void * ggml_ext_kvquant_attn_tag(int kind);
 
 // ---- libllama (src/llama/kvquant_cache.c) ----
 
-// llama_graph's hook (patch 0320; the iSWA build_attn of patch 0325 with each layer's own cache, positions and
+// llama_graph's hook (patch 0326; the iSWA build_attn of patch 0327 with each layer's own cache, positions and
 // mask): the attention of a pre-RoPE K cache through ggml_ext_kvquant_attn, or NULL
 // when it does not take this layer (then the caller ropes the whole cache, ggml_ext_llama_k_rope, and runs
 // its own attention). q [hd, n_head, n_tokens], k / v the cache views, k_roped the model's roped K node

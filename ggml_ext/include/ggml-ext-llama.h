@@ -46,7 +46,7 @@ typedef int (*ggml_ext_llama_kv_type_fn)(void * user, int type, bool is_v, uint3
 // Installs fn (NULL removes it); set it before creating the llama context.
 GGML_EXT_API void ggml_ext_llama_set_kv_type_hook(ggml_ext_llama_kv_type_fn fn, void * user);
 
-// ---- KVQuant cache types (NUQ4 / NUQ3 / NUQ2; patch 0305; docs/KVQUANT.md "In llama.cpp's cache") ----
+// ---- KVQuant cache types (NUQ4 / NUQ3 / NUQ2; patch 0320; docs/KVQUANT.md "In llama.cpp's cache") ----
 
 // Called for every K / V tensor a llama_kv_cache allocates (its name "cache_<tag>k_l<il>" / "..v_l<il>"
 // says which), after allocation (t->data NULL: nothing allocated, the calibration is checked only). For a
@@ -64,7 +64,7 @@ GGML_EXT_API void ggml_ext_llama_kv_unbind(struct ggml_tensor * t);
 // KVQuant types (their tables are calibrated on the unrotated activations).
 GGML_EXT_API bool ggml_ext_llama_kv_rotate(int type);
 
-// ---- pre-RoPE keys (KVQuant K cache; patch 0307) ----
+// ---- pre-RoPE keys (KVQuant K cache; patch 0322) ----
 
 // ggml_ext_kvquant_bind (ggml-ext.h) for a pre-RoPE key cache: defined in ggml-base beside it, declared here
 // (its one caller is src/llama) so that ggml.c and the other ggml sources that include ggml-ext.h need no
@@ -115,7 +115,7 @@ GGML_EXT_API const char * ggml_ext_llama_ftype_name(int ftype, bool guessed);
 // own); -1 for any other type.
 GGML_EXT_API int ggml_ext_llama_ftype_of_type(int type);
 
-// ---- weights of a cache-only type (patch 0306) ----
+// ---- weights of a cache-only type (patch 0321) ----
 
 // The model loader asks this about every tensor of the file before anything is allocated: NULL when a
 // weight may have `type`; else why not, which the load fails with (naming the tensor). ggml-ext's KVQuant
@@ -132,7 +132,7 @@ GGML_EXT_API const char * ggml_ext_llama_weight_type_refusal(int type);
 // rows per block, so a column cut mixes rows.
 GGML_EXT_API const char * ggml_ext_llama_split_tensor_refusal(int type);
 
-// ---- any-precision weights (APQ, docs/formats/anyprec.md; patch 0303 in the loader, 0304 in common) ----
+// ---- any-precision weights (APQ, docs/formats/anyprec.md; patch 0303 in the loader, 0310 in common) ----
 
 // The i-th companion tensor the loader may create with weight w (i = 0, 1, ... until NULL), in w's
 // context: "<w name>.apq_tables" for an APQ weight (its centroid tables; *required = true: a file without
@@ -156,7 +156,7 @@ GGML_EXT_API int ggml_ext_llama_set_apq_bits(int bits);
 
 // The precision of graphs this thread builds from now on, over the process-wide one above: bits in
 // 1..8, or 0 to go back to it. llama-server sets it per batch from the requests' "apq_bits" (patch
-// 0308; requests of different precisions never share a batch). Returns 0, or -1 outside 0..8.
+// 0311; requests of different precisions never share a batch). Returns 0, or -1 outside 0..8.
 GGML_EXT_API int ggml_ext_llama_set_apq_bits_local(int bits);
 
 // Whether every any-precision weight loaded so far serves bits: 0, else -1 with why in err (of size n):
@@ -168,7 +168,7 @@ GGML_EXT_API int ggml_ext_llama_apq_check(int bits, char * err, size_t n);
 // GGML_EXT_APQ_BITS, else 0 (each weight's parent); -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
 GGML_EXT_API int ggml_ext_llama_apq_bits(void);
 
-// Precision per llama context (patch 0326): a context keeps the precision in effect when it was made
+// Precision per llama context (patch 0312): a context keeps the precision in effect when it was made
 // (ggml_ext_llama_apq_bits then: the thread's, the process-wide one, GGML_EXT_APQ_BITS) for its whole life,
 // so two contexts of one process run at two precisions. bind at construction, unbind in the destructor;
 // enter / leave around the building of each graph (process_ubatch, graph_reserve): enter sets the thread's

@@ -1,6 +1,6 @@
 // QDEC in llama.cpp (docs/QDEC.md, "In llama.cpp"): the side file of `ggml-ext calibrate dec`, mapped by
-// src/llama/qdec.c (in libllama); patch 0315 (the model loader), 0316 (common's
-// --dec / --dec-k / --dec-ntb / --dec-config), 0317 (ggml-cuda reads the residual buffer in place).
+// src/llama/qdec.c (in libllama); patch 0330 (the model loader), 0331 (common's
+// --dec / --dec-k / --dec-ntb / --dec-config), 0440 (ggml-cuda reads the residual buffer in place).
 // Its own header so that the llama sources including ggml-ext-llama.h need no rebuild for it.
 #pragma once
 
@@ -34,14 +34,14 @@ GGML_EXT_API int ggml_ext_llama_set_dec_ntb(const char * spec, char * err, size_
 // now, its values under --dec-k / --dec-ntb. NULL: back to the environment. 0, or -1 with why in err.
 GGML_EXT_API int ggml_ext_llama_set_dec_config(const char * path, char * err, size_t n);
 
-// The model loader (patch 0315): each weight as it is created (NULL when it may be used, else why not: a
+// The model loader (patch 0330): each weight as it is created (NULL when it may be used, else why not: a
 // side file that cannot be read, or not of this model), and once all are created (NULL, or why not: a
 // side file covering linears this model lacks; partial: a model that takes part of its file's tensors, not
 // checked for coverage). Nothing happens when no side file is given.
 GGML_EXT_API const char * ggml_ext_llama_dec_attach(struct ggml_tensor * w);
 GGML_EXT_API const char * ggml_ext_llama_dec_done(bool partial);
 
-// The token count of the ubatch whose graph this thread builds from now on (patch 0315, llm_graph_context):
+// The token count of the ubatch whose graph this thread builds from now on (patch 0330, llm_graph_context):
 // QDEC compensates only in graphs of one token. A prefill's graph also feeds single rows to the last
 // layer's linears when only the last token's logits are asked for: the count, not the rows, decides.
 GGML_EXT_API void ggml_ext_llama_dec_graph_tokens(uint32_t n_tokens);
@@ -53,7 +53,7 @@ GGML_EXT_API struct ggml_tensor * ggml_ext_llama_dec_linear(struct ggml_context 
                                                             struct ggml_tensor * cur, struct ggml_tensor * result);
 
 // The name of the buffer type that holds the mapped side file (host memory; ggml-cuda reads it in place,
-// pinned and mapped with ggml_ext_cuda_qdec_pin, patch 0317).
+// pinned and mapped with ggml_ext_cuda_qdec_pin, patch 0440).
 #define GGML_EXT_QDEC_HOST_BUFT_NAME "GGML_EXT_DEC_Host"
 
 #ifdef __cplusplus

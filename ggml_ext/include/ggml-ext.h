@@ -274,7 +274,7 @@ GGML_EXT_API int ggml_ext_kvquant_bind(const void * data, size_t nbytes, int typ
 // Forgets the binding that starts at data (the cache is freed); 0, or -1 when there is none.
 GGML_EXT_API int ggml_ext_kvquant_unbind(const void * data);
 // The KV cache type called `name` (ggml's type name: "nuq4"), -1 when none: what -ctk / -ctv accept
-// besides upstream's types (patch 0305).
+// besides upstream's types (patch 0320).
 GGML_EXT_API int ggml_ext_kv_cache_type_by_name(const char * name);
 
 #ifdef __cplusplus

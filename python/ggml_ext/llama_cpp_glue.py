@@ -64,7 +64,7 @@ def load_llama_cpp() -> ModuleType:
 def set_apq_bits(bits: int | None) -> None:
     """The precision any-precision (APQ) weights run at in contexts made from now on (None: back to
     GGML_EXT_APQ_BITS, else each file's highest). Process-wide in libllama (ggml_ext_llama_set_apq_bits);
-    a context keeps the precision in effect when it was made (patch 0326), so a Llama created earlier
+    a context keeps the precision in effect when it was made (patch 0312), so a Llama created earlier
     keeps its own; one made with none set follows this setting."""
     lib = load_llama_cpp().llama_cpp._lib
     fn = lib.ggml_ext_llama_set_apq_bits

@@ -1,5 +1,5 @@
 // The KVQuant decode attention (ggml-ext-kvquant.h, backend/kvquant_attn_cpu.c) against the reference path it replaces in
-// llama.cpp (patch 0307): the pre-RoPE key cache dequantized by the type's to_float (ggml_cast to F32: the
+// llama.cpp (patch 0322): the pre-RoPE key cache dequantized by the type's to_float (ggml_cast to F32: the
 // binding's per-channel scales, its outlier slots, its float sink rows), roped by ggml's own rope
 // (ggml_rope_ext at the cells' positions), then softmax(scale * q . k + mask) . v computed here in double.
 // Random caches of NUQ4 / NUQ3 keys bound with outliers and a 2-position sink (some cells at positions 0 / 1),

@@ -1,21 +1,19 @@
-// Standalone device check + bench of the any-precision CUDA kernels (ggml_ext/src/cuda/anyprec_cuda.cu), run by
-// bench/device/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
-// random planes and tables:
-//   * check: every path against the C reference (ggml_ext_anyprec_gemv_ref per token; relative error of each
-//     output at most TOL of sum_j |w_j x_j|): v0 (file layout), v1..v15 and the default (row-lane layout made
-//     by ggml_ext_anyprec_relayout_cuda) at one token, v2, v8 and the default at 2, 3, 5, 8 tokens, the
-//     dequantize kernel (bit-exact
-//     against ggml_ext_anyprec_dequantize) and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
+// Standalone device check + bench of the any-precision CUDA kernels the op uses (ggml_ext/src/cuda/anyprec_cuda.cu),
+// run by scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
+// random planes and tables, on the row-lane layout (made here from the file's bytes by relayout(), as
+// apq_mul_mat.cu makes it at upload):
+//   * check: ggml_ext_anyprec_gemv_rl_cuda at 1, 2, 3, 5, 8 tokens against the C reference (ggml_ext_anyprec_gemv_ref per
+//     token; relative error of each output at most TOL of sum_j |w_j x_j|), the dequantize kernel bit-exact
+//     against ggml_ext_anyprec_dequantize, and dequantize + cuBLAS at 16 tokens (x rounded to fp16 there, so
 //     tolerance 1e-3); the max relative error of each shape/precision is printed;
-//   * time: each variant at one token against cuBLAS's fp16 GEMV of the same shape, as a fraction of the
-//     bandwidth measured by a device-to-device copy (a read-only kernel's bandwidth printed beside it); v2 at 8
-//     tokens, v8 at 2 and 8 tokens against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens
-//     against cuBLAS fp16. Every timing is L2-COLD and back to back (b2b_us): 40 launches between two events,
-//     each launch on its own copy of the weights and tables, the copies rotated so that a round reads >= 3 x
-//     the L2 (rounds 1-3 timed one launch between two events on one copy: L2-warm for shapes under the
-//     50 MB L2, and ~8-10 us of host launch time in every figure -- 576x576 took 12-14 us). The best
-//     variant and cuBLAS are also timed in a CUDA graph (graph_us) and alone as in rounds 1-3; an empty kernel
-//     gives the launch floor of each method.
+//   * time: the GEMV at one token against cuBLAS's fp16 GEMV of the same shape, as a fraction of the bandwidth
+//     measured by a device-to-device copy (a read-only kernel's bandwidth printed beside it); the GEMV at 2 and
+//     8 tokens against cuBLAS fp16 at 8 tokens; dequantize + convert x + cuBLAS at 16 tokens against cuBLAS
+//     fp16. Every timing is L2-COLD and back to back (b2b_us): 40 launches between two events, each launch on
+//     its own copy of the weights and tables, the copies rotated so that a round reads >= 3 x the L2. The GEMV
+//     and cuBLAS at one token are also timed in a CUDA graph (graph_us) and alone (one launch between two
+//     events on one copy: L2-warm for shapes under the L2, and the host's launch time included); an empty
+//     kernel gives the launch floor of each method.
 // Prints markdown tables; exit 1 on any mismatch.
 #include "../../ggml_ext/src/cuda/anyprec_cuda.h"
 
@@ -197,12 +195,50 @@ static double check(const char * what, int64_t n, int64_t k, int b, const std::v
     return worst;
 }
 
+
+// The file's bytes (planes plane-major, rows of n_per_row / 8 bytes) -> the row-lane layout of anyprec_cuda.h,
+// one thread per output word: the bench's own way to the layout that apq_mul_mat.cu's upload makes.
+static __global__ void relayout_kernel(const uint8_t * __restrict__ planes, int64_t n, int64_t k, int P,
+                                       uint32_t * __restrict__ out) {
+    const int64_t Q     = k / 128;
+    const int64_t G     = (n + 31) / 32;
+    const int64_t total = (int64_t) P * G * Q * 128;
+    for (int64_t o = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; o < total; o += (int64_t) gridDim.x * blockDim.x) {
+        const int     t    = (int) (o & 3);
+        const int     l    = (int) ((o >> 2) & 31);
+        int64_t       rest = o >> 7;
+        const int64_t q    = rest % Q;
+        rest /= Q;
+        const int64_t g = rest % G;
+        const int64_t p = rest / G;
+        const int64_t r = 32 * g + l;
+        uint32_t      v = 0;
+        if (r < n) {
+            // file word: bit u = weight 32 c + u (bytes little-endian, bit j % 8 of byte j / 8)
+            const uint8_t * src = planes + p * n * (k / 8) + r * (k / 8) + (4 * q + t) * 4;
+            const uint32_t  in  = (uint32_t) src[0] | ((uint32_t) src[1] << 8) | ((uint32_t) src[2] << 16) |
+                                ((uint32_t) src[3] << 24);
+            for (int i = 0; i < 4; i++) {
+                for (int m = 0; m < 8; m++) {
+                    v |= ((in >> (4 * m + i)) & 1u) << (8 * i + m);
+                }
+            }
+        }
+        out[o] = v;
+    }
+}
+
+static void relayout(const uint8_t * planes, int64_t n, int64_t k, int P, uint8_t * out) {
+    const int64_t words  = (int64_t) P * (int64_t) (ggml_ext_anyprec_rl_plane_size(n, k) / 4);
+    const int64_t blocks = (words + 255) / 256 < 65535 ? (words + 255) / 256 : 65535;
+    relayout_kernel<<<(unsigned) blocks, 256, 0, st>>>(planes, n, k, P, (uint32_t *) out);
+    CK(cudaGetLastError());
+}
+
 int main() {
     const int S = 3, P = 8, NTB = 16;  // NTB: tokens of the cuBLAS path
-    // APQ_SKIP_OLD=1: time only v4 (the default), v13..v16 and cuBLAS at one token, no batch / dequantize
-    // timings (every path is still checked); APQ_BITS=lo-hi: only those precisions (quick runs)
-    const bool skip_old = getenv("APQ_SKIP_OLD") && atoi(getenv("APQ_SKIP_OLD"));
-    int        b_lo = S, b_hi = P;
+    // APQ_BITS=lo-hi: only those precisions (quick runs)
+    int b_lo = S, b_hi = P;
     if (getenv("APQ_BITS")) {
         if (sscanf(getenv("APQ_BITS"), "%d-%d", &b_lo, &b_hi) < 2) b_hi = b_lo;
         b_lo = std::max(b_lo, S);
@@ -224,8 +260,8 @@ int main() {
     const double rbw = (double) big / (read_us * 1e-6);
     CK(cudaFree(src));
     CK(cudaFree(dst));
-    // launch floor: an empty kernel, launched alone (host round trip per launch, as rounds 1-3 timed every
-    // kernel), back to back, and from a CUDA graph
+    // launch floor: an empty kernel, launched alone (host round trip per launch), back to back, and from a
+    // CUDA graph
     const float e1 = median_us([&] { empty_kernel<<<1, 32, 0, st>>>(); });
     const float eb = b2b_us([&](int) { empty_kernel<<<1, 32, 0, st>>>(); });
     const float eg = graph_us([&](int) { empty_kernel<<<1, 32, 0, st>>>(); });
@@ -238,28 +274,24 @@ int main() {
     printf("# timings: 'b2b' = mean of 40 back-to-back launches (median of 7 rounds), each launch reading its "
            "own copy of the weights and tables (copies rotated so that one round reads >= 3 x L2: every launch "
            "reads from DRAM); 'graph' = the same 40 launches in one CUDA graph; 'alone' = one launch between two "
-           "events on the same copy (L2-warm when it fits; includes the host's launch time: rounds 1-3's method)\n\n");
+           "events on the same copy (L2-warm when it fits; includes the host's launch time)\n\n");
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 2;
     if (cublasSetStream(h, st) != CUBLAS_STATUS_SUCCESS) return 2;
-    const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 }, { 576, 576 },
-                                  { 1000, 1536 } };
+    // n_per_row a multiple of 128 (the row-lane layout's; the op pads other lengths, tests/c/test_ext_ops.cpp
+    // checks that); 1000 rows: a padded last row group
+    const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 }, { 1000, 1536 } };
     std::string t1 =
-        "## one token (GEMV): latency in us per variant, L2-cold back to back; % of bandwidth and speedup of the best row-lane variant\n\n"
-        "| rows x n_per_row | bits | ideal us | v0 | v1 | v2 | v3 | v4 | v5 | v6 | v7 | v8 | v9 | v10 | v11 | v12 | v13 | v14 | v15 | v16 | best (b2b) | % of bandwidth | best graph | best alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "## one token (GEMV): latency in us, L2-cold back to back; % of bandwidth and speedup over cuBLAS fp16\n\n"
+        "| rows x n_per_row | bits | ideal us | GEMV b2b | % of bandwidth | GEMV graph | GEMV alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
-        "## batches (L2-cold back to back): v2 at 8 tokens, v8 at 1, 2, 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
-        "| rows x n_per_row | bits | v2 8 tok us | v8 1 tok us | v8 2 tok us | v8 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    std::string t3 =
-        "## q/k/v in one launch (ggml_ext_anyprec_gemv_rl_multi_cuda, v13 over 3 matrices sharing x) vs 3 launches of v13, one token, L2-cold\n\n"
-        "| matrices | bits | ideal us | fused b2b us | 3 x v13 b2b us | fused graph us | 3 x v13 graph us | fused % of bandwidth | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|\n";
+        "## batches (L2-cold back to back): the GEMV at 2 and 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
+        "| rows x n_per_row | bits | 2 tok us | 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n";
     char line[1024];
     for (auto & sh : shapes) {
         const int64_t n = sh[0], k = sh[1];
-        const bool    rl_ok = k % 128 == 0;
         const size_t  np = (size_t) P * n * k / 8;
         std::vector<uint8_t> planes(np);
         for (auto & v : planes) v = (uint8_t) rnd();
@@ -270,7 +302,7 @@ int main() {
         ggml_ext_anyprec_pack_tables(tf.data(), 0, n, n, S, P, t16.data());
         std::vector<float> x((size_t) (NTB * k));
         for (auto & v : x) v = ((int) (rnd() % 2001) - 1000) * 1e-3f;
-        const size_t rl_size = rl_ok ? (size_t) P * ggml_ext_anyprec_rl_plane_size(n, k) : 16;
+        const size_t rl_size = (size_t) P * ggml_ext_anyprec_rl_plane_size(n, k);
         uint8_t * dp, * drl; uint16_t * dt, * dw16, * dx16; float * dx, * dy, * dyc; __half * dh16;
         CK(cudaMalloc(&dp, np));
         CK(cudaMalloc(&drl, rl_size));
@@ -284,12 +316,7 @@ int main() {
         CK(cudaMemcpy(dp, planes.data(), np, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dt, t16.data(), t16.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dx, x.data(), NTB * k * 4, cudaMemcpyHostToDevice));
-        uint8_t * dtcl;  // v16's tile layout
-        CK(cudaMalloc(&dtcl, rl_size));
-        if (rl_ok) {
-            CK(ggml_ext_anyprec_relayout_cuda(dp, n, k, P, drl, 0));
-            CK(ggml_ext_anyprec_relayout_tc_cuda(dp, n, k, P, dtcl, 0));
-        }
+        relayout(dp, n, k, P, drl);
         CK(cudaDeviceSynchronize());
         // fp16 baselines (weights: whatever the dequantize kernel left there; zeros first)
         CK(cudaMemset(dw16, 0, (size_t) n * k * 2));
@@ -298,9 +325,7 @@ int main() {
         const double seed_bytes = (double) S * n * k / 8;
         const int    nc   = (int) std::min(1024.0, std::ceil(rot / seed_bytes) + 1);
         const int    nc16 = (int) std::min(1024.0, std::ceil(rot / (2.0 * n * k)) + 1);
-        std::vector<uint8_t *>  rlc  = make_copies(drl, rl_size, rl_ok ? nc : 1);
-        std::vector<uint8_t *>  tcc  = make_copies(dtcl, rl_size, rl_ok ? nc : 1);
-        std::vector<uint8_t *>  dpc  = make_copies(dp, np, nc);
+        std::vector<uint8_t *>  rlc  = make_copies(drl, rl_size, nc);
         std::vector<uint16_t *> dtc  = make_copies(dt, t16.size() * 2, nc);
         std::vector<uint16_t *> w16c = make_copies(dw16, (size_t) n * k * 2, nc16);
         const __half one = __float2half(1.0f), zero = __float2half(0.0f);
@@ -323,8 +348,8 @@ int main() {
                          CUDA_R_16F, (int) k, &fzero, dyc, CUDA_R_32F, (int) n, CUBLAS_COMPUTE_32F,
                          CUBLAS_GEMM_DEFAULT);
         };
-        auto rlv = [&](int b, int v, int nt, int i) {
-            return ggml_ext_anyprec_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, v, dx, nt, dy, st);
+        auto gemv = [&](int b, int nt, int i) {
+            return ggml_ext_anyprec_gemv_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, dx, nt, dy, st);
         };
         for (int b = b_lo; b <= b_hi; b++) {
             std::vector<float>  deq((size_t) (n * k)), want((size_t) (NTB * n)), got((size_t) (NTB * n));
@@ -341,178 +366,62 @@ int main() {
                 }
             }
             double worst = 0;
-            auto run_check = [&](const char * what, int nt, double tol) {
+            for (int nt : { 1, 2, 3, 5, 8 }) {
+                char name[24];
+                snprintf(name, sizeof name, "GEMV x%d", nt);
+                CK(cudaMemset(dy, 0xff, NTB * n * 4));
+                CK(gemv(b, nt, 0));
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(got.data(), dy, nt * n * 4, cudaMemcpyDeviceToHost));
-                worst = std::max(worst, check(what, n, k, b, got, want, mag, nt, tol));
-            };
-            CK(cudaMemset(dy, 0xff, NTB * n * 4));
-            CK(ggml_ext_anyprec_gemv_cuda(dp, dt, n, k, S, b, dx, dy, st));
-            run_check("v0", 1, 1e-4);
-            float us[17] = {};
-            if (!skip_old || !rl_ok) {
-                us[0] = b2b_us([&](int i) { ggml_ext_anyprec_gemv_cuda(dpc[i % nc], dtc[i % nc], n, k, S, b, dx, dy, st); });
+                worst = std::max(worst, check(name, n, k, b, got, want, mag, nt, 1e-4));
             }
-            int   best_v = 0;
-            float best = 1e30f, best_graph = -1, best_alone = 0, v2_8 = 0, v8_2 = 0, v8_8 = 0, deq_us = 0, deqg_us = 0;
-            double worst_c = 0;
-            if (rl_ok) {
-                for (int v = 1; v <= 15; v++) {
-                    char name[16];
-                    snprintf(name, sizeof name, "v%d", v);
-                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    const cudaError_t e = rlv(b, v, 1, 0);
-                    if (e != cudaSuccess) {  // a launch refused (not a wrong result): reported, the rest go on
-                        fprintf(stderr, "%s %lldx%lld bits %d: %s\n", name, (long long) n, (long long) k, b,
-                                cudaGetErrorString(e));
-                        cudaGetLastError();
-                        bad++;
-                        continue;
-                    }
-                    run_check(name, 1, 1e-4);
-                    if (skip_old && v < 13 && v != 4) {
-                        continue;
-                    }
-                    us[v] = b2b_us([&](int i) { rlv(b, v, 1, i); });
-                    if (us[v] < best) {
-                        best   = us[v];
-                        best_v = v;
-                    }
-                }
-                // v16: tensor cores on the tile layout (b <= 3 so far)
-                auto tcv = [&](int i) {
-                    return ggml_ext_anyprec_gemv_tc_cuda(tcc[i % tcc.size()], dtc[i % nc], n, k, S, b, dx, dy, st);
-                };
-                if (b <= 3) {
-                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    const cudaError_t e = tcv(0);
-                    if (e != cudaSuccess) {
-                        fprintf(stderr, "v16 %lldx%lld bits %d: %s\n", (long long) n, (long long) k, b, cudaGetErrorString(e));
-                        cudaGetLastError();
-                        bad++;
-                    } else {
-                        run_check("v16", 1, 1e-4);
-                        us[16] = b2b_us(tcv);
-                        if (us[16] < best) {
-                            best   = us[16];
-                            best_v = 16;
-                        }
-                    }
-                }
-                auto bestf = [&](int i) { return best_v == 16 ? tcv(i) : rlv(b, best_v, 1, i); };
-                if (best_v) {
-                    best_graph = graph_us([&](int i) { bestf(i); });
-                    best_alone = median_us([&] { bestf(0); });
-                }
-                if (n == 4096 && k == 4096) {
-                    // q/k/v in one launch (ggml_ext_anyprec_gemv_rl_multi_cuda: v13 over three matrices sharing x,
-                    // here three copies of the weights) against three v13 launches, L2-cold as above
-                    auto fused = [&](int i) {
-                        const uint8_t *  r3[3];
-                        const uint16_t * t3[3];
-                        const int64_t    n3[3] = { n, n, n };
-                        float *          y3[3] = { dy, dy + n, dy + 2 * n };
-                        for (int m = 0; m < 3; m++) {
-                            r3[m] = rlc[(3 * i + m) % rlc.size()];
-                            t3[m] = dtc[(3 * i + m) % nc];
-                        }
-                        return ggml_ext_anyprec_gemv_rl_multi_cuda(3, r3, t3, n3, k, S, b, dx, y3, st);
-                    };
-                    auto three = [&](int i) {
-                        for (int m = 0; m < 3; m++) {
-                            rlv(b, 13, 1, 3 * i + m);
-                        }
-                    };
-                    CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                    CK(fused(0));
-                    CK(cudaDeviceSynchronize());
-                    CK(cudaMemcpy(got.data(), dy, 3 * n * 4, cudaMemcpyDeviceToHost));
-                    std::vector<float>  want3((size_t) (NTB * n));
-                    std::vector<double> mag3((size_t) (NTB * n));
-                    for (int m = 0; m < 3; m++) {
-                        std::copy(want.begin(), want.begin() + n, want3.begin() + m * n);
-                        std::copy(mag.begin(), mag.begin() + n, mag3.begin() + m * n);
-                    }
-                    const double w3 = check("qkv fused", n, k, b, got, want3, mag3, 3, 1e-4);
-                    const double bytes3 = 3.0 * ((double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * n) + 4.0 * k;
-                    const float  fb = b2b_us(fused), tb = b2b_us(three), fg = graph_us(fused), tg = graph_us(three);
-                    snprintf(line, sizeof line, "| 3 x %lldx%lld | %d | %.2f | %.2f | %.2f | %s | %s | %.1f | %.1e |\n",
-                             (long long) n, (long long) k, b, 1e6 * bytes3 / bw, fb, tb,
-                             fg > 0 ? std::to_string(fg).substr(0, 6).c_str() : "-",
-                             tg > 0 ? std::to_string(tg).substr(0, 6).c_str() : "-", 100.0 * bytes3 / (fb * 1e-6) / bw, w3);
-                    t3 += line;
-                }
-                for (int nt : { 1, 2, 3, 5, 8 }) {
-                    for (int v : { 0, 2, 8 }) {  // 0: the default
-                        if (nt == 1 && v != 0) continue;
-                        char name[24];
-                        snprintf(name, sizeof name, "v%d x%d", v, nt);
-                        CK(cudaMemset(dy, 0xff, NTB * n * 4));
-                        CK(rlv(b, v, nt, 0));
-                        run_check(name, nt, 1e-4);
-                    }
-                }
-                if (!skip_old) {
-                    v2_8 = b2b_us([&](int i) { rlv(b, 2, 8, i); });
-                    v8_2 = b2b_us([&](int i) { rlv(b, 8, 2, i); });
-                    v8_8 = b2b_us([&](int i) { rlv(b, 8, 8, i); });
-                }
-                // dequantize: bit-exact
-                CK(ggml_ext_anyprec_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
-                CK(cudaDeviceSynchronize());
-                std::vector<__half> w16((size_t) (n * k));
-                CK(cudaMemcpy(w16.data(), dw16, (size_t) n * k * 2, cudaMemcpyDeviceToHost));
-                int64_t deq_bad = 0;
-                for (size_t i = 0; i < w16.size(); i++) deq_bad += __half2float(w16[i]) != deq[i];
-                if (deq_bad) {
-                    fprintf(stderr, "mismatch dequantize %lldx%lld bits %d: %lld weights differ\n", (long long) n,
-                            (long long) k, b, (long long) deq_bad);
-                    bad++;
-                }
-                if (!skip_old) {
-                    deq_us = b2b_us([&](int i) {
-                        ggml_ext_anyprec_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
-                    });
-                }
-                deq_gemm(b, 0);
-                CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(got.data(), dyc, NTB * n * 4, cudaMemcpyDeviceToHost));
-                worst_c = check("deq+cuBLAS", n, k, b, got, want, mag, NTB, 1e-3);
-                if (!skip_old) {
-                    deqg_us = b2b_us([&](int i) { deq_gemm(b, i); });
-                }
+            const float us1   = b2b_us([&](int i) { gemv(b, 1, i); });
+            const float us1_g = graph_us([&](int i) { gemv(b, 1, i); });
+            const float us1_a = median_us([&] { gemv(b, 1, 0); });
+            const float us2   = b2b_us([&](int i) { gemv(b, 2, i); });
+            const float us8   = b2b_us([&](int i) { gemv(b, 8, i); });
+            // dequantize: bit-exact
+            CK(ggml_ext_anyprec_dequantize_rl_cuda(drl, dt, n, k, S, b, dw16, st));
+            CK(cudaDeviceSynchronize());
+            std::vector<__half> w16((size_t) (n * k));
+            CK(cudaMemcpy(w16.data(), dw16, (size_t) n * k * 2, cudaMemcpyDeviceToHost));
+            int64_t deq_bad = 0;
+            for (size_t i = 0; i < w16.size(); i++) deq_bad += __half2float(w16[i]) != deq[i];
+            if (deq_bad) {
+                fprintf(stderr, "mismatch dequantize %lldx%lld bits %d: %lld weights differ\n", (long long) n,
+                        (long long) k, b, (long long) deq_bad);
+                bad++;
             }
+            const float deq_us = b2b_us([&](int i) {
+                ggml_ext_anyprec_dequantize_rl_cuda(rlc[i % rlc.size()], dtc[i % nc], n, k, S, b, w16c[i % nc16], st);
+            });
+            deq_gemm(b, 0);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), dyc, NTB * n * 4, cudaMemcpyDeviceToHost));
+            const double worst_c = check("deq+cuBLAS", n, k, b, got, want, mag, NTB, 1e-3);
+            const float  deqg_us = b2b_us([&](int i) { deq_gemm(b, i); });
+
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
-            const float  bus   = best_v ? best : us[0];
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
             snprintf(line, sizeof line,
-                     "| %lldx%lld | %d | %.2f | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %.2f (v%d) | %.1f | %s | %s | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
-                     (long long) n, (long long) k, b, 1e6 * bytes / bw, cell(us[0]).c_str(), cell(us[1]).c_str(),
-                     cell(us[2]).c_str(), cell(us[3]).c_str(), cell(us[4]).c_str(), cell(us[5]).c_str(),
-                     cell(us[6]).c_str(), cell(us[7]).c_str(), cell(us[8]).c_str(), cell(us[9]).c_str(), cell(us[10]).c_str(),
-                     cell(us[11]).c_str(), cell(us[12]).c_str(), cell(us[13]).c_str(), cell(us[14]).c_str(), cell(us[15]).c_str(), cell(us[16]).c_str(), bus, best_v,
-                     100.0 * bytes / (bus * 1e-6) / bw, cell(best_graph).c_str(), cell(best_alone).c_str(), f16_us,
-                     cell(f16_graph).c_str(), f16_alone, f16_us / bus, 16.0 / b, worst);
+                     "| %lldx%lld | %d | %.2f | %.2f | %.1f | %s | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
+                     (long long) n, (long long) k, b, 1e6 * bytes / bw, us1, 100.0 * bytes / (us1 * 1e-6) / bw,
+                     cell(us1_g).c_str(), us1_a, f16_us, cell(f16_graph).c_str(), f16_alone, f16_us / us1, 16.0 / b,
+                     worst);
             t1 += line;
             printf("%s", line);
             fflush(stdout);
-            if (rl_ok) {
-                // dequantize moves b/8 + 2 bytes per weight (planes read, fp16 written)
-                const double deq_pct = 100.0 * ((double) b * n * k / 8 + 2.0 * n * k) / (deq_us * 1e-6) / bw;
-                snprintf(line, sizeof line,
-                         "| %lldx%lld | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.1e |\n",
-                         (long long) n, (long long) k, b, v2_8, us[8], v8_2, v8_8, f16_8us, deq_us, deq_pct, deqg_us,
-                         f16_16us, worst_c);
-                t2 += line;
-            }
+            // dequantize moves b/8 + 2 bytes per weight (planes read, fp16 written)
+            const double deq_pct = 100.0 * ((double) b * n * k / 8 + 2.0 * n * k) / (deq_us * 1e-6) / bw;
+            snprintf(line, sizeof line, "| %lldx%lld | %d | %.2f | %.2f | %.2f | %.2f | %.1f | %.2f | %.2f | %.1e |\n",
+                     (long long) n, (long long) k, b, us2, us8, f16_8us, deq_us, deq_pct, deqg_us, f16_16us, worst_c);
+            t2 += line;
         }
-        free_copies(tcc); cudaFree(dtcl);
-        free_copies(rlc); free_copies(dpc); free_copies(dtc); free_copies(w16c);
+        free_copies(rlc); free_copies(dtc); free_copies(w16c);
         cudaFree(dp); cudaFree(drl); cudaFree(dt); cudaFree(dx); cudaFree(dy); cudaFree(dyc); cudaFree(dw16);
         cudaFree(dx16); cudaFree(dh16);
     }
     cublasDestroy(h);
-    printf("\n%s\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(), t3.c_str(),
-           bad ? "MISMATCH" : "all GPU results match the CPU reference");
+    printf("\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(), bad ? "MISMATCH" : "all GPU results match the CPU reference");
     return bad ? 1 : 0;
 }

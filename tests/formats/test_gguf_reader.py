@@ -341,7 +341,7 @@ for _tid in (99, 250, -1, 43, 120, 2**31 - 1):
 hostile("type id 106 (ggml-ext range)", one_tensor(type_id=106), "ggml-ext type id 106, not known to this version")
 hostile("type id 119 (ggml-ext range, unused)", one_tensor(type_id=119), "ggml-ext type id 119")
 for _tid, _name in ((103, "NUQ4"), (104, "NUQ3"), (105, "NUQ2")):
-    # KVQuant cache types: valid sizes, but no tensor of a file may have them (llama's loader: patch 0306)
+    # KVQuant cache types: valid sizes, but no tensor of a file may have them (llama's loader: patch 0321)
     hostile(f"type id {_tid} ({_name}, KV cache only)", one_tensor(type_id=_tid, dims=[64, 2]),
             f"type {_name} (id {_tid}), a KVQuant KV cache type")
 hostile("type id 4 (removed Q4_2)", one_tensor(type_id=4), "removed")

@@ -298,7 +298,7 @@ def _build_cases(tmp: Path) -> None:
     CASES["output_norm 2-D"] = (model(tensors={"output_norm.weight": np.ones((2, N_EMBD), np.float32)}), "refuse")
 
     # --- a weight of a KV-cache-only type (KVQuant NUQ4, id 103): parses as GGUF (gguf.cpp knows the type),
-    # refused by the loader (patch 0306). attn_k as F32 [10, 32] has the bytes of NUQ4 [64, 32] (32 rows x 40 B)
+    # refused by the loader (patch 0321). attn_k as F32 [10, 32] has the bytes of NUQ4 [64, 32] (32 rows x 40 B)
     CASES["attn_k of cache type NUQ4"] = (nuq4_weight_model(tmp / "nuq4.gguf"), "refuse")
 
     # --- the reader's hand-built hostile files: no architecture, always refused
@@ -502,7 +502,7 @@ def test_summary(cli_results, python_results):
 
 
 def test_cache_type_weight_is_refused_by_name(tmp_path, tool_env):
-    """llama-cli and llama-cpp-python refuse a weight of a KVQuant cache type (patch 0306) with a message that
+    """llama-cli and llama-cpp-python refuse a weight of a KVQuant cache type (patch 0321) with a message that
     names the tensor and the reason, and ggml-ext's reader refuses it too."""
     path = tmp_path / "nuq4.gguf"
     path.write_bytes(nuq4_weight_model(tmp_path / "w.gguf"))

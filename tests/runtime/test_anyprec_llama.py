@@ -10,7 +10,7 @@ bitplane GEMV instead of the dequantized blocks and agrees as well; the 8-bit mo
 model; a precision the file does not serve is refused with a message naming the range, from the flag,
 the environment and llama-cpp-python's ``apq_bits``; ``ggml-ext info`` lists the precisions. llama-server
 serves each request at the precision its ``apq_bits`` field asks for from one copy of the weights (patch
-0308): the same answer as a server started at that precision, concurrent requests of two precisions
+0311): the same answer as a server started at that precision, concurrent requests of two precisions
 included, and a precision the file does not serve is a 400, not a crash.
 """
 from __future__ import annotations
@@ -129,7 +129,7 @@ def test_llama_cpp_python_apq_bits(apq_file, tmp_path):
 
 
 def test_two_contexts_of_one_process_keep_their_precisions(apq_file):
-    """Precision per context (patch 0326): a Llama keeps the precision in effect when it was made, whatever
+    """Precision per context (patch 0312): a Llama keeps the precision in effect when it was made, whatever
     is set later in the process (another Llama's apq_bits, set_apq_bits)."""
     pytest.importorskip("llama_cpp")
     from ggml_ext.llama_cpp_glue import Llama, set_apq_bits

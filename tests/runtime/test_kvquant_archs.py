@@ -1,7 +1,7 @@
 """KVQuant pre-RoPE keys on the architectures beyond llama (issue 20: "every converter architecture"; phi3 too):
 a K norm before RoPE (Qwen3, Gemma-3: the cache holds K before the norm, where `calibrate kv` measured it,
 and the norm is applied to the dequantized keys; ggml_ext_llama_k_unroped / _k_rope) and the iSWA cache of
-sliding-window models (Gemma-2/3, patch 0325: both of its caches take the positions input).
+sliding-window models (Gemma-2/3, patch 0327: both of its caches take the positions input).
 
 Tiny random models with 64-wide heads (NUQ blocks are 64 channels), calibrated on 2 x 48 tokens: llama.cpp
 with ``-ctk nuq4`` (f16 values) runs a prompt longer than Gemma's sliding window (6) -- so the SWA cache's

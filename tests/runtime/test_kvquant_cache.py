@@ -7,7 +7,7 @@
 * llama-perplexity on the default model with ``-ctv nuq4 --kv-calib FILE`` (flash attention, f16 keys) is
   within a stated tolerance of the f16 V cache, and nuq2 (its calibration from GGML_EXT_KV_CALIB instead
   of the flag) is further away.
-* Keys (patch 0307): memory bound with ggml_ext_kvquant_bind_keys rounds each channel with its own calibrated
+* Keys (patch 0322): memory bound with ggml_ext_kvquant_bind_keys rounds each channel with its own calibrated
   mid / half (the channel of a block follows from its place in the cache row) to the table's nearest
   level; llama-perplexity with ``-ctk nuq4`` (stored before RoPE, roped at attention at the cells'
   positions) is within a tolerance of the f16 cache that a key read with a wrong rotation or channel

@@ -1,4 +1,4 @@
-"""The KVQuant decode attention (issue 20; docs/KVQUANT.md "The decode op"; ggml-ext-kvquant.h, patch 0320).
+"""The KVQuant decode attention (issue 20; docs/KVQUANT.md "The decode op"; ggml-ext-kvquant.h, patch 0326).
 
 * tests/c/test_kvquant_attn.c on our installed libraries: the op against the path it replaces (the cache's
   to_float, ggml's own rope at the cells' positions, softmax in double) on random NUQ4 / NUQ3 key caches with
@@ -16,7 +16,7 @@
     layer's K and V are quantized to 4 bits when written, so a last-bit difference can move an element to the
     next level and the next layers' inputs with it: 0.3% and 2.1% seen on this window, 4% on a 64-token one
     (a wrong rotation or channel order gives several times the perplexity). The check above is the precise test.
-* a tiny Qwen3 (K norm) and tiny Gemma-3 / Gemma-2 (sliding window, patch 0325's iSWA build_attn: the op per
+* a tiny Qwen3 (K norm) and tiny Gemma-3 / Gemma-2 (sliding window, patch 0327's iSWA build_attn: the op per
   cache and mask; Gemma-2's soft-capping declined): below.
 """
 from __future__ import annotations
@@ -148,7 +148,7 @@ def _iswa_logits(gguf, ids, n_prompt, mode, monkeypatch):
 
 @pytest.mark.parametrize("arch", ["gemma3", "gemma2"])
 def test_sliding_window_model_through_the_op(arch, tmp_path, monkeypatch, capfd):
-    """The iSWA build_attn (patch 0325) asks the op too, each layer with its own cache, cells' positions and mask.
+    """The iSWA build_attn (patch 0327) asks the op too, each layer with its own cache, cells' positions and mask.
     A tiny Gemma-3 (window 6; one sliding, one global layer; k_proj x20 behind its K norm) with -ctk nuq4 and a
     SWA cache of its own size (swa_full off: 256 cells): 300 tokens, so the SWA cache reuses cells (its cells'
     positions differ from the base cache's) and most of its cells lie outside the window; the last 20 decoded one

@@ -1,5 +1,5 @@
 """KVQuant cache: dense-and-sparse outliers and the attention sink (issue 20; docs/KVQUANT.md "Outliers and the
-sink"; patch 0309).
+sink"; patch 0323).
 
 * Values with outliers (ggml_ext_kvquant_bind_opts, outliers=1): each 64-value block keeps its minimum or maximum
   (whichever leaves the narrower range) in its trailer's slot as fp16; mid / half come from the other 63 values.

@@ -1,5 +1,5 @@
 """KVQuant cache: value tables fitted on llama.cpp's 64-value blocks, and the Hadamard-rotated options
-(issue 20's quality goal; docs/KVQUANT.md "Block tables and rotation"; patch 0318).
+(issue 20's quality goal; docs/KVQUANT.md "Block tables and rotation"; patch 0325).
 
 * The calibration's block normalisation (``block_normalised``) is the rule the NUQ value blocks are written
   with (src/backend/kvquant_base.c): per block of 64 the min / max after taking out the slot's element; checked

@@ -1,5 +1,5 @@
 """The KVQuant cache types (-ctk/-ctv nuq4|nuq3|nuq2, --kv-calib) in the llama.cpp tools beyond
-llama-perplexity (tests/runtime/test_kvquant_cache.py): llama-bench (its own type parser, patch 0312),
+llama-perplexity (tests/runtime/test_kvquant_cache.py): llama-bench (its own type parser, patch 0324),
 llama-cli, and llama-server's slot save / restore, whose file holds the cache's NUQ bytes; a missing or
 bad calibration is a clear startup error of the server and of llama-bench, never a crash.
 

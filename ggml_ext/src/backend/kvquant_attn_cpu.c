@@ -1,5 +1,5 @@
 // KVQuant decode attention on the CPU (ggml-ext-kvquant.h; docs/KVQUANT.md "The decode op"): attention read
-// straight from a pre-RoPE key cache (the NUQ key types, patch 0307), instead of dequantizing the whole cache
+// straight from a pre-RoPE key cache (the NUQ key types, patch 0322), instead of dequantizing the whole cache
 // to F32, roping it, casting it to F16 and running flash attention over that (three passes over n_kv cells per
 // layer and token).
 //

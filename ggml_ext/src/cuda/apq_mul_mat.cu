@@ -2,12 +2,11 @@
 // the kernels of anyprec_cuda.cu, checked against the CPU backend (src/ops/apq_mul_mat_cpu.c) by
 // tests/c/test_ext_ops.cpp.
 //
-// Where the weight's bytes live. The fast kernels (the v4 / v8 GEMVs and the dequantizer) read the
-// "row-lane" layout of anyprec_cuda.h, not the file's plane-major rows: lane l of a warp owns row 32 g + l,
-// so a warp's load of one plane is 512 contiguous bytes and its table lookups never conflict. The file
-// layout has one reader only, the first GEMV (v0: one token, several times slower). So an APQ weight in a
-// CUDA buffer holds the row-lane layout, made when it is written (patch 0400 sends the buffer's set/get
-// here through device_layout.cu) and turned back on reads: callers, the RPC server and the scheduler's
+// Where the weight's bytes live. The kernels (the GEMVs and the dequantizer) read the "row-lane" layout of
+// anyprec_cuda.h, not the file's plane-major rows: lane l of a warp owns row 32 g + l, so a warp's load of
+// one plane is 512 contiguous bytes and its table lookups never conflict. So an APQ weight in a CUDA buffer
+// holds the row-lane layout, made when it is written (patch 0400 sends the buffer's set/get here through
+// device_layout.cu) and turned back on reads: callers, the RPC server and the scheduler's
 // copies see the file's bytes. The relayout is a permutation of 32-bit words (each file word of plane p,
 // row r, word c is one row-lane word, its bits permuted), so any piece of an upload (llama.cpp's loader
 // sends 1 MiB pieces without mmap) converts by itself: a piece goes to a scratch buffer and one kernel
@@ -18,9 +17,9 @@
 // (patch 0420 asks ggml_ext_cuda_anyprec_alloc_size for the room), the padding's codes zero (written with the
 // last row / last word they pad), and the forward pads x with zeros to Kp, so padded weights add nothing.
 //
-// Dispatch (as the kernels' measurements in docs/RESULTS.md chose): 1 token the v14 GEMV, 2..8 tokens v8
-// (split-K, atomics: its last bits vary from run to run), more tokens the weight dequantized to fp16 at
-// precision b and multiplied by cuBLAS (cublasGemmEx through ggml-cuda's handle, fp32 accumulation), the
+// Dispatch (as the kernels' measurements in docs/BENCHMARKS.md chose): 1 token the persistent GEMV, 2..8
+// tokens the split-K GEMV (atomics: its last bits vary from run to run; both ggml_ext_anyprec_gemv_rl_cuda),
+// more tokens the weight dequantized to fp16 at precision b and multiplied by cuBLAS (cublasGemmEx through ggml-cuda's handle, fp32 accumulation), the
 // activations rounded to fp16 as ggml-cuda's own cuBLAS path does for quantized weights.
 #include "ggml-cuda/common.cuh"
 
@@ -121,13 +120,13 @@ __global__ void k_apq_pad_x(const char * __restrict__ x, int64_t K, int64_t Kp, 
     }
 }
 
-unsigned grid_for(int64_t n) {
+static unsigned grid_for(int64_t n) {
     const int64_t b = (n + 255) / 256;
     return (unsigned) (b < 1 ? 1 : b > 65535 ? 65535 : b);
 }
 
 // file words [w0, w0 + n) of t <-> host words, through a scratch buffer on cudaStreamPerThread
-void set_words(ggml_tensor * t, const uint32_t * host, int64_t w0, int64_t n) {
+static void set_words(ggml_tensor * t, const uint32_t * host, int64_t w0, int64_t n) {
     const rl_shape s(t);
     void *         d = nullptr;
     CUDA_CHECK(cudaMallocAsync(&d, (size_t) n * 4, cudaStreamPerThread));
@@ -139,7 +138,7 @@ void set_words(ggml_tensor * t, const uint32_t * host, int64_t w0, int64_t n) {
     CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
 }
 
-void get_words(const ggml_tensor * t, uint32_t * host, int64_t w0, int64_t n) {
+static void get_words(const ggml_tensor * t, uint32_t * host, int64_t w0, int64_t n) {
     const rl_shape s(t);
     void *         d = nullptr;
     CUDA_CHECK(cudaMallocAsync(&d, (size_t) n * 4, cudaStreamPerThread));
@@ -152,7 +151,7 @@ void get_words(const ggml_tensor * t, uint32_t * host, int64_t w0, int64_t n) {
 }
 
 // the weight's buffer is this device's plain CUDA buffer (not a split buffer, not host memory), or none yet
-bool on_device(const ggml_tensor * t, int device) {
+static bool on_device(const ggml_tensor * t, int device) {
     return t->buffer == nullptr || ggml_backend_buffer_get_type(t->buffer) == ggml_backend_cuda_buffer_type(device);
 }
 
@@ -254,8 +253,8 @@ static void forward(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
         xc = xpad.get();
     }
 
-    if (T <= GEMV_MAX_TOKENS) {  // variant 0: v14 for one token, v8 for 2..8
-        CUDA_CHECK(ggml_ext_anyprec_gemv_rl_cuda(rl, tables, N, Kp, S, b, 0, xc, T, y, stream));
+    if (T <= GEMV_MAX_TOKENS) {
+        CUDA_CHECK(ggml_ext_anyprec_gemv_rl_cuda(rl, tables, N, Kp, S, b, xc, T, y, stream));
         return;
     }
     ggml_cuda_pool_alloc<half> w16(ctx.pool(), (size_t) (N * Kp));

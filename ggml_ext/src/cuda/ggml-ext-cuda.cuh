@@ -42,7 +42,7 @@ struct ggml_ext_cuda_op {
 void ggml_ext_cuda_qdec_pin(void * ptr, size_t size);
 void ggml_ext_cuda_qdec_unpin(void * ptr);
 // true for the buffer type of a QDEC side file mapped by src/llama/qdec.c (GGML_EXT_DEC_Host, ggml-ext-qdec.h):
-// ggml-cuda's supports_buft takes it (patch 0317), so the scheduler leaves r and scales in host memory and
+// ggml-cuda's supports_buft takes it (patch 0440), so the scheduler leaves r and scales in host memory and
 // DEC_MUL_MAT pins the whole buffer with ggml_ext_cuda_qdec_pin at its first use
 bool ggml_ext_cuda_qdec_host_buft(ggml_backend_buffer_type_t buft);
 

@@ -4,7 +4,7 @@
 //                          mid / half and, with --kv-outliers, one outlier slot; pre-RoPE keys per channel with
 //                          two slots, or with GGML_EXT_KV_KBLOCK per channel and then as such a value block with
 //                          its one slot), and the sink rows' floats;
-//   CPY       NUQ -> f32 / f16, f32 -> NUQ (same shapes): the K path's ggml_cast before RoPE (patch 0307);
+//   CPY       NUQ -> f32 / f16, f32 -> NUQ (same shapes): the K path's ggml_cast before RoPE (patch 0322);
 //   GET_ROWS  NUQ -> f32;
 //   FLASH_ATTN_EXT with a NUQ V: V dequantized to f16 in ggml-cuda's pool, then upstream's flash attention on it.
 // The bytes and the values are the CPU row functions' (backend/kvquant_base.c: from_float, to_float, the block

@@ -252,7 +252,7 @@ int ggml_ext_llama_apq_bits(void) {
     return ggml_ext_settings_apq_bits();
 }
 
-// Precision per llama context (patch 0326): (context, bits) of the live contexts that had one at creation
+// Precision per llama context (patch 0312): (context, bits) of the live contexts that had one at creation
 static pthread_mutex_t apq_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     const void * ctx;

@@ -1,8 +1,8 @@
-// The KVQuant cache types inside llama.cpp's KV cache (patch 0305; docs/KVQUANT.md "In llama.cpp's
+// The KVQuant cache types inside llama.cpp's KV cache (patch 0320; docs/KVQUANT.md "In llama.cpp's
 // cache"): the calibration file the tables come from (--kv-calib / GGML_EXT_KV_CALIB), and the binding of
 // each K / V tensor a llama_kv_cache allocates to its layer's nuqB table (ggml_ext_kvquant_bind, in ggml-base);
 // keys are stored before RoPE with per-channel scales (ggml_ext_kvquant_bind_keys) and roped when attention reads
-// them (patch 0307: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
+// them (patch 0322: ggml_ext_llama_k_unroped / ggml_ext_llama_k_rope below).
 #include "common/settings.h"
 #include "ggml-ext-kvquant.h"
 #include "ggml-ext-llama.h"
@@ -35,7 +35,7 @@ int ggml_ext_llama_set_kv_calib(const char * path) {
     return 0;
 }
 
-// --kv-outliers / --kv-sink (patch 0309); < 0: the environment decides
+// --kv-outliers / --kv-sink (patch 0323); < 0: the environment decides
 static float outliers_set = -1.0f;
 static int   sink_set     = -1;
 
@@ -100,7 +100,7 @@ static int kvquant_bits(int type) {
 
 // GGML_EXT_KV_VROT=1: a NUQ value cache takes upstream's Hadamard rotation (attn_rot_v: 64 channels at a time,
 // rotated back after attention) and the calibration's tables fitted on rotated values (v_nuqB_r / _ro). Keys
-// never rotate (stored before RoPE; patch 0318 keeps attn_rot_k off for them). 0 / unset: off; -1: a bad value.
+// never rotate (stored before RoPE; patch 0325 keeps attn_rot_k off for them). 0 / unset: off; -1: a bad value.
 static int kv_vrot(void) {
     return ggml_ext_settings_kv_vrot();
 }
@@ -112,7 +112,7 @@ bool ggml_ext_llama_kv_rotate(int type) {
 // GGML_EXT_KV_KROT=1: a NUQ key cache holds K after RoPE, Hadamard-rotated as upstream rotates a quantized K
 // (attn_rot_k, q rotated alike), in value-style blocks (per-64 mid / half, one outlier slot) with the
 // calibration's k_nuqB_r / _ro tables; attention reads it as F32 without roping (the pre-RoPE hook stays in
-// place); patch 0318 lets a context shift take upstream's path for rotated keys (untested). 0 / unset: off (keys
+// place); patch 0325 lets a context shift take upstream's path for rotated keys (untested). 0 / unset: off (keys
 // before RoPE, per-channel scales); -1: a bad value.
 static int kv_krot(void) {
     return ggml_ext_settings_kv_krot();
@@ -131,9 +131,9 @@ static int kv_kblock(void) {
 int ggml_ext_kvquant_key_blocks(const void * data, int on);  // ggml-base (backend/kvquant_base.c)
 int ggml_ext_kvquant_attn_split_build(int64_t hd);              // ggml-base (backend/kvquant_attn_base.c)
 
-// Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0318 asks this instead of
+// Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0325 asks this instead of
 // ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
-bool ggml_ext_llama_kv_rotate_keys(int type);  // declared in patch 0318 (not in ggml-ext-llama.h: a change there rebuilds llama)
+bool ggml_ext_llama_kv_rotate_keys(int type);  // declared in patch 0325 (not in ggml-ext-llama.h: a change there rebuilds llama)
 bool ggml_ext_llama_kv_rotate_keys(int type) {
     return kvquant_bits(type) != 0 && kv_krot() == 1;
 }
@@ -268,7 +268,7 @@ static int bind_keys(struct ggml_tensor * t, const char * path, int il, int bits
                      int n_sink, char * err, size_t n) {
     // the calibration saw k_proj's output, and that is what the cache stores: the K that enters RoPE, or the
     // K before the model's K norm (qwen3, gemma3: ggml_ext_llama_k_unroped; the norm is applied after the
-    // cache); sliding-window models (gemma2/3) through patch 0325; phi3, whose K is a view of the fused qkv output
+    // cache); sliding-window models (gemma2/3) through patch 0327; phi3, whose K is a view of the fused qkv output
     // (`calibrate kv` measured that part of qkv_proj's output). Every architecture of the converter.
     static const char * const archs[] = { "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "gemma3_text",
                                           "phi3" };
@@ -452,7 +452,7 @@ static struct ggml_tensor * check_against_reference(struct ggml_context * ctx, s
     return ggml_custom_4d(ctx, GGML_TYPE_F32, out->ne[0], out->ne[1], out->ne[2], 1, args, 2, check_fn, 1, NULL);
 }
 
-// The decode op (patch 0320; ggml-ext-kvquant.h): attention straight from the pre-RoPE cache for graphs of few
+// The decode op (patch 0326; ggml-ext-kvquant.h): attention straight from the pre-RoPE cache for graphs of few
 // tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path, on the CPU and on a GPU alike), "fused" for
 // any number of tokens (the tests: prefill batches through the same kernel), "check" as fused plus the reference
 // beside it (above), unset / "auto" up to KV_ATTN_MAX_TOKENS.

@@ -2,9 +2,9 @@
 //
 // The side file of `ggml-ext calibrate dec` is mapped read-only, whole, once; its tensors' data point into
 // the mapping, which one buffer of our own host buffer type spans (GGML_EXT_DEC_Host): the CPU reads it
-// as any host buffer, ggml-cuda (patch 0317) reads it in place, pinned and mapped (ggml_ext_cuda_qdec_pin,
+// as any host buffer, ggml-cuda (patch 0440) reads it in place, pinned and mapped (ggml_ext_cuda_qdec_pin,
 // zero-copy over PCIe), so the scheduler never copies a residual to GPU memory. The model loader (patch
-// 0315) hands every weight to ggml_ext_llama_dec_attach, which checks the side file's residual of it
+// 0330) hands every weight to ggml_ext_llama_dec_attach, which checks the side file's residual of it
 // against its shape and type and remembers it by the weight's address (as the OOC side-cars are); the
 // linear hook then adds DEC_MUL_MAT after the weight's matmul in graphs of one token (decode) only.
 #include "common/settings.h"

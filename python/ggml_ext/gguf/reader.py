@@ -452,7 +452,7 @@ def _parse(buf: Any, size: int, path: str) -> GGUFFile:
         if tinfo is None:
             raise GGUFError(f"tensor {_show(name)} has type {ggml_types.describe_id(type_id)}", at)
         if tinfo.cache_only:
-            # llama.cpp's loader refuses it too (patch 0306): a weight of it would decode with uniform levels
+            # llama.cpp's loader refuses it too (patch 0321): a weight of it would decode with uniform levels
             raise GGUFError(f"tensor {_show(name)} has type {tinfo.name} (id {type_id}), a KVQuant KV cache "
                             "type that holds no weights (only a KV cache with its calibration gives its bytes "
                             "a meaning); the file is damaged or was not made by ggml-ext", at)
