@@ -44,7 +44,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("Q8_0", "`convert --type q8_0`", (), (), "yes",
           "near-lossless: perplexity within 0.3 % of f16 on Gemma-3-270M", "Converter"),
     Entry("Q4_K", "`convert --type q4_k`", (), (), "yes",
-          "4-bit K-quant (every matrix Q4_K); GPTQ can round into it", "GPTQ and OOC"),
+          "4-bit K-quant (every matrix Q4_K); `--method gptq` rounds into it too", "GPTQ and OOC"),
     Entry("Q4_0", "`convert --type q4_0`", ("avx2", "avx512-vnni"), (), "yes",
           "any CPU; on x86 our kernels run it (runtime repack), 1.2x decode and 1.4-1.5x prefill "
           "vs upstream on a 2-core AVX2 EPYC", "Interleaved Q4_0"),
@@ -66,9 +66,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("IQ4_NL_8_8", "`convert --type iq4_nl_8_8`", ("avx2", "avx512-vnni"),
           ("neon-dotprod", "neon-i8mm"), "yes, as IQ4_NL",
           "IQ4_NL's quality on AVX-512 x86 (on AVX2-only CPUs keep the stock IQ4_NL file)", "IQ4_NL"),
-    Entry("Q3_K", "`convert --type q3_k --method gptq --calib wiki-train`", (), (), "yes",
+    Entry("Q3_K", "`convert --type q3_k --method gptq --gptq-scales static --percdamp 0.1 --gptq-v-hessian attention`", (), (), "yes",
           "3-bit file any llama.cpp reads; GPTQ beats the imatrix (Gemma-3-270M 17.4 vs 21.3)", "GPTQ and OOC"),
-    Entry("Q2_K", "`convert --type q2_k --method gptq --calib wiki-train`", (), (), "yes",
+    Entry("Q2_K", "`convert --type q2_k --method gptq --gptq-scales static --percdamp 0.1 --gptq-v-hessian attention`", (), (), "yes",
           "2-bit file any llama.cpp reads; GPTQ beats the imatrix (Gemma-3-270M 20.7 vs 28.3)", "GPTQ and OOC"),
     Entry("CB3", "`convert --type cb3` (or `cb3_m`) `--calib wiki-train`", ("avx2",), ("neon-dotprod",), "yes",
           "3-bit on a GPU: Q3_K's size, lower perplexity than Q3_K_S on Gemma-3-270M, "
