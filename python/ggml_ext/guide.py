@@ -83,7 +83,7 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("NUQ3", "`calibrate kv`, then `-ctk nuq3 -ctv nuq3 --kv-calib FILE`", ("avx2",), ("neon",), "yes, cache in VRAM",
           "KV cache, 4 bits per value (q4_0: 4.5): +5.7-6.8 % perplexity, beats q4_0 on Gemma-3-270M", "KVQuant"),
     Entry("NUQ2", "`calibrate kv`, then `-ctk nuq2 -ctv nuq2 --kv-calib FILE`", ("avx2",), ("neon",), "yes, cache in VRAM",
-          "KV cache, 3 bits per value: +40-50 % perplexity, not yet usable", "KVQuant"),
+          "KV cache, 3 bits per value: +40-50 % perplexity, not usable", "KVQuant"),
 )
 
 
