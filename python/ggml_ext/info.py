@@ -5,6 +5,7 @@
     ggml-ext info model.gguf --json      the same, machine-readable
     ggml-ext info --build                the compiled llama.cpp / ggml_ext build
     ggml-ext info --types [--json]       every tensor type, stock and ggml-ext's (the format registry)
+    ggml-ext info --types --markdown     README's "Which format?" table (ggml_ext.guide)
     python -m ggml_ext.info model.gguf   same as `ggml-ext info`
 
 A malformed file gives ``error: FILE: <problem> (at byte offset N)`` on
@@ -260,6 +261,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--types", action="store_true",
                         help="list every tensor type, stock and ggml-ext's: id, block, bytes, bits per weight, "
                              "whether stock llama.cpp reads it, family, the kernels this CPU dispatches")
+    parser.add_argument("--markdown", action="store_true",
+                        help="with --types: README's \"Which format?\" table (the types README lists, their "
+                             "kernels per architecture, when to pick each, links to docs/RESULTS.md)")
 
 
 def _build_report() -> tuple[int, str]:
@@ -273,12 +277,15 @@ def _build_report() -> tuple[int, str]:
         return 1, f"build information is not available: {type(e).__name__}: {e}"
 
 
-def _types_report(as_json: bool) -> tuple[int, str]:
+def _types_report(as_json: bool, as_markdown: bool = False) -> tuple[int, str]:
     try:
         from ggml_ext import formats
         rows = formats.table()
     except Exception as e:  # noqa: BLE001 - report, never a traceback
         return 1, f"the type registry is not available: {type(e).__name__}: {e}"
+    if as_markdown:
+        from ggml_ext import guide
+        return 0, guide.markdown(rows)
     return 0, json.dumps(rows, indent=2) if as_json else formats.format_table(rows)
 
 
@@ -290,7 +297,7 @@ def main(args: argparse.Namespace) -> int:
     path = getattr(args, "file", None)
     rc = 0
     if getattr(args, "types", False):
-        code, text = _types_report(getattr(args, "json", False))
+        code, text = _types_report(getattr(args, "json", False), getattr(args, "markdown", False))
         if code:
             print(f"error: {text}", file=sys.stderr)
             return 1
@@ -309,7 +316,7 @@ def main(args: argparse.Namespace) -> int:
             return rc
         print()
     if path is None:
-        print("error: no FILE given (usage: ggml-ext info FILE [--tensors] [--json] | --build | --types [--json])", file=sys.stderr)
+        print("error: no FILE given (usage: ggml-ext info FILE [--tensors] [--json] | --build | --types [--json | --markdown])", file=sys.stderr)
         return 2
     try:
         g = read_gguf(path)
