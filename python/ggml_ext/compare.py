@@ -239,7 +239,7 @@ def make_plan(model: str | os.PathLike, out: str | os.PathLike, formats: list[Fo
                 imatrix_chunks, calib_samples, calib_seq_len, up, kv, Path(kv_calib) if kv_calib else None,
                 tuple(tool_args))
     plan.base = {"model": _fingerprint(model), "build": _build_id(),
-                 "upstream": str(up) if up else None, "tool_args": list(plan.tool_args)}
+                 "upstream": str(up) if up else None}
     return plan
 
 
@@ -439,7 +439,7 @@ def base_logits(plan: Plan, man: Manifest, ref: Path) -> Path:
         m = _run_logged(args, env, lambda log: tools._FINAL.search(log), "llama-perplexity --kl-divergence-base")
         return {"ppl": float(m.group(1))}
     recipe = plan.recipe("base", ref=_fingerprint(ref), eval=_fingerprint(plan.eval_text), chunks=plan.chunks,
-                         n_ctx=plan.n_ctx, kv=plan.kv)
+                         n_ctx=plan.n_ctx, kv=plan.kv, tool_args=list(plan.tool_args))
     return plan.out / _step(man, recipe, "base-logits", make, suffix=".kld")["file"]
 
 
@@ -483,6 +483,7 @@ def measure(plan: Plan, man: Manifest, fmt: Format, path: Path, base: Path) -> d
         kv_bits = _kv_bits(fmt.type) if plan.kv else None
         return {**got, "bpw": kv_bits if plan.kv else bits_per_weight(path, apq), "runner": runner}
     recipe = plan.recipe("measure", spec=fmt.spec, file=_fingerprint(path), base=_fingerprint(base),
+                         tool_args=list(plan.tool_args),
                          kv_calib=_fingerprint(plan.kv_calib) if plan.kv_calib and fmt.type.startswith("nuq") else None)
     return _step(man, recipe, fmt.spec, make, suffix="")["result"]
 
