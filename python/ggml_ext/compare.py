@@ -86,10 +86,6 @@ class Format:
     run_args: tuple[str, ...] = ()
 
     @property
-    def label(self) -> str:
-        return self.spec
-
-    @property
     def file_spec(self) -> str:
         """What identifies the file (anyprec's widths share one)."""
         return "anyprec" if self.method == "anyprec" else self.spec
@@ -233,8 +229,9 @@ def make_plan(model: str | os.PathLike, out: str | os.PathLike, formats: list[Fo
                 raise CompareError("the upstream formats need the pristine upstream build: run `make upstream`, or "
                                    "pass --upstream-bin DIR (or --upstream-bin ours: our build's llama-quantize, "
                                    "the same stock quantizers, marked as such)")
-    if kv and any(f.type.startswith("nuq") for f in formats) and kv_calib is None:
-        raise CompareError("the nuq cache types need a KV calibration: `ggml-ext calibrate kv` and --kv-calib FILE")
+    if kv and any(f.type.startswith("nuq") for f in formats) and kv_calib is None and hf_dir is None:
+        raise CompareError("the nuq cache types need a KV calibration: --kv-calib FILE (`ggml-ext calibrate kv`), "
+                           "or --hf DIR to make one from the calibration text")
     plan = Plan(model, hf_dir, _text(calib), _text(eval_text), Path(out), formats, n_ctx, chunks, threads,
                 imatrix_chunks, calib_samples, calib_seq_len, up, kv, Path(kv_calib) if kv_calib else None,
                 tuple(tool_args))
@@ -384,6 +381,21 @@ def make_file(plan: Plan, man: Manifest, fmt: Format, ref: Path, im: Path | None
             convert(plan.hf, tmp, None if method == "anyprec" else fmt.type, **kw)
             return {"tool": "ggml-ext convert", "method": method or "default", "type": fmt.type}
     return plan.out / _step(man, recipe, fmt.file_spec, make)["file"]
+
+
+def make_kv_calib(plan: Plan, man: Manifest) -> Path:
+    """KVQuant's calibration of the Hugging Face folder on the calibration text (`ggml-ext calibrate kv`, run as
+    the CLI does, so the nuq tables are exactly what a user's own calibration gives)."""
+    def make(tmp: Path) -> dict[str, Any]:
+        argv = [sys.executable, "-m", "ggml_ext.cli", "calibrate", "kv", str(plan.hf), "-o", str(tmp), "--force",
+                "-q", "--text", str(plan.calib)]
+        argv += ["--samples", str(plan.calib_samples)] if plan.calib_samples else []
+        argv += ["--seq-len", str(plan.calib_seq_len)] if plan.calib_seq_len else []
+        _run(argv, dict(os.environ), "ggml-ext calibrate kv")
+        return {"tool": "ggml-ext calibrate kv", "samples": plan.calib_samples, "seq_len": plan.calib_seq_len}
+    recipe = plan.recipe("kv-calib", hf=_fingerprint(plan.hf), calib=_fingerprint(plan.calib),
+                         samples=plan.calib_samples, seq_len=plan.calib_seq_len)
+    return plan.out / _step(man, recipe, "kv-calib", make)["file"]
 
 
 # ---------------------------------------------------------------- measuring
@@ -604,6 +616,8 @@ def compare(plan: Plan, progress: bool = True) -> tuple[list[Row], dict[str, Pat
     files: dict[str, Path] = {}
     if plan.kv:
         files = {f.spec: ref for f in plan.formats}
+        if plan.kv_calib is None and any(f.type.startswith("nuq") for f in plan.formats):
+            plan.kv_calib = make_kv_calib(plan, man)
     else:
         im = make_imatrix(plan, man, ref) if any(f.method is None or f.origin == "upstream" or f.method == "rtn"
                                                   for f in plan.formats) else None

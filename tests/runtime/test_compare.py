@@ -131,3 +131,20 @@ def test_parse_kld_and_formats():
             C.parse_formats(bad)
     with pytest.raises(C.CompareError):
         C.parse_formats("q4_0+outliers", kv=True)
+
+
+def test_kv_caches_in_the_same_terms(tmp_path):
+    """--kv on the reference: the f16 cache against itself is exact (up to the base file's 16-bit log-probabilities), q8_0 is closer than q4_0, bits per element
+    are the cache types' own. (The nuq types need `calibrate kv`: minutes, left to the bench runs.)"""
+    from ggml_ext import assets
+    plan = C.make_plan(assets.path("smollm2-hf"), tmp_path, C.parse_formats("f16,q8_0,q4_0", kv=True), n_ctx=128,
+                       chunks=2, threads=2, kv=True, tool_args=TOOL_ARGS)
+    rows, files = C.compare(plan, progress=False)
+    r = {x.format: x for x in rows}
+    assert abs(r["f16"].kld_mean) < 1e-4 and r["f16"].same_top_pct == 100
+    assert r["q8_0"].kld_mean < r["q4_0"].kld_mean
+    assert (r["f16"].bpw, r["q8_0"].bpw, r["q4_0"].bpw) == (16.0, 8.5, 4.5)
+    assert "bits/element" in files["md"].read_text()
+    ref = next(p for p in plan.out.iterdir() if p.name.startswith("reference"))
+    with pytest.raises(C.CompareError, match="KV calibration"):   # a GGUF alone cannot be calibrated
+        C.make_plan(ref, tmp_path / "x", C.parse_formats("nuq3", kv=True), kv=True)
