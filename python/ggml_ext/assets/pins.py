@@ -112,6 +112,9 @@ WIKI_ARTICLES = 10033
 BBC_ARTICLES = 2225
 
 
+_PART = re.compile(r"^(.*-part)(\d+)$")
+
+
 @dataclass(frozen=True)
 class Asset:
     name: str
@@ -130,6 +133,11 @@ class Asset:
 
     @property
     def source(self) -> str:
+        parts = [p for p in self.dists if _PART.match(p)]
+        if len(parts) > 4:  # a long run of chunk packages reads as one range: name-part1..22==version
+            m1, m2 = _PART.match(parts[0]), _PART.match(parts[-1])
+            rest = [DISTS[p].requirement for p in self.dists if p not in parts]
+            return ", ".join([*rest, f"{m1.group(1)}{m1.group(2)}..{m2.group(2)}=={DISTS[parts[0]].version}"])
         return ", ".join(DISTS[p].requirement for p in self.dists)
 
     @property
