@@ -340,13 +340,16 @@ def make_reference(plan: Plan, man: Manifest) -> Path:
 
 
 def make_imatrix(plan: Plan, man: Manifest, ref: Path) -> Path:
+    """Our llama-imatrix of the reference on the calibration text, in windows of 512 tokens (llama-imatrix's
+    default; shorter when the evaluation context is), however long the evaluation context."""
     from .calibrate import imatrix
+    n_ctx = min(plan.n_ctx, 512)
 
     def make(tmp: Path) -> dict[str, Any]:
-        imatrix.make(ref, tmp, plan.calib, chunks=plan.imatrix_chunks, n_ctx=plan.n_ctx, threads=plan.threads,
+        imatrix.make(ref, tmp, plan.calib, chunks=plan.imatrix_chunks, n_ctx=n_ctx, threads=plan.threads,
                      force=True)
-        return {"chunks": plan.imatrix_chunks, "n_ctx": plan.n_ctx}
-    recipe = plan.recipe("imatrix", calib=_fingerprint(plan.calib), chunks=plan.imatrix_chunks, n_ctx=plan.n_ctx)
+        return {"chunks": plan.imatrix_chunks, "n_ctx": n_ctx}
+    recipe = plan.recipe("imatrix", calib=_fingerprint(plan.calib), chunks=plan.imatrix_chunks, n_ctx=n_ctx)
     return plan.out / _step(man, recipe, "imatrix", make)["file"]
 
 
