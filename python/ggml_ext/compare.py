@@ -214,6 +214,9 @@ def make_plan(model: str | os.PathLike, out: str | os.PathLike, formats: list[Fo
     model = Path(model)
     if not model.exists():
         raise CompareError(f"model not found: {model}")
+    if chunks * (n_ctx - 1 - n_ctx // 2) < 100:  # llama-perplexity prints no KLD statistics on fewer tokens
+        raise CompareError(f"{chunks} chunks of {n_ctx} tokens score {chunks * (n_ctx - 1 - n_ctx // 2)} tokens; "
+                           "llama-perplexity's KL-divergence needs at least 100: more --chunks or a longer -c")
     hf_dir = Path(hf) if hf else (model if model.is_dir() else None)
     needs_hf = [f.spec for f in formats if f.origin == "ours" and not kv]
     if needs_hf and hf_dir is None:

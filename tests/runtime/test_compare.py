@@ -126,6 +126,9 @@ def test_parse_kld_and_formats():
     assert len(f) == len(C.OURS) + len(C.UPSTREAM_TYPES)
     kv = C.parse_formats("", kv=True)
     assert [k.spec for k in kv][:3] == ["f16", "q8_0", "q4_0"] and "nuq2+outliers" in {k.spec for k in kv}
+    from ggml_ext import assets
+    with pytest.raises(C.CompareError, match="at least 100"):
+        C.make_plan(assets.path("smollm2-hf"), "unused", C.parse_formats("q8_0"), n_ctx=128, chunks=1)
     for bad in ("q9_9", "gptq:zz", "nope:q4_0", "anyprec:9"):
         with pytest.raises(C.CompareError):
             C.parse_formats(bad)
