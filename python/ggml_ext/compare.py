@@ -184,6 +184,12 @@ class Plan:
     def recipe(self, step: str, **more: Any) -> dict[str, Any]:
         return {"step": step, **self.base, **more}
 
+    def upstream_id(self) -> dict[str, Any] | None:
+        """The pristine build's identity (its folder and its llama-quantize's size and time); None: ours."""
+        if self.upstream_bin is None:
+            return None
+        return {"bin": str(self.upstream_bin), "llama-quantize": _fingerprint(self.upstream_bin / "llama-quantize")}
+
 
 def _build_id() -> dict[str, str]:
     from . import build_info
@@ -238,8 +244,9 @@ def make_plan(model: str | os.PathLike, out: str | os.PathLike, formats: list[Fo
     plan = Plan(model, hf_dir, _text(calib), _text(eval_text), Path(out), formats, n_ctx, chunks, threads,
                 imatrix_chunks, calib_samples, calib_seq_len, up, kv, Path(kv_calib) if kv_calib else None,
                 tuple(tool_args))
-    plan.base = {"model": _fingerprint(model), "build": _build_id(),
-                 "upstream": str(up) if up else None}
+    # every step depends on the model and our build (the reference, the imatrix and the base logits are ours);
+    # only upstream's files and their measurements depend on the pristine build (Plan.upstream_id)
+    plan.base = {"model": _fingerprint(model), "build": _build_id()}
     return plan
 
 
@@ -360,7 +367,8 @@ def make_file(plan: Plan, man: Manifest, fmt: Format, ref: Path, im: Path | None
     """One format's file (cached by recipe)."""
     calib = {"calib": _fingerprint(plan.calib), "samples": plan.calib_samples, "seq_len": plan.calib_seq_len}
     if fmt.origin == "upstream":
-        recipe = plan.recipe("file", spec=fmt.file_spec, imatrix=_key({"im": _fingerprint(im)}) if im else None)
+        recipe = plan.recipe("file", spec=fmt.file_spec, imatrix=_key({"im": _fingerprint(im)}) if im else None,
+                             upstream=plan.upstream_id())
 
         def make(tmp: Path) -> dict[str, Any]:
             argv, env = _bin(plan, "upstream", "llama-quantize")
@@ -501,6 +509,7 @@ def measure(plan: Plan, man: Manifest, fmt: Format, path: Path, base: Path) -> d
         kv_bits = _kv_bits(fmt.type) if plan.kv else None
         return {**got, "bpw": kv_bits if plan.kv else bits_per_weight(path, apq), "runner": runner}
     recipe = plan.recipe("measure", spec=fmt.spec, file=_fingerprint(path), base=_fingerprint(base),
+                         runner=plan.upstream_id() if fmt.origin == "upstream" and not plan.kv else None,
                          tool_args=list(plan.tool_args),
                          kv_calib=_fingerprint(plan.kv_calib) if plan.kv_calib and fmt.type.startswith("nuq") else None)
     return _step(man, recipe, fmt.spec, make, suffix="")["result"]

@@ -151,3 +151,22 @@ def test_kv_caches_in_the_same_terms(tmp_path):
     ref = next(p for p in plan.out.iterdir() if p.name.startswith("reference"))
     with pytest.raises(C.CompareError, match="KV calibration"):   # a GGUF alone cannot be calibrated
         C.make_plan(ref, tmp_path / "x", C.parse_formats("nuq3", kv=True), kv=True)
+
+
+def test_our_files_do_not_depend_on_the_upstream_build(matrix, monkeypatch):
+    """Building or moving the pristine build remakes upstream's files only."""
+    plan, _, _ = matrix
+    keys = {}
+
+    def capture(man, recipe, name, make, suffix=".gguf"):
+        keys.setdefault(name, set()).add(C._key(recipe))
+        return {"file": "unused"}
+    monkeypatch.setattr(C, "_step", capture)
+    for up in ("ours", plan.out):   # our build standing in, and some other folder posing as the pristine build
+        (plan.out / "llama-quantize").write_bytes(b"")
+        p = _plan(plan.out)
+        p.upstream_bin = None if up == "ours" else Path(up)
+        for fmt in p.formats:
+            C.make_file(p, None, fmt, plan.out / "ref.gguf", None)
+    (plan.out / "llama-quantize").unlink()
+    assert len(keys["q8_0"]) == len(keys["q2_k"]) == 1 and len(keys["upstream:Q4_0"]) == 2
