@@ -606,6 +606,14 @@ def pareto_png(plan: Plan, rows: list[Row], target: Path) -> bool:
         for r in pts:
             ax.annotate(r.format.replace("upstream:", ""), (r.bpw, max(r.kld_mean, 1e-6)), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
+    front, best = [], float("inf")   # upstream's Pareto front: no upstream file both smaller and better
+    for r in sorted((r for r in rows if r.origin == "upstream"), key=lambda r: (r.bpw, r.kld_mean)):
+        if r.kld_mean < best:
+            front.append(r)
+            best = r.kld_mean
+    if len(front) > 1:
+        ax.step([r.bpw for r in front], [max(r.kld_mean, 1e-6) for r in front], where="post", linestyle="--",
+                color="tab:orange", alpha=0.6, label="upstream's front")
     ax.set_yscale("log")
     ax.set_xlabel("bits per element (KV cache)" if plan.kv else "bits per weight (whole file)")
     ax.set_ylabel("mean KL-divergence (log)")
