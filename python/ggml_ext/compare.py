@@ -679,8 +679,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv", action="store_true", help="compare KV cache types on the reference model instead")
     p.add_argument("--kv-calib", default=None, metavar="FILE", help="KV calibration (ggml-ext calibrate kv) for nuq*")
     p.add_argument("--tool-args", default="", metavar="ARGS",
-                   help="more arguments for every llama-perplexity run, one string (e.g. '-nr': no AMX / repack "
-                        "buffers, for virtual machines whose CPU shows AMX but whose kernel does not enable it)")
+                   help="more arguments for every llama-perplexity run, one string (e.g. '-nr': no runtime repack)")
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 

@@ -15,9 +15,8 @@ import pytest
 from ggml_ext import compare as C
 
 FORMATS = "q8_0,q2_k,upstream:Q4_0"
-# ggml's AMX path dies with SIGILL on virtual machines whose CPU flags show AMX but whose kernel does not enable
-# the tile state; -nr keeps the weights in plain CPU buffers (the same numbers, ggml's generic kernels).
-TOOL_ARGS = ("-nr",)
+# The runs take the tools' defaults: runtime repack on, as users run them (--tool-args is tested by parsing).
+TOOL_ARGS = ()
 
 
 def _plan(out: Path, **kw) -> C.Plan:
