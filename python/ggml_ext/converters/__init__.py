@@ -1,4 +1,4 @@
-"""Hugging Face checkpoint -> GGUF, installed as ``ggml_ext.converters``.
+"""Hugging Face checkpoint -> GGUF.
 
     from ggml_ext.converters import convert
     convert("path/to/hf-folder", "model.q8_0.gguf", "q8_0")

@@ -85,7 +85,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from ggml_ext import formats as _formats
+from .. import formats as _formats
 from .errors import ConversionError
 
 __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep", "choose_type", "BLOCK"]

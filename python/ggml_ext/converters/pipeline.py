@@ -46,7 +46,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ggml_ext.gguf import GGUFWriter, GGUFWriteError
+from ..gguf import GGUFWriter, GGUFWriteError
 
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
@@ -172,7 +172,7 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
         n_vocab = embd.shape[0]
     vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn, pre_tokenizer=pre_tokenizer)
 
-    from ggml_ext import quants  # needs our compiled libggml-base
+    from .. import quants  # needs our compiled libggml-base
 
     model_name = name or _model_name(ckpt)
     meta: list[tuple[str, str, Any]] = [
@@ -289,8 +289,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str |
     (counted in elements); ``warn(message)`` receives warnings (default: logging).
     Raises :class:`ConversionError`; on any error no output file exists.
     """
-    from ggml_ext import methods
-    from ggml_ext.calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
+    from .. import methods
+    from ..calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
 
     im = None
     if imatrix is not None:
@@ -369,11 +369,11 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
     """Step 1b (see the module docstring): stream the decoder layers over the calibration text, quantize
     each layer's planned matrices with its statistics, feed the quantized layer's output onward.
     Returns GGUF name -> the tensor's bytes (GGUF row order)."""
-    from ggml_ext import quants
-    from ggml_ext.calibrate import data
-    from ggml_ext.calibrate.collect import CalibrationError, Collector
-    from ggml_ext.calibrate.stream import LayerStream, StreamError
-    from ggml_ext.methods import MethodError
+    from .. import quants
+    from ..calibrate import data
+    from ..calibrate.collect import CalibrationError, Collector
+    from ..calibrate.stream import LayerStream, StreamError
+    from ..methods import MethodError
     import torch
 
     flows = tuple(getattr(quantizer, "workflows", ()))   # a method's parallel workflows (ooc: gptq, ooc)
@@ -493,9 +493,9 @@ def _fisher(pl: ConversionPlan, method: str, *, calib, n_samples, seq_len, devic
     """Step 1b for methods that need the Fisher diagonal: the calibration engine's streamed Fisher over the
     calibration text (cached under the ggml-ext cache by model, text and sampling: a second conversion with
     the same inputs reads it back)."""
-    from ggml_ext.calibrate import data, stats
-    from ggml_ext.calibrate.collect import CalibrationError
-    from ggml_ext.calibrate.stream import StreamError
+    from ..calibrate import data, stats
+    from ..calibrate.collect import CalibrationError
+    from ..calibrate.stream import StreamError
     try:
         st = stats.collect(pl.checkpoint.folder, text=calib, what=("fisher",),
                            n_samples=n_samples or data.DEFAULT_SAMPLES, seq_len=seq_len or data.DEFAULT_SEQ_LEN,
@@ -515,7 +515,7 @@ def _layout(quantizer: Any, p: Plan, ggml_shape: tuple[int, ...]) -> list[tuple[
     comp = getattr(quantizer, "companions", None)
     extra = comp(p.gguf_name) if comp is not None else []
     if extra:   # the matrix in its type, then companion tensors (ooc: the column side-car)
-        from ggml_ext import quants
+        from .. import quants
         nrows = int(np.prod(ggml_shape[1:]))
         return [(p.gguf_name, ggml_shape, p.type_name, nrows * quants.row_size(p.type_name, ggml_shape[0]))] + \
             [(n, tuple(reversed(a.shape)), t, a.nbytes) for n, t, a, _ in extra]
@@ -534,9 +534,9 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
     may write a matrix as several tensors of its own (:func:`_layout`): its ``quantize`` then fills
     their bytes, concatenated, into ``out``."""
     precomputed = precomputed or {}
-    from ggml_ext import quants
-    from ggml_ext.calibrate.imatrix import ImatrixError
-    from ggml_ext.methods import MethodError
+    from .. import quants
+    from ..calibrate.imatrix import ImatrixError
+    from ..methods import MethodError
 
     no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)
