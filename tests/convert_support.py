@@ -225,7 +225,7 @@ def default_hf() -> Path:
 def default_kv_calibration() -> Path:
     """The default model's KV calibration (`ggml-ext calibrate kv`: 1 x 64 tokens of wiki-train, nuq2/3/4,
     1% outliers), made once and cached under ~/.cache/ggml-ext/tests/ (the KVQuant kernel and cache tests
-    share it; "-v3": with the block, rotated and block-scaled key tables of session 10)."""
+    share it; "-v3": with the block, rotated and block-scaled key tables)."""
     import os
     from ggml_ext.kvquant import calibrate
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"

@@ -48,8 +48,8 @@ The method needs each matrix's Hessian: the converter pipeline streams the model
 through :mod:`ggml_ext.calibrate` (``calibration_needs``), quantizes each layer's matrices when its
 Hessians are complete and feeds the quantized layer's output to the next layer. Matrices outside the
 decoder layers (embeddings, output) have no Hessian there and get the type's RTN; so do matrices the
-type policy gives a type without a grid here (none of the converter's policies does since the K-quant
-grids; a --keep type such as Q4_0_4_4 would), with a warning.
+type policy gives a type without a grid here (none of the converter's own policies does: every type they
+give a layer matrix has a grid; a --keep type such as Q4_0_4_4 would), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
 ``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
