@@ -195,7 +195,8 @@ def test_options_value_keywords_and_cli_flags_write_the_same_file(tmp_path):
     verb.add_arguments(p)
     args = p.parse_args([str(cs.tiny("llama")), "-o", str(tmp_path / "c.gguf"), "--type", "q4_0", "--keep", keep[0],
                          "--name", "tiny", "-t", "1", "-q"])
-    assert verb.options(args) == ConvertOptions(type="q4_0", keep=keep, name="tiny", threads=1, calib_progress=False)
+    assert verb.options(args) == ConvertOptions(type="q4_0", keep=keep, name="tiny", threads=1, calib_progress=False,
+                                                method_options={})
     assert verb.main(args) == 0
     data = [(tmp_path / f"{n}.gguf").read_bytes() for n in "abc"]
     assert data[0] == data[1] == data[2] and a.type_counts == b.type_counts
