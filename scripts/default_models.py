@@ -103,12 +103,12 @@ def _converter_files() -> list[Path]:
 
 # What each tool's output depends on, besides its arguments and sources.
 TOOL_FILES: dict[str, Callable[[], list[Path]]] = {
-    "ggml-ext convert": lambda: [*_converter_files(), *_modules("convert", "quants", "calibrate/imatrix", "ggml_types",
+    "ggml-ext convert": lambda: [*_converter_files(), *_modules("convert", "quants", "calibrate/imatrix", "formats/__init__", "formats/typeinfo",
                                                                 "gguf/writer"),
                                  *sorted((_PKG / "methods").glob("*.py")), *_libs("ggml-base")],
-    "ggml-ext repack": lambda: [*_modules("repack", "gguf/reader", "quants", "targets", "ggml_types"),
+    "ggml-ext repack": lambda: [*_modules("repack", "gguf/reader", "quants", "targets", "formats/__init__", "formats/typeinfo"),
                                 *_libs("ggml-base")],
-    "ggml_ext.quants": lambda: [*_modules("quants", "calibrate/imatrix", "gguf/reader", "ggml_types"), *_libs("ggml-base")],
+    "ggml_ext.quants": lambda: [*_modules("quants", "calibrate/imatrix", "gguf/reader", "formats/__init__", "formats/typeinfo"), *_libs("ggml-base")],
     # our llama.cpp tools: the binary and every library of the build (the tools are thin mains
     # over lib<tool>-impl, libllama-common, libllama and the ggml libraries)
     "llama-quantize": lambda: [_locate.tool("llama-quantize"), *_all_libs()],

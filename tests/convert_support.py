@@ -225,9 +225,9 @@ def default_hf() -> Path:
 def default_kv_calibration() -> Path:
     """The default model's KV calibration (`ggml-ext calibrate kv`: 1 x 64 tokens of wiki-train, nuq2/3/4,
     1% outliers), made once and cached under ~/.cache/ggml-ext/tests/ (the KVQuant kernel and cache tests
-    share it; "-v3": with the block, rotated and block-scaled key tables of session 10)."""
+    share it; "-v3": with the block, rotated and block-scaled key tables)."""
     import os
-    from ggml_ext.methods.kvquant import calibrate
+    from ggml_ext.kvquant import calibrate
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ggml-ext" / "tests"
     path = cache / "kvquant-kernels-smollm2-1x64-v3.kvq.gguf"
     if not path.exists():
@@ -283,7 +283,7 @@ def tiny_kv_setup(model: Path, dst: Path, bits=(4,)) -> tuple[Path, Path]:
     """(KV calibration, f32 GGUF) of a tiny model for the KVQuant cache tests: `ggml-ext calibrate kv` on 2 x 48
     tokens of a synthetic text (nuq `bits`, 1% outliers) and the model converted to f32, both under `dst`."""
     from ggml_ext.converters import convert
-    from ggml_ext.methods.kvquant import calibrate
+    from ggml_ext.kvquant import calibrate
     text = dst / "kv-text.txt"
     text.write_text(" ".join(f"word{i} and some more text {i % 7}" for i in range(3000)))
     cal, gguf = dst / "kv.gguf", dst / "m.gguf"

@@ -10,7 +10,7 @@
 # L2-warm); an empty kernel gives the launch floor of each method (first lines of the output). Writes
 # $OUT/anyprec_cuda_bench.md (tables), anyprec_gpu.txt and anyprec_ptxas.txt (registers/spills per kernel).
 # Exit status 1 on a mismatch. APQ_BITS=3 or 3-5: only those precisions.
-# Usage: scripts/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
+# Usage: bench/device/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
 # Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the
 # 2..8-token GEMV at 3 bits, 2 and 8 tokens, and the dequantize kernel at 3 bits, when cuobjdump is there.
@@ -38,30 +38,30 @@
 #          GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits) and of the Q4_K / Q3_K files,
 #          alternating over two rounds
 #   big    (BIG=1; BIG=only skips files/ppl/bench above) Llama-2-7B-shaped random files
-#          (scripts/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
+#          (bench/runtime/make_bench_gguf.py --type apq / q4_k / q3_k; the APQ file's embedding and output are
 #          Q4_K, so only the decoder layers differ; tokenizer from TEMPLATE, default the f16 file made above:
 #          see device_codebooks.sh), llama-bench -ngl 99 at each of BITS and Q4_K / Q3_K, one round (ROUNDS)
 # Usage (device, repository root):
-#   MODE=op bash scripts/device_anyprec.sh OUT [HF_DIR TEXT]
+#   MODE=op bash bench/device/device_anyprec.sh OUT [HF_DIR TEXT]
 # Writes OUT/summary.txt and OUT/logs.tgz. Environment: BUILD, SKIP_TESTS=1, PPL=0, BENCH=0, BIG, TEMPLATE,
 # BITS, CHUNKS (perplexity chunks, 8), CALIB_SAMPLES (8), ROUNDS, PYTHON (default /opt/torch/.venv/bin/python3
 # where it exists). See docs/formats/anyprec.md, "CUDA op".
 #
 # MODE=ppl: the quantizer's quality (no GPU kernel involved; the Fisher pass runs on the GPU): one model per
-#   call (MODELS: smollm2 or gemma3), scripts/bench_anyprec.py: the one file (--bits 3-8, refinement depth
+#   call (MODELS: smollm2 or gemma3), bench/anyprec/bench_anyprec.py: the one file (--bits 3-8, refinement depth
 #   REFINE, default the method's) scored by our CPU llama-perplexity at every precision 3..8 (--apq-bits), the
 #   same with BASELINE_REFINE (default 0: the paper's greedy upscaling; '' skips it), and the independent
 #   Fisher-weighted k-means file at each width of INDEPENDENT (default 3,4,5,6,7,8), all on the same CALIB
 #   (16x256) tokens of TRAIN; wiki-test ctx 512, CHUNKS (20) windows; STOCK (default none) stock types too
 #   (without and with an imatrix of IMATRIX_CHUNKS x 512 TRAIN tokens, default 16; by our build unless
 #   UPSTREAM names a pristine build's bin folder). STARTS / GAIN: the refinement's extra starts and gain
-#   (scripts/bench_anyprec.py --starts / --gain; default the method's).
-#   Needs SMOLLM2_HF / GEMMA3_HF (folders from scripts/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
+#   (bench/anyprec/bench_anyprec.py --starts / --gain; default the method's).
+#   Needs SMOLLM2_HF / GEMMA3_HF (folders from bench/device/device_assets.py), TRAIN and TEST. GGML_EXT_PREFIX: an
 #   installed build; unset: a CPU-only build of ours is made in BUILD_DIR (default /tmp/ggml-ext-apq-cpu,
 #   reused on a warm machine). Writes OUTDIR/ppl-<model>.md / .json / .log and appends to OUTDIR/summary.txt.
 # MODE=qtime: the quantizer's time (seed + upscaling, C, all cores) on LAYERS_7B (default 1) Llama-2-7B-shaped
 #   random decoder layers at refinement depths REFINES (default 0,2), extrapolated to 32 layers
-#   (scripts/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
+#   (bench/anyprec/bench_anyprec_sse.py --time-7b); appends to OUTDIR/summary.txt.
 if [ "${MODE:-kernels}" = op ]; then
     exec bash "$(dirname "$0")/device_anyprec_op.sh" "$@"
 fi
@@ -81,7 +81,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     export LD_LIBRARY_PATH=$GGML_EXT_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     { date -u; git rev-parse --short HEAD 2>/dev/null || true; nvidia-smi -L 2>/dev/null || echo "no GPU"; nproc; } >>"$out/summary.txt"
     if [ "$MODE" = qtime ]; then
-        PYTHONPATH=python "$PY" scripts/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
+        PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec_sse.py --time-7b --refine "${REFINES:-0,2}" ${VARIANTS:+--variants "$VARIANTS"} \
             --layers-7b "${LAYERS_7B:-1}" --threads "$(nproc)" 2>&1 | tee -a "$out/summary.txt"
         exit "${PIPESTATUS[0]}"
     fi
@@ -92,7 +92,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     br=${BASELINE_REFINE-0}
     t0=$(date +%s)
     rc=0
-    PYTHONPATH=python "$PY" scripts/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
+    PYTHONPATH=python "$PY" bench/anyprec/bench_anyprec.py --models "$m" --hf "$m=$hf" --bits 3-8 \
         ${REFINE:+--refine "$REFINE"} ${STARTS:+--starts "$STARTS"} ${GAIN:+--gain "$GAIN"} \
         ${br:+--baseline-refine "$br"} --imatrix-chunks "${IMATRIX_CHUNKS:-16}" --upstream "${UPSTREAM:-none}" \
         --independent "${INDEPENDENT-3,4,5,6,7,8}" --stock "${STOCK:-}" \

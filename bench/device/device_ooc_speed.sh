@@ -2,7 +2,7 @@
 # Reproduces docs/RESULTS.md "GPTQ and OOC": OOC's batched candidates on the GPU.
 # OOC quantization time on the lent GPU for Llama-7B-shaped layers (random weights, seeded; docs/GPTQ.md
 # "OOC on a GPU"): bench/gptq/bench_ooc_speed.py -- plain GPTQ vs OOC with one sweep per candidate group
-# (implementation="reference") vs all candidates in one batched sweep (ooc_batched.py), and both flows
+# (implementation="reference") vs all candidates in one batched sweep (ooc.py gptq_hlps_batched), and both flows
 # in one sweep; first the checks on the GPU: Q4_0 block scales chosen on the device equal ggml's, and
 # batched and sequential OOC give the same group, bytes and side-car (exit 1 otherwise).
 # Usage (repository root, on the device): bash bench/device/device_ooc_speed.sh [OUTDIR]   (default $OUT)

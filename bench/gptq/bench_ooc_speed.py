@@ -9,11 +9,11 @@ Hessian of its last 256 samples are made; then on ``--device``, median of ``--re
 warm-up:
 
 * ``gptq``: plain GPTQ(l) (:func:`ggml_ext.methods.gptq.gptq`), one sweep; ``gptq, batched engine``: the
-  same with :func:`~ggml_ext.methods.ooc_batched.gptq_candidates` and one copy (on a GPU: Q4_0's block
+  same with :func:`~ggml_ext.methods.ooc.gptq_candidates` and one copy (on a GPU: Q4_0's block
   scales chosen on the device);
 * ``ooc sequential``: GPTQ(h,l,p,s) as :func:`ggml_ext.methods.ooc.gptq_hlps` runs it
   (``implementation="reference"``): one sweep per candidate group, one after the other;
-* ``ooc batched``: :func:`ggml_ext.methods.ooc_batched.gptq_hlps_batched`, all candidates in one sweep;
+* ``ooc batched``: :func:`ggml_ext.methods.ooc.gptq_hlps_batched`, all candidates in one sweep;
 * ``both flows, sequential`` (gptq + ooc sequential, as the double workflow runs a layer whose two flows
   share the Hessian) vs ``both flows, batched`` (the plain flow as one more copy in the batched sweep).
 
@@ -42,8 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
 from ggml_ext.methods.gptq import _torch_threads, gptq  # noqa: E402
 from ggml_ext.methods.grids import grid  # noqa: E402
-from ggml_ext.methods.ooc import gptq_hlps  # noqa: E402
-from ggml_ext.methods.ooc_batched import gptq_candidates, gptq_hlps_batched  # noqa: E402
+from ggml_ext.methods.ooc import gptq_candidates, gptq_hlps, gptq_hlps_batched  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_gptq_gpu import shapes, timed  # noqa: E402  (one timing rule for the GPTQ and OOC benches)

@@ -10,7 +10,7 @@
 --chunks 0 scores every window the text holds.
 
 The model is the Hugging Face folder asset (smollm2-hf: SmolLM2-135M-Instruct, gemma3-hf: Gemma-3-270M),
-calibrated by `ggml-ext calibrate kv` (ggml_ext.methods.kvquant.calibration) on wiki-train; perplexity is
+calibrated by `ggml-ext calibrate kv` (ggml_ext.kvquant.calibration) on wiki-train; perplexity is
 llama-perplexity's method (windows of --ctx tokens, the second half of each scored) on wiki-test, every
 scheme on the same windows, in the same run, with the float model (the "fp16" row: K/V not quantized) as
 the baseline. Prints a markdown table of perplexity and delta vs fp16 with context and token count.
@@ -51,7 +51,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ggml_ext.calibrate.data import leading_bos
-    from ggml_ext.methods.kvquant import LADDER, KVCalibration, calibrate, perplexity, scheme, simulate
+    from ggml_ext.kvquant import LADDER, KVCalibration, calibrate, perplexity, scheme, simulate
     if a.threads:
         torch.set_num_threads(a.threads)
     if a.hf:

@@ -57,7 +57,7 @@ def run(exe: Path, shape, T: int, reps: int, impl: str | None = None) -> dict:
 def memory_rows(shape) -> list[dict]:
     import numpy as np
 
-    from ggml_ext.methods.kvquant.kernels import KVCacheLayer, default_slots
+    from ggml_ext.kvquant.kernels import KVCacheLayer, default_slots
     layers, n_kv, hd, _ = shape
     D = n_kv * hd
     rows = [{"cache": "fp16", "bytes_per_token_layer": 4 * D}]

@@ -2,7 +2,7 @@
 # Reproduces docs/RESULTS.md "QDEC": the torch perplexity ladder against k_chunk (dynamic, static, random channels).
 """QDEC perplexity ladder (docs/QDEC.md, docs/RESULTS.md "QDEC"): a quantized base of a model plus the
 dynamic error compensation at k_chunk in {0, 8, 16, 32, 64, 128}, dynamic (approximate top-k) vs exact
-top-k vs static (calibration-chosen) vs random channels, all in torch (ggml_ext.methods.dec.simulate).
+top-k vs static (calibration-chosen) vs random channels, all in torch (ggml_ext.qdec.simulate).
 
     PYTHONPATH=python python bench/qdec/bench_dec.py [--model smollm2|gemma3] [--types Q4_0,Q3_K:pure]
         [--windows 8] [--seq-len 512] [--calib-samples 16] [--calib-seq-len 512] [--json OUT.json]
@@ -80,8 +80,8 @@ def main() -> int:
     from ggml_ext import assets, tools
     from ggml_ext import _atomic
     from ggml_ext.gguf import read_gguf
-    from ggml_ext.methods.dec import calibration
-    from ggml_ext.methods.dec.simulate import DecModel
+    from ggml_ext.qdec import calibration
+    from ggml_ext.qdec.simulate import DecModel
     torch.set_num_threads(args.threads)
     gguf_asset, hf_asset = MODELS[args.model]
     src, hf = assets.path(gguf_asset), assets.path(hf_asset)

@@ -35,7 +35,7 @@ def main() -> int:
     from ggml_ext import assets, tools
     from ggml_ext.cache import cache_root
     from ggml_ext.llama_cpp_glue import Llama, set_dec
-    from ggml_ext.methods.dec import calibration
+    from ggml_ext.qdec import calibration
 
     cache = cache_root() / "bench-dec-llama"
     cache.mkdir(parents=True, exist_ok=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from ggml_ext import ggml_types  # noqa: E402
+from ggml_ext import formats  # noqa: E402
 from ggml_ext.gguf.reader import read_gguf  # noqa: E402
 from ggml_ext.gguf.writer import GGUFWriter  # noqa: E402
 
@@ -92,10 +92,10 @@ def main() -> int:
     e, f, L = SHAPE_7B["n_embd"], SHAPE_7B["n_ff"], a.layers
     apq = a.type == "apq"
     tname, block, block_bytes, fp16_offsets, factor = TYPES[a.apq_rest if apq else a.type]
-    qtype = ggml_types.type_by_name(tname).id
-    f32 = ggml_types.type_by_name("F32").id
-    f16 = ggml_types.type_by_name("F16").id
-    apq_id = ggml_types.type_by_name("APQ").id if apq else -1
+    qtype = formats.type_by_name(tname).id
+    f32 = formats.type_by_name("F32").id
+    f16 = formats.type_by_name("F16").id
+    apq_id = formats.type_by_name("APQ").id if apq else -1
 
     w = GGUFWriter(a.out, force=True)
     for key, value in tpl.kv.items():

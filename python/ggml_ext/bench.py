@@ -4,7 +4,7 @@
 any-precision file (GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits itself), so tokens/s can be
 read off per precision. ``--apq-bits all`` takes every precision the file serves.
 
-The sweep (issue 17: pick the point on the curve): with ``--ppl TEXT`` (and optionally ``--ppl-ctx``,
+The sweep (to pick the point on the size/quality curve): with ``--ppl TEXT`` (and optionally ``--ppl-ctx``,
 ``--ppl-chunks``, ``--json OUT``, ``--plot OUT.png``) each precision also gets its perplexity on TEXT (our
 llama-perplexity, `ggml-ext perplexity`'s method), and one table comes out: bits, the bytes the precision
 reads, bits per weight, prompt and generation tokens/s (llama-bench's mean), perplexity.

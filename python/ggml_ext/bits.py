@@ -35,7 +35,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
-from . import ggml_types
+from . import formats
 from .gguf.reader import GGUFError, GGUFFile, read_gguf
 
 __all__ = ["QUANT_BITS", "TensorBits", "FileBits", "tensor_bits", "file_bits", "add_arguments", "main"]
@@ -76,13 +76,13 @@ class FileBits:
 
 def tensor_bits(name: str, type_name: str, type_id: int, shape: tuple[int, ...]) -> TensorBits:
     """The bit family of one tensor stored as ggml type ``type_name`` (id ``type_id``)."""
-    t = ggml_types.find_type(type_id)
+    t = formats.find_type(type_id)
     if t is None:
         raise GGUFError(f"tensor {name}: unknown ggml type id {type_id}")
     a = t.type_size * 8 / t.block_size
     b = QUANT_BITS.get(t.name)
     f = None if b is None else a - b
-    return TensorBits(name, t.name, tuple(shape), ggml_types.n_elements(shape), b, f, 0.0, a, a, t.is_quantized)
+    return TensorBits(name, t.name, tuple(shape), formats.n_elements(shape), b, f, 0.0, a, a, t.is_quantized)
 
 
 SIDECAR_SUFFIXES = (".ooc_idx", ".ooc_s")

@@ -55,8 +55,8 @@ def dispatched_kernels() -> dict[str, tuple[str, str]]:
 
 def _ext_ids() -> str:
     """ggml-ext's type ids as ranges ("31-33 and 36-38"), from the format registry."""
-    from .ggml_types import _restored_ids
-    return _restored_ids()
+    from .formats.typeinfo import restored_ids
+    return restored_ids()
 
 
 def _kernel_text(name: str) -> str:

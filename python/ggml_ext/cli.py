@@ -15,7 +15,7 @@ PASSTHROUGH = {"bench"}
 AFTER_DASHDASH = {"serve"}
 VERBS = {
     "convert": ("ggml_ext.convert", "convert a Hugging Face model folder to GGUF ({types})"),
-    "calibrate": ("ggml_ext.calibrate.stats", "collect Hessians, activation statistics and Fisher information of a Hugging Face model, one layer at a time (cached); `calibrate kv`: KVQuant KV cache calibration; `calibrate dec`: QDEC residuals and top-k bounds"),
+    "calibrate": ("ggml_ext.calibrate_cli", "collect Hessians, activation statistics and Fisher information of a Hugging Face model, one layer at a time (cached); `calibrate kv`: KVQuant KV cache calibration; `calibrate dec`: QDEC residuals and top-k bounds"),
     "tune": ("ggml_ext.tune", "parameters measured on the GPU: `tune dec` picks QDEC's k_chunk and n_tb per linear type for target slowdowns"),
     "imatrix": ("ggml_ext.calibrate.imatrix", "importance matrix of a GGUF model on a text (our llama-imatrix), for convert --imatrix"),
     "codebooks": ("ggml_ext.codebooks.cli", "group-wise codebooks (CB2/CB3): discover tables from model weights (Algorithm 1), write the C header"),

@@ -517,8 +517,8 @@ def measure(plan: Plan, man: Manifest, fmt: Format, path: Path, base: Path) -> d
 
 def _kv_bits(cache_type: str) -> float:
     """Bits per cached element of a KV cache type (its block's bytes over its elements)."""
-    from . import ggml_types
-    t = ggml_types.type_by_name(cache_type.upper())
+    from . import formats
+    t = formats.type_by_name(cache_type.upper())
     return t.type_size * 8 / t.block_size
 
 

@@ -27,7 +27,7 @@ import types
 from . import methods as _methods
 from .converters import policy as _policy
 
-__all__ = ["convert", "add_arguments", "main"]
+__all__ = ["convert", "options", "add_arguments", "main"]
 
 #: --type values: the converter's output types (converters.policy.OUTPUT_TYPES, whose interleaved rows
 #: come from the format registry)
@@ -35,7 +35,9 @@ TYPES = tuple(_policy.OUTPUT_TYPES)
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str | None = None, **kwargs):  # noqa: A002
-    """Convert a Hugging Face folder to GGUF; see :func:`ggml_ext.converters.convert` for the options."""
+    """Convert a Hugging Face folder to GGUF: ``ggml_ext.convert(d, out, "q4_0", method="gptq", ...)``, each
+    keyword a field of :class:`ggml_ext.converters.ConvertOptions` (or ``options=ConvertOptions(...)``); see
+    :func:`ggml_ext.converters.convert`."""
     from ggml_ext.converters import convert as _convert
     return _convert(model_dir, output, type, **kwargs)
 
@@ -126,6 +128,17 @@ def _method_options(args: argparse.Namespace) -> dict:
     return opts
 
 
+def options(args: argparse.Namespace, **callbacks):
+    """The :class:`~ggml_ext.converters.ConvertOptions` the flags ``args`` ask for (``callbacks``: progress, warn)."""
+    from ggml_ext.converters import ConvertOptions
+    return ConvertOptions(type=args.type, keep=args.keep, force=args.force, name=args.name, threads=args.threads,
+                          vocab_only=args.vocab_only, imatrix=args.imatrix, method=args.method,
+                          iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
+                          method_options=_method_options(args), calib=args.calib, calib_samples=args.calib_samples,
+                          calib_seq_len=args.calib_seq_len, calib_device=args.device, calib_progress=not args.quiet,
+                          **callbacks)
+
+
 def main(args: argparse.Namespace) -> int:
     from ggml_ext.converters import ConversionError
 
@@ -159,13 +172,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError:  # not the main thread: leave the handlers alone
         previous = {}
     try:
-        result = convert(args.model_dir, args.output, args.type, keep=args.keep, force=args.force, name=args.name,
-                         threads=args.threads, vocab_only=args.vocab_only, imatrix=args.imatrix,
-                         method=args.method, iq4_nl_weighting=args.iq4_nl_weighting, pre_tokenizer=args.pre_tokenizer,
-                         method_options=_method_options(args), calib=args.calib,
-                         calib_samples=args.calib_samples, calib_seq_len=args.calib_seq_len,
-                         calib_device=args.device, calib_progress=not args.quiet,
-                         progress=progress, warn=warn)
+        result = convert(args.model_dir, args.output, options=options(args, progress=progress, warn=warn))
     except ConversionError as e:
         if bar is not None:
             bar.close()

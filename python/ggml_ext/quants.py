@@ -45,7 +45,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from . import _locate, formats, ggml_types
+from . import _locate, formats
 
 __all__ = [
     "QuantError", "library", "type_id", "blck_size", "type_size", "row_size", "type_name",
@@ -126,20 +126,20 @@ def format_version() -> int:
     return int(library().ggml_ext_format_version())
 
 
-def type_id(t: int | str | ggml_types.TypeInfo) -> int:
+def type_id(t: int | str | formats.TypeInfo) -> int:
     """The ggml type id of a name ("Q8_0", "q8_0"), an id, or a TypeInfo."""
-    if isinstance(t, ggml_types.TypeInfo):
+    if isinstance(t, formats.TypeInfo):
         return t.id
     if isinstance(t, str):
-        info = ggml_types.type_by_name(t)
+        info = formats.type_by_name(t)
         return info.id
     return int(t)
 
 
 def _producible(tid: int) -> None:
-    info = ggml_types.find_type(tid)
+    info = formats.find_type(tid)
     if info is None:
-        raise QuantError(ggml_types.describe_id(tid))
+        raise QuantError(formats.describe_id(tid))
     if info.kind != "stock" and info.name not in INTERLEAVED and info.name not in INTERLEAVED_IQ4_NL \
             and info.name not in CODEBOOKS:
         raise QuantError(f"{info.name} is not produced by ggml_quantize_chunk (interleaved or ggml-ext type)")
@@ -232,9 +232,9 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
     n_rows, n_per_row = rows.shape
     rs = row_size(tid, n_per_row)
     need = n_rows * rs
-    group = ggml_types.find_type(tid).row_group
+    group = formats.find_type(tid).row_group
     if n_rows % group:
-        raise QuantError(f"{ggml_types.find_type(tid).name} needs a row count divisible by {group}; "
+        raise QuantError(f"{formats.find_type(tid).name} needs a row count divisible by {group}; "
                          f"this tensor has {n_rows} rows")
     if not out.flags.c_contiguous or out.nbytes < need:
         raise QuantError(f"output buffer of {out.nbytes} bytes is too small or not contiguous (need {need})")
@@ -321,7 +321,7 @@ def validate(t, data: np.ndarray | bytes) -> bool:
 
 
 def _layout_call(fn_name: str, t, src: np.ndarray, n_rows: int, n_per_row: int) -> np.ndarray:
-    name = ggml_types.find_type(type_id(t)).name if ggml_types.find_type(type_id(t)) else str(t)
+    name = formats.find_type(type_id(t)).name if formats.find_type(type_id(t)) else str(t)
     layouts, plain = (INTERLEAVED_IQ4_NL, "IQ4_NL") if fn_name.endswith("iq4_nl") else (INTERLEAVED, "Q4_0")
     if name not in layouts:
         raise QuantError(f"{name} is not an interleaved {plain} type ({', '.join(layouts)})")
@@ -332,7 +332,7 @@ def _layout_call(fn_name: str, t, src: np.ndarray, n_rows: int, n_per_row: int) 
     out = np.empty(need, dtype=np.uint8)
     rc = getattr(library(), fn_name)(layouts[name], out.ctypes.data, src.ctypes.data, n_rows, n_per_row)
     if rc == -2:
-        raise QuantError(f"{name} needs a row count divisible by {ggml_types.type_by_name(name).row_group}; "
+        raise QuantError(f"{name} needs a row count divisible by {formats.type_by_name(name).row_group}; "
                          f"this tensor has {n_rows} rows")
     if rc != 0:
         raise QuantError(f"{fn_name} failed with {rc} for {n_rows} rows of {n_per_row} weights")

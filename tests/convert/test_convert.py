@@ -113,7 +113,7 @@ def test_metadata_and_types_of_the_default_model():
     assert kv["general.architecture"] == "llama" and kv["general.file_type"] == 7
     assert kv["general.quantization_version"] == 2
     assert kv["ggml_ext.format_version"] == quants.format_version() == 1
-    assert kv["tokenizer.ggml.model"] == "gpt2" and kv["tokenizer.ggml.pre"] == "gpt-2"  # see converters/vocab.py
+    assert kv["tokenizer.ggml.model"] == "gpt2" and kv["tokenizer.ggml.pre"] == "gpt-2"  # see python/ggml_ext/converters/vocab.py
     assert kv["tokenizer.ggml.bos_token_id"] == 1 and kv["tokenizer.ggml.eos_token_id"] == 2
     assert kv["tokenizer.ggml.add_bos_token"] is False
     assert "<|im_start|>" in kv["tokenizer.chat_template"]
@@ -178,3 +178,29 @@ def test_python_api_and_progress(tmp_path):
     r = convert(cs.tiny("llama"), tmp_path / "t.gguf", "bf16", progress=lambda d, t, n: seen.append((d, t)))
     assert r.type_counts == {"BF16": 15, "F32": 5}  # 2 layers x 7 matrices + embedding; 5 norms
     assert seen[-1][0] == seen[-1][1] and all(a[0] < b[0] for a, b in zip(seen, seen[1:]))
+
+
+def test_options_value_keywords_and_cli_flags_write_the_same_file(tmp_path):
+    """One conversion asked three ways -- a ConvertOptions value, the keyword form (which builds one) and
+    the verb's flags (which build one too) -- writes byte-identical files; a keyword that is no option is a
+    TypeError, as an unknown keyword argument always was."""
+    import argparse
+    from ggml_ext import convert as verb
+    from ggml_ext.converters import ConvertOptions, convert
+    keep = ["blk.0.ffn_down.weight=q8_0"]
+    a = convert(cs.tiny("llama"), tmp_path / "a.gguf",
+                options=ConvertOptions(type="q4_0", keep=keep, name="tiny", threads=1))
+    b = convert(cs.tiny("llama"), tmp_path / "b.gguf", "q4_0", keep=keep, name="tiny", threads=1)
+    p = argparse.ArgumentParser()
+    verb.add_arguments(p)
+    args = p.parse_args([str(cs.tiny("llama")), "-o", str(tmp_path / "c.gguf"), "--type", "q4_0", "--keep", keep[0],
+                         "--name", "tiny", "-t", "1", "-q"])
+    assert verb.options(args) == ConvertOptions(type="q4_0", keep=keep, name="tiny", threads=1, calib_progress=False,
+                                                method_options={})
+    assert verb.main(args) == 0
+    data = [(tmp_path / f"{n}.gguf").read_bytes() for n in "abc"]
+    assert data[0] == data[1] == data[2] and a.type_counts == b.type_counts
+    assert ConvertOptions(type="q4_0").replace(method="rtn").method == "rtn"
+    with pytest.raises(TypeError):
+        convert(cs.tiny("llama"), tmp_path / "d.gguf", "q4_0", no_such_option=1)
+    assert not (tmp_path / "d.gguf").exists()

@@ -1,5 +1,5 @@
 // Standalone device check + bench of the any-precision CUDA kernels the op uses (ggml_ext/src/cuda/anyprec_cuda.cu),
-// run by scripts/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
+// run by bench/device/device_anyprec.sh. For each shape (rows x n_per_row) and precision 3..8 of a 3..8-bit tensor with
 // random planes and tables, on the row-lane layout (made here from the file's bytes by relayout(), as
 // apq_mul_mat.cu makes it at upload):
 //   * check: ggml_ext_anyprec_gemv_rl_cuda at 1, 2, 3, 5, 8 tokens against the C reference (ggml_ext_anyprec_gemv_ref per

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ggml_ext import _locate, formats, ggml_types, quants
+from ggml_ext import _locate, formats, quants
 
 REPO = Path(__file__).resolve().parents[2]
 DEF = REPO / "ggml_ext" / "include" / "ggml-ext-types.def"
@@ -87,16 +87,16 @@ def test_library_answers_from_the_same_table():
         assert formats.dispatched_kernel(other, False) is None
 
 
-def test_stock_types_from_the_library_match_ggml_types():
+def test_stock_types_from_the_library_match_the_per_id_view():
     stock = formats.stock_types()
     ids = [s.id for s in stock]
     assert ids == sorted(ids) and 4 not in ids and 5 not in ids
     assert not set(ids) & {t.id for t in formats.ext_types()}
     for s in stock:
-        t = ggml_types.TYPES[s.id]
+        t = formats.TYPES[s.id]
         assert (t.name, t.block_size, t.type_size, t.ggml_name, t.kind) == \
                (s.name, s.blck_size, s.type_size, s.ggml_name, "stock"), s
-    assert {t.id for t in ggml_types.TYPES.values() if t.kind == "stock"} == set(ids)
+    assert {t.id for t in formats.TYPES.values() if t.kind == "stock"} == set(ids)
 
 
 def test_hand_kept_tables_derive_from_the_registry():
@@ -105,10 +105,10 @@ def test_hand_kept_tables_derive_from_the_registry():
     ext = formats.ext_types()
     from ggml_ext.methods.anyprec import planes_type
     for t in ext:
-        info = ggml_types.TYPES[t.id]
+        info = formats.TYPES[t.id]
         assert (info.name, info.block_size, info.type_size, info.row_group, info.ggml_name, info.kind) == \
                (t.name, t.blck_size, t.type_size, t.row_group, t.ggml_name,
-                "legacy" if t.id < ggml_types.EXT_ID_MIN else "ext")
+                "legacy" if t.id < formats.EXT_ID_MIN else "ext")
         if t.family == "anyprec":  # written by --method anyprec (its planes), not a --type
             assert planes_type(t.layout) == t.name and t.name.lower() not in convert.TYPES
             continue
@@ -127,8 +127,8 @@ def test_hand_kept_tables_derive_from_the_registry():
     assert quants.INTERLEAVED_IQ4_NL == {t.name: t.layout for t in ext if t.base_name == "IQ4_NL"}
     assert repack.Q4_0_LAYOUTS == {"4x4": "Q4_0_4_4", "4x8": "Q4_0_4_8", "8x8": "Q4_0_8_8"}
     assert repack.IQ4_LAYOUTS == {"4x4": "IQ4_NL_4_4", "4x8": "IQ4_NL_4_8", "8x8": "IQ4_NL_8_8"}
-    assert (ggml_types.EXT_ID_MIN, ggml_types.EXT_ID_MAX) == formats.own_id_range()
-    assert "31-33 and 36-38" in ggml_types.describe_id(77)
+    assert (formats.EXT_ID_MIN, formats.EXT_ID_MAX) == formats.own_id_range()
+    assert "31-33 and 36-38" in formats.describe_id(77)
 
 
 # Hand-written id ranges of our types in C: what the registry replaced ("type >= 31 && type <= 33", "type - 36").

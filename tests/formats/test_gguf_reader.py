@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ggml_ext import ggml_types
+from ggml_ext import formats
 from ggml_ext.gguf import GGUFError, GGUFFile, parse_gguf_bytes, read_gguf
 from ggml_ext.info import format_info, info_dict
 
@@ -129,7 +129,7 @@ def one_tensor(type_id: int = 0, dims: list[int] = (8, 4), offset: int = 0, data
     """A file with one tensor; data_len defaults to the tensor's true size (0 if unknown)."""
     if data_len is None:
         try:
-            data_len = ggml_types.tensor_nbytes(type_id, dims)
+            data_len = formats.tensor_nbytes(type_id, dims)
         except ValueError:
             data_len = 64
     return build(list(kvs), [tinfo(name, list(dims), type_id, offset)], b"\x11" * data_len, alignment=alignment)
@@ -238,7 +238,7 @@ def test_handmade_valid_variants():
         kv_arr("a.i16s", I16, 2, struct.pack("<hh", -1, 7)),
         kv_u32("general.alignment", 64),
     ]
-    sizes = [ggml_types.tensor_nbytes(31, [64, 4]), ggml_types.tensor_nbytes(38, [32, 8]), 4]
+    sizes = [formats.tensor_nbytes(31, [64, 4]), formats.tensor_nbytes(38, [32, 8]), 4]
     infos = [tinfo("a", [64, 4], 31, 0), tinfo("b", [32, 8], 38, 192), tinfo("s", [], 0, 384)]
     data = b"\x01" * 388
     for version in (2, 3):
@@ -507,32 +507,32 @@ def test_random_corruption_handmade():
 
 
 def test_type_table_helpers():
-    assert ggml_types.type_info(8).name == "Q8_0"
-    assert ggml_types.type_info("q4_k").id == 12
-    assert ggml_types.row_bytes(8, 64) == 68
-    assert ggml_types.row_bytes("Q4_K", 512) == 288
-    assert ggml_types.tensor_nbytes(0, [3, 5, 7]) == 3 * 5 * 7 * 4
-    assert ggml_types.tensor_nbytes(31, [4096, 4096]) == ggml_types.tensor_nbytes(2, [4096, 4096])
+    assert formats.type_info(8).name == "Q8_0"
+    assert formats.type_info("q4_k").id == 12
+    assert formats.row_bytes(8, 64) == 68
+    assert formats.row_bytes("Q4_K", 512) == 288
+    assert formats.tensor_nbytes(0, [3, 5, 7]) == 3 * 5 * 7 * 4
+    assert formats.tensor_nbytes(31, [4096, 4096]) == formats.tensor_nbytes(2, [4096, 4096])
     with pytest.raises(ValueError, match="block size 32"):
-        ggml_types.row_bytes(8, 33)
+        formats.row_bytes(8, 33)
     with pytest.raises(ValueError, match="block size 256"):
-        ggml_types.tensor_nbytes(14, [32, 4])
+        formats.tensor_nbytes(14, [32, 4])
     with pytest.raises(ValueError, match="row count 6 is not a multiple of 8"):
-        ggml_types.tensor_nbytes(38, [32, 6])
+        formats.tensor_nbytes(38, [32, 6])
     with pytest.raises(ValueError, match="ggml-ext type id 106, not known to this version"):
-        ggml_types.type_info(106)
+        formats.type_info(106)
     with pytest.raises(ValueError, match="removed"):
-        ggml_types.type_info(4)
+        formats.type_info(4)
     with pytest.raises(ValueError, match="unknown ggml type id 99"):
-        ggml_types.type_info(99)
+        formats.type_info(99)
     for tid, n in ((31, 4), (32, 4), (33, 8), (36, 4), (37, 4), (38, 8)):
-        t = ggml_types.type_info(tid)
+        t = formats.type_info(tid)
         assert (t.block_size, t.type_size, t.row_group, t.kind) == (32, 18, n, "legacy")
     # the own range holds the codebook types (100, 101: 256-weight blocks), the any-precision bitplanes
     # (102: blocks of 32), the KVQuant cache types (103-105: value rows of 64) and nothing else yet
-    own = {i: t.name for i, t in ggml_types.TYPES.items() if ggml_types.EXT_ID_MIN <= i <= ggml_types.EXT_ID_MAX}
+    own = {i: t.name for i, t in formats.TYPES.items() if formats.EXT_ID_MIN <= i <= formats.EXT_ID_MAX}
     assert own == {100: "CB2", 101: "CB3", 102: "APQ", 103: "NUQ4", 104: "NUQ3", 105: "NUQ2"}
-    assert {i: (ggml_types.TYPES[i].kind, ggml_types.TYPES[i].block_size) for i in own} == {
+    assert {i: (formats.TYPES[i].kind, formats.TYPES[i].block_size) for i in own} == {
         100: ("ext", 256), 101: ("ext", 256), 102: ("ext", 32), 103: ("ext", 64), 104: ("ext", 64), 105: ("ext", 64)}
 
 
@@ -594,7 +594,7 @@ def test_type_table_matches_pinned_tree():
         if m:
             enum[m.group(1)] = int(m.group(2))
     count = enum.pop("COUNT")
-    assert count == ggml_types.STOCK_TYPE_COUNT
+    assert count == formats.STOCK_TYPE_COUNT
 
     macros = dict(re.findall(r"^#define\s+(\w+)\s+(.+?)\s*(?://.*)?$", common, re.M))
     block_sizes = {m.group(1): m.group(2) for m in
@@ -612,7 +612,7 @@ def test_type_table_matches_pinned_tree():
 
     assert len(enum) >= 30
     for name, tid in enum.items():
-        ours = ggml_types.type_info(tid)
+        ours = formats.type_info(tid)
         assert ours.kind == "stock", name
         assert ours.name == name, (tid, ours.name, name)
         tname, blck, size = traits[tid]
@@ -623,11 +623,11 @@ def test_type_table_matches_pinned_tree():
             continue
         assert traits[tid][1] == 0, f"id {tid} is not in the enum but has a block size upstream"
         if tid in (31, 32, 33, 36, 37, 38):
-            assert ggml_types.type_info(tid).kind == "legacy"
-            assert ggml_types.TYPES[tid].name in traits[tid][0]  # "TYPE_Q4_0_4_4 REMOVED, ..."
+            assert formats.type_info(tid).kind == "legacy"
+            assert formats.TYPES[tid].name in traits[tid][0]  # "TYPE_Q4_0_4_4 REMOVED, ..."
         else:
-            assert tid not in ggml_types.TYPES
-    stock = {i for i, t in ggml_types.TYPES.items() if t.kind == "stock"}
+            assert tid not in formats.TYPES
+    stock = {i for i, t in formats.TYPES.items() if t.kind == "stock"}
     assert stock == set(enum.values())
     print(f"\n{len(enum)} stock types match {tree}")
 
@@ -731,10 +731,10 @@ def test_writer_refuses_cache_only_types(tmp_path):
     loader would refuse it. Other ggml-ext types (CB2, 100) are still accepted."""
     from ggml_ext.gguf.writer import GGUFWriteError, GGUFWriter
     for tid, name in ((103, "NUQ4"), (104, "NUQ3"), (105, "NUQ2")):
-        assert ggml_types.TYPES[tid].cache_only and ggml_types.TYPES[tid].name == name
+        assert formats.TYPES[tid].cache_only and formats.TYPES[tid].name == name
         w = GGUFWriter(tmp_path / f"{name}.gguf")
         with pytest.raises(GGUFWriteError, match=f"type {name} \\(id {tid}\\) is a KV cache type"):
-            w.add_tensor_info("blk.0.attn_k.weight", (64, 2), tid, ggml_types.tensor_nbytes(tid, [64, 2]))
+            w.add_tensor_info("blk.0.attn_k.weight", (64, 2), tid, formats.tensor_nbytes(tid, [64, 2]))
         assert not (tmp_path / f"{name}.gguf").exists()
-    assert not ggml_types.TYPES[100].cache_only
-    GGUFWriter(tmp_path / "cb2.gguf").add_tensor_info("w", (256, 2), 100, ggml_types.tensor_nbytes(100, [256, 2]))
+    assert not formats.TYPES[100].cache_only
+    GGUFWriter(tmp_path / "cb2.gguf").add_tensor_info("w", (256, 2), 100, formats.tensor_nbytes(100, [256, 2]))

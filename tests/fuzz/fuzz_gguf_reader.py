@@ -34,7 +34,7 @@ if FUZZING:
         sys.exit("atheris is not installed: `make install` installs it into .venv (or `.venv/bin/pip install "
                  "atheris`); replaying inputs needs no atheris: tests/reliability/test_reliability_fuzz.py")
     # coverage instrumentation of the modules under test: they must be first imported here
-    _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf.reader", "ggml_ext.ggml_types",
+    _instrumented = atheris.instrument_imports(include=["ggml_ext.gguf.reader", "ggml_ext.formats",
                                                         "ggml_ext.info"])
 else:
     _instrumented = contextlib.nullcontext()

@@ -1,4 +1,4 @@
-"""QDEC (ggml_ext.methods.dec, docs/QDEC.md) on the default model: `calibrate dec` against a Q4_0 base made
+"""QDEC (ggml_ext.qdec, docs/QDEC.md) on the default model: `calibrate dec` against a Q4_0 base made
 by our llama-quantize, the side file read back, the residual it holds, the channel selection of torch and
 of the C reference (ggml_ext_qdec_select) equal on real activations, the approximate top-k's recall, and
 the compensation lowering perplexity (dynamic better than random channels). The op itself:
@@ -16,7 +16,7 @@ pytest.importorskip("accelerate")
 
 import convert_support as cs  # noqa: E402
 from ggml_ext import assets, tools  # noqa: E402
-from ggml_ext.methods.dec import K_GRID, calibration, residual, select  # noqa: E402
+from ggml_ext.qdec import K_GRID, calibration, residual, select  # noqa: E402
 
 SAMPLES, SEQ = 2, 128   # a small calibration of a few layers: the side file in well under a minute
 LAYERS = {0, 1, 2, 3, 12, 25}
@@ -186,7 +186,7 @@ def test_approximate_topk_recall(activations, side):
 
 def test_compensation_lowers_perplexity(side, base, hf_dir):
     from ggml_ext.calibrate.data import tokenize
-    from ggml_ext.methods.dec.simulate import DecModel
+    from ggml_ext.qdec.simulate import DecModel
     tokens = tokenize(hf_dir, assets.path("wiki-test"), 2, 128).ids
     m = DecModel(base, side, hf_dir)
     ppl = {}
@@ -215,7 +215,7 @@ def test_rebase_keeps_statistics_and_recomputes_residuals(side, base, hf_dir):
 
 def test_perplexity_scores_the_second_half_like_llama_perplexity(side, base, hf_dir):
     from ggml_ext.calibrate.data import tokenize
-    from ggml_ext.methods.dec.simulate import DecModel
+    from ggml_ext.qdec.simulate import DecModel
     tokens = tokenize(hf_dir, assets.path("wiki-test"), 2, 64).ids
     m = DecModel(base, side, hf_dir)
     m.configure("none", 0)

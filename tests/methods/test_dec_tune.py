@@ -1,4 +1,4 @@
-"""QDEC's tuner search (ggml_ext.methods.dec.tune; docs/QDEC.md "The tuner") on a deterministic cost model
+"""QDEC's tuner search (ggml_ext.qdec.tune; docs/QDEC.md "The tuner") on a deterministic cost model
 of decode time, the stand-in for llama-bench on a GPU, which this machine does not have (the GPU run is
 bench/device/device_dec.sh MODE=tune; the refusal without a GPU: tests/runtime/test_dec_llama.py). Checks the
 search's contract: every chosen setting keeps its target, a larger target never gets less k, Phase 2 grows
@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 
-from ggml_ext.methods.dec import tune as T
+from ggml_ext.qdec import tune as T
 
 SHAPES = {"qkv": (576, 576), "o": (576, 576), "gateup": (1536, 576), "down": (576, 1536)}
 

@@ -1,4 +1,4 @@
-"""KVQuant (ggml_ext.methods.kvquant): the nuq datatypes are Fisher-weighted k-means solutions that beat
+"""KVQuant (ggml_ext.kvquant): the nuq datatypes are Fisher-weighted k-means solutions that beat
 uniform and NormalFloat levels on the weighted error; dense-and-sparse keeps exactly the outliers; the
 `calibrate kv` side file round-trips and refuses another model; simulated K/V quantization (pre- and
 post-RoPE keys) runs on every converter architecture with k_proj/v_proj (GQA included) and on the default
@@ -13,9 +13,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import convert_support as cs  # noqa: E402
-from ggml_ext.methods.kvquant import (KVCalibration, KVCalibrationError, SimulationError, calibrate,  # noqa: E402
+from ggml_ext.kvquant import (KVCalibration, KVCalibrationError, SimulationError, calibrate,  # noqa: E402
                                       scheme, simulate)
-from ggml_ext.methods.kvquant.quant import (fake_quant, fit_nuq, int_levels, nf_levels, q_norm,  # noqa: E402
+from ggml_ext.kvquant.quant import (fake_quant, fit_nuq, int_levels, nf_levels, q_norm,  # noqa: E402
                                             token_thresholds, weighted_error)
 
 

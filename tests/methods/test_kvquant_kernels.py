@@ -1,4 +1,4 @@
-"""KVQuant's C kernels (ggml_ext.methods.kvquant.kernels) against the torch simulation and numpy, on the
+"""KVQuant's C kernels (ggml_ext.kvquant.kernels) against the torch simulation and numpy, on the
 default model's real keys and values (layer 5 of SmolLM2 on wiki-test, 3 KV heads x 64, 9 query heads):
 
 * the C append-and-quantize with the calibration's nuq2/3/4 tables and thresholds dequantizes to the
@@ -22,10 +22,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import convert_support as cs  # noqa: E402
-from ggml_ext.methods.kvquant import KVCalibration, scheme  # noqa: E402
-from ggml_ext.methods.kvquant.kernels import (KVCacheLayer, KVKernelError, Rope, default_slots,  # noqa: E402
+from ggml_ext.kvquant import KVCalibration, scheme  # noqa: E402
+from ggml_ext.kvquant.kernels import (KVCacheLayer, KVKernelError, Rope, default_slots,  # noqa: E402
                                               force, rope_of)
-from ggml_ext.methods.kvquant.simulate import quantize_keys, quantize_values  # noqa: E402
+from ggml_ext.kvquant.simulate import quantize_keys, quantize_values  # noqa: E402
 
 LAYER = 5
 T = 96

@@ -1,4 +1,4 @@
-"""OOC's batched sweep (ggml_ext.methods.ooc_batched) against the sequential reference, on the CPU.
+"""OOC's batched sweep (ggml_ext.methods.ooc.gptq_candidates, gptq.sweep over stacked copies) against the sequential reference, on the CPU.
 
 All candidate groups of a matrix (and the plain GPTQ flow) in one GPTQ sweep over stacked copies of W
 must give, per candidate, the bytes, block scales, clear values and side-car of that candidate's own
@@ -23,7 +23,6 @@ from ggml_ext import methods  # noqa: E402
 from ggml_ext.methods import MethodError  # noqa: E402
 from ggml_ext.methods import gptq as G  # noqa: E402
 from ggml_ext.methods import ooc as O  # noqa: E402
-from ggml_ext.methods import ooc_batched as OB  # noqa: E402
 from ggml_ext.methods.grids import GRIDS  # noqa: E402
 
 
@@ -55,7 +54,7 @@ def test_one_sweep_gives_each_candidate_its_own_sweep_on_a_real_layer():
     W, H, _ = _layer()["q_proj"]
     clears = [G.Clear(O.clear_columns(W, H, g, 128, 0.1), 8) for g in (3, 0)] + [None]
     with G._torch_threads(1):
-        got = OB.gptq_candidates(W, H, type_name, clears)
+        got = O.gptq_candidates(W, H, type_name, clears)
         for cl, r in zip(clears, got):
             _same(G.gptq(W, H, type_name, clear=cl), r, type_name)
 
@@ -67,7 +66,7 @@ def test_dead_columns_mixed_bits_and_no_act_order(type_name):
               G.Clear(np.array([7, 100]), 4)]   # overlapping candidates, the dead column 7 clear in two
     with G._torch_threads(1):
         for act_order in (True, False):
-            got = OB.gptq_candidates(W, H, type_name, clears, act_order=act_order, block_size=48)
+            got = O.gptq_candidates(W, H, type_name, clears, act_order=act_order, block_size=48)
             for cl, r in zip(clears, got):
                 _same(G.gptq(W, H, type_name, clear=cl, act_order=act_order, block_size=48), r, type_name)
 
@@ -76,7 +75,7 @@ def test_batched_ooc_chooses_and_writes_what_the_reference_does():
     W, H, Hp = _layer()["down_proj"]     # 1536 columns: 12 groups, s=0.15 scans 2
     with G._torch_threads(1):
         ref = O.gptq_hlps(W, H, Hp, "Q4_0", h=8, p=0.1, s=0.15)
-        bat, plain = OB.gptq_hlps_batched(W, H, Hp, "Q4_0", h=8, p=0.1, s=0.15, with_plain=True)
+        bat, plain = O.gptq_hlps_batched(W, H, Hp, "Q4_0", h=8, p=0.1, s=0.15, with_plain=True)
         _same(G.gptq(W, H, "Q4_0"), plain, "Q4_0")
     assert bat.group == ref.group and len(ref.candidates) == 2
     assert [g for g, _ in bat.candidates] == [g for g, _ in ref.candidates]
@@ -129,8 +128,8 @@ def test_host_and_device_scales_give_the_same_sweep():
     clears = [G.Clear(np.array([3, 64]), 8), None]
     with G._torch_threads(1):
         for imp in ("hessian", "none"):
-            a = OB.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=True)
-            b = OB.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=False)
+            a = O.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=True)
+            b = O.gptq_candidates(W, H, "Q4_0", clears, scale_importance=imp, device_scales=False)
             for cl, x, y in zip(clears, a, b):
                 _same(x, y, "Q4_0")
                 _same(G.gptq(W, H, "Q4_0", clear=cl, scale_importance=imp), x, "Q4_0")

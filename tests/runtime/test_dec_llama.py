@@ -23,7 +23,7 @@ pytest.importorskip("accelerate")
 import convert_support as cs  # noqa: E402
 from ggml_ext import assets, tools  # noqa: E402
 from ggml_ext.llama_cpp_glue import Llama, set_dec  # noqa: E402
-from ggml_ext.methods.dec import calibration  # noqa: E402
+from ggml_ext.qdec import calibration  # noqa: E402
 
 SAMPLES, SEQ = 2, 128
 LAYERS = {0, 1, 2, 3, 12, 25}   # tests/methods/test_dec.py's side file (same cache entry)
@@ -145,7 +145,7 @@ def test_per_type_k_and_bad_values(base, side, tokens, threads, base_logits):
 
 def _write_side(path, src, extra_layer=False):
     """A copy of side file ``src``, optionally with a residual for a layer the model lacks."""
-    from ggml_ext.methods.dec.calibration import DecLinear
+    from ggml_ext.qdec.calibration import DecLinear
     d = calibration.load(src)
     if extra_layer:
         one = d.linears["blk.0.attn_q.weight"]

@@ -2,7 +2,7 @@
 
 * The ggml types NUQ4/3/2 are the kvquant value rows of 64 channels: ggml's from_float on memory bound to
   a layer's calibrated table (ggml_ext_kvquant_bind) writes exactly the bytes of the kvquant row kernel
-  (ggml_ext.methods.kvquant.kernels, one head of 64 channels, the same table); unbound memory uses uniform
+  (ggml_ext.kvquant.kernels, one head of 64 channels, the same table); unbound memory uses uniform
   levels; to_float reads them back as the kernel's dequantization does.
 * llama-perplexity on the default model with ``-ctv nuq4 --kv-calib FILE`` (flash attention, f16 keys) is
   within a stated tolerance of the f16 V cache, and nuq2 (its calibration from GGML_EXT_KV_CALIB instead
@@ -52,8 +52,8 @@ def _base():
 
 @pytest.mark.parametrize("bits", [4, 3, 2])
 def test_type_bytes_are_the_kvquant_value_rows(calib, bits):
-    from ggml_ext.methods.kvquant import KVCalibration
-    from ggml_ext.methods.kvquant.kernels import KVCacheLayer
+    from ggml_ext.kvquant import KVCalibration
+    from ggml_ext.kvquant.kernels import KVCacheLayer
     lib = _base()
     name = f"NUQ{bits}"
     tid = {4: 103, 3: 104, 2: 105}[bits]
@@ -140,7 +140,7 @@ def test_nuq_value_cache_perplexity(default_gguf, wiki_test, threads, calib):
 def test_key_rows_round_per_channel(calib, bits):
     """ggml_ext_kvquant_bind_keys: 3 cache rows of 128 channels (2 blocks each); channel c of every row is
     normalised with mid[c] / half[c], rounded to the nearest level and read back as values * half + mid."""
-    from ggml_ext.methods.kvquant import KVCalibration
+    from ggml_ext.kvquant import KVCalibration
     lib = _base()
     name, tid, size = f"NUQ{bits}", {4: 103, 2: 105}[bits], {4: 40, 2: 24}[bits]
     to_f, from_f = getattr(lib, f"ggml_ext_to_float_{name}"), getattr(lib, f"ggml_ext_from_float_ref_{name}")

@@ -65,7 +65,7 @@ def _row_fns(lib, bits):
 
 
 def _table(calib, role, bits):
-    from ggml_ext.methods.kvquant import KVCalibration
+    from ggml_ext.kvquant import KVCalibration
     cal = KVCalibration.load(calib)
     return [np.ascontiguousarray(a, dtype=np.float32) for a in cal.levels(LAYER, role, bits, True)]
 

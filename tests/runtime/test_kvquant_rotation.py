@@ -54,8 +54,8 @@ def test_block_normalisation_is_the_written_one(calib):
     import torch
 
     from ggml_ext import _locate, quants
-    from ggml_ext.methods.kvquant import KVCalibration
-    from ggml_ext.methods.kvquant.calibration import block_normalised
+    from ggml_ext.kvquant import KVCalibration
+    from ggml_ext.kvquant.calibration import block_normalised
     quants.library()
     lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
     p, sz = ctypes.c_void_p, ctypes.c_size_t
@@ -99,7 +99,7 @@ def test_block_scaled_keys_numpy_twin(calib, bits):
     """GGML_EXT_KV_KBLOCK's key blocks (ggml_ext_kvquant_key_blocks): each channel normalised by its calibrated
     mid / half, then the block written as a value block (its own fp16 mid / half, one slot with the raw key)."""
     from ggml_ext import _locate, quants
-    from ggml_ext.methods.kvquant import KVCalibration
+    from ggml_ext.kvquant import KVCalibration
     quants.library()
     lib = ctypes.CDLL(str(_locate.library("ggml-base")), mode=ctypes.RTLD_GLOBAL)
     p, sz = ctypes.c_void_p, ctypes.c_size_t
@@ -159,7 +159,7 @@ def test_rotated_keys_rope_like_transformers():
     from transformers import AutoConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-    from ggml_ext.methods.kvquant.calibration import hadamard, keys_as_cached_rotated, rope_default
+    from ggml_ext.kvquant.calibration import hadamard, keys_as_cached_rotated, rope_default
     model = cs.default_hf()
     cfg = AutoConfig.from_pretrained(model, local_files_only=True)
     theta = rope_default(model)
@@ -231,7 +231,7 @@ def test_refusals(default_gguf, wiki_test, threads, calib, tmp_path):
     assert "GGML_EXT_KV_KBLOCK" in _refused(default_gguf, wiki_test, threads, "-ctk", "nuq3", "--kv-calib",
                                             str(calib), env={"GGML_EXT_KV_KBLOCK": "2"})
     # a calibration without the rotated tables (made before them): a clear message, not the wrong table
-    from ggml_ext.methods.kvquant import KVCalibration
+    from ggml_ext.kvquant import KVCalibration
     cal = KVCalibration.load(calib)
     for layer in cal.layers:
         for name in [n for n in layer if n.endswith(("_r", "_ro", "_h", "_ho"))]:

@@ -1,12 +1,12 @@
 // CUDA kernels of the any-precision (APQ) op (GGML_OP_APQ_MUL_MAT, apq_mul_mat.cu; docs/formats/anyprec.md):
 // y = W_b x reading only the first b bitplanes of the weight and precision b's fp16 tables. The op calls
 //   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel); 2..8 tokens,
-//     the split-K GEMV (apq_gemv_batch_kernel): v14 and v8 in the measurements of docs/BENCHMARKS.md, the
+//     the split-K GEMV (apq_gemv_batch_kernel): v14 and v8 in the measurements of docs/RESULTS.md, the
 //     fastest at one and at 2..8 tokens of the variants measured there;
 //   * above 8 tokens, ggml_ext_anyprec_dequantize_rl_cuda to fp16 and ggml_ext_anyprec_f32_to_f16_cuda for x, then
 //     cuBLAS (in apq_mul_mat.cu).
 // tests/c/test_ext_ops.cpp checks all three against the CPU backend (make test-cuda); tests/cuda/
-// anyprec_cuda_bench.cu checks them against the C reference and times them (scripts/device_anyprec.sh).
+// anyprec_cuda_bench.cu checks them against the C reference and times them (bench/device/device_anyprec.sh).
 //
 // All of them read the "row-lane" device layout of anyprec_cuda.h (apq_mul_mat.cu makes it when the weight is
 // uploaded): lane l of a warp owns row 32 g + l of a 32-row group, so
@@ -308,7 +308,7 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 
 // ---------------------------------------------------------------------------------------------------------
 // One token. A GEMV at one token is bound by instruction issue and by its per-row-group prologue rather than
-// by loads in flight (docs/BENCHMARKS.md, "Any-precision GEMV, L2-cold and back to back"), so:
+// by loads in flight (docs/RESULTS.md, "Any-precision GEMV, L2-cold and back to back"), so:
 //   * b <= 3: the row's 8 fp16 centroids live in 4 REGISTERS of its lane (low bytes of entries 0-3 / 4-7,
 //     high bytes of entries 0-3 / 4-7); the 4-bit-lane codes are byte-permute selectors, so one PRMT looks
 //     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2: no shared

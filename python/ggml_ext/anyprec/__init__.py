@@ -32,9 +32,17 @@ from functools import lru_cache
 
 import numpy as np
 
+from .. import formats
+
 __all__ = ["AnyPrecError", "QK", "SEED_BITS", "PARENT_BITS", "REFINE", "quantize", "row_table_len", "table", "sse",
            "pack", "pack_tables", "table_offset", "dequantize", "gemv_ref", "unpack_numpy", "dequantize_numpy",
-           "planes_bytes", "tables_bytes", "parse_bits"]
+           "planes_bytes", "tables_bytes", "parse_bits", "planes_type"]
+
+
+def planes_type(parent: int) -> str | None:
+    """The registered type holding ``parent`` bitplanes (``APQ`` for 8), None when there is none."""
+    return next((t.name for t in formats.family("anyprec") if t.layout == parent), None)
+
 
 QK = 32            # n_per_row must be a multiple of this (whole 32-bit words per plane row)
 SEED_BITS = 3

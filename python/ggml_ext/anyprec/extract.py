@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import AnyPrecError, dequantize, planes_bytes, tables_bytes
+from . import AnyPrecError, dequantize, planes_bytes, planes_type, tables_bytes
 
 __all__ = ["BitplaneFile", "open_file", "extract", "add_arguments", "main"]
 
@@ -75,7 +75,6 @@ def open_file(path: str | os.PathLike) -> BitplaneFile:
         if t.name + TABLES_SUFFIX not in names:
             continue
         tab = g.tensor(t.name + TABLES_SUFFIX)
-        from ggml_ext.methods.anyprec import planes_type
         if t.type_name == "I8":
             ok, k = len(t.shape) == 3 and t.shape[2] == parent, t.shape[0] * 8
         else:

@@ -1,7 +1,5 @@
 """Calibration: what a quantization method learns about a model from running it on text.
 
-What lives here now:
-
 * :mod:`.imatrix` -- per-input-column activation statistics (mean squared activations
   of every weight matrix's input, llama.cpp's "importance matrix"): ``ggml-ext imatrix``
   runs our ``llama-imatrix`` on a GGUF model and a text; :func:`.imatrix.load` reads its
@@ -14,17 +12,18 @@ What lives here now:
   exact arguments the model gives it (captured once), so memory is one layer plus activations; a
   hook lets a method change a layer before its outputs feed the next (GPTQ-style);
 * :mod:`.collect` -- per-linear statistics, each opt-in: ``hessian`` (XᵀX in float64) and
-  ``act_stats`` (per input channel Σ|x|, Σx², max, count, log2 histogram for quantiles);
+  ``act_stats`` (per input channel Σ|x|, Σx², max, count, log2 histogram for quantiles), and on request
+  the OOC probe's and the attention-weighted Hessians;
+* :mod:`.fisher` -- Fisher information: the diagonal of the empirical Fisher of every weight (a full
+  backward pass, or layer by layer in reverse), and of the K/V projection outputs;
 * :mod:`.stats` -- ``ggml-ext calibrate stats/ls/rm``: the above over a whole model into a folder of
   per-layer safetensors files with a manifest, cached by model, text and settings, resumable, and
   exported as a llama-imatrix GGUF file.
 
-Still to come (issue 13): Fisher information (squared gradients of the loss, full backward and a
-layer-by-layer reverse pass), Fisher of the K/V projection outputs, activations on disk for models
-whose samples do not fit in memory.
-
 Methods (:mod:`ggml_ext.methods`) receive these through their optional ``calibration``
-argument; the converter pipeline owns the plumbing.
+argument; the converter pipeline owns the plumbing. The family packages build on them too
+(:mod:`ggml_ext.kvquant`: Fisher of the K/V outputs; :mod:`ggml_ext.qdec`: the layer stream), which is
+why the ``ggml-ext calibrate`` verb lives above this package (:mod:`ggml_ext.calibrate_cli`).
 """
 from __future__ import annotations
 

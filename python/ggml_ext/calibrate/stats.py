@@ -4,8 +4,8 @@
                                     [--samples 64] [--seq-len 512] [--device cpu] [--imatrix OUT.gguf]
     ggml-ext calibrate ls
     ggml-ext calibrate rm KEY... | --all
-    ggml-ext calibrate kv HF_DIR -o OUT.gguf   (KVQuant's KV cache calibration: ggml_ext.methods.kvquant)
-    ggml-ext calibrate dec BASE.gguf --hf HF_DIR -o OUT.gguf   (QDEC residuals + bucket bounds: ggml_ext.methods.dec)
+
+(The verb's ``kv`` and ``dec`` actions are the family packages' own: :mod:`ggml_ext.calibrate_cli`.)
 
 The model runs one decoder layer at a time (:mod:`.stream`); what is collected is :mod:`.collect`'s.
 Results go to a folder: one ``layer-NNN.safetensors`` per decoder layer (tensors
@@ -266,8 +266,8 @@ def _size(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+def add_stats_action(sub) -> None:
+    """The ``stats`` action of ``ggml-ext calibrate`` on the verb's subparsers ``sub``."""
     s = sub.add_parser("stats", help="collect Hessians / activation statistics of a Hugging Face model")
     s.add_argument("model", help="Hugging Face model folder")
     s.add_argument("--text", default=None, help="calibration text: a file or an asset name (default wiki-train)")
@@ -283,14 +283,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--imatrix", default=None, metavar="OUT.gguf",
                    help="also write the importance matrix (llama-imatrix's GGUF format)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    kv = sub.add_parser("kv", help="KVQuant: Fisher-weighted nuq datatypes and key thresholds of a model's KV "
-                                   "cache, saved as a GGUF side file (docs/KVQUANT.md)")
-    from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
-    kvquant_calibrate.add_arguments(kv)
-    dec = sub.add_parser("dec", help="QDEC: 4-bit residuals of a quantized GGUF against the Hugging Face "
-                                     "weights and top-k bucket bounds, saved as a GGUF side file (docs/QDEC.md)")
-    from ggml_ext.methods.dec import calibration as dec_calibrate
-    dec_calibrate.add_arguments(dec)
+
+
+def add_cache_actions(sub) -> None:
+    """The ``ls`` and ``rm`` actions of ``ggml-ext calibrate`` (the cached folders) on the verb's subparsers."""
     sub.add_parser("ls", help="list cached calibrations")
     r = sub.add_parser("rm", help="remove cached calibrations")
     r.add_argument("keys", nargs="*", help="keys as `calibrate ls` prints them")
@@ -298,12 +294,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.action == "kv":
-        from ggml_ext.methods.kvquant import calibration as kvquant_calibrate
-        return kvquant_calibrate.main(args)
-    if args.action == "dec":
-        from ggml_ext.methods.dec import calibration as dec_calibrate
-        return dec_calibrate.main(args)
+    """Run the ``stats``, ``ls`` or ``rm`` action of ``ggml-ext calibrate``."""
     if args.action == "ls":
         for s in list_cached():
             i = s.manifest.get("inputs", {})

@@ -8,7 +8,8 @@ weight: ``w = d * (l + 1) * table[c][q]``. The tables are the built-in ones
 
 Quantize and dequantize run the scalar C reference in our libggml-base (ctypes);
 :func:`dequantize_numpy` is its independent numpy twin (the tests hold them bit-exact).
-Not a ggml type yet: no type id, no kernels (docs/formats/codebooks.md, "What is left").
+As ggml types they are rows of ggml-ext's registry (:func:`ggml_ext.formats.family` ``("codebooks")``),
+which the converter writes and our llama.cpp runs (docs/formats/codebooks.md).
 
     >>> import numpy as np
     >>> from ggml_ext import codebooks

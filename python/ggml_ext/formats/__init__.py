@@ -1,5 +1,10 @@
 """The format registry: every ggml tensor type, stock and ggml-ext's, as the library reports it.
 
+This is the one table of types in Python. Its two views: the registry's own rows (:class:`ExtType`,
+:class:`StockType`: :func:`ext_types`, :func:`stock_types`, :func:`family`, ...) and one :class:`TypeInfo`
+per usable id (:data:`TYPES`, :func:`type_info`, :func:`tensor_nbytes`, ...), which the GGUF reader and
+writer, the quantizers and the converter's type policy look types up in.
+
 ggml-ext's own types are one table in C, ``ggml_ext/include/ggml-ext-types.def``; the
 library answers ``ggml_ext_type_count`` / ``ggml_ext_type_info_at`` from it, and this
 module reads that table through ctypes (``libggml-base``), so Python never keeps a list
@@ -28,6 +33,8 @@ from .. import _locate
 __all__ = [
     "ExtType", "StockType", "ext_types", "ext_type", "by_name", "family", "own_id_range", "stock_types",
     "parse_def", "def_path", "dispatched_kernel", "STOCK_TYPE_COUNT",
+    "TypeInfo", "TYPES", "EXT_ID_MIN", "EXT_ID_MAX", "TYPE_ID_LIMIT", "type_info", "find_type", "type_by_name",
+    "describe_id", "is_known", "row_bytes", "tensor_nbytes", "check_shape", "n_elements",
 ]
 
 #: ``GGML_TYPE_COUNT`` of the pinned llama.cpp tree (commit 0c1e57098): ggml has no
@@ -72,6 +79,7 @@ class StockType:
     ggml_name: str     # ggml's type_name: "q4_0", "q4_K"
     blck_size: int
     type_size: int
+    quantized: bool = True   # ggml_is_quantized: False for the float and integer types
 
     @property
     def bits_per_weight(self) -> float:
@@ -99,6 +107,7 @@ def _lib() -> ctypes.CDLL:
     lib.ggml_type_name.restype, lib.ggml_type_name.argtypes = ctypes.c_char_p, [ctypes.c_int]
     lib.ggml_blck_size.restype, lib.ggml_blck_size.argtypes = ctypes.c_int64, [ctypes.c_int]
     lib.ggml_type_size.restype, lib.ggml_type_size.argtypes = ctypes.c_size_t, [ctypes.c_int]
+    lib.ggml_is_quantized.restype, lib.ggml_is_quantized.argtypes = ctypes.c_bool, [ctypes.c_int]
     return lib
 
 
@@ -200,7 +209,7 @@ def stock_types() -> tuple[StockType, ...]:
         if blck <= 0:
             continue
         gname = lib.ggml_type_name(i).decode()
-        out.append(StockType(i, gname.upper(), gname, blck, int(lib.ggml_type_size(i))))
+        out.append(StockType(i, gname.upper(), gname, blck, int(lib.ggml_type_size(i)), bool(lib.ggml_is_quantized(i))))
     return tuple(out)
 
 
@@ -250,3 +259,20 @@ def format_table(rows: list[dict]) -> str:
         out.append(f"{r['id']:>3}  {r['name']:<11} {r['block']:>5} {r['bytes']:>5} {r['bits_per_weight']:>7.3f}  "
                    f"{'yes' if r['stock_readable'] else 'no':<5}  {r['family'] or '-':<12}  {kern}")
     return "\n".join(out) + "\n"
+
+
+# The per-id view (TypeInfo for every usable id); its table is built on first use.
+from .typeinfo import (TypeInfo, check_shape, describe_id, find_type, is_known, n_elements,  # noqa: E402
+                       row_bytes, tensor_nbytes, type_by_name, type_info)
+
+
+def __getattr__(name: str):
+    # TYPES and the own id range as module constants, computed when first read: the stock rows need the
+    # built library, which importing the package does not
+    if name == "TYPES":
+        from .typeinfo import all_types
+        return all_types()
+    if name in ("EXT_ID_MIN", "EXT_ID_MAX", "TYPE_ID_LIMIT"):
+        lo, hi = own_id_range()
+        return {"EXT_ID_MIN": lo, "EXT_ID_MAX": hi, "TYPE_ID_LIMIT": hi + 1}[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -45,7 +45,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ggml_types
+from .. import formats
 
 __all__ = [
     "GGUFError", "GGUFFile", "TensorInfo", "TypeStats", "read_gguf",
@@ -127,7 +127,7 @@ class TensorInfo:
 
     @property
     def n_elements(self) -> int:
-        return ggml_types.n_elements(self.shape)
+        return formats.n_elements(self.shape)
 
     @property
     def n_rows(self) -> int:
@@ -448,16 +448,16 @@ def _parse(buf: Any, size: int, path: str) -> GGUFFile:
                             f"more than INT64_MAX", at)
         at = cur.pos
         type_id = cur.i32(f"type of tensor {_show(name)}")
-        tinfo = ggml_types.find_type(type_id)
+        tinfo = formats.find_type(type_id)
         if tinfo is None:
-            raise GGUFError(f"tensor {_show(name)} has type {ggml_types.describe_id(type_id)}", at)
+            raise GGUFError(f"tensor {_show(name)} has type {formats.describe_id(type_id)}", at)
         if tinfo.cache_only:
             # llama.cpp's loader refuses it too (patch 0321): a weight of it would decode with uniform levels
             raise GGUFError(f"tensor {_show(name)} has type {tinfo.name} (id {type_id}), a KVQuant KV cache "
                             "type that holds no weights (only a KV cache with its calibration gives its bytes "
                             "a meaning); the file is damaged or was not made by ggml-ext", at)
         try:
-            nbytes = ggml_types.tensor_nbytes(tinfo, shape)
+            nbytes = formats.tensor_nbytes(tinfo, shape)
         except ValueError as e:
             raise GGUFError(f"tensor {_show(name)} of type {tinfo.name}: {e}", at) from None
         at = cur.pos
@@ -482,7 +482,7 @@ def _parse(buf: Any, size: int, path: str) -> GGUFFile:
         if start > size or nbytes > size - start:
             raise GGUFError(f"tensor {_show(name)} data [{start}, {start + nbytes}) is not within the "
                             f"{size}-byte file (truncated or corrupted)", at)
-        tinfo = ggml_types.TYPES[type_id]
+        tinfo = formats.TYPES[type_id]
         tensors.append(TensorInfo(name, shape, type_id, tinfo.name, offset, nbytes, start, at - 4))
 
     order = sorted(range(len(tensors)), key=lambda j: (tensors[j].offset, j))

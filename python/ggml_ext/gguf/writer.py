@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import _atomic, ggml_types
+from .. import _atomic, formats
 
 __all__ = ["GGUFWriter", "GGUFWriteError", "VALUE_TYPES"]
 
@@ -155,7 +155,7 @@ class GGUFWriter:
             raise ValueError(f"duplicate tensor {name!r}")
         if len(name.encode()) >= 64:
             raise GGUFWriteError(f"tensor name {name!r} is longer than ggml's 63-byte limit")
-        t = ggml_types.find_type(int(type_id))
+        t = formats.find_type(int(type_id))
         if t is not None and t.cache_only:
             # the reader and llama.cpp's loader refuse such a file: never write one
             raise GGUFWriteError(f"tensor {name!r}: type {t.name} (id {t.id}) is a KV cache type, not a tensor type")

@@ -10,10 +10,12 @@ types (F32, F16, BF16) are converted by ggml directly and never reach a method.
     >>> methods.available()
     ('act-importance', 'anyprec', 'gptq', 'ooc', 'rtn')
 
-Registered now:
+The registered methods:
 
 * ``rtn`` (:mod:`.rtn`): each type's own quantizer, row by row (ggml's, or ggml-ext's
   exact scale search for IQ4_NL), optionally importance-weighted by an imatrix.
+* ``act-importance`` (:mod:`.act_importance`): the type's own quantizer weighted by E[x²] of the
+  calibration activations (the codebook types' default without an imatrix).
 * ``gptq`` (:mod:`.gptq`, with :mod:`.grids`): GPTQ (Hessian-based error compensation,
   act-order, lazy blocks) with the target type's block scales and grid as the rounding
   function, so the file is an ordinary GGUF (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL). It
@@ -29,10 +31,10 @@ Registered now:
   (``workflows``; the pipeline keeps the flow of lower validation loss, ``choose``) and the side-car written
   as ``companions`` of the weight; files that need ggml-ext's llama.cpp (docs/GPTQ.md).
 
-Later issues add one module each, implementing the same interface and registering
-itself with :func:`register`:
-``kmeans`` (with upscaling), ``codebooks`` (codebook discovery), ``kvquant`` and ``dec``
-(DEC residuals). Those that need more than an imatrix (Hessians, Fisher information,
+Weight methods only: KVQuant (:mod:`ggml_ext.kvquant`) quantizes the KV cache at run time and QDEC
+(:mod:`ggml_ext.qdec`) adds to a quantized base at run time, so neither quantizes a tensor of the
+converted file; they are family packages beside :mod:`ggml_ext.anyprec` and :mod:`ggml_ext.codebooks`.
+Methods that need more than an imatrix (Hessians, Fisher information,
 captured activations) get it from :mod:`ggml_ext.calibrate` through the ``calibration``
 argument below. A method says what it needs with a class attribute ``calibration_needs``
 (collector names of :mod:`ggml_ext.calibrate.collect`, e.g. ``("hessian",)``); the pipeline

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from .. import anyprec as ap
-from .. import formats as _formats
+from ..anyprec import planes_type
 from . import MethodError, register
 
 __all__ = ["AnyPrec", "FORMAT_VERSION", "PLANES_SUFFIX", "TABLES_SUFFIX", "FISHER_FLOOR"]
@@ -52,11 +52,6 @@ TABLES_SUFFIX = ".apq_tables"
 FISHER_FLOOR = 1e-6
 #: ``ggml_ext.anyprec.version`` of the files written here
 FORMAT_VERSION = 1
-
-
-def planes_type(parent: int) -> str | None:
-    """The registered type holding ``parent`` bitplanes (``APQ`` for 8), None when there is none."""
-    return next((t.name for t in _formats.family("anyprec") if t.layout == parent), None)
 
 
 def seed_and_upscale(W: np.ndarray, F: np.ndarray | None, seed: int, parent: int, threads: int | None,

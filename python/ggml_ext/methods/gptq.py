@@ -48,8 +48,8 @@ The method needs each matrix's Hessian: the converter pipeline streams the model
 through :mod:`ggml_ext.calibrate` (``calibration_needs``), quantizes each layer's matrices when its
 Hessians are complete and feeds the quantized layer's output to the next layer. Matrices outside the
 decoder layers (embeddings, output) have no Hessian there and get the type's RTN; so do matrices the
-type policy gives a type without a grid here (none of the converter's policies does since the K-quant
-grids; a --keep type such as Q4_0_4_4 would), with a warning.
+type policy gives a type without a grid here (none of the converter's own policies does: every type they
+give a layer matrix has a grid; a --keep type such as Q4_0_4_4 would), with a warning.
 
 Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
 ``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
@@ -74,7 +74,8 @@ import numpy as np
 from . import MethodError, register
 from .grids import GRIDS, Grid, grid as _grid
 
-__all__ = ["Clear", "GPTQ", "GPTQResult", "clear_grid", "round_clear", "GPTQError", "prepare", "gptq", "gptq_reference"]
+__all__ = ["Clear", "GPTQ", "GPTQResult", "clear_grid", "round_clear", "GPTQError", "prepare", "sweep", "gptq",
+           "gptq_reference"]
 
 log = logging.getLogger("ggml_ext.methods.gptq")
 
@@ -304,38 +305,77 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     """GPTQ with lazy block updates, all rows at once, in torch on ``device``; same result as
     :func:`gptq_reference` (up to the summation order of the updates). ``clear``: K-OOC's clear columns
     (:class:`Clear`; dynamic scales only), whose h-bit values come back as ``clear_values``."""
-    import torch
     g = _grid(type_name)
     p = prepare(W, H, percdamp=percdamp, act_order=act_order, shrink=shrink, name=name, device=device)
-    rows, cols = p.W.shape
+    if clear is not None and scale_rule != "dynamic":
+        raise GPTQError(f"{name}: clear columns need the dynamic scale rule")
+    fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
+    return sweep(p, g, [clear], block_size=block_size, scale_importance=scale_importance, quantizer=quantizer,
+                 fixed=fixed, device=device, dtype=dtype)[0]
+
+
+def sweep(p: Prepared, g: Grid, clears: list[Clear | None], *, block_size: int = 128,
+          scale_importance: str = "hessian", quantizer: dict | None = None, fixed: np.ndarray | None = None,
+          device: str = "cpu", dtype: str = "float64", device_scales: bool = False) -> list[GPTQResult]:
+    """The lazy-block GPTQ sweep of the prepared matrix ``p`` on grid ``g``, over one stacked copy of its
+    rows per entry of ``clears``; the results, in order.
+
+    A copy's entry is its clear columns (:class:`Clear`) or None (plain GPTQ). The copies share everything
+    the sweep derives from the Hessian (permutation, U, importances) and GPTQ treats rows independently, so
+    B copies are one sweep over B * rows rows: K-OOC's candidate groups (:func:`ggml_ext.methods.ooc.
+    gptq_candidates`) batch this way, and one copy is :func:`gptq`. Every per-row operation is the one a
+    single copy's sweep performs on that row, in the same order, so each copy's bytes are those of its own
+    sweep. At a column that is clear in some copies, those rows take the h-bit value on their own per-row
+    grid (:func:`clear_grid`, chosen when the copy reaches its first clear column) and the grid index of 0;
+    in a block's scale choice their clear columns count as 0 and weigh :data:`CLEAR_IN_BLOCK`.
+
+    ``fixed``: every block's scales chosen before the sweep (:func:`static_scales`; rows x n_blocks x
+    nparams), else each block's are chosen when the sweep reaches it. ``device_scales``: Q4_0's block scales
+    chosen on ``device`` by :func:`.scales_torch.q4_0_scales` (ggml's rule, bit for bit) instead of ggml's
+    quantizer on the host, which saves a host round trip per block on a GPU."""
+    import torch
+    R, cols = p.W.shape
+    B = len(clears)
+    N = B * R
     nb = cols // g.block
     dev, dt = torch.device(device), getattr(torch, dtype)
-    # transposed (columns x rows): a column of W is a contiguous row here
-    Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt)
+    Wt = torch.from_numpy(p.W.T.copy()).to(dev, dt).repeat(1, B)   # cols x N: copy c in columns c*R..(c+1)*R
     U = torch.from_numpy(p.U).to(dev, dt)
-    scales = np.zeros((rows, nb, g.nparams), dtype=np.float32)
-    fixed = static_scales(g, p, quantizer or {}) if scale_rule == "static" else None
+    scales = torch.zeros((N, nb, g.nparams), dtype=torch.float32, device=dev)
+    on_device = device_scales and g.name == "Q4_0"
+    if on_device:
+        from .scales_torch import q4_0_scales
     states: dict = {}
-    K = torch.empty((cols, rows), dtype=dt, device=dev)   # grid indices, by position
-    Qt = torch.empty((cols, rows), dtype=dt, device=dev)  # quantized values, by position
+    K = torch.empty((cols, N), dtype=dt, device=dev)    # grid indices, by position
+    Qt = torch.empty((cols, N), dtype=dt, device=dev)   # ggml's values (0's grid value at clear columns)
     perm = p.perm
-    is_clear = np.zeros(cols, dtype=bool)   # by ORIGINAL column
-    clear_pos = np.empty(0, dtype=np.int64)
-    if clear is not None:
-        if scale_rule != "dynamic":
-            raise GPTQError(f"{name}: clear columns need the dynamic scale rule")
-        is_clear[clear.cols] = True
-        clear_pos = p.pos[clear.cols]
-        CV = torch.empty((len(clear.cols), rows), dtype=dt, device=dev)
-        slot = {int(j): n for n, j in enumerate(clear_pos)}
-    dclear = None
 
-    def current(at, i1, i2, j, W1, E1):
-        """The current values (len(at) x rows) of the columns at positions ``at``: inside the lazy block from
-        W1, beyond it with the pending lazy update."""
+    # the clear columns: M (B x cols, by ORIGINAL column), each copy's positions, slots and first position
+    M = np.zeros((B, cols), dtype=bool)
+    bits = np.zeros(B, dtype=np.int64)
+    clear_pos, first, slot = {}, {}, {}
+    for c, cl in enumerate(clears):
+        if cl is None:
+            continue
+        M[c, cl.cols] = True
+        bits[c] = cl.bits
+        clear_pos[c] = p.pos[cl.cols]
+        first.setdefault(int(clear_pos[c].min()), []).append(c)
+        slot[c] = {int(j): n for n, j in enumerate(clear_pos[c])}
+    CV = {c: torch.empty((len(clear_pos[c]), R), dtype=dt, device=dev) for c in clear_pos}
+    Mdev = torch.from_numpy(M).to(dev)
+    any_clear = M.any(axis=0)                        # by ORIGINAL column
+    dclear = torch.zeros(N, dtype=dt, device=dev)    # each row's clear grid (scale, minimum), set when its
+    mclear = torch.zeros(N, dtype=dt, device=dev)    # copy reaches its first clear column
+    hbits = torch.from_numpy(np.repeat(bits, R)).to(dev)
+
+    def current(at, i1, i2, j, W1, E1, sl=slice(None)):
+        """The current values (len(at) x rows ``sl``) of the columns at positions ``at``: inside the lazy
+        block from W1, beyond it with the pending lazy update."""
         inside = torch.from_numpy(at < i2).to(dev)
         bt = torch.from_numpy(at).to(dev)
-        return torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1)], Wt[bt] - U[i1:j, bt].T @ E1[:j - i1])
+        return torch.where(inside[:, None], W1[(bt - i1).clamp(0, i2 - i1 - 1), sl],
+                           Wt[bt, sl] - U[i1:j, bt].T @ E1[:j - i1, sl])
 
     for i1 in range(0, cols, block_size):
         i2 = min(i1 + block_size, cols)
@@ -347,28 +387,50 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
             c = int(perm[j])
             b = c // g.block
             if b not in states and fixed is not None:
-                scales[:, b] = fixed[:, b]
-                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+                scales[:, b] = torch.from_numpy(np.tile(fixed[:, b], (B, 1))).to(dev)
+                states[b] = g.state(scales[:, b], dt)
             elif b not in states:
-                block = p.pos[b * g.block:(b + 1) * g.block]
-                cur = current(block, i1, i2, j, W1, E1)
-                zero = torch.from_numpy(is_clear[b * g.block:(b + 1) * g.block]).to(dev)
-                cur = torch.where(zero[:, None], torch.zeros_like(cur), cur)   # clear columns count as 0
-                imp = p.importance[b * g.block:(b + 1) * g.block] if scale_importance == "hessian" else None
-                if imp is not None and clear is not None:   # the side-car holds them: they do not bind the scales
-                    imp = np.where(is_clear[b * g.block:(b + 1) * g.block], imp * CLEAR_IN_BLOCK, imp)
-                scales[:, b] = _block_scales(g, cur.T.cpu().numpy(), imp, quantizer or {})
-                states[b] = g.state(torch.from_numpy(scales[:, b]).to(dev), dt)
+                lo, hi = b * g.block, (b + 1) * g.block
+                cur = current(p.pos[lo:hi], i1, i2, j, W1, E1)
+                if any_clear[lo:hi].any():   # each copy's clear columns count as 0 in its blocks
+                    zero = Mdev[:, lo:hi].T.repeat_interleave(R, dim=1)
+                    cur = torch.where(zero, torch.zeros_like(cur), cur)
+                imp = p.importance[lo:hi] if scale_importance == "hessian" else None
+                # rows sharing one importance vector: all copies, or each copy with clear columns in this
+                # block on its own, its clear columns' importance scaled by CLEAR_IN_BLOCK (the side-car
+                # holds them: they should not bind the block's scales)
+                groups = [(slice(None), imp)]
+                if imp is not None and M[:, lo:hi].any():
+                    groups = [(slice(c * R, (c + 1) * R), np.where(M[c, lo:hi], imp * CLEAR_IN_BLOCK, imp))
+                              for c in range(B)]
+                for sl, im in groups:
+                    if on_device:
+                        scales[sl, b, 0] = q4_0_scales(cur[:, sl].T.to(torch.float32),
+                                                       None if im is None else torch.from_numpy(im.astype(np.float32)))
+                    else:
+                        scales[sl, b] = torch.from_numpy(_block_scales(g, cur[:, sl].T.cpu().numpy(), im,
+                                                                       quantizer or {}))
+                states[b] = g.state(scales[:, b], dt)
+            for cand in first.get(j, ()):   # copies reaching their first clear column: their h-bit grid
+                sl = slice(cand * R, (cand + 1) * R)
+                cimp = p.importance[clears[cand].cols] if scale_importance == "hessian" else None
+                dclear[sl], mclear[sl] = clear_grid(current(clear_pos[cand], i1, i2, j, W1, E1, sl), int(bits[cand]),
+                                                    cimp)
             w = W1[i]
-            if is_clear[perm[j]]:
-                if dclear is None:   # the clear columns' per-row h-bit grid, from their current values
-                    imp = p.importance[clear.cols] if scale_importance == "hessian" else None
-                    dclear, mclear = clear_grid(current(clear_pos, i1, i2, j, W1, E1), clear.bits, imp)
-                K[j], Qt[j] = g.round(torch.zeros_like(w), states[b], c % g.block)
-                q = round_clear(w, clear.bits, dclear, mclear)
-                CV[slot[j]] = q
+            k, q = g.round(w, states[b], c % g.block)
+            if any_clear[c]:
+                m = Mdev[:, c].repeat_interleave(R)   # every row of the copies where column c is clear
+                k0, q0 = g.round(torch.zeros_like(w), states[b], c % g.block)
+                qc = torch.zeros_like(w)
+                for hb in np.unique(bits[M[:, c]]):   # one rounding per clear bit width present
+                    sel = m & (hbits == int(hb))
+                    qc = torch.where(sel, round_clear(w, int(hb), dclear, mclear), qc)
+                K[j] = torch.where(m, k0, k)
+                Qt[j] = torch.where(m, q0, q)
+                for cand in np.flatnonzero(M[:, c]):
+                    CV[int(cand)][slot[int(cand)][j]] = qc[int(cand) * R:(int(cand) + 1) * R]
+                q = torch.where(m, qc, q)
             else:
-                k, q = g.round(w, states[b], c % g.block)
                 K[j], Qt[j] = k, q
             err = (w - q) / U1[i, i]
             W1[i:].sub_(torch.outer(U1[i, i:], err))
@@ -377,8 +439,14 @@ def gptq(W: np.ndarray, H: np.ndarray, type_name: str, *, percdamp: float = 0.01
     inv = torch.from_numpy(p.pos).to(dev)
     idx = K[inv].T.to(torch.int64).cpu().numpy()
     Q = Qt[inv].T.to(torch.float32).cpu().numpy()
-    cv = None if clear is None else np.ascontiguousarray(CV.T.to(torch.float32).cpu().numpy())
-    return GPTQResult(np.ascontiguousarray(idx), scales, np.ascontiguousarray(Q), cv)
+    scales = scales.cpu().numpy()
+    out = []
+    for c in range(B):
+        sl = slice(c * R, (c + 1) * R)
+        cv = None if c not in CV else np.ascontiguousarray(CV[c].T.to(torch.float32).cpu().numpy())
+        out.append(GPTQResult(np.ascontiguousarray(idx[sl]), np.ascontiguousarray(scales[sl]),
+                              np.ascontiguousarray(Q[sl]), cv))
+    return out
 
 
 @contextlib.contextmanager

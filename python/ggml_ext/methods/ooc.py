@@ -42,9 +42,18 @@ wider type for some matrices, as ``--type q2_k`` keeps Q4_0 on rows not a multip
 Options (``methods.create("ooc", ...)``, CLI ``--ooc-h/--ooc-p/--ooc-s``): ``h`` (8), ``p`` (0.1), ``s``
 (0.1), ``group`` (128), ``sidecar_type`` ("F32"), ``validation_samples`` (4: held-out windows for
 the flow choice), ``flow`` ("both": the double workflow | "ooc": only GPTQ(h,l,p,s) -- for measurements),
-``implementation`` ("batched": all candidate groups in one GPTQ sweep, :mod:`.ooc_batched` |
+``implementation`` ("batched": all candidate groups in one GPTQ sweep, :func:`gptq_hlps_batched` |
 "reference": :func:`gptq_hlps`, one sweep per candidate; same bytes, same choice), and GPTQ's own
 (percdamp, act_order, block_size, device, dtype).
+
+**Batched candidates** (the paper's row-flow-selection parallelism). All candidate sweeps share the Hessian,
+so they share everything GPTQ derives from it -- damping, act-order permutation, the Cholesky factor of
+H^-1, the scale importances -- and differ only in which columns are clear. GPTQ treats the rows of W
+independently, so B candidates are one sweep over B stacked copies of W (:func:`ggml_ext.methods.gptq.sweep`,
+the sweep :func:`~ggml_ext.methods.gptq.gptq` runs with one copy): one sweep's thousands of small per-column
+kernels and host round trips instead of one per candidate. A copy without clear columns is the plain GPTQ(l)
+flow of the same matrix (``with_plain``); in the converter pipeline the two flows see different layer inputs
+after the first layer, so there they are separate calls and only the candidates batch.
 """
 from __future__ import annotations
 
@@ -57,12 +66,11 @@ from typing import Any
 import numpy as np
 
 from . import MethodError, register
-from .gptq import GPTQ, Clear, GPTQResult, _torch_threads, gptq
+from .gptq import GPTQ, Clear, GPTQError, GPTQResult, _torch_threads, gptq, prepare, sweep
 from .grids import GRIDS, grid as _grid
-from .ooc_batched import gptq_hlps_batched
 
 __all__ = ["OOC", "OOCResult", "SidecarError", "clear_bits", "salient_scores", "clear_columns", "probe_loss",
-           "gptq_hlps", "FORMAT_VERSION"]
+           "gptq_hlps", "gptq_candidates", "gptq_hlps_batched", "FORMAT_VERSION"]
 
 log = logging.getLogger("ggml_ext.methods.ooc")
 
@@ -168,6 +176,67 @@ def gptq_hlps(W: np.ndarray, H: np.ndarray, H_probe: np.ndarray, type_name: str,
             best = cand
     best.candidates = tried
     return best
+
+
+def gptq_candidates(W: np.ndarray, H: np.ndarray, type_name: str, clears: list[Clear | None], *,
+                    percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, block_size: int = 128,
+                    scale_importance: str = "hessian", quantizer: dict | None = None, device: str = "cpu",
+                    dtype: str = "float64", device_scales: bool | None = None, name: str = "matrix") -> list[GPTQResult]:
+    """One GPTQ sweep (dynamic scales) for every entry of ``clears`` (a :class:`Clear` or None: no clear
+    column) over B stacked copies of ``W`` (:func:`ggml_ext.methods.gptq.sweep`); the results, in order, are
+    those of ``gptq(W, H, type_name, clear=clears[c], ...)``. ``device_scales``: Q4_0's block scales chosen on
+    ``device`` by :func:`.scales_torch.q4_0_scales` (ggml's rule, bit for bit) instead of ggml's quantizer
+    on the host (None: on any device but the CPU, where the host quantizer is faster: 2.9 s vs 3.8 s for
+    three 576x576 candidates on one thread); the other types always use the host quantizer."""
+    import torch
+    if not clears:
+        raise GPTQError(f"{name}: no candidate to quantize")
+    g = _grid(type_name)
+    p = prepare(W, H, percdamp=percdamp, act_order=act_order, shrink=shrink, name=name, device=device)
+    if device_scales is None:
+        device_scales = torch.device(device).type != "cpu"
+    return sweep(p, g, clears, block_size=block_size, scale_importance=scale_importance, quantizer=quantizer,
+                 device=device, dtype=dtype, device_scales=device_scales)
+
+
+def probe_losses(W: np.ndarray, effective: list[np.ndarray], H_probe: np.ndarray, device: str = "cpu") -> list[float]:
+    """tr(ΔW H_probe ΔWᵀ) of each candidate's effective matrix (float64 torch on ``device``; :func:`probe_loss`
+    up to summation order)."""
+    import torch
+    dev = torch.device(device)
+    W64 = torch.from_numpy(np.asarray(W, np.float64)).to(dev)
+    Hp = torch.from_numpy(np.asarray(H_probe, np.float64)).to(dev)
+    out = []
+    for E in effective:
+        D = W64 - torch.from_numpy(np.asarray(E, np.float64)).to(dev)
+        out.append(float(((D @ Hp) * D).sum()))
+    return out
+
+
+def gptq_hlps_batched(W: np.ndarray, H: np.ndarray, H_probe: np.ndarray, type_name: str, *, h: int = 8,
+                      p: float = 0.1, s: float = 0.1, group: int = 128, sidecar_type: str = "F32",
+                      name: str = "matrix", with_plain: bool = False, **gptq_options):
+    """GPTQ(h, l, p, s) of one matrix with all candidate groups in one sweep: the result of :func:`gptq_hlps`
+    (same candidates, same bytes, same choice; the probe losses equal the reference's to rounding, so the
+    chosen group is the same unless two candidates tie to ~1e-12). ``with_plain``: the plain GPTQ(l) result
+    of the same matrix from the same sweep as well (the paper's flow parallelism), returned as
+    ``(ooc_result, plain_result)``."""
+    scores = salient_scores(W, H, group)
+    n_scan = max(1, math.ceil(s * len(scores)))
+    scan = [int(g) for g in np.argsort(-scores, kind="stable")[:n_scan]]
+    cols = [clear_columns(W, H, g, group, p) for g in scan]
+    clears: list[Clear | None] = [Clear(c, h) for c in cols] + ([None] if with_plain else [])
+    results = gptq_candidates(W, H, type_name, clears, name=name, **gptq_options)
+    cands = []
+    for g, c, r in zip(scan, cols, results):
+        S = _stored(r.clear_values - r.Q[:, c], sidecar_type)
+        cands.append(OOCResult(r, g, c, S, 0.0))
+    losses = probe_losses(W, [cand.effective() for cand in cands], H_probe, gptq_options.get("device", "cpu"))
+    for cand, loss in zip(cands, losses):
+        cand.loss = loss
+    best = min(cands, key=lambda r: r.loss)   # the first of least loss, as the reference's scan keeps
+    best.candidates = [(cand.group, cand.loss) for cand in cands]
+    return (best, results[-1]) if with_plain else best
 
 
 @register("ooc", "K-OOC: GPTQ(l) and GPTQ(h,l,p,s) with one clear group per matrix as a column side-car, "

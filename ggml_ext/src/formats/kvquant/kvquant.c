@@ -1,6 +1,6 @@
 // KVQuant KV cache: a layer's quantizer (the config checked and prepared), append-and-quantize of one
 // key / value token, dequantization, and the outlier corrections every kernel implementation shares.
-// Bytes: kvquant.h and docs/formats/kvquant.md. Rounding matches methods/kvquant/quant.py's
+// Bytes: kvquant.h and docs/formats/kvquant.md. Rounding matches python/ggml_ext/kvquant/quant.py's
 // fake_quant: x normalised by (x - mid) / half with mid = (hi + lo) / 2, half = max((hi - lo) / 2,
 // 1e-8), rounded to the nearest level (a tie to the lower one, as torch.bucketize), outliers are
 // x > hi or x < lo.

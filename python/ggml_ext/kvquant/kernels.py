@@ -85,7 +85,7 @@ class _Config(ctypes.Structure):
 
 @lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    from ... import _locate, quants
+    from .. import _locate, quants
     quants.library()  # libggml-base first (the quantizers and the scalar reference live there)
     lib = ctypes.CDLL(str(_locate.library("ggml-cpu")), mode=ctypes.RTLD_GLOBAL)
     P, I, S = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
@@ -152,7 +152,7 @@ class KVCacheLayer:
     @classmethod
     def from_calibration(cls, cal, layer: int, bits: int, outliers: bool = True, rope: Rope = Rope(),
                          slots: tuple[int, int, int] | None = None) -> "KVCacheLayer":
-        """Layer ``layer`` of a :class:`~ggml_ext.methods.kvquant.KVCalibration` at nuq``bits``, with the
+        """Layer ``layer`` of a :class:`~ggml_ext.kvquant.KVCalibration` at nuq``bits``, with the
         calibrated outlier thresholds and fraction (``outliers``) or the plain min/max ranges."""
         L = cal.layers[layer]
         kl, kv = cal.levels(layer, "k", bits, outliers)

@@ -46,15 +46,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ggml_ext.gguf import GGUFWriter, GGUFWriteError
+from ..gguf import GGUFWriter, GGUFWriteError
 
 from .archs import Arch, HParams, Plan, find_arch, permute_qk
 from .errors import ConversionError
+from .options import ConvertOptions
 from .policy import CODEBOOK_RECIPES, FILE_TYPES, OUTPUT_TYPES, KeepRule, choose_type, parse_keep
 from .source import Checkpoint
 from .vocab import Vocab, load_vocab
 
-__all__ = ["convert", "plan", "ConversionResult", "ConversionPlan"]
+__all__ = ["convert", "plan", "ConvertOptions", "ConversionResult", "ConversionPlan"]
 
 log = logging.getLogger("ggml_ext.convert")
 
@@ -172,7 +173,7 @@ def plan(model_dir: str | os.PathLike, out_type: str = "f16", *, keep: tuple[str
         n_vocab = embd.shape[0]
     vocab = load_vocab(ckpt.folder, ckpt.config, n_vocab, _warn, pre_tokenizer=pre_tokenizer)
 
-    from ggml_ext import quants  # needs our compiled libggml-base
+    from .. import quants  # needs our compiled libggml-base
 
     model_name = name or _model_name(ckpt)
     meta: list[tuple[str, str, Any]] = [
@@ -256,80 +257,67 @@ def _transform(arch: Arch, hp: HParams, p: Plan, x: np.ndarray) -> np.ndarray:
 
 
 def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str | None = None, *,  # noqa: A002
-            keep: tuple[str | KeepRule, ...] | list = (), force: bool = False, name: str | None = None,
-            threads: int | None = None, vocab_only: bool = False,
-            imatrix: str | os.PathLike | Any | None = None, method: str | None = None,
-            iq4_nl_weighting: str = "default", method_options: dict | None = None,
-            calib: str | os.PathLike | None = None, calib_samples: int | None = None,
-            calib_seq_len: int | None = None, calib_device: str = "cpu", calib_progress: bool = True,
-            pre_tokenizer: str | None = None, progress: Callable[[int, int, str], None] | None = None,
-            warn: Callable[[str], None] | None = None) -> ConversionResult:
+            options: ConvertOptions | None = None, **fields: Any) -> ConversionResult:
     """Convert the Hugging Face model folder ``model_dir`` to the GGUF file ``output``.
 
-    ``type``: None (the method's ``default_type``, else f16), f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q4_0_4_4, q4_0_4_8 or q4_0_8_8 (see :mod:`.policy` for
-    which tensors get which type); ``keep``: ``"PATTERN=TYPE"`` overrides; ``force``:
-    replace an existing ``output``; ``vocab_only``: write the tokenizer and metadata
-    only; ``imatrix``: an importance-matrix file of llama-imatrix (or a loaded
-    :class:`ggml_ext.calibrate.imatrix.Imatrix`), used for every quantized matrix as
-    ``llama-quantize --imatrix`` does (and it changes iq4_nl's mix);
-    ``method``: the name of the quantization method every quantized matrix goes through
-    (:func:`ggml_ext.methods.available`; default ``rtn``, the type's own quantizer -- for the codebook
-    recipes cb2/cb2_m/cb3/cb3_m without ``imatrix``, ``act-importance``: importance from the activations
-    of the calibration text, ``calib``, default wiki-train);
-    ``iq4_nl_weighting``: ggml-ext's IQ4_NL error weighting (:data:`ggml_ext.quants.IQ4_NL_WEIGHTINGS`),
-    an option of the ``rtn`` method, passed to the method when not ``"default"``;
-    ``method_options``: further keyword options of the method (e.g. ``{"percdamp": 0.01}`` for gptq);
-    ``calib``, ``calib_samples``, ``calib_seq_len``: the calibration text (a file or an asset name;
-    default wiki-train) and its sampling (default :mod:`ggml_ext.calibrate.data`'s 64 x 512), for
-    methods that need calibration (gptq); ``calib_device``: where the layers run ("cpu", "cuda");
-    ``calib_progress``: a progress bar over the layers;
-    ``pre_tokenizer``: the ``tokenizer.ggml.pre`` of a byte-level BPE tokenizer, instead of detecting it
-    (needed when it is not recognised: see :mod:`.vocab`).
-    ``progress(done, total, tensor_name)`` is called as weights are written
-    (counted in elements); ``warn(message)`` receives warnings (default: logging).
+    How is ``options`` (:class:`ConvertOptions`, whose fields document every choice). The keyword form
+    builds it: ``type`` and ``fields`` are its fields (``convert(d, out, "q4_0", method="gptq")``), and
+    given with ``options`` they replace those fields; a keyword that is no field is a TypeError.
     Raises :class:`ConversionError`; on any error no output file exists.
     """
-    from ggml_ext import methods
-    from ggml_ext.calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
+    o = options if options is not None else ConvertOptions()
+    if type is not None:
+        fields["type"] = type
+    if fields:
+        o = o.replace(**fields)
+    return _convert(model_dir, output, o)
 
+
+def _convert(model_dir: str | os.PathLike, output: str | os.PathLike, o: ConvertOptions) -> ConversionResult:
+    """:func:`convert` with its options resolved."""
+    from .. import methods
+    from ..calibrate.imatrix import Imatrix, ImatrixError, load as load_imatrix
+
+    warn = o.warn
     im = None
-    if imatrix is not None:
+    if o.imatrix is not None:
         try:
-            im = imatrix if isinstance(imatrix, Imatrix) else load_imatrix(imatrix)
+            im = o.imatrix if isinstance(o.imatrix, Imatrix) else load_imatrix(o.imatrix)
         except ImatrixError as e:
             raise ConversionError(str(e)) from None
+    method = o.method
     if method is None:  # the codebook types weigh their error by activation importance (the paper's objective)
-        method = "act-importance" if str(type).lower() in CODEBOOK_RECIPES and im is None else "rtn"
-    options = {} if iq4_nl_weighting == "default" else {"iq4_nl_weighting": iq4_nl_weighting}
-    options.update(method_options or {})
+        method = "act-importance" if str(o.type).lower() in CODEBOOK_RECIPES and im is None else "rtn"
+    options = {} if o.iq4_nl_weighting == "default" else {"iq4_nl_weighting": o.iq4_nl_weighting}
+    options.update(o.method_options or {})
     try:
         quantizer = methods.create(method, **options)
     except methods.MethodError as e:
         raise ConversionError(str(e)) from None
     needs = tuple(getattr(quantizer, "calibration_needs", ()))
-    if type is None:
-        type = getattr(quantizer, "default_type", "f16")  # noqa: A001
-    if not needs and (calib is not None or calib_samples is not None or calib_seq_len is not None):
+    out_type = o.type if o.type is not None else getattr(quantizer, "default_type", "f16")
+    if not needs and (o.calib is not None or o.calib_samples is not None or o.calib_seq_len is not None):
         raise ConversionError(f"--calib is for methods that calibrate (method {method!r} does not); "
                               "for an importance matrix use --imatrix")
     # a calibrating method has what llama-quantize's imatrix gives: the same type mix as with one
-    pl = plan(model_dir, type, keep=keep, name=name, vocab_only=vocab_only,
-              has_imatrix=im is not None or bool(needs), pre_tokenizer=pre_tokenizer, warn=warn)
+    pl = plan(model_dir, out_type, keep=o.keep, name=o.name, vocab_only=o.vocab_only,
+              has_imatrix=im is not None or bool(needs), pre_tokenizer=o.pre_tokenizer, warn=warn)
     supports = getattr(quantizer, "supports", None)
     if needs and supports is not None and not supports(OUTPUT_TYPES[pl.out_type]):
         raise ConversionError(f"{method} cannot round to {OUTPUT_TYPES[pl.out_type]} (--type {pl.out_type}); "
                               f"it supports {', '.join(getattr(quantizer, 'types', ()))}")
     out = Path(output)
-    if needs and out.exists() and not force:  # said before minutes of calibration, not after
+    if needs and out.exists() and not o.force:  # said before minutes of calibration, not after
         raise ConversionError(f"{out} exists; pass --force (force=True) to replace it")
     precomputed: dict[str, np.ndarray] = {}
     fisher = None
-    if "fisher" in needs and not vocab_only:
-        fisher = _fisher(pl, method, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
-                         device=calib_device, progress=calib_progress)
-    elif needs and not vocab_only:
-        precomputed = _calibrate(pl, quantizer, method, needs, calib=calib, n_samples=calib_samples, seq_len=calib_seq_len,
-                          device=calib_device, threads=threads, progress=calib_progress)
+    if "fisher" in needs and not o.vocab_only:
+        fisher = _fisher(pl, method, calib=o.calib, n_samples=o.calib_samples, seq_len=o.calib_seq_len,
+                         device=o.calib_device, progress=o.calib_progress)
+    elif needs and not o.vocab_only:
+        precomputed = _calibrate(pl, quantizer, method, needs, calib=o.calib, n_samples=o.calib_samples,
+                                 seq_len=o.calib_seq_len, device=o.calib_device, threads=o.threads,
+                                 progress=o.calib_progress)
         fallback = getattr(quantizer, "rtn_fallback", None)
         if fallback:
             msg = (f"method {method!r} has no rounding grid for the types of {len(fallback)} layer matrices "
@@ -337,8 +325,8 @@ def convert(model_dir: str | os.PathLike, output: str | os.PathLike, type: str |
             pl.warnings.append(msg)
             (warn or log.warning)(msg)
     try:
-        digest, no_imatrix = _write(pl, out, force=force, im=im, threads=threads, quantizer=quantizer,
-                                    method=method, progress=progress, precomputed=precomputed, fisher=fisher)
+        digest, no_imatrix = _write(pl, out, force=o.force, im=im, threads=o.threads, quantizer=quantizer,
+                                    method=method, progress=o.progress, precomputed=precomputed, fisher=fisher)
     except GGUFWriteError as e:  # the output exists, its folder is missing...: the user's to fix, as ours
         raise ConversionError(str(e)) from None
     if no_imatrix:
@@ -369,11 +357,11 @@ def _calibrate(pl: ConversionPlan, quantizer: Any, method: str, needs: tuple[str
     """Step 1b (see the module docstring): stream the decoder layers over the calibration text, quantize
     each layer's planned matrices with its statistics, feed the quantized layer's output onward.
     Returns GGUF name -> the tensor's bytes (GGUF row order)."""
-    from ggml_ext import quants
-    from ggml_ext.calibrate import data
-    from ggml_ext.calibrate.collect import CalibrationError, Collector
-    from ggml_ext.calibrate.stream import LayerStream, StreamError
-    from ggml_ext.methods import MethodError
+    from .. import quants
+    from ..calibrate import data
+    from ..calibrate.collect import CalibrationError, Collector
+    from ..calibrate.stream import LayerStream, StreamError
+    from ..methods import MethodError
     import torch
 
     flows = tuple(getattr(quantizer, "workflows", ()))   # a method's parallel workflows (ooc: gptq, ooc)
@@ -493,9 +481,9 @@ def _fisher(pl: ConversionPlan, method: str, *, calib, n_samples, seq_len, devic
     """Step 1b for methods that need the Fisher diagonal: the calibration engine's streamed Fisher over the
     calibration text (cached under the ggml-ext cache by model, text and sampling: a second conversion with
     the same inputs reads it back)."""
-    from ggml_ext.calibrate import data, stats
-    from ggml_ext.calibrate.collect import CalibrationError
-    from ggml_ext.calibrate.stream import StreamError
+    from ..calibrate import data, stats
+    from ..calibrate.collect import CalibrationError
+    from ..calibrate.stream import StreamError
     try:
         st = stats.collect(pl.checkpoint.folder, text=calib, what=("fisher",),
                            n_samples=n_samples or data.DEFAULT_SAMPLES, seq_len=seq_len or data.DEFAULT_SEQ_LEN,
@@ -515,7 +503,7 @@ def _layout(quantizer: Any, p: Plan, ggml_shape: tuple[int, ...]) -> list[tuple[
     comp = getattr(quantizer, "companions", None)
     extra = comp(p.gguf_name) if comp is not None else []
     if extra:   # the matrix in its type, then companion tensors (ooc: the column side-car)
-        from ggml_ext import quants
+        from .. import quants
         nrows = int(np.prod(ggml_shape[1:]))
         return [(p.gguf_name, ggml_shape, p.type_name, nrows * quants.row_size(p.type_name, ggml_shape[0]))] + \
             [(n, tuple(reversed(a.shape)), t, a.nbytes) for n, t, a, _ in extra]
@@ -534,9 +522,9 @@ def _write(pl: ConversionPlan, out: Path, *, force: bool, im: Any, threads: int 
     may write a matrix as several tensors of its own (:func:`_layout`): its ``quantize`` then fills
     their bytes, concatenated, into ``out``."""
     precomputed = precomputed or {}
-    from ggml_ext import quants
-    from ggml_ext.calibrate.imatrix import ImatrixError
-    from ggml_ext.methods import MethodError
+    from .. import quants
+    from ..calibrate.imatrix import ImatrixError
+    from ..methods import MethodError
 
     no_imatrix: list[str] = []
     writer = GGUFWriter(out, force=force)

@@ -18,7 +18,7 @@ distribution keeps the mean and standard deviation of the normalised one,
 the index is dequantized to Ĉ (a second table of the same size).
 
 Everything here is *simulated* quantization: it returns the dequantized float tensor. The bytes of a
-real cache (4-bit indices, sparse outliers) are the kernels' business (a later issue).
+real cache (4-bit indices, sparse outliers) are the kernels' business (:mod:`.kernels`, the C cache types).
 """
 from __future__ import annotations
 

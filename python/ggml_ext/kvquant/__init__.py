@@ -7,10 +7,11 @@
 * :mod:`.simulate` -- simulated quantization of a transformers model's K/V (pre- or post-RoPE keys) and
   perplexity the way llama-perplexity computes it (bench/kvquant/bench_kvquant.py runs the ladder).
 
-A subpackage of :mod:`ggml_ext.methods` (where ARCHITECTURE.md puts it) but not a registered weight method:
-it quantizes activations at run time, not a tensor of the converted file, so the converter's
-:class:`ggml_ext.methods.Method` interface does not fit; the C kernels and the llama.cpp cache types
-(issues 19/20) read the side file instead.
+* :mod:`.kernels` -- the C KV-cache kernels through ctypes (:class:`~.kernels.KVCacheLayer`).
+
+A family package, not a weight method (:mod:`ggml_ext.methods`): it quantizes activations at run time,
+not a tensor of the converted file, so the converter's :class:`ggml_ext.methods.Method` interface does
+not fit; the C kernels and llama.cpp's cache types (``-ctk/-ctv nuq4``, ``--kv-calib``) read the side file.
 """
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ import fnmatch
 import re
 from dataclasses import dataclass
 
-from ggml_ext import formats as _formats
+from .. import formats as _formats
 from .errors import ConversionError
 
 __all__ = ["OUTPUT_TYPES", "KEEP_TYPES", "FILE_TYPES", "KeepRule", "parse_keep", "choose_type", "BLOCK"]
@@ -124,11 +124,23 @@ FILE_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q
               # a codebook file's type is the id of its main type (ggml_ext/src/llama/hooks.c)
               **{r: next(t.id for t in _CB if t.name == main) for r, (main, _) in CODEBOOK_RECIPES.items()
                  if any(t.name == main for t in _CB)}}
-#: weights per block
-BLOCK = {"F32": 1, "F16": 1, "BF16": 1, "Q8_0": 32, "Q4_0": 32, "Q4_1": 32, "Q5_0": 32, "Q5_1": 32,
-         "Q6_K": 256, "Q5_K": 256, "Q4_K": 256, "Q3_K": 256, "Q2_K": 256, "IQ4_NL": 32,
-         **{t.name: t.blck_size for t in (*_Q4_0_IL, *_IQ4_NL_IL, *_CB)}}
 _FLOAT = {"F32", "F16", "BF16"}
+
+
+def _block(type_name: str) -> int:
+    """Weights per block of ``type_name``, from the format registry (the stock rows need the built library,
+    so the policy looks them up when it decides, not at import)."""
+    return _formats.type_by_name(type_name).block_size
+
+
+def __getattr__(name: str):
+    # BLOCK: weights per block of every type the policy can give a tensor, as a dict (for callers that
+    # want the whole map), computed from the registry when first read
+    if name == "BLOCK":
+        names = {*OUTPUT_TYPES.values(), *KEEP_TYPES.values(),
+                 *(t for _, more in CODEBOOK_RECIPES.values() for t in more.values())}
+        return {n: _block(n) for n in sorted(names)}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -173,9 +185,9 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
         if fnmatch.fnmatchcase(name, rule.pattern):
             if used is not None:
                 used.add(i)
-            if ncols % BLOCK[rule.type_name]:
+            if ncols % _block(rule.type_name):
                 raise ConversionError(f"--keep {rule}: {name} has rows of {ncols} weights, not a multiple of "
-                                      f"{rule.type_name}'s block of {BLOCK[rule.type_name]}")
+                                      f"{rule.type_name}'s block of {_block(rule.type_name)}")
             n = INTERLEAVED_ROWS.get(rule.type_name)
             if n is not None and name == "token_embd.weight":
                 raise ConversionError(f"--keep {rule}: {name} is read with get_rows, which needs a plain type; "
@@ -199,7 +211,7 @@ def choose_type(name: str, shape: tuple[int, ...], out_type: str, *, has_output:
         return default
     t = default
     if name == "output.weight" or (not has_output and name == "token_embd.weight"):
-        t = "Q8_0" if (default == "Q8_0" or ncols % BLOCK[default]) else "Q6_K"
+        t = "Q8_0" if (default == "Q8_0" or ncols % _block(default)) else "Q6_K"
     elif default == "IQ4_NL":
         t = _iq4_nl_mix(name, n_gqa, n_layer, has_imatrix)
     return _fallback(t, ncols)
@@ -226,16 +238,16 @@ def _codebook_recipe(name: str, ncols: int, recipe: str, has_output: bool) -> st
 def _fallback(t: str, ncols: int) -> str:
     """llama-quantize's fallback for a row length that is not a whole number of t's blocks
     (``tensor_type_fallback`` of the pinned llama-quant.cpp: the 256-blocks go to a 32-block type)."""
-    if ncols % BLOCK[t] == 0:
+    if ncols % _block(t) == 0:
         return t
-    if t in ("CB2", "CB3") and ncols % BLOCK["IQ4_NL"] == 0:
+    if t in ("CB2", "CB3") and ncols % _block("IQ4_NL") == 0:
         return "IQ4_NL"
-    if t in ("Q2_K", "Q3_K") and ncols % BLOCK["Q4_0"] == 0:
+    if t in ("Q2_K", "Q3_K") and ncols % _block("Q4_0") == 0:
         return "Q4_0"
-    if t == "Q4_K" and ncols % BLOCK["Q5_0"] == 0:
+    if t == "Q4_K" and ncols % _block("Q5_0") == 0:
         return "Q5_0"
-    if t == "Q6_K" and ncols % BLOCK["Q8_0"] == 0:
+    if t == "Q6_K" and ncols % _block("Q8_0") == 0:
         return "Q8_0"
-    if t == "Q5_K" and ncols % BLOCK["Q5_1"] == 0:
+    if t == "Q5_K" and ncols % _block("Q5_1") == 0:
         return "Q5_1"
     return "F16"

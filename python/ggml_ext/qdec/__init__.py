@@ -11,7 +11,11 @@ largest this token: y = Ŵ·x + R[:, sel(x)]·x[sel(x)], R = W − Ŵ kept as 4-
 * :mod:`.calibration` -- ``ggml-ext calibrate dec``: residuals of a base GGUF against the Hugging Face
   weights and the bucket boundaries from calibration activations, into a GGUF side file;
 * :mod:`.simulate` -- the model in torch with the base weights and the compensation added per token
-  (dynamic, static or random channels), for perplexity (bench/qdec/bench_dec.py).
+  (dynamic, static or random channels), for perplexity (bench/qdec/bench_dec.py);
+* :mod:`.tune` -- ``ggml-ext tune dec``: k_chunk and n_tb per linear type for target slowdowns.
+
+A family package, not a weight method (:mod:`ggml_ext.methods`): it adds to a quantized base at run
+time; the op DEC_MUL_MAT and llama.cpp's ``--dec`` read the side file.
 """
 from __future__ import annotations
 

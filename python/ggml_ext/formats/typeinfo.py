@@ -1,41 +1,33 @@
-"""The ggml tensor types ggml-ext knows: ids, names, block sizes, bytes per block.
+"""Every usable ggml type id as one :class:`TypeInfo`, built from the registry's rows: the view the GGUF
+reader and writer, the quantizers and the converter's type policy look types up in.
 
 Three kinds of id:
 
-* **stock** — every type of the pinned llama.cpp tree's ``ggml.h`` (ids 0..42,
-  ``GGML_TYPE_COUNT`` = 43 there). Block sizes and byte sizes are those of the
-  tree's ``type_traits`` table in ``ggml.c`` (``tests/formats/test_gguf_reader.py``
-  checks them against the tree itself).
-* **legacy** — the interleaved ids upstream removed from GGUF files and
-  ggml-ext restores (the registry's rows below its own range), byte-compatible with llama.cpp
-  July-December 2024: same size as Q4_0 / IQ4_NL (32 weights, 18 bytes per
-  block), and the tensor's row count must be divisible by the interleave
-  factor N (4 or 8). See ``docs/formats/interleaved4.md``.
-* **ext** — ggml-ext's own ids (GGML_EXT_TYPE_FIRST_OWN..LAST_OWN). None is defined
-  yet; an id in that range is reported as "ggml-ext type id N, not known to this version".
+* **stock** -- every type of the pinned llama.cpp tree's ``ggml.h`` (ids below ``GGML_TYPE_COUNT``, 43
+  there) that ggml gives a block size, as the library's trait table says (:func:`ggml_ext.formats.
+  stock_types`; ``tests/formats/test_gguf_reader.py`` checks them against the tree's sources).
+* **legacy** -- the interleaved ids upstream removed from GGUF files and ggml-ext restores (the
+  registry's rows below its own range), byte-compatible with llama.cpp July-December 2024: same size as
+  Q4_0 / IQ4_NL (32 weights, 18 bytes per block), and the tensor's row count must be divisible by the
+  interleave factor N (4 or 8). See ``docs/formats/interleaved4.md``.
+* **ext** -- ggml-ext's own ids (GGML_EXT_TYPE_FIRST_OWN..LAST_OWN); an id in that range the registry
+  does not list is reported as "ggml-ext type id N, not known to this version".
 
-The ggml-ext rows come from the format registry (:mod:`ggml_ext.formats`, read from
-the library, whose table is ``ggml_ext/include/ggml-ext-types.def``).
+Ids 4 and 5 (Q4_2, Q4_3) were removed from ggml long ago and stay reserved. Shapes are in ggml order:
+``shape[0]`` (``ne[0]``) is the row length, the number of contiguous weights; ``shape[1]`` is the number
+of rows of a matrix.
 
-Ids 4 and 5 (Q4_2, Q4_3) were removed from ggml long ago and stay reserved.
-Shapes are in ggml order: ``shape[0]`` (``ne[0]``) is the row length, the
-number of contiguous weights; ``shape[1]`` is the number of rows of a matrix.
+The table is built on first use, not at import: the stock rows need the built library, and importing
+the package (``ggml-ext --help``, a source checkout) should not.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Sequence, Union
 
-from . import formats as _formats
-
-__all__ = [
-    "TypeInfo", "TYPES", "STOCK_TYPE_COUNT", "EXT_ID_MIN", "EXT_ID_MAX", "TYPE_ID_LIMIT",
-    "type_info", "find_type", "type_by_name", "describe_id", "is_known",
-    "row_bytes", "tensor_nbytes", "check_shape", "n_elements",
-]
-
-#: ``GGML_TYPE_COUNT`` of the pinned llama.cpp tree (commit 0c1e57098).
-STOCK_TYPE_COUNT = _formats.STOCK_TYPE_COUNT
+__all__ = ["TypeInfo", "type_info", "find_type", "type_by_name", "describe_id", "is_known", "row_bytes",
+           "tensor_nbytes", "check_shape", "n_elements", "all_types", "restored_ids"]
 
 
 @dataclass(frozen=True)
@@ -66,56 +58,6 @@ class TypeInfo:
         return self.type_size * 8 / self.block_size
 
 
-def _t(id_: int, name: str, blck: int, size: int, ggml_name: str | None = None, *,
-       quantized: bool = True, kind: str = "stock", row_group: int = 1, note: str = "",
-       cache_only: bool = False) -> TypeInfo:
-    return TypeInfo(id_, name, blck, size, kind, row_group,
-                    ggml_name if ggml_name is not None else name.lower(), quantized, note, cache_only)
-
-
-_QK_K = 256
-
-_ENTRIES: tuple[TypeInfo, ...] = (
-    # --- stock types of the pinned tree (ggml.h enum ggml_type, ggml.c type_traits) ---
-    _t(0, "F32", 1, 4, quantized=False),
-    _t(1, "F16", 1, 2, quantized=False),
-    _t(2, "Q4_0", 32, 18),
-    _t(3, "Q4_1", 32, 20),
-    _t(6, "Q5_0", 32, 22),
-    _t(7, "Q5_1", 32, 24),
-    _t(8, "Q8_0", 32, 34),
-    _t(9, "Q8_1", 32, 36),      # d and s are fp16 (ggml_half2 ds); older gguf-py says 40
-    _t(10, "Q2_K", _QK_K, 84, "q2_K"),
-    _t(11, "Q3_K", _QK_K, 110, "q3_K"),
-    _t(12, "Q4_K", _QK_K, 144, "q4_K"),
-    _t(13, "Q5_K", _QK_K, 176, "q5_K"),
-    _t(14, "Q6_K", _QK_K, 210, "q6_K"),
-    _t(15, "Q8_K", _QK_K, 292, "q8_K"),
-    _t(16, "IQ2_XXS", _QK_K, 66),
-    _t(17, "IQ2_XS", _QK_K, 74),
-    _t(18, "IQ3_XXS", _QK_K, 98),
-    _t(19, "IQ1_S", _QK_K, 50),
-    _t(20, "IQ4_NL", 32, 18),
-    _t(21, "IQ3_S", _QK_K, 110),
-    _t(22, "IQ2_S", _QK_K, 82),
-    _t(23, "IQ4_XS", _QK_K, 136),
-    _t(24, "I8", 1, 1, quantized=False),
-    _t(25, "I16", 1, 2, quantized=False),
-    _t(26, "I32", 1, 4, quantized=False),
-    _t(27, "I64", 1, 8, quantized=False),
-    _t(28, "F64", 1, 8, quantized=False),
-    _t(29, "IQ1_M", _QK_K, 56),
-    _t(30, "BF16", 1, 2, quantized=False),
-    _t(34, "TQ1_0", _QK_K, 54),
-    _t(35, "TQ2_0", _QK_K, 66),
-    _t(39, "MXFP4", 32, 17),
-    _t(40, "NVFP4", 64, 36),
-    _t(41, "Q1_0", 128, 18),
-    _t(42, "Q2_0", 64, 18),
-    # --- ggml-ext's types (restored interleaved ids, then its own range) come from the registry below ---
-)
-
-
 def _note(t) -> str:
     # what the interleaved4 family's bytes are (docs/formats/interleaved4.md); Q4_0's quants are stored ^ 0x88
     if t.family != "interleaved4":
@@ -124,19 +66,23 @@ def _note(t) -> str:
             + (", quants ^ 0x88" if t.base_name == "Q4_0" else ""))
 
 
-#: ggml-ext's own type ids: EXT_ID_MIN..EXT_ID_MAX inclusive (GGML_EXT_TYPE_FIRST_OWN / LAST_OWN).
-EXT_ID_MIN, EXT_ID_MAX = _formats.own_id_range()
-#: ``GGML_TYPE_COUNT`` once ggml-ext's own ids are in use.
-TYPE_ID_LIMIT = EXT_ID_MAX + 1
+@lru_cache(maxsize=None)
+def all_types() -> dict[int, TypeInfo]:
+    """Every usable type, by id (stock from the library, then ggml-ext's registry rows)."""
+    from . import ext_types, own_id_range, stock_types
+    first_own, _ = own_id_range()
+    entries = [TypeInfo(s.id, s.name, s.blck_size, s.type_size, "stock", 1, s.ggml_name, s.quantized)
+               for s in stock_types()]
+    entries += [TypeInfo(t.id, t.name, t.blck_size, t.type_size, "legacy" if t.id < first_own else "ext",
+                         t.row_group, t.ggml_name, True, _note(t), t.family == "kvquant")
+                for t in ext_types()]
+    return {t.id: t for t in sorted(entries, key=lambda t: t.id)}
 
-_ENTRIES += tuple(
-    _t(t.id, t.name, t.blck_size, t.type_size, t.ggml_name, kind="legacy" if t.id < EXT_ID_MIN else "ext",
-       row_group=t.row_group, note=_note(t), cache_only=t.family == "kvquant")
-    for t in _formats.ext_types())
 
-#: Every usable type, by id.
-TYPES: dict[int, TypeInfo] = {t.id: t for t in sorted(_ENTRIES, key=lambda t: t.id)}
-_BY_NAME: dict[str, TypeInfo] = {t.name.upper(): t for t in _ENTRIES}
+@lru_cache(maxsize=None)
+def _by_name() -> dict[str, TypeInfo]:
+    return {t.name.upper(): t for t in all_types().values()}
+
 
 #: Ids below STOCK_TYPE_COUNT that the pinned tree marks removed and ggml-ext does not restore.
 _REMOVED: dict[int, str] = {4: "Q4_2", 5: "Q4_3"}
@@ -146,20 +92,22 @@ TypeLike = Union[int, str, TypeInfo]
 
 def describe_id(type_id: int) -> str:
     """A human-readable description of any type id, known or not."""
-    t = TYPES.get(type_id)
+    from . import STOCK_TYPE_COUNT, own_id_range
+    t = all_types().get(type_id)
     if t is not None:
         return f"{t.name} (id {t.id})"
     if type_id in _REMOVED:
         return f"ggml type id {type_id} ({_REMOVED[type_id]}), removed from ggml and not supported"
-    if EXT_ID_MIN <= type_id <= EXT_ID_MAX:
+    lo, hi = own_id_range()
+    if lo <= type_id <= hi:
         return f"ggml-ext type id {type_id}, not known to this version"
     return (f"unknown ggml type id {type_id} (this version knows stock ids 0-{STOCK_TYPE_COUNT - 1}, "
-            f"the interleaved ids {_restored_ids()}, and ggml-ext ids {EXT_ID_MIN}-{EXT_ID_MAX})")
+            f"the interleaved ids {restored_ids()}, and ggml-ext ids {lo}-{hi})")
 
 
-def _restored_ids() -> str:
+def restored_ids() -> str:
     """The restored ids as ranges: "31-33 and 36-38"."""
-    ids = sorted(t.id for t in _ENTRIES if t.kind == "legacy")
+    ids = sorted(t.id for t in all_types().values() if t.kind == "legacy")
     runs: list[list[int]] = []
     for i in ids:
         if runs and i == runs[-1][-1] + 1:
@@ -171,16 +119,16 @@ def _restored_ids() -> str:
 
 
 def is_known(type_id: int) -> bool:
-    return type_id in TYPES
+    return type_id in all_types()
 
 
 def find_type(type_id: int) -> TypeInfo | None:
     """The TypeInfo for ``type_id``, or None if it is not a usable type."""
-    return TYPES.get(type_id)
+    return all_types().get(type_id)
 
 
 def type_by_name(name: str) -> TypeInfo:
-    t = _BY_NAME.get(name.upper())
+    t = _by_name().get(name.upper())
     if t is None:
         raise ValueError(f"unknown ggml type name {name!r}")
     return t
@@ -194,7 +142,7 @@ def type_info(type_id: TypeLike) -> TypeInfo:
         return type_by_name(type_id)
     if isinstance(type_id, bool) or not isinstance(type_id, int):
         raise TypeError(f"type id must be an int, a name or a TypeInfo, not {type(type_id).__name__}")
-    t = TYPES.get(type_id)
+    t = all_types().get(type_id)
     if t is None:
         raise ValueError(describe_id(type_id))
     return t
