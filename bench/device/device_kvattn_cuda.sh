@@ -14,7 +14,7 @@
 #            whole cache, flash attention on an f16 V copy) against the default (the decode op on the GPU), and the
 #            same build's f16 cache (upstream's f16 flash attention) as the bar
 # Models: SmolLM2-135M (llama: a single cache, the glue's decode op as merged) with SMOL_CALIB, Gemma-3-270M
-# (iSWA: takes the op only once patch 0327's hook asks the glue, another helper's session-11 branch) with
+# (iSWA: takes the op through patch 0327's hook) with
 # GEMMA_CALIB; a model without a calibration is skipped.
 # Usage (device, repository root):
 #   SMOL_CALIB=... GEMMA_CALIB=... bash bench/device/device_kvattn_cuda.sh $OUT

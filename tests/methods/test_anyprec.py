@@ -161,13 +161,13 @@ def test_extra_starts_and_gain_keep_nesting_and_lower_the_weighted_objective_on_
     """starts=1 also runs the refinement from the optimal 4-bit partition (3 bits by pairing its ranges) and
     keeps the start whose joint objective -- sum over b = 3..3+R of gain**(b-3) x the b-bit weighted error --
     is lowest: the codes still nest, on every row that objective is at most the single start's with the same
-    gain, and over the real rows a gain weighting 4 bits up lowers the 4-bit error below session 8's method
+    gain, and over the real rows a gain weighting 4 bits up lowers the 4-bit error below the plain method
     (refine 2, one start, plain sum)."""
     R, g = 2, 4.0
     lam = g ** np.arange(R + 1)
     tot = {k: np.zeros(6) for k in ("default", "one", "two")}
     for mod, (W, F) in _real_rows().items():
-        cd = ap.quantize(W, F, threads=1, refine=2, starts=0, gain=1.0)  # session 8's method
+        cd = ap.quantize(W, F, threads=1, refine=2, starts=0, gain=1.0)  # the plain method
         c1, t1 = ap.quantize(W, F, threads=1, refine=R, starts=0, gain=g)
         c2, t2 = ap.quantize(W, F, threads=1, refine=R, starts=1, gain=g)
         for r in range(W.shape[0]):

@@ -196,7 +196,7 @@ def test_block_scaled_keys_closer_to_f16(default_gguf, wiki_test, threads, calib
     assert abs(block - f16) < 0.5 * abs(channel - f16), (f16, channel, block)
     assert _ppl(default_gguf, wiki_test, threads, *k, env={"GGML_EXT_KV_KBLOCK": "1"}) == block
     # nuq2 keys per channel alone by default (the block scale made 2-bit caches worse at full context on the
-    # H100, session 12); GGML_EXT_KV_KBLOCK=1 still block-scales them, a different cache
+    # H100); GGML_EXT_KV_KBLOCK=1 still block-scales them, a different cache
     k2 = ["-ctk", "nuq2", "--kv-calib", str(calib), *OS]
     default2 = _ppl(default_gguf, wiki_test, threads, *k2)
     assert default2 == _ppl(default_gguf, wiki_test, threads, *k2, env={"GGML_EXT_KV_KBLOCK": "0"})
