@@ -10,7 +10,7 @@
 #
 #   bash bench/codebooks/bench_codebooks_cpu_speed.sh [OUTDIR]   (env: LAYERS=4 THREADS=2 ARGS="-p 128 -n 32 -r 5")
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-/tmp/bench_cb_cpu}"; mkdir -p "$out"
 LAYERS="${LAYERS:-4}"; THREADS="${THREADS:-$(nproc)}"; ARGS="${ARGS:--p 128 -n 32 -r 5}"
 PY="${PY:-python3}"

@@ -67,7 +67,7 @@ if [ "${MODE:-kernels}" = op ]; then
 fi
 if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     set -euo pipefail
-    cd "$(dirname "$0")/.."
+    cd "$(dirname "$0")/../.."
     out=${1:-${OUT:?give OUTDIR or set OUT}}
     mkdir -p "$out"
     PY=${PYTHON:-$( [ -x /opt/torch/.venv/bin/python3 ] && echo /opt/torch/.venv/bin/python3 || echo python3)}
@@ -104,7 +104,7 @@ if [ "${MODE:-kernels}" = ppl ] || [ "${MODE:-kernels}" = qtime ]; then
     exit $rc
 fi
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-${OUT:-/tmp}}
 mkdir -p "$out"
 work=$(mktemp -d)

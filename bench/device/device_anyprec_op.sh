@@ -4,7 +4,7 @@
 # runs this (what it does, its arguments and environment: the header of bench/device/device_anyprec.sh).
 #   bash bench/device/device_anyprec_op.sh OUT [HF_DIR TEXT]
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 top=${1:?usage: device_anyprec_op.sh OUT [HF_DIR TEXT]} hf=${2:-} text=${3:-}
 . bench/device/device_lib.sh   # from the repository root (cmake -S .)
 device_setup "$top" "device_anyprec op"

@@ -28,7 +28,7 @@
 # Environment: SHAPES (default "4096x4096 1024x4096 14336x4096 4096x14336"), ITERS (50), REPS (32),
 # BUILD (the build folder, default /tmp/bc), SKIP_TESTS=1 (= MODE bench).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 top=${1:?usage: device_dec.sh OUT}
 MODE=${MODE:-all}
 . bench/device/device_lib.sh

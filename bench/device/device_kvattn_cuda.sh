@@ -25,7 +25,7 @@
 #   with GGML_EXT_KV_ATTN_SPLIT, the split kernel's build for 2 / 4 blocks per SM; default none). Every depth also
 #   gets an "op, block kernel" row (GGML_EXT_KV_ATTN_SPLIT=0: the block kernel, the split kernel's fallback).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 top=${1:?usage: device_kvattn_cuda.sh OUT}
 . bench/device/device_lib.sh
 device_setup "$top" "device_kvattn_cuda"

@@ -40,7 +40,7 @@
 #   /tmp/bc), WORK (calibrations, /tmp/kvq-cuda), STEPS (default all: "test upstream calib ppl_smol ppl_gemma
 #   bench mem"; "ppl" = both ppl steps).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 top=${1:?usage: device_kvquant_cuda.sh OUT}
 . bench/device/device_lib.sh
 device_setup "$top" "device_kvquant_cuda"

@@ -6,7 +6,7 @@
 # Prints wall and CPU seconds; CPU seconds / cores approximates the wall time of
 # a quiet machine when other work shares the cores.
 set -euo pipefail
-here=$(cd "$(dirname "$0")/.." && pwd)
+here=$(cd "$(dirname "$0")/../.." && pwd)
 py=${PYTHON:-$here/.venv/bin/python}
 cmake=$(dirname "$py")/cmake
 mkdir -p "$here/build"
