@@ -45,7 +45,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -305,13 +304,14 @@ def _step(man: Manifest, recipe: dict[str, Any], name: str, make: Callable[[Path
 
 # ---------------------------------------------------------------- making files
 
-def _run(argv: list[str], env: dict[str, str], what: str) -> str:
-    proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise CompareError(f"{what} failed (exit {proc.returncode}):\n{tail}")
-    return proc.stdout
+def _run(argv: list[str], env: dict[str, str], what: str, parse: Callable[[str], Any] | None = None) -> Any:
+    """Run a tool; with `parse`, what it reads from the output (a run whose output lacks it runs again, as
+    tools.run says), else the output."""
+    rc, log = tools.run(argv, env, complete=None if parse is None else (lambda log: parse(log) is not None))
+    got = log if parse is None else parse(log)
+    if rc != 0 or got is None:
+        raise CompareError(f"{what} failed (exit {rc}):\n{tools.log_tail(log)}")
+    return got
 
 
 def _bin(plan: Plan, origin: str, tool: str) -> tuple[list[str], dict[str, str]]:
@@ -434,21 +434,6 @@ def parse_kld(log: str) -> dict[str, float] | None:
     return out
 
 
-def _run_logged(argv: list[str], env: dict[str, str], parse: Callable[[str], Any], what: str) -> Any:
-    # llama.cpp's log thread is never joined: on a short run the tool can exit 0 before its last lines are
-    # written (tools.perplexity says more). The result is deterministic, so run again.
-    for _ in range(4):
-        proc = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True, errors="replace")
-        got = parse(proc.stdout)
-        if proc.returncode != 0 or got is not None:
-            break
-    if proc.returncode != 0 or got is None:
-        tail = "\n".join(proc.stdout.strip().splitlines()[-15:])
-        raise CompareError(f"{what} failed (exit {proc.returncode}):\n{tail}")
-    return got
-
-
 def _common_args(plan: Plan) -> list[str]:
     return ["-c", str(plan.n_ctx), "--no-warmup", *(["-t", str(plan.threads)] if plan.threads else []),
             *plan.tool_args]
@@ -462,7 +447,7 @@ def base_logits(plan: Plan, man: Manifest, ref: Path) -> Path:
         argv, env = _bin(plan, "ours", "llama-perplexity")
         args = [*argv, "-m", str(ref), "-f", str(plan.eval_text), "--chunks", str(plan.chunks),
                 "--kl-divergence-base", str(tmp), *_common_args(plan), *extra]
-        m = _run_logged(args, env, lambda log: tools._FINAL.search(log), "llama-perplexity --kl-divergence-base")
+        m = _run(args, env, "llama-perplexity --kl-divergence-base", parse=tools._FINAL.search)
         return {"ppl": float(m.group(1))}
     recipe = plan.recipe("base", ref=_fingerprint(ref), eval=_fingerprint(plan.eval_text), chunks=plan.chunks,
                          n_ctx=plan.n_ctx, kv=plan.kv, tool_args=list(plan.tool_args))
@@ -503,8 +488,8 @@ def measure(plan: Plan, man: Manifest, fmt: Format, path: Path, base: Path) -> d
 
     def make(_: Path) -> dict[str, Any]:
         argv, env = _bin(plan, fmt.origin if not plan.kv else "ours", "llama-perplexity")
-        got = _run_logged([*argv, "-m", str(path), "--kl-divergence-base", str(base), "--kl-divergence",
-                           *_common_args(plan), *extra], env, parse_kld, f"llama-perplexity --kl-divergence ({fmt.spec})")
+        got = _run([*argv, "-m", str(path), "--kl-divergence-base", str(base), "--kl-divergence", *_common_args(plan),
+                    *extra], env, f"llama-perplexity --kl-divergence ({fmt.spec})", parse=parse_kld)
         apq = int(fmt.run_args[1]) if fmt.method == "anyprec" else None
         kv_bits = _kv_bits(fmt.type) if plan.kv else None
         return {**got, "bpw": kv_bits if plan.kv else bits_per_weight(path, apq), "runner": runner}

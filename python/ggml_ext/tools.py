@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,33 @@ def fresh_rusage(argv: list[str]) -> list[str]:
     its -rss_limit_mb at once). A fresh interpreter's fork gives the program a small starting count."""
     return [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
             *(str(a) for a in argv)]
+
+
+def run(argv: list[str], env: dict[str, str] | None = None,
+        complete: Callable[[str], bool] | None = None, echo: bool = False) -> tuple[int, str]:
+    """Run a tool to its end: (exit code, its output, stdout and stderr together; `echo` passes it on to stderr).
+    llama.cpp's log runs on its own thread, never joined (common_log_main is a leaked static): on a fast run (tiny
+    models, a loaded machine) a tool can exit 0 before its last lines are written (seen about 1 run in 3 here).
+    `complete(log)` says whether the lines the caller reads are there; the result is deterministic, so a run that
+    exits 0 without them runs again (4 tries)."""
+    for _ in range(4):
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        out = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.append(line)
+            if echo:
+                sys.stderr.write(line)
+        rc, log = proc.wait(), "".join(out)
+        if rc != 0 or complete is None or complete(log):
+            break
+    return rc, log
+
+
+def log_tail(log: str, lines: int = 15) -> str:
+    """The last lines of a tool's output, for an error message."""
+    return "\n".join(log.strip().splitlines()[-lines:])
 
 
 def exec_tool(name: str, args: list[str]) -> int:
@@ -77,25 +105,11 @@ def perplexity(model: str | os.PathLike, text: str | os.PathLike, n_ctx: int = 5
         args += ["--apq-bits", str(apq_bits)]
     args += list(extra or [])
     argv = [str(binary), *(str(a) for a in args)] if binary else command("llama-perplexity", *args)
-    for attempt in range(4):
-        proc = subprocess.Popen(argv, env={**tool_env(), **(env or {})}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
-        out = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            out.append(line)
-            if echo:
-                sys.stderr.write(line)
-        rc = proc.wait()
-        log = "".join(out)
-        m, c = _FINAL.search(log), _CHUNKS.search(log)
-        # llama.cpp's log runs on its own thread, never joined (common_log_main is a leaked static): on a fast
-        # run (tiny models, a loaded machine) the tool can exit 0 before the
-        # "Final estimate" line is written (seen about 1 run in 3 here). The result is deterministic: run again.
-        if not (rc == 0 and c and not m):
-            break
+    # complete: the "Final estimate" line, or no sign that the tool got as far as computing
+    rc, log = run(argv, {**tool_env(), **(env or {})}, echo=echo,
+                  complete=lambda log: bool(_FINAL.search(log)) or not _CHUNKS.search(log))
+    m, c = _FINAL.search(log), _CHUNKS.search(log)
     if rc != 0 or not m or not c:
-        tail = "\n".join(log.strip().splitlines()[-15:])
-        raise RuntimeError(f"llama-perplexity failed (exit {rc}):\n{tail}")
+        raise RuntimeError(f"llama-perplexity failed (exit {rc}):\n{log_tail(log)}")
     n_chunks, ctx = int(c.group(1)), int(c.group(2))
     return Perplexity(float(m.group(1)), float(m.group(2)), ctx, n_chunks, n_chunks * (ctx - 1 - ctx // 2), log)

@@ -72,7 +72,6 @@ def test_resume_redoes_nothing(matrix, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a cached step ran again")
     monkeypatch.setattr(C, "_run", refuse)
-    monkeypatch.setattr(C, "_run_logged", refuse)
     import ggml_ext.convert
     monkeypatch.setattr(ggml_ext.convert, "convert", refuse)
     again, _ = C.compare(_plan(plan.out), progress=False)
