@@ -151,15 +151,24 @@ bool ggml_ext_settings_kvquant_decode_ref(void) {
     return is(GGML_EXT_SETTING_KVQ_DECODE, "ref");
 }
 
-// Read once: the setting picks a kernel for the whole process (a benchmark compares two processes).
-bool ggml_ext_settings_codebooks_f32_mmv(void) {
-    static atomic_int state;  // 0 not read, 1 integer mat-vec, 2 f32
-    int s = atomic_load(&state);
+// A setting read once for the whole process: *state is 0 until read, then 1 (false) or 2 (true).
+static bool read_once(atomic_int * state, bool (*read)(void)) {
+    int s = atomic_load(state);
     if (s == 0) {
-        s = is(GGML_EXT_SETTING_CB_MMV, "f32") ? 2 : 1;
-        atomic_store(&state, s);
+        s = read() ? 2 : 1;
+        atomic_store(state, s);
     }
     return s == 2;
+}
+
+static bool codebooks_mmv_is_f32(void) {
+    return is(GGML_EXT_SETTING_CB_MMV, "f32");
+}
+
+// Read once: the setting picks a kernel for the whole process (a benchmark compares two processes).
+bool ggml_ext_settings_codebooks_f32_mmv(void) {
+    static atomic_int state;
+    return read_once(&state, codebooks_mmv_is_f32);
 }
 
 int ggml_ext_settings_dec_launch(void) {
@@ -168,14 +177,13 @@ int ggml_ext_settings_dec_launch(void) {
     return c < 0 ? GGML_EXT_DEC_LAUNCH_AUTO : c;
 }
 
+static bool runtime_repack_is_off(void) {
+    static const char * const off[] = { "0", "off", "false", "no" };
+    return choice(GGML_EXT_SETTING_RUNTIME_REPACK, off, 4, -1) >= 0;
+}
+
 // Read once: ggml-cpu picks a weight's buffer type when the model loads, and every weight must agree.
 bool ggml_ext_settings_runtime_repack(void) {
-    static atomic_int state;  // 0 not read, 1 on, 2 off
-    int s = atomic_load(&state);
-    if (s == 0) {
-        static const char * const off[] = { "0", "off", "false", "no" };
-        s = choice(GGML_EXT_SETTING_RUNTIME_REPACK, off, 4, -1) >= 0 ? 2 : 1;
-        atomic_store(&state, s);
-    }
-    return s == 1;
+    static atomic_int state;
+    return !read_once(&state, runtime_repack_is_off);
 }
