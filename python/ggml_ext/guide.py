@@ -9,7 +9,7 @@ the section of docs/RESULTS.md that holds its figures.
 
     ggml-ext info --types --markdown      the table README carries between its marker comments
 
-``tests/test_readme.py`` fails when README's copy and this module disagree, and checks the kernel
+``tests/formats/test_which_format.py`` fails when README's copy and this module disagree, and checks the kernel
 names against the C sources and against what this CPU dispatches.
 """
 from __future__ import annotations

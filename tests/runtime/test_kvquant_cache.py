@@ -39,8 +39,8 @@ def calib():
     return cs.default_kv_calibration()
 
 
-def _ppl(model, text, threads, *extra, env=None):
-    return tools.perplexity(model, text, n_ctx=CTX, chunks=CHUNKS, threads=threads, env=env,
+def _ppl(model, text, threads, *extra, env=None, chunks=CHUNKS):
+    return tools.perplexity(model, text, n_ctx=CTX, chunks=chunks, threads=threads, env=env,
                             extra=["-fa", "on", *extra]).ppl
 
 
@@ -121,8 +121,7 @@ VALUE_CHUNKS = 8
 
 def test_nuq_value_cache_perplexity(default_gguf, wiki_test, threads, calib):
     def ppl(*extra, env=None):
-        return tools.perplexity(default_gguf, wiki_test, n_ctx=CTX, chunks=VALUE_CHUNKS, threads=threads, env=env,
-                                extra=["-fa", "on", *extra]).ppl
+        return _ppl(default_gguf, wiki_test, threads, *extra, env=env, chunks=VALUE_CHUNKS)
     f16 = ppl("-ctk", "f16", "-ctv", "f16")
     nuq4 = ppl("-ctv", "nuq4", "--kv-calib", str(calib))
     # the calibration from the environment instead of the flag
