@@ -363,6 +363,18 @@ def make_imatrix(plan: Plan, man: Manifest, ref: Path) -> Path:
     return plan.out / _step(man, recipe, "imatrix", make)["file"]
 
 
+def _method_defaults(method: str | None) -> dict[str, Any] | None:
+    """A method's default options, part of its files' recipes: a file made with other defaults is made again."""
+    if method is None:
+        return None
+    from . import methods
+    m = methods.create(method)
+    scalar = (str, int, float, bool, type(None))
+    out = {k: v for k, v in vars(m).items() if isinstance(v, scalar)}
+    out.update({k: v for k, v in (getattr(m, "options", None) or {}).items() if isinstance(v, scalar)})
+    return dict(sorted(out.items()))
+
+
 def make_file(plan: Plan, man: Manifest, fmt: Format, ref: Path, im: Path | None) -> Path:
     """One format's file (cached by recipe)."""
     calib = {"calib": _fingerprint(plan.calib), "samples": plan.calib_samples, "seq_len": plan.calib_seq_len}
@@ -383,7 +395,7 @@ def make_file(plan: Plan, man: Manifest, fmt: Format, ref: Path, im: Path | None
         calibrates = method in CALIBRATING or (method is None and fmt.type in CODEBOOK_RECIPES)
         recipe = plan.recipe("file", spec=fmt.file_spec, hf=_fingerprint(plan.hf),
                              imatrix=_key({"im": _fingerprint(im)}) if takes_imatrix and im else None,
-                             **(calib if calibrates else {}))
+                             defaults=_method_defaults(method), **(calib if calibrates else {}))
 
         def make(tmp: Path) -> dict[str, Any]:
             kw: dict[str, Any] = {"method": method, "force": True, "threads": plan.threads}

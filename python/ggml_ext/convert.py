@@ -75,14 +75,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bits", default=None, metavar="S-P",
                    help="anyprec: seed and parent precisions, one file serving each of S..P bits (default 3-8)")
     p.add_argument("--percdamp", type=float, default=None,
-                   help="gptq: damping, a fraction of the Hessian's mean diagonal (default 0.01)")
+                   help="gptq: damping, a fraction of the Hessian's mean diagonal (default 0.1; ooc: 0.01)")
     p.add_argument("--gptq-scales", choices=("dynamic", "static"), default=None,
-                   help="gptq: a block's scales chosen when the sweep reaches it from the updated weights "
-                        "(dynamic, default) or fixed before the sweep as llama-quantize --imatrix would write them "
-                        "(static; docs/GPTQ.md)")
+                   help="gptq: a block's scales fixed before the sweep as llama-quantize --imatrix would write them "
+                        "(static, default) or chosen when the sweep reaches it from the updated weights "
+                        "(dynamic; ooc always; docs/GPTQ.md)")
     p.add_argument("--gptq-v-hessian", choices=("input", "attention"), default=None,
-                   help="gptq: v_proj's Hessian, of its inputs like every matrix (input, default) or of the attention "
-                        "output it feeds, per kv head (attention; docs/GPTQ.md)")
+                   help="gptq: v_proj's Hessian, of the attention output it feeds, per kv head (attention, default) "
+                        "or of its inputs like every matrix (input; docs/GPTQ.md)")
     p.add_argument("--gptq-k-hessian", choices=("input", "attention"), default=None,
                    help="gptq: k_proj's Hessian, of its inputs (input, default) or key-weighted by the queries and "
                         "attention that read each key, per kv head (attention; docs/GPTQ.md)")

@@ -142,6 +142,21 @@ def test_bad_hessians_and_options_are_refused():
     assert out.tobytes() == quants.quantize(W, "Q4_0").tobytes()
 
 
+#: GPTQ as the paper runs it (dynamic scales, percdamp 0.01, every matrix its input Hessian), which the functions
+#: below default to; the method's own defaults are the best measured settings (test_method_defaults_are_the_best_measured)
+PAPER = {"scale_rule": "dynamic", "percdamp": 0.01, "v_hessian": "input"}
+
+
+def test_method_defaults_are_the_best_measured():
+    """`convert --method gptq` with no options runs the settings docs/GPTQ.md "Defaults" measured best: static
+    scales, percdamp 0.1, the attention-output Hessian for v_proj (so it collects attn_hessian)."""
+    m = methods.create("gptq")
+    assert m.options["scale_rule"] == "static" and m.options["percdamp"] == 0.1 and m.v_hessian == "attention"
+    assert m.calibration_needs == ("hessian", "attn_hessian")
+    o = methods.create("ooc")   # OOC's clear columns need dynamic scales; its plain flow is the paper's GPTQ
+    assert o.plain.options["scale_rule"] == "dynamic" and o.plain.v_hessian == "input"
+
+
 def _tiny_text(tmp_path: Path) -> Path:
     text = tmp_path / "calib.txt"
     text.write_text(" ".join(f"word{i} and some more text, number {i * 7}." for i in range(3000)))
@@ -153,7 +168,7 @@ def test_convert_writes_gptq_bytes_and_feeds_quantized_outputs(tmp_path):
     text = _tiny_text(tmp_path)
     out = tmp_path / "g.gguf"
     r = convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32,
-                calib_progress=False)
+                calib_progress=False, method_options=PAPER)
     assert r.type_counts.get("Q4_0", 0) > 0
     got = cs.read_tensor_bytes(out)
     # layer 0 sees the float model's inputs: its bytes are GPTQ of its Hessian, q/k rows in llama.cpp's order
@@ -300,7 +315,7 @@ def test_v_hessian_attention_quantizes_v_proj_per_kv_head(tmp_path):
     text = _tiny_text(tmp_path)
     out = tmp_path / "va.gguf"
     convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32, calib_progress=False,
-            method_options={"v_hessian": "attention"})
+            method_options={**PAPER, "v_hessian": "attention"})
     cfg = json.loads((Path(model) / "config.json").read_text())
     tok = tokenize(model, str(text), n_samples=4, seq_len=32)
     st, col = LayerStream(model, attention_weights=True), Collector(("hessian", "attn_hessian"))
@@ -339,7 +354,7 @@ def test_k_hessian_attention_is_the_key_weighted_hessian_per_kv_head(tmp_path):
     text = _tiny_text(tmp_path)
     out = tmp_path / "ka.gguf"
     convert(model, out, "q4_0", method="gptq", calib=text, calib_samples=4, calib_seq_len=32, calib_progress=False,
-            method_options={"k_hessian": "attention"})
+            method_options={**PAPER, "k_hessian": "attention"})
     cfg = json.loads((Path(model) / "config.json").read_text())
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     tok = tokenize(model, str(text), n_samples=4, seq_len=32)

@@ -68,7 +68,8 @@ def test_cli_convert_gptq_cb2_end_to_end(tmp_path):
     text = _tiny_text(tmp_path)
     out = tmp_path / "g-cb2.gguf"
     assert cli.main(["convert", str(model), "-o", str(out), "--type", "cb2", "--method", "gptq", "--calib", str(text),
-                     "--calib-samples", "4", "--calib-seq-len", "32"]) == 0
+                     "--calib-samples", "4", "--calib-seq-len", "32", "--gptq-scales", "dynamic", "--percdamp", "0.01",
+                     "--gptq-v-hessian", "input"]) == 0
     got = cs.read_tensor_bytes(out)
     for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"):
         assert got[f"blk.0.{name}.weight"][0] == "CB2", name

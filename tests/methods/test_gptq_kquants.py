@@ -12,7 +12,7 @@ converter's "pure" K-quant files (--type q2_k .. q6_k).
   sub-blocks with a minimum nearly recover; there only round-to-nearest is the bar).
 * The numpy reference and the batched torch sweep write the same bytes (lazy blocks that straddle the
   256-column super-blocks, act-order, static and dynamic scales).
-* ``ggml-ext convert --method gptq --type q3_k`` (and q2_k with the best known options: static scales,
+* ``ggml-ext convert --method gptq --type q3_k`` (and q2_k with the method's defaults, the best measured: static scales,
   percdamp 0.1, v_proj's attention-output Hessian) on a tiny Llama whose rows are 256 long: the layers'
   matrices are Q3_K / Q2_K, layer 0's bytes are GPTQ of its Hessian, the file runs in our llama.cpp.
 * ``--type q3_k`` / ``q2_k`` with rtn writes what ``llama-quantize --pure`` writes with the same
@@ -144,7 +144,9 @@ def test_cli_convert_gptq_q3_k_and_q2_k_end_to_end(tmp_path):
     cfg = json.loads((Path(model) / "config.json").read_text())
     n_head, n_kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     ids = cs.hf_tokenize(model, "word12 and some more text, number 84.")
-    runs = {"q3_k": [], "q2_k": ["--gptq-scales", "static", "--percdamp", "0.1", "--gptq-v-hessian", "attention"]}
+    # q3_k with GPTQ's paper settings, q2_k with the method's defaults (static scales, percdamp 0.1, v_proj's
+    # attention-output Hessian)
+    runs = {"q3_k": ["--gptq-scales", "dynamic", "--percdamp", "0.01", "--gptq-v-hessian", "input"], "q2_k": []}
     for t, extra in runs.items():
         out = tmp_path / f"g-{t}.gguf"
         assert cli.main(["convert", str(model), "-o", str(out), "--type", t, "--method", "gptq", "--calib", str(text),
@@ -155,13 +157,13 @@ def test_cli_convert_gptq_q3_k_and_q2_k_end_to_end(tmp_path):
             assert got[f"blk.0.{name}.weight"][0] == T, name
         assert got["output.weight"][0] == "Q6_K"
         # layer 0 sees the float model's inputs: its bytes are GPTQ of its Hessians
-        static = dict(scale_rule="static", percdamp=0.1) if extra else {}
-        layer, prefix, stats = _layer0_hessians(model, text, **({"attention_weights": True} if extra else {}))
+        static = dict(scale_rule="static", percdamp=0.1) if not extra else {}
+        layer, prefix, stats = _layer0_hessians(model, text, **({"attention_weights": True} if not extra else {}))
         for hf, gguf, heads in (("self_attn.k_proj", "attn_k", n_kv), ("mlp.down_proj", "ffn_down", None),
                                 ("self_attn.v_proj", "attn_v", None)):
             w = layer.get_submodule(hf).weight.detach().numpy()
             s = stats[f"{prefix}.{hf}"]
-            if hf.endswith("v_proj") and extra:   # per kv head, its attention-output Hessian
+            if hf.endswith("v_proj") and not extra:   # per kv head, its attention-output Hessian
                 parts = [G.gptq(r, Hg, T, **static) for r, Hg in zip(np.split(w, n_kv), s["attn_hessian"])]
                 b = np.concatenate([p.pack(GRIDS[T]) for p in parts])
             else:

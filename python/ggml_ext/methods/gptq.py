@@ -51,14 +51,16 @@ decoder layers (embeddings, output) have no Hessian there and get the type's RTN
 type policy gives a type without a grid here (none of the converter's own policies does: every type they
 give a layer matrix has a grid; a --keep type such as Q4_0_4_4 would), with a warning.
 
-Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``): ``percdamp`` (0.01),
-``act_order`` (True), ``v_hessian`` ("input": H = XᵀX for v_proj as for every matrix | "attention":
-per kv head the Hessian of the attention output, collect.py's ``attn_hessian``; docs/GPTQ.md says why),
+Options (``methods.create("gptq", ...)``, ``convert(..., method_options=...)``; the method's defaults are the
+best measured settings, docs/GPTQ.md "Defaults"; the functions below keep GPTQ's own, percdamp 0.01 and dynamic
+scales): ``percdamp`` (0.1), ``act_order`` (True), ``v_hessian`` ("attention", the default: per kv head the
+Hessian of the attention output, collect.py's ``attn_hessian``, docs/GPTQ.md says why; where a model has no
+separate v_proj, the input Hessian | "input": H = XᵀX for v_proj as for every matrix),
 ``k_hessian`` ("input" | "attention": per kv head collect.py's key-weighted ``key_hessian`` for k_proj),
 ``shrink`` (0: the Hessian's off-diagonal scaled by 1 - shrink, see :func:`prepare`), ``block_size`` (128, the lazy block), ``scale_importance`` ("hessian"|"none"), ``scale_rule``
-("dynamic": scales chosen when the sweep reaches a block, as above | "static": GPTQ's static groups,
-every block's scales fixed before the sweep by llama.cpp's imatrix quantizer on the unmodified weights
-with diag(H) as the imatrix -- the scales ``llama-quantize --imatrix`` would write),
+("static", the default: GPTQ's static groups, every block's scales fixed before the sweep by llama.cpp's
+imatrix quantizer on the unmodified weights with diag(H) as the imatrix -- the scales ``llama-quantize
+--imatrix`` would write | "dynamic": scales chosen when the sweep reaches a block, as above),
 ``implementation`` ("batched"|"reference"), ``device`` ("cpu", "cuda", ...), ``dtype`` ("float64"|
 "float32"), ``iq4_nl_weighting`` (ggml-ext's IQ4_NL scale search, as for rtn).
 """
@@ -469,9 +471,9 @@ class GPTQ:
     #: what the converter pipeline must collect per layer (ggml_ext.calibrate.collect) for this method
     calibration_needs = ("hessian",)
 
-    def __init__(self, percdamp: float = 0.01, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "input",
+    def __init__(self, percdamp: float = 0.1, act_order: bool = True, shrink: float = 0.0, v_hessian: str = "attention",
                  k_hessian: str = "input", block_size: int = 128,
-                 scale_importance: str = "hessian", scale_rule: str = "dynamic", implementation: str = "batched",
+                 scale_importance: str = "hessian", scale_rule: str = "static", implementation: str = "batched",
                  device: str = "cpu",
                  dtype: str = "float64", iq4_nl_weighting: str = "default"):
         from ggml_ext import quants

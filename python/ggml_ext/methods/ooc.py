@@ -275,7 +275,8 @@ class OOC:
         self.workflows = {"both": ("gptq", "ooc"), "ooc": ("ooc",), "gptq": ("gptq",)}[flow]
         self.gptq_options = dict(percdamp=percdamp, act_order=act_order, block_size=block_size, device=device,
                                  dtype=dtype)
-        self.plain = GPTQ(percdamp=percdamp, act_order=act_order, block_size=block_size, device=device, dtype=dtype)
+        self.plain = GPTQ(percdamp=percdamp, act_order=act_order, block_size=block_size, device=device, dtype=dtype,
+                          scale_rule="dynamic", v_hessian="input")
         self.device = device
         self.sidecars: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {f: {} for f in self.workflows}
         self.results: dict[str, OOCResult] = {}     # the ooc flow's per matrix (for reports and tests)
