@@ -66,9 +66,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("IQ4_NL_8_8", "`convert --type iq4_nl_8_8`", ("avx2", "avx512-vnni"),
           ("neon-dotprod", "neon-i8mm"), "yes, as IQ4_NL",
           "IQ4_NL's quality on AVX-512 x86 (on AVX2-only CPUs keep the stock IQ4_NL file)", "IQ4_NL"),
-    Entry("Q3_K", "`convert --type q3_k --method gptq --gptq-scales static --percdamp 0.1 --gptq-v-hessian attention`", (), (), "yes",
+    Entry("Q3_K", "`convert --type q3_k --method gptq --calib wiki-train`", (), (), "yes",
           "3-bit file any llama.cpp reads; GPTQ beats the imatrix (Gemma-3-270M 17.4 vs 21.3)", "GPTQ and OOC"),
-    Entry("Q2_K", "`convert --type q2_k --method gptq --gptq-scales static --percdamp 0.1 --gptq-v-hessian attention`", (), (), "yes",
+    Entry("Q2_K", "`convert --type q2_k --method gptq --calib wiki-train`", (), (), "yes",
           "2-bit file any llama.cpp reads; GPTQ beats the imatrix (Gemma-3-270M 20.7 vs 28.3)", "GPTQ and OOC"),
     Entry("CB3", "`convert --type cb3` (or `cb3_m`) `--calib wiki-train`", ("avx2",), ("neon-dotprod",), "yes",
           "3-bit on a GPU: Q3_K's size, lower perplexity than Q3_K_S on Gemma-3-270M, "
