@@ -54,6 +54,7 @@ ANYPREC = [
     SRC / "formats" / "anyprec" / "dispatch.c",
     SRC / "generic" / "anyprec.c",
     SRC / "x86" / "anyprec_avx2.c",
+    SRC / "x86" / "anyprec_avx512.c",
     SRC / "arm" / "anyprec_neon.c",
 ]
 

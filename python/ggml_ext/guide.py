@@ -75,7 +75,7 @@ ENTRIES: tuple[Entry, ...] = (
           "decodes 1.2x Q3_K on an H100", "Codebooks (CB2/CB3)"),
     Entry("CB2", "`convert --type cb2` (or `cb2_m`) `--calib wiki-train`", ("avx2",), ("neon-dotprod",), "yes",
           "2-bit: 7 % smaller than Q2_K, decodes at Q2_K's speed on an H100", "Codebooks (CB2/CB3)"),
-    Entry("APQ", "`convert --method anyprec --bits 3-8 --calib wiki-train`", ("avx2",), ("neon",), "yes",
+    Entry("APQ", "`convert --method anyprec --bits 3-8 --calib wiki-train`", ("avx2", "avx512"), ("neon",), "yes",
           "one file, precision 3..8 picked at run time (`--apq-bits B`: B bits per weight read of the 8 "
           "stored); 3 bits decodes at Q4_K's speed on an H100", "Any-precision"),
     Entry("NUQ4", "`calibrate kv`, then `-ctk nuq4 -ctv nuq4 --kv-calib FILE`", ("avx2",), ("neon",), "yes, cache in VRAM",

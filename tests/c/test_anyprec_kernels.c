@@ -1,5 +1,5 @@
 // The any-precision GEMV kernels against their scalar twin (and the twin against a double-precision
-// dot product of the dequantized rows): every compiled-in kernel (AVX2 on x86, NEON on aarch64) and the
+// dot product of the dequantized rows): every compiled-in kernel (AVX2 and AVX-512 on x86, NEON on aarch64) and the
 // dispatcher, for every precision 1..8 of parents up to 8, several row lengths and row ranges.
 // Prints "kernel <name>" and "ok <cases>"; exits 1 on the first mismatch.
 #include "common/fp16.h"
@@ -57,6 +57,9 @@ int main(void) {
         { "dispatch", ggml_ext_anyprec_gemv },
 #if defined(GGML_EXT_HAVE_AVX2)
         { "avx2", ggml_ext_anyprec_gemv_avx2 },
+#endif
+#if defined(GGML_EXT_HAVE_AVX512)
+        { "avx512", ggml_ext_anyprec_gemv_avx512 },
 #endif
 #if defined(GGML_EXT_HAVE_NEON)
         { "neon", ggml_ext_anyprec_gemv_neon },

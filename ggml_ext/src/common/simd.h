@@ -23,6 +23,9 @@
 #    if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #        define GGML_EXT_HAVE_AVX512VNNI 1
 #    endif
+#    if defined(__AVX512F__) && defined(__AVX512BW__)
+#        define GGML_EXT_HAVE_AVX512 1  // byte masks and permutes (the any-precision GEMV)
+#    endif
 #endif
 
 // Helpers of the kernels are always inlined (constant layout parameters fold away), and

@@ -2,8 +2,10 @@
 // word of each of the first b planes; each word's bits are spread to one byte per weight (pshufb
 // replicates byte j/8 of the word into byte j, AND with 1 << (j%8), compare: the bit-transpose as 32
 // byte lanes), the bytes OR-ed into the codes with the plane's weight 2^(b-1-k); then 4 x 8 codes are
-// widened and looked up in the row's float table (gather) and multiply-accumulated with x. Lane l of the
-// accumulator holds weights j = l mod 8, as the scalar twin's.
+// widened and looked up in the row's float table and multiply-accumulated with x, into four accumulators
+// (one per 8-weight group: the FMAs' latency does not serialise the row). The lookup is a register permute
+// where the table fits (b <= 3: one vpermps; b = 4: two and a blend), a gather from memory above: a gather
+// costs several times a permute on most x86 cores.
 #include "formats/anyprec/anyprec_impl.h"
 
 #if defined(GGML_EXT_HAVE_AVX2)
@@ -26,7 +28,7 @@ int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * t
     for (int k = 0; k < bits; k++) {
         weight[k] = _mm256_set1_epi8((char) (1 << (bits - 1 - k)));
     }
-    float lut[256];
+    float lut[256] = { 0 };  // zero past the table: t0 / t1 load 16 entries whatever b
     for (int64_t r = 0; r < nr; r++) {
         const ggml_ext_fp16_t * t = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
         if (bits >= 3) {
@@ -39,7 +41,8 @@ int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * t
             }
         }
         const uint8_t * row = planes + (size_t) (r0 + r) * (size_t) row_bytes;
-        __m256          acc = _mm256_setzero_ps();
+        const __m256    t0  = _mm256_loadu_ps(lut), t1 = _mm256_loadu_ps(lut + 8);
+        __m256          acc[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
         for (int64_t i = 0; i < row_bytes; i += 4) {
             __m256i codes = _mm256_setzero_si256();
             for (int k = 0; k < bits; k++) {
@@ -51,16 +54,25 @@ int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * t
             }
             const __m128i lo = _mm256_castsi256_si128(codes);
             const __m128i hi = _mm256_extracti128_si256(codes, 1);
+            const __m256i c[4] = { _mm256_cvtepu8_epi32(lo), _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)),
+                                   _mm256_cvtepu8_epi32(hi), _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)) };
             const float * xi = x + 8 * i;
-            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(lo), 4), _mm256_loadu_ps(xi), acc);
-            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), 4),
-                                  _mm256_loadu_ps(xi + 8), acc);
-            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(hi), 4), _mm256_loadu_ps(xi + 16), acc);
-            acc = _mm256_fmadd_ps(_mm256_i32gather_ps(lut, _mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), 4),
-                                  _mm256_loadu_ps(xi + 24), acc);
+            for (int g = 0; g < 4; g++) {
+                __m256 v;
+                if (bits <= 3) {
+                    v = _mm256_permutevar8x32_ps(t0, c[g]);
+                } else if (bits == 4) {  // bit 3 of the code picks the upper 8 entries (blendv reads the sign)
+                    v = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, c[g]), _mm256_permutevar8x32_ps(t1, c[g]),
+                                         _mm256_castsi256_ps(_mm256_slli_epi32(c[g], 28)));
+                } else {
+                    v = _mm256_i32gather_ps(lut, c[g], 4);
+                }
+                acc[g] = _mm256_fmadd_ps(v, _mm256_loadu_ps(xi + 8 * g), acc[g]);
+            }
         }
-        // ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), the scalar twin's order
-        __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        // the four accumulators, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) of their lanes
+        const __m256 a = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+        __m128       s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         s        = _mm_add_ps(s, _mm_movehl_ps(s, s));
         y[r]     = _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
     }

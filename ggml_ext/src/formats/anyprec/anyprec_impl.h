@@ -1,5 +1,5 @@
 // The any-precision GEMV kernels (same contract as ggml_ext_anyprec_gemv_ref in anyprec.h): the scalar
-// reference in generic/anyprec.c, SIMD twins in x86/anyprec_avx2.c and arm/anyprec_neon.c (each defined
+// reference in generic/anyprec.c, SIMD twins in x86/anyprec_avx2.c, x86/anyprec_avx512.c and arm/anyprec_neon.c (each defined
 // only where its instruction set is compiled in: common/simd.h), and ggml_ext_anyprec_gemv in dispatch.c,
 // which runs the best one this build has. All of them read the first b planes and precision b's table.
 #pragma once
@@ -19,12 +19,16 @@ typedef int (*ggml_ext_anyprec_gemv_fn)(const uint8_t * planes, const ggml_ext_f
 int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
 #endif
+#if defined(GGML_EXT_HAVE_AVX512)
+int ggml_ext_anyprec_gemv_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                 int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
+#endif
 #if defined(GGML_EXT_HAVE_NEON)
 int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
 #endif
 
-// The best kernel of this build and its name ("avx2", "neon", "scalar").
+// The best kernel of this build and its name ("avx512", "avx2", "neon", "scalar").
 GGML_EXT_API int          ggml_ext_anyprec_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0,
                                                 int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits, int bits,
                                                 const float * x, float * y);

@@ -7,7 +7,9 @@
 
 int ggml_ext_anyprec_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
                           int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-#if defined(GGML_EXT_HAVE_AVX2)
+#if defined(GGML_EXT_HAVE_AVX512)
+    return ggml_ext_anyprec_gemv_avx512(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, x, y);
+#elif defined(GGML_EXT_HAVE_AVX2)
     return ggml_ext_anyprec_gemv_avx2(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, x, y);
 #elif defined(GGML_EXT_HAVE_NEON)
     return ggml_ext_anyprec_gemv_neon(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, x, y);
@@ -26,7 +28,9 @@ const char * ggml_ext_anyprec_dispatched_kernel(int type, int gemm) {
 }
 
 const char * ggml_ext_anyprec_gemv_name(void) {
-#if defined(GGML_EXT_HAVE_AVX2)
+#if defined(GGML_EXT_HAVE_AVX512)
+    return "avx512";
+#elif defined(GGML_EXT_HAVE_AVX2)
     return "avx2";
 #elif defined(GGML_EXT_HAVE_NEON)
     return "neon";
