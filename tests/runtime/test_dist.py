@@ -4,8 +4,9 @@ started from there, nothing installed.
 - Each bundle holds the six programs and every library they need but glibc's, found through RPATH $ORIGIN/../lib;
   the CPU backend comes as one module per variant, next to the programs.
 - aarch64, under qemu-aarch64-static with one CPU model per level the variants cover: ggml loads the variant
-  the CPU calls for (its load log names the file), and llama-cli's greedy answer on a Q4_0_4_8 file of the default
-  model is the same text as our native x86 build's. The glibc comes from the cross toolchain's sysroot
+  the CPU calls for (the load log names the file: llama-bench prints it, the tools on common's log keep it below
+  their default verbosity), and llama-cli's greedy answer on a Q4_0_4_8 file of the default model is the same
+  text as our native x86 build's. The glibc comes from the cross toolchain's sysroot
   (/usr/aarch64-linux-gnu, qemu -L); tests/runtime/test_arm_userland.py runs the bundle on a Debian arm64 userland.
 - x86_64, natively: a variant this CPU can run is loaded, the same greedy answer; its llama-server answers
   /v1/chat/completions, and the aarch64 one does under qemu.
@@ -118,6 +119,14 @@ def _answer(proc: subprocess.CompletedProcess, out: Path) -> tuple[str, str]:
     return text.split("Assistant:\n", 1)[1].strip(), log
 
 
+def _load_log(bench: list[str]) -> str:
+    """What the bundle's backend loader says at start (llama-bench --version: the same loader as every tool)."""
+    proc = subprocess.run([*bench, "--version"], env=_bare_env(), capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout + proc.stderr
+
+
 def _variant(log: str, bundle: Path) -> str:
     m = LOADED.search(log)
     assert m, f"no CPU backend load in the log:\n{log[-3000:]}"
@@ -156,11 +165,10 @@ def qemu_runs(arm_bundle, model, tmp_path_factory) -> dict:
     def run(level: str):
         cpu, expected = _qemu_model(level)
         out = tmp / f"{level}.txt"
-        cmd = ["qemu-aarch64-static", "-cpu", cpu, "-L", str(SYSROOT), str(arm_bundle / "bin" / "llama-cli"),
-               *_cli_args(model, out)]
-        proc = subprocess.run(cmd, env=_bare_env(), cwd=tmp, capture_output=True, text=True, timeout=1800,
-                              stdin=subprocess.DEVNULL)
-        return (cpu, expected, *_answer(proc, out))
+        qemu = ["qemu-aarch64-static", "-cpu", cpu, "-L", str(SYSROOT)]
+        proc = subprocess.run([*qemu, str(arm_bundle / "bin" / "llama-cli"), *_cli_args(model, out)], env=_bare_env(),
+                              cwd=tmp, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+        return cpu, expected, _answer(proc, out)[0], _load_log([*qemu, str(arm_bundle / "bin" / "llama-bench")])
 
     with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
         futures = {level: pool.submit(run, level) for level in QEMU_MODELS}
@@ -224,8 +232,8 @@ def test_x86_bundle_picks_a_variant_and_answers_as_the_native_build(x86_bundle, 
     out = tmp_path / "answer.txt"
     proc = subprocess.run([str(x86_bundle / "bin" / "llama-cli"), *_cli_args(model, out)], env=_bare_env(),
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    answer, log = _answer(proc, out)
-    variant = _variant(log, x86_bundle)
+    answer = _answer(proc, out)[0]
+    variant = _variant(_load_log([str(x86_bundle / "bin" / "llama-bench")]), x86_bundle)
     flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
     print(f"\nx86_64 bundle: libggml-cpu-{variant}.so; answer {answer!r}; same as native: {answer == native_answer}")
     if "avx2" in flags:
@@ -294,3 +302,52 @@ def test_aarch64_bundle_server_answers_chat_completions_under_qemu(arm_bundle, m
            *_server_args(model, port)]
     content = _serve(cmd, port, tmp_path, 900)
     print(f"\naarch64 bundle llama-server under qemu -cpu cortex-a76: {content!r}")
+
+
+@pytest.fixture(scope="module")
+def userland() -> Path:
+    """The Debian arm64 userland of scripts/arm64_userland.sh (made on first use: minutes, Debian's mirror)."""
+    missing = [t for t in ("proot", "qemu-aarch64-static", "debootstrap") if shutil.which(t) is None
+               and not Path("/usr/sbin", t).exists()]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (apt-get install proot debootstrap qemu-user-static)")
+    r = subprocess.run(["bash", str(REPO / "scripts" / "arm64_userland.sh")], capture_output=True, text=True,
+                       timeout=3600)
+    if r.returncode != 0:
+        pytest.skip(f"no Debian arm64 userland (scripts/arm64_userland.sh; Debian's mirror unreachable?):\n"
+                    f"{r.stderr[-1500:]}")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def _proot(root: Path, cpu: str, binds: dict[Path, str], *argv: str) -> list[str]:
+    cmd = ["proot", "-q", f"qemu-aarch64-static -cpu {cpu}", "-r", str(root), "-w", "/"]
+    for host, guest in binds.items():
+        cmd += ["-b", f"{host}:{guest}"]
+    return [*cmd, *argv]
+
+
+def test_aarch64_bundle_runs_on_a_debian_arm64_userland(arm_bundle, userland, model, native_answer, tmp_path):
+    """The bundle on Debian's own arm64 glibc (every exec through qemu, proot): its libraries resolve to the
+    bundle's lib/ and glibc to the userland's; the greedy answer is the native x86 build's."""
+    binds = {arm_bundle: "/opt/bundle", model.parent: "/models", tmp_path: "/out"}
+    ldd = subprocess.run(_proot(userland, "cortex-a76", binds, "/usr/bin/ldd", "/opt/bundle/bin/llama-cli"),
+                         capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert ldd.returncode == 0, ldd.stdout + ldd.stderr
+    print(f"\nldd under the Debian arm64 userland:\n{ldd.stdout}")
+    assert re.search(r"libllama\.so => /opt/bundle/bin/\.\./lib/libllama\.so", ldd.stdout), ldd.stdout
+    assert re.search(r"libc\.so\.6 => /lib/aarch64-linux-gnu/libc\.so\.6", ldd.stdout), ldd.stdout
+    args = _cli_args(Path("/models") / model.name, Path("/out/answer.txt"))
+    proc = subprocess.run(_proot(userland, "cortex-a76", binds, "/opt/bundle/bin/llama-cli", *args), env=_bare_env(),
+                          capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+    answer = _answer(proc, tmp_path / "answer.txt")[0]
+    log = _load_log(_proot(userland, "cortex-a76", binds, "/opt/bundle/bin/llama-bench"))
+    m = LOADED.search(log)
+    assert m and m.group(1).startswith("/opt/bundle/bin/") and m.group(2) == "armv8.2_2", log[-3000:]
+    print(f"Debian arm64 userland, qemu -cpu cortex-a76: libggml-cpu-{m.group(2)}.so; answer {answer!r}")
+    assert answer == native_answer, f"{answer!r}\nnative x86: {native_answer!r}"
+
+
+def test_dist_refuses_an_unknown_architecture():
+    r = subprocess.run(["bash", str(REPO / "scripts" / "dist.sh"), "mips"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "PYTHON": os.environ.get("PYTHON", "python3")})
+    assert r.returncode == 2 and "unknown architecture 'mips'" in r.stderr, r.stderr
