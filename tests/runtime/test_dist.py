@@ -26,11 +26,11 @@ import tarfile
 import time
 import tomllib
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+import qemu_support as qs
 from ggml_ext import tools
 
 REPO = Path(__file__).resolve().parents[2]
@@ -170,15 +170,7 @@ def qemu_runs(arm_bundle, model, tmp_path_factory) -> dict:
                               cwd=tmp, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
         return cpu, expected, _answer(proc, out)[0], _load_log([*qemu, str(arm_bundle / "bin" / "llama-bench")])
 
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        futures = {level: pool.submit(run, level) for level in QEMU_MODELS}
-    results = {}
-    for level, f in futures.items():
-        try:
-            results[level] = f.result()
-        except BaseException as e:  # noqa: BLE001 - reported by the test that reads it
-            results[level] = e
-    return results
+    return qs.run_parallel({level: (run, level) for level in QEMU_MODELS})
 
 
 def _elf(path: Path) -> tuple[int, list[str], str] | None:
@@ -217,10 +209,7 @@ def test_bundle_holds_every_library_it_needs(arch, machine, tmp_path_factory):
 
 @pytest.mark.parametrize("level", QEMU_MODELS)
 def test_aarch64_bundle_picks_the_variant_and_answers_as_x86(qemu_runs, arm_bundle, native_answer, level):
-    r = qemu_runs[level]
-    if isinstance(r, BaseException):
-        raise r
-    cpu, expected, answer, log = r
+    cpu, expected, answer, log = qs.result(qemu_runs, level)
     variant = _variant(log, arm_bundle)
     print(f"\n{level}: qemu -cpu {cpu} -> libggml-cpu-{variant}.so; answer {answer!r}; "
           f"same as native x86: {answer == native_answer}")
@@ -330,10 +319,12 @@ def test_aarch64_bundle_runs_on_a_debian_arm64_userland(arm_bundle, userland, mo
     """The bundle on Debian's own arm64 glibc (every exec through qemu, proot): its libraries resolve to the
     bundle's lib/ and glibc to the userland's; the greedy answer is the native x86 build's."""
     binds = {arm_bundle: "/opt/bundle", model.parent: "/models", tmp_path: "/out"}
-    ldd = subprocess.run(_proot(userland, "cortex-a76", binds, "/usr/bin/ldd", "/opt/bundle/bin/llama-cli"),
+    # the dynamic loader's own listing (what ldd runs; ldd's `test -r` is refused under proot's qemu)
+    ldd = subprocess.run(_proot(userland, "cortex-a76", binds, "/lib/ld-linux-aarch64.so.1", "--list",
+                                "/opt/bundle/bin/llama-cli"),
                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     assert ldd.returncode == 0, ldd.stdout + ldd.stderr
-    print(f"\nldd under the Debian arm64 userland:\n{ldd.stdout}")
+    print(f"\nlibraries under the Debian arm64 userland:\n{ldd.stdout}")
     assert re.search(r"libllama\.so => /opt/bundle/bin/\.\./lib/libllama\.so", ldd.stdout), ldd.stdout
     assert re.search(r"libc\.so\.6 => /lib/aarch64-linux-gnu/libc\.so\.6", ldd.stdout), ldd.stdout
     args = _cli_args(Path("/models") / model.name, Path("/out/answer.txt"))
