@@ -108,7 +108,8 @@ dist: venv system-deps ## release bundles dist/ggml-ext-<version>-linux-{x86_64,
 	PYTHON=$(PY) bash scripts/dist.sh $(DIST_ARCHES)
 
 # The bundles end to end (tests/runtime/test_dist.py): aarch64 under qemu-aarch64-static for one CPU model per
-# variant level, x86_64 natively, greedy text against our native build. Apart from `make test`: `make dist` is slow.
+# variant level, x86_64 natively, greedy text against our native build; with proot and debootstrap installed, also
+# on a Debian arm64 userland (scripts/arm64_userland.sh). Apart from `make test`: `make dist` is slow.
 test-arm: install dist ## build the release bundles and run them (aarch64 under qemu per CPU model, x86_64 natively)
 	$(CLI) assets fetch
 	$(PY) -m pytest tests/runtime/test_dist.py $(PYTEST_ARGS)

@@ -7,7 +7,8 @@ started from there, nothing installed.
   the CPU calls for (the load log names the file: llama-bench prints it, the tools on common's log keep it below
   their default verbosity), and llama-cli's greedy answer on a Q4_0_4_8 file of the default model is the same
   text as our native x86 build's. The glibc comes from the cross toolchain's sysroot
-  (/usr/aarch64-linux-gnu, qemu -L); tests/runtime/test_arm_userland.py runs the bundle on a Debian arm64 userland.
+  (/usr/aarch64-linux-gnu, qemu -L); the last aarch64 test runs it on Debian's own arm64
+  userland instead (scripts/arm64_userland.sh: debootstrap, every exec through qemu by proot).
 - x86_64, natively: a variant this CPU can run is loaded, the same greedy answer; its llama-server answers
   /v1/chat/completions, and the aarch64 one does under qemu.
 
