@@ -10,7 +10,8 @@ started from there, nothing installed.
   (/usr/aarch64-linux-gnu, qemu -L); the last aarch64 test runs it on Debian's own arm64
   userland instead (scripts/arm64_userland.sh: debootstrap, every exec through qemu by proot).
 - x86_64, natively: a variant this CPU can run is loaded, the same greedy answer; its llama-server answers
-  /v1/chat/completions, and the aarch64 one does under qemu.
+  /v1/chat/completions, and the aarch64 one does under qemu; `ggml-ext chat` (llama-cpp-python) runs on the
+  bundle's libraries through GGML_EXT_PREFIX.
 
 The bundles are not built here (`make dist` takes tens of minutes on 2 cores): `make test-arm` builds them and
 runs this file; without them these tests skip. qemu's timings mean nothing and are not measured.
@@ -23,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tarfile
 import time
 import tomllib
@@ -229,6 +231,20 @@ def test_x86_bundle_picks_a_variant_and_answers_as_the_native_build(x86_bundle, 
     if "avx2" in flags:
         assert variant not in X86_BELOW_AVX2, f"an AVX2 CPU got the {variant} variant"
     assert answer == native_answer, f"bundle ({variant}): {answer!r}\nnative build: {native_answer!r}"
+
+
+def test_python_package_chats_on_the_x86_bundle_libraries(x86_bundle, model, native_answer, tmp_path):
+    """`ggml-ext chat` (llama-cpp-python) on the bundle's libraries (GGML_EXT_PREFIX): the package points ggml at
+    bin/, where the CPU variants are (llama_cpp_glue), and answers greedily as llama-cli does."""
+    env = {**_bare_env(), "GGML_EXT_PREFIX": str(x86_bundle)}
+    proc = subprocess.run([sys.executable, "-m", "ggml_ext.cli", "chat", str(model), "--prompt", PROMPT, "-n",
+                           str(N_TOKENS), "-t", "1"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    variant = _variant(proc.stdout + proc.stderr, x86_bundle)
+    answer = proc.stdout.strip().splitlines()[-1].strip()
+    print(f"\nggml-ext chat on the x86_64 bundle ({variant}): {answer!r}")
+    assert answer == native_answer, f"{answer!r}\nllama-cli, native build: {native_answer!r}"
 
 
 def _chat(port: int, proc: subprocess.Popen, log: Path, deadline_s: float) -> dict:
