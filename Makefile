@@ -112,7 +112,7 @@ dist: venv system-deps ## release bundles dist/ggml-ext-<version>-linux-{x86_64,
 # on a Debian arm64 userland (scripts/arm64_userland.sh). Apart from `make test`: `make dist` is slow.
 test-arm: install dist ## build the release bundles and run them (aarch64 under qemu per CPU model, x86_64 natively)
 	$(CLI) assets fetch
-	$(PY) -m pytest tests/runtime/test_dist.py $(PYTEST_ARGS)
+	GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py $(PYTEST_ARGS)
 
 clean: ## remove the build folders
 	rm -rf build dist *.egg-info
