@@ -17,7 +17,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 STAMPS      := $(VENV)/.stamps
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps venv install assets demo test test-cuda upstream aarch64 clean distclean
+.PHONY: help system-deps venv install assets demo test test-cuda test-arm upstream aarch64 dist clean distclean
 
 # Every target above a "##" line is listed by `make help`; tests/runtime/test_makefile.py holds it to .PHONY.
 help: ## this list
@@ -99,6 +99,20 @@ upstream: venv ## the pristine pinned llama.cpp (no patches), the baseline of ev
 # Our llama.cpp cross-built for aarch64, static, run under qemu (docs/DEVELOPING.md); the qemu tests build it too.
 aarch64: venv system-deps ## our llama.cpp cross-built for aarch64, static (ARM_MARCH=armv8.6-a+dotprod+i8mm), run under qemu
 	PYTHON=$(PY) bash scripts/build_aarch64.sh $(ARM_MARCH)
+
+# Release bundles (scripts/dist.sh, docs/ARM.md): server and tools for linux-x86_64 and linux-aarch64, every CPU
+# variant upstream defines in each, picked at run time. Cold: tens of minutes on 2 cores (docs/RESULTS.md).
+# DIST_ARCHES=aarch64 (or x86_64) builds one.
+DIST_ARCHES ?= x86_64 aarch64
+dist: venv system-deps ## release bundles dist/ggml-ext-<version>-linux-{x86_64,aarch64}.tar.gz (every CPU variant)
+	PYTHON=$(PY) bash scripts/dist.sh $(DIST_ARCHES)
+
+# The bundles end to end (tests/runtime/test_dist.py): aarch64 under qemu-aarch64-static for one CPU model per
+# variant level, x86_64 natively, greedy text against our native build; with proot and debootstrap installed, also
+# on a Debian arm64 userland (scripts/arm64_userland.sh). Apart from `make test`: `make dist` is slow.
+test-arm: install dist ## build the release bundles and run them (aarch64 under qemu per CPU model, x86_64 natively)
+	$(CLI) assets fetch
+	GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py $(PYTEST_ARGS)
 
 clean: ## remove the build folders
 	rm -rf build dist *.egg-info

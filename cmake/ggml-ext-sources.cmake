@@ -32,6 +32,19 @@ target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/include")
 #              src/x86/*.c and src/arm/*.c (each compiles to nothing unless the target's flags enable its
 #              instruction set, so the same list cross-compiles), src/backend/*_cpu.c and *.cpp (mul_mat hooks,
 #              runtime repack: patches 0110-0112; backend/families_cpu.c: the ggml-cpu family table).
+# The CPU backend: one ggml-cpu target, or with GGML_CPU_ALL_VARIANTS (make dist) one ggml-cpu-<variant> module
+# per instruction set, each with all of our CPU sources compiled under its flags, the best loaded at run time.
+if (TARGET ggml-cpu)
+    set(GGML_EXT_CPU_TARGETS ggml-cpu)
+else()
+    set(GGML_EXT_CPU_TARGETS "")
+    foreach(backend ${GGML_AVAILABLE_BACKENDS})
+        if (backend MATCHES "^ggml-cpu-" AND TARGET ${backend})
+            list(APPEND GGML_EXT_CPU_TARGETS ${backend})
+        endif()
+    endforeach()
+endif()
+
 file(GLOB GGML_EXT_FORMATS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/*.c")
 list(FILTER GGML_EXT_FORMATS_BASE EXCLUDE REGEX "/dispatch\\.c$")
 file(GLOB GGML_EXT_FORMATS_DISPATCH CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/formats/*/dispatch.c"
@@ -40,9 +53,16 @@ file(GLOB GGML_EXT_GENERIC CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/generic/*.c" "
 file(GLOB GGML_EXT_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/x86/*.c" "${GGML_EXT_DIR}/src/arm/*.c"
     "${GGML_EXT_DIR}/src/backend/*_cpu.c" "${GGML_EXT_DIR}/src/backend/*.cpp")
 target_sources(ggml-base PRIVATE ${GGML_EXT_FORMATS_BASE} ${GGML_EXT_GENERIC})
-target_sources(ggml-cpu PRIVATE ${GGML_EXT_FORMATS_DISPATCH} ${GGML_EXT_CPU})
 target_include_directories(ggml-base PRIVATE "${GGML_EXT_DIR}/src")
-target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src")
+foreach(cpu ${GGML_EXT_CPU_TARGETS})
+    target_sources(${cpu} PRIVATE ${GGML_EXT_FORMATS_DISPATCH} ${GGML_EXT_CPU})
+    target_include_directories(${cpu} PRIVATE "${GGML_EXT_DIR}/src")
+    # a variant's feature probe (ggml-cpu/arch/*/cpu-feats.cpp) is an object library of its own, built without
+    # the variant's flags and without ggml-base's include folders: the patched ggml.h includes our .def
+    if (TARGET ${cpu}-feats)
+        target_include_directories(${cpu}-feats PRIVATE "${GGML_EXT_DIR}/include")
+    endif()
+endforeach()
 
 # ggml-ext's ops (ggml_ext/include/ggml-ext-ops.def; patch 0200 gives them GGML_OP ids and routes them here).
 # Found by name, so adding an op is its .def row and its files: ops/<name>.c (constructor, node check)
@@ -51,8 +71,10 @@ file(GLOB GGML_EXT_OPS_CPU CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/ops/*_cpu.c")
 file(GLOB GGML_EXT_OPS_BASE CONFIGURE_DEPENDS "${GGML_EXT_DIR}/src/ops/*.c")
 list(REMOVE_ITEM GGML_EXT_OPS_BASE ${GGML_EXT_OPS_CPU})
 target_sources(ggml-base PRIVATE ${GGML_EXT_OPS_BASE})
-target_sources(ggml-cpu PRIVATE ${GGML_EXT_OPS_CPU})
-target_include_directories(ggml-cpu PRIVATE "${GGML_EXT_DIR}/src/ops")
+foreach(cpu ${GGML_EXT_CPU_TARGETS})
+    target_sources(${cpu} PRIVATE ${GGML_EXT_OPS_CPU})
+    target_include_directories(${cpu} PRIVATE "${GGML_EXT_DIR}/src/ops")
+endforeach()
 
 # The CUDA home: ggml_ext/src/cuda/*.cu compiled into llama.cpp's ggml-cuda target (its CUDA flags and
 # architectures; `ggml-cuda/common.cuh` resolves through its include path) when GGML_EXT_CUDA=ON.

@@ -155,6 +155,12 @@ GGML_EXT_API bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params
 // -1 when no such type is involved (ggml decides).
 GGML_EXT_API int ggml_ext_cpu_supports_op(const struct ggml_tensor * op);
 
+// ggml-cpu's get_proc_address for ggml-ext's functions that other libraries call by name (patch 0113), NULL
+// for any other name. With GGML_BACKEND_DL the CPU backend is a module that no library links (one per CPU
+// variant, the best picked at run time), so libllama finds ggml_ext_kvquant_attn, whose graph nodes carry
+// that variant's kernels, through the registry instead of the linker.
+GGML_EXT_API void * ggml_ext_cpu_proc_address(const char * name);
+
 // Which kernel implementation ggml-cpu's mul_mat runs on this CPU for a registered type:
 // its GEMV (gemm = 0: activation rows left over after groups of four) or its GEMM (gemm != 0:
 // groups of four rows). "generic" is the portable scalar C reference (the scalar fallback

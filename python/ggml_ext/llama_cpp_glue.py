@@ -58,7 +58,20 @@ def load_llama_cpp() -> ModuleType:
         module.llama_cpp._lib.ggml_ext_version  # noqa: B018 - symbol probe
     except AttributeError:
         raise BindingError(f"llama_cpp loaded a libllama without ggml-ext from {module.llama_cpp._base_path}") from None
+    _load_backend_modules(module.llama_cpp._lib)
     return module
+
+
+def _load_backend_modules(lib: ctypes.CDLL) -> None:
+    """A release bundle's libraries (make dist: GGML_BACKEND_DL) hold the CPU backend as modules in bin/, one per
+    CPU variant, which ggml looks for beside the running program: here that is python, so ggml is pointed at
+    bin/ (it loads the variant that scores best on this CPU). A build with a linked CPU backend has none."""
+    bin_dir = _locate.bin_dir()
+    if not any(bin_dir.glob("libggml-cpu-*.so")):
+        return
+    fn = lib.ggml_backend_load_all_from_path  # in libggml, found through libllama's dependencies
+    fn.argtypes, fn.restype = [ctypes.c_char_p], None
+    fn(os.fsencode(bin_dir))
 
 
 def set_apq_bits(bits: int | None) -> None:

@@ -30,18 +30,17 @@ mean nothing and are not measured here.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import struct
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 import convert_support as cs
+import qemu_support as qs
 from ggml_ext import tools
 
 pytestmark = pytest.mark.qemu
@@ -250,22 +249,10 @@ def qemu(fast_bin, baseline_bin, sve_bin, models, cb2_model, text_slice, tmp_pat
     jobs.update({("ppl", name): (_qemu_ppl, fast_bin, models[name], text_slice) for name in PPL_FILES})
     neon_cb = _impl_kernels(fast_bin / "llama-perplexity", "ggml_ext_codebooks_impl_neon_dotprod")
     jobs[("ppl", "CB2")] = (_qemu_ppl_traced, fast_bin, cb2_model, text_slice, neon_cb, tmp)
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
-        futures = {key: pool.submit(*job) for key, job in jobs.items()}
-    results = {}
-    for key, f in futures.items():
-        try:
-            results[key] = f.result()
-        except BaseException as e:  # noqa: BLE001 - reported by the test that reads it
-            results[key] = e
-    return results
+    return qs.run_parallel(jobs)
 
 
-def _get(results: dict, key):
-    r = results[key]
-    if isinstance(r, BaseException):
-        raise r
-    return r
+_get = qs.result
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,12 @@
 // The ggml-cpu family table (common/families.h) and the hooks it answers: patches 0110 / 0111 (mul_mat,
 // supports_op) for every registered type. The kernel report (ggml_ext_dispatched_kernel) has a table of its own
-// in formats/families.c, which the standalone kernel libraries compile too.
+// in formats/families.c, which the standalone kernel libraries compile too. ggml_ext_cpu_proc_address (patch 0113):
+// the functions other libraries find through the CPU backend's registry entry.
 #include "ggml-cpu-impl.h"
 #include "common/families.h"
+#include "ggml-ext-kvquant.h"
+
+#include <string.h>
 
 static const struct ggml_ext_family_cpu families[GGML_EXT_FAMILY_COUNT] = {
     [GGML_EXT_FAMILY_INTERLEAVED4] = { ggml_ext_interleaved4_cpu_supports_op, ggml_ext_interleaved4_cpu_mul_mat },
@@ -37,4 +41,17 @@ int ggml_ext_cpu_supports_op(const struct ggml_tensor * op) {
 bool ggml_ext_cpu_mul_mat(const struct ggml_compute_params * params, struct ggml_tensor * dst) {
     const struct ggml_ext_family_cpu * f = ggml_ext_family_cpu_of((int) dst->src[0]->type);
     return f && f->mul_mat ? f->mul_mat(params, dst) : false;
+}
+
+void * ggml_ext_cpu_proc_address(const char * name) {
+    // a function pointer as the registry's void * (memcpy: ISO C has no cast between the two)
+    void * p = NULL;
+    if (strcmp(name, "ggml_ext_kvquant_attn") == 0) {
+        struct ggml_tensor * (*fn)(struct ggml_context *, struct ggml_tensor *, struct ggml_tensor *, struct ggml_tensor *,
+                                   struct ggml_tensor *, struct ggml_tensor *, struct ggml_tensor *,
+                                   const struct ggml_ext_kvquant_rope *, struct ggml_tensor *, float, float, int, char *,
+                                   size_t) = ggml_ext_kvquant_attn;
+        memcpy(&p, &fn, sizeof(p));
+    }
+    return p;
 }

@@ -452,6 +452,25 @@ static struct ggml_tensor * check_against_reference(struct ggml_context * ctx, s
     return ggml_custom_4d(ctx, GGML_TYPE_F32, out->ne[0], out->ne[1], out->ne[2], 1, args, 2, check_fn, 1, NULL);
 }
 
+// The op's constructor lives in ggml-cpu, whose graph nodes carry its kernels. libllama finds it through the
+// backend registry (ggml-ext.h, ggml_ext_cpu_proc_address), not the linker: with GGML_BACKEND_DL the CPU backend
+// is a module, one per CPU variant, loaded at run time (make dist).
+typedef struct ggml_tensor * (*kvquant_attn_fn)(struct ggml_context *, struct ggml_tensor *, struct ggml_tensor *,
+                                                struct ggml_tensor *, struct ggml_tensor *, struct ggml_tensor *,
+                                                struct ggml_tensor *, const struct ggml_ext_kvquant_rope *,
+                                                struct ggml_tensor *, float, float, int, char *, size_t);
+static kvquant_attn_fn kvquant_attn_found;
+static void            find_kvquant_attn(void) {
+    ggml_backend_reg_t reg = ggml_backend_reg_by_name("CPU");
+    void *             p   = reg ? ggml_backend_reg_get_proc_address(reg, "ggml_ext_kvquant_attn") : NULL;
+    memcpy(&kvquant_attn_found, &p, sizeof(p));  // ISO C has no cast from void * to a function pointer
+}
+static kvquant_attn_fn cpu_kvquant_attn(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_kvquant_attn);
+    return kvquant_attn_found;
+}
+
 // The decode op (patch 0326; ggml-ext-kvquant.h): attention straight from the pre-RoPE cache for graphs of few
 // tokens. GGML_EXT_KV_ATTN: "ref" never (the dequantize-and-rope path, on the CPU and on a GPU alike), "fused" for
 // any number of tokens (the tests: prefill batches through the same kernel), "check" as fused plus the reference
@@ -524,9 +543,10 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
             chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
         }
     }
-    char                 why[160];
-    struct ggml_tensor * out =
-        ggml_ext_kvquant_attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale, chunk, why, sizeof(why));
+    char                 why[160] = "the CPU backend does not provide ggml_ext_kvquant_attn";
+    const kvquant_attn_fn attn    = cpu_kvquant_attn();
+    struct ggml_tensor *  out     = attn ? attn(ctx, q, k, v, kq_mask, k_pos, k_roped->src[2], &r, norm_w, eps, kq_scale,
+                                                chunk, why, sizeof(why)) : NULL;
     if (!out) {
         static int said;
         if (force && !said) {
