@@ -178,6 +178,7 @@ class Plan:
     kv: bool = False
     kv_calib: Path | None = None
     tool_args: tuple[str, ...] = ()  # more llama-perplexity arguments for every run (e.g. -nr)
+    progress: bool = True            # progress bars, those of the calibration inside our conversions too
     base: dict[str, Any] = field(default_factory=dict)  # what every recipe shares
 
     def recipe(self, step: str, **more: Any) -> dict[str, Any]:
@@ -403,7 +404,7 @@ def make_file(plan: Plan, man: Manifest, fmt: Format, ref: Path, im: Path | None
                 kw["imatrix"] = im
             if calibrates:
                 kw.update(calib=plan.calib, calib_samples=plan.calib_samples, calib_seq_len=plan.calib_seq_len,
-                          calib_progress=False)
+                          calib_progress=plan.progress)
             convert(plan.hf, tmp, None if method == "anyprec" else fmt.type, **kw)
             return {"tool": "ggml-ext convert", "method": method or "default", "type": fmt.type}
     return plan.out / _step(man, recipe, fmt.file_spec, make)["file"]
@@ -630,6 +631,7 @@ def pareto_png(plan: Plan, rows: list[Row], target: Path) -> bool:
 def compare(plan: Plan, progress: bool = True) -> tuple[list[Row], dict[str, Path]]:
     """Run the plan (resuming from the manifest); returns the rows and the report files."""
     from tqdm import tqdm
+    plan.progress = progress
     plan.out.mkdir(parents=True, exist_ok=True)
     man = Manifest(plan.out)
     ref = make_reference(plan, man)
