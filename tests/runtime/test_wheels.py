@@ -14,7 +14,6 @@ these tests skip.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
