@@ -17,7 +17,7 @@ export CMAKE_BUILD_PARALLEL_LEVEL ?= $(shell nproc)
 STAMPS      := $(VENV)/.stamps
 PYTEST_ARGS ?=
 
-.PHONY: help system-deps venv install assets demo test test-cuda test-arm upstream aarch64 dist clean distclean
+.PHONY: help system-deps venv install assets demo test test-cuda test-arm upstream aarch64 dist wheels clean distclean
 
 # Every target above a "##" line is listed by `make help`; tests/runtime/test_makefile.py holds it to .PHONY.
 help: ## this list
@@ -107,12 +107,21 @@ DIST_ARCHES ?= x86_64 aarch64
 dist: venv system-deps ## release bundles dist/ggml-ext-<version>-linux-{x86_64,aarch64}.tar.gz (every CPU variant)
 	PYTHON=$(PY) bash scripts/dist.sh $(DIST_ARCHES)
 
+# Python wheels (scripts/build_wheels.py, docs/ARM.md "Python wheels"): ggml-ext for manylinux x86_64 and aarch64,
+# packaged from the bundles above (no compile), the pure llama-cpp-python wheel (-DLLAMA_BUILD=OFF) and the binary
+# wheels of their requirements, so `pip install --no-index --find-links dist ggml-ext[python-bindings]` needs no
+# network. The bundles must exist: `make dist` builds them.
+wheels: venv ## Python wheels dist/ggml_ext-<version>-py3-none-manylinux_2_N_{x86_64,aarch64}.whl, from the bundles, installable offline
+	$(PY) scripts/build_wheels.py $(addprefix --arch ,$(DIST_ARCHES))
+
 # The bundles end to end (tests/runtime/test_dist.py): aarch64 under qemu-aarch64-static for one CPU model per
 # variant level, x86_64 natively, greedy text against our native build; with proot and debootstrap installed, also
-# on a Debian arm64 userland (scripts/arm64_userland.sh). Apart from `make test`: `make dist` is slow.
-test-arm: install dist ## build the release bundles and run them (aarch64 under qemu per CPU model, x86_64 natively)
+# on a Debian arm64 userland (scripts/arm64_userland.sh). Then the wheels made from them (tests/runtime/test_wheels.py):
+# installed offline into clean venvs, x86_64 natively, aarch64 in that userland. Apart from `make test`: `make dist`
+# is slow.
+test-arm: install dist wheels ## build the release bundles and wheels and run them (aarch64 under qemu per CPU model, x86_64 natively)
 	$(CLI) assets fetch
-	GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py $(PYTEST_ARGS)
+	GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py tests/runtime/test_wheels.py $(PYTEST_ARGS)
 
 clean: ## remove the build folders
 	rm -rf build dist *.egg-info

@@ -69,6 +69,10 @@ def _load_backend_modules(lib: ctypes.CDLL) -> None:
     bin_dir = _locate.bin_dir()
     if not any(bin_dir.glob("libggml-cpu-*.so")):
         return
+    count = lib.ggml_backend_reg_count
+    count.argtypes, count.restype = [], ctypes.c_size_t
+    if count():  # loaded already by the import hook of _ggml_ext_llama_cpp_path (a wheel made from a bundle)
+        return
     fn = lib.ggml_backend_load_all_from_path  # in libggml, found through libllama's dependencies
     fn.argtypes, fn.restype = [ctypes.c_char_p], None
     fn(os.fsencode(bin_dir))
