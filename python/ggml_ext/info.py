@@ -338,6 +338,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"error: {path}: internal error reading the file ({type(e).__name__}: {e}); "
               "please report it (set GGML_EXT_DEBUG=1 for a traceback)", file=sys.stderr)
         return 1
+    from .formats import versions
+    why = versions.problem(g.kv, path, g)
+    if why:  # a newer ggml-ext's file, or keys that contradict its tensors: its report would mislead
+        print(f"error: {why}", file=sys.stderr)
+        return 1
     if getattr(args, "json", False):
         print(json.dumps(info_dict(g, getattr(args, "tensors", False)), indent=2, ensure_ascii=False))
     else:
