@@ -169,6 +169,13 @@ GGML_EXT_API int ggml_ext_llama_apq_check(int bits, char * err, size_t n);
 // GGML_EXT_APQ_BITS, else 0 (each weight's parent); -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
 GGML_EXT_API int ggml_ext_llama_apq_bits(void);
 
+// llama-server's slot files (patch 0311): saving a slot to path records the precision its KV was computed at
+// (its requests' apq_bits; 0 = the server's); restoring from path returns it, or -1 when this process saved
+// no slot there (a request's precision never equals -1: the restored KV is recomputed, not reused at another
+// precision). saved returns 0, or -1 when out of memory (the file then restores as unknown).
+GGML_EXT_API int ggml_ext_llama_apq_slot_saved(const char * path, int bits);
+GGML_EXT_API int ggml_ext_llama_apq_slot_restored(const char * path);
+
 // Precision per llama context (patch 0312): a context keeps the precision in effect when it was made
 // (ggml_ext_llama_apq_bits then: the thread's, the process-wide one, GGML_EXT_APQ_BITS) for its whole life,
 // so two contexts of one process run at two precisions. bind at construction, unbind in the destructor;
