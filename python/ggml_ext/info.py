@@ -200,7 +200,7 @@ def _anyprec_report(g: GGUFFile) -> str:
     from .anyprec.extract import describe
     try:
         return describe(g.path)
-    except AnyPrecError as e:
+    except (AnyPrecError, OSError) as e:  # OSError: metadata parsed from bytes (no file to read planes from)
         return f"not a usable any-precision file: {e}"
 
 
@@ -209,7 +209,7 @@ def _anyprec_dict(g: GGUFFile) -> dict[str, Any] | None:
     from .anyprec.extract import open_file
     try:
         f = open_file(g.path)
-    except AnyPrecError as e:
+    except (AnyPrecError, OSError) as e:
         return {"error": str(e)}
     return {"seed_bits": f.seed, "parent_bits": f.parent, "precisions": list(range(f.seed, f.parent + 1)),
             "matrices": len(f.matrices)}
