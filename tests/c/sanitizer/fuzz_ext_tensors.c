@@ -9,6 +9,7 @@
 //  5. what validated is read: small tensors through their type's to_float, an APQ weight with usable
 //     tables dequantized and multiplied (reference GEMV) at every precision it serves.
 // A refusal is fine; an abort or a sanitizer report is a crash.
+#include "fuzz_file.h"  // fuzz_quiet
 #include "formats/anyprec/anyprec.h"
 #include "ggml-ext-llama.h"
 #include "ggml-ext-ops.h"
@@ -24,13 +25,9 @@
 
 static float out[MAX_VALUES], xs[MAX_VALUES];
 
-static void quiet(enum ggml_log_level level, const char * text, void * user) {
-    (void) level; (void) text; (void) user;
-}
-
 int LLVMFuzzerInitialize(int * argc, char *** argv) {
     (void) argc; (void) argv;
-    ggml_log_set(quiet, NULL);
+    ggml_log_set(fuzz_quiet, NULL);
     for (int i = 0; i < MAX_VALUES; i++) {
         xs[i] = (float) ((i * 37) % 17) / 8.0f - 1.0f;
     }

@@ -5,38 +5,21 @@
 // creation, with no memory behind them: the reader loads, checks every key and table it would use, and
 // refuses or accepts (binding real memory builds kernel tables that live for the process, by design, which
 // a fuzzer would count as leaks). A refusal is fine; an abort or a sanitizer report is a crash.
-#define _GNU_SOURCE
+#include "fuzz_file.h"
 #include "ggml-ext-kvquant.h"
 #include "ggml-ext-llama.h"
-#include "ggml.h"
 #include "gguf.h"
-
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 // Two files, used in turn: the reader keeps the file it loaded last by path, and each input must be read.
 static int  fds[2] = { -1, -1 };
 static char paths[2][64];
 static int  turn;
 
-static void quiet(enum ggml_log_level level, const char * text, void * user) {
-    (void) level; (void) text; (void) user;
-}
-
 int LLVMFuzzerInitialize(int * argc, char *** argv) {
     (void) argc; (void) argv;
-    ggml_log_set(quiet, NULL);
+    ggml_log_set(fuzz_quiet, NULL);
     for (int i = 0; i < 2; i++) {
-        fds[i] = memfd_create("kv-calib.gguf", 0);
-        if (fds[i] < 0) {
-            perror("memfd_create");
-            abort();
-        }
-        snprintf(paths[i], sizeof paths[i], "/proc/self/fd/%d", fds[i]);
+        fds[i] = fuzz_file_open("kv-calib.gguf", paths[i], sizeof paths[i]);
     }
     return 0;
 }
@@ -59,9 +42,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     const int fd = fds[turn];
     const char * path = paths[turn];
     turn ^= 1;
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t) size) {
-        abort();
-    }
+    fuzz_file_write(fd, data, size);
     // the shape the file claims (the model's, when it is the right file): n_layer x (heads x head dim)
     uint32_t n_layer = 2, channels = 64;
     float    frac    = 0.0f;

@@ -7,25 +7,16 @@
 //     (ggml_ext_llama_dec_attach: shape, scales, bounds, base type), the load finished (dec_done), and the
 //     decode graph's op built for each weight that took a residual (ggml_ext_llama_dec_linear, no compute).
 // A refusal is fine; an abort or a sanitizer report is a crash.
-#define _GNU_SOURCE
+#include "fuzz_file.h"
 #include "llama/qdec.c"
 
 static int  fd = -1;
 static char path[64];
 
-static void quiet(enum ggml_log_level level, const char * text, void * user) {
-    (void) level; (void) text; (void) user;
-}
-
 int LLVMFuzzerInitialize(int * argc, char *** argv) {
     (void) argc; (void) argv;
-    ggml_log_set(quiet, NULL);
-    fd = memfd_create("qdec.gguf", 0);
-    if (fd < 0) {
-        perror("memfd_create");
-        abort();
-    }
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ggml_log_set(fuzz_quiet, NULL);
+    fd = fuzz_file_open("qdec.gguf", path, sizeof path);
     return 0;
 }
 
@@ -39,9 +30,7 @@ static enum ggml_type weight_type(int recorded, int64_t k) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t) size) {
-        abort();
-    }
+    fuzz_file_write(fd, data, size);
     char              err[512];
     struct dec_file * f = file_open(path, err, sizeof(err));
     if (f == NULL) {
