@@ -88,7 +88,8 @@ endif()
 # KVQuant cache bindings (libllama).
 target_include_directories(llama PRIVATE "${GGML_EXT_DIR}/src")  # common/settings.h
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/hooks.c" "${GGML_EXT_DIR}/src/llama/kvquant_cache.c"
-                             "${GGML_EXT_DIR}/src/llama/qdec.c")
+                             "${GGML_EXT_DIR}/src/llama/qdec.c" "${GGML_EXT_DIR}/src/llama/file_checks.c"
+                             "${GGML_EXT_DIR}/src/llama/flags.c")
 target_sources(llama PRIVATE "${GGML_EXT_DIR}/src/llama/kvquant_cache_hooks.cpp")  # KV cache hooks of patches 0322 / 0323
 # QDEC's side file is a buffer of its own host buffer type (ggml-backend-impl.h, in ggml's sources)
 set_source_files_properties("${GGML_EXT_DIR}/src/llama/qdec.c" TARGET_DIRECTORY llama PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON

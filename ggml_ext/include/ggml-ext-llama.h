@@ -11,6 +11,7 @@ extern "C" {
 
 struct ggml_context;
 struct ggml_tensor;
+struct gguf_context;
 
 // ---- linear layers: every weight matmul llama.cpp's graph builds (llm_graph_context::build_lora_mm) ----
 
@@ -168,6 +169,13 @@ GGML_EXT_API int ggml_ext_llama_apq_check(int bits, char * err, size_t n);
 // GGML_EXT_APQ_BITS, else 0 (each weight's parent); -1 when GGML_EXT_APQ_BITS is not a number in 1..8.
 GGML_EXT_API int ggml_ext_llama_apq_bits(void);
 
+// llama-server's slot files (patch 0311): saving a slot to path records the precision its KV was computed at
+// (its requests' apq_bits; 0 = the server's); restoring from path returns it, or -1 when this process saved
+// no slot there (a request's precision never equals -1: the restored KV is recomputed, not reused at another
+// precision). saved returns 0, or -1 when out of memory (the file then restores as unknown).
+GGML_EXT_API int ggml_ext_llama_apq_slot_saved(const char * path, int bits);
+GGML_EXT_API int ggml_ext_llama_apq_slot_restored(const char * path);
+
 // Precision per llama context (patch 0312): a context keeps the precision in effect when it was made
 // (ggml_ext_llama_apq_bits then: the thread's, the process-wide one, GGML_EXT_APQ_BITS) for its whole life,
 // so two contexts of one process run at two precisions. bind at construction, unbind in the destructor;
@@ -178,6 +186,46 @@ GGML_EXT_API void ggml_ext_llama_apq_context_bind(const void * ctx);
 GGML_EXT_API void ggml_ext_llama_apq_context_unbind(const void * ctx);
 GGML_EXT_API int  ggml_ext_llama_apq_context_enter(const void * ctx);
 GGML_EXT_API void ggml_ext_llama_apq_context_leave(int entered);
+
+// ---- what a file declares, checked when it is opened (patch 0304; side files: kvquant_cache.c, qdec.c) ----
+
+// The version of the format named by key that this build reads ("ggml_ext.format_version",
+// "ggml_ext.anyprec.version", "kvquant.format_version", ...); -1 for a key this build does not know.
+GGML_EXT_API int ggml_ext_format_key_version(const char * key);
+
+// Checks the version key of g against ggml_ext_format_key_version: 0, or -1 with err (of size n):
+// "PATH: KEY: written by a newer ggml-ext (version N); this build reads M", a version below 1, a value
+// that is not an integer, or (required set) a missing key.
+GGML_EXT_API int ggml_ext_check_format_key(const struct gguf_context * g, const char * key, const char * path,
+                                           int required, char * err, size_t n);
+
+// The model loader calls this with a file's metadata and its tensors' metadata (ctx, may be NULL) before
+// anything is allocated: NULL when usable, else why not (the load fails with it, naming the file): a
+// ggml_ext.*version key newer than this build reads (or of a format it does not know), any-precision
+// keys (seed / parent bits) that contradict the APQ tensors and their tables. Per-thread static buffer.
+GGML_EXT_API const char * ggml_ext_llama_check_model_file(const struct gguf_context * g,
+                                                          const struct ggml_context * ctx, const char * path);
+
+// ---- flag values (ggml_ext/src/llama/flags.c; common's arguments of patches 0310, 0320, 0323) ----
+
+// An integer lo..hi: 0 and *out, or -1 with err naming the flag, the value and the range (plus hint):
+// "--apq-bits: 'abc' is not an integer; use 1..8".
+GGML_EXT_API int ggml_ext_flag_int(const char * flag, const char * value, long lo, long hi, const char * hint,
+                                   long * out, char * err, size_t n);
+
+// A number lo <= x < below, as ggml_ext_flag_int.
+GGML_EXT_API int ggml_ext_flag_fraction(const char * flag, const char * value, double lo, double below,
+                                        const char * hint, double * out, char * err, size_t n);
+
+// --apq-bits, --kv-outliers, --kv-sink: parse value and set it (ggml_ext_llama_set_apq_bits,
+// ggml_ext_llama_set_kv_outliers, ggml_ext_llama_set_kv_sink); 0, or -1 with err as above.
+GGML_EXT_API int ggml_ext_llama_flag_apq_bits(const char * value, char * err, size_t n);
+GGML_EXT_API int ggml_ext_llama_flag_kv_outliers(const char * value, char * err, size_t n);
+GGML_EXT_API int ggml_ext_llama_flag_kv_sink(const char * value, char * err, size_t n);
+
+// -ctk / -ctv: the message for a name that is no cache type, listing stock's names (stock, comma-separated)
+// and ggml-ext's (nuq4, nuq3, nuq2); returns snprintf's count.
+GGML_EXT_API int ggml_ext_llama_cache_type_error(const char * value, const char * stock, char * err, size_t n);
 
 #ifdef __cplusplus
 }

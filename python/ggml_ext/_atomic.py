@@ -10,7 +10,8 @@ say who made them: ``.<target name>.<host>.<pid>.<random>.tmp``.  The next write
 same target (:func:`temp_file`) removes those whose owner is gone: made on this host by a
 process id that no longer exists.  A live owner's file (a concurrent write) is never
 touched, nor a name that does not have this form.  (A dead owner's id reused by an
-unrelated process only delays the clean-up until that process ends.)
+unrelated process only delays the clean-up until that process ends.)  A writer handed a temporary
+path (:func:`output_path`) names its own temporary file after that path; those go with it.
 """
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def remove_stale_temps(target: Path) -> list[Path]:
         with contextlib.suppress(OSError):
             os.unlink(path)
             removed.append(path)
+        # a writer given this temporary path as its target (output_path: e.g. the converter inside compare)
+        # made its own temporary file beside it, named after it; no later write targets that name
+        removed += remove_stale_temps(path)
     return removed
 
 

@@ -9,6 +9,7 @@ import argparse
 import sys
 from collections.abc import Iterator
 
+from ._args import int_range
 from .llama_cpp_glue import BindingError, Llama
 
 
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-t", "--threads", type=int, default=None, help="CPU threads")
     p.add_argument("--temp", type=float, default=0.0, help="temperature (default 0: greedy)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+    p.add_argument("--apq-bits", type=int_range(1, 8), default=None, metavar="B",
                    help="precision of an any-precision file (convert --method anyprec; default: its highest)")
 
 

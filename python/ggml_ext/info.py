@@ -200,7 +200,7 @@ def _anyprec_report(g: GGUFFile) -> str:
     from .anyprec.extract import describe
     try:
         return describe(g.path)
-    except AnyPrecError as e:
+    except (AnyPrecError, OSError) as e:  # OSError: metadata parsed from bytes (no file to read planes from)
         return f"not a usable any-precision file: {e}"
 
 
@@ -209,7 +209,7 @@ def _anyprec_dict(g: GGUFFile) -> dict[str, Any] | None:
     from .anyprec.extract import open_file
     try:
         f = open_file(g.path)
-    except AnyPrecError as e:
+    except (AnyPrecError, OSError) as e:
         return {"error": str(e)}
     return {"seed_bits": f.seed, "parent_bits": f.parent, "precisions": list(range(f.seed, f.parent + 1)),
             "matrices": len(f.matrices)}
@@ -337,6 +337,11 @@ def main(args: argparse.Namespace) -> int:
             raise
         print(f"error: {path}: internal error reading the file ({type(e).__name__}: {e}); "
               "please report it (set GGML_EXT_DEBUG=1 for a traceback)", file=sys.stderr)
+        return 1
+    from .formats import versions
+    why = versions.problem(g.kv, path, g)
+    if why:  # a newer ggml-ext's file, or keys that contradict its tensors: its report would mislead
+        print(f"error: {why}", file=sys.stderr)
         return 1
     if getattr(args, "json", False):
         print(json.dumps(info_dict(g, getattr(args, "tensors", False)), indent=2, ensure_ascii=False))

@@ -9,6 +9,7 @@ import argparse
 import sys
 
 from . import tools
+from ._args import int_range
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,7 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--ctx-size", type=int, default=512)
     p.add_argument("--chunks", type=int, default=None, help="score only the first N windows")
     p.add_argument("-t", "--threads", type=int, default=None)
-    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+    p.add_argument("--apq-bits", type=int_range(1, 8), default=None, metavar="B",
                    help="precision of an any-precision file (convert --method anyprec; default: its highest)")
     p.add_argument("-v", "--verbose", action="store_true", help="show llama-perplexity's output")
 

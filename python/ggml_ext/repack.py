@@ -152,6 +152,10 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
         info = read_gguf(src)
     except (OSError, GGUFError) as e:
         raise RepackError(f"{src}: {e}") from None
+    from .formats import versions
+    why = versions.problem(info.kv, src, info)
+    if why:  # a newer ggml-ext's blocks may differ from the ones this build rewrites
+        raise RepackError(why)
 
     result = RepackResult(out, to_type if layout in ("q4_0", "iq4_nl") else f"{to_type}/{IQ4_LAYOUTS[layout]}")
     jobs = []  # (tensor, from type, to type)

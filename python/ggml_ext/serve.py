@@ -11,6 +11,7 @@ import urllib.request
 from pathlib import Path
 
 from . import _locate, tools
+from ._args import int_range
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -24,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1, loopback only)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
-    p.add_argument("--apq-bits", type=int, default=None, metavar="B",
+    p.add_argument("--apq-bits", type=int_range(1, 8), default=None, metavar="B",
                    help="precision of an any-precision file (convert --method anyprec; default: its highest)")
     p.epilog = "Further llama-server arguments go after --, e.g. `ggml-ext serve M.gguf --port 8081 -- -t 4`."
     p.set_defaults(extra=[])  # cli.main puts what follows "--" here

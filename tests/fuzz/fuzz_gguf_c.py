@@ -10,8 +10,12 @@
                                                   tests/reliability/test_reliability_files.py
 
 Targets (tests/c/sanitizer/): fuzz_gguf (gguf.cpp's allocating parser, every tensor through
-ggml_validate_row_data, metadata round trip) and fuzz_llama_vocab (llama_model_load_from_file,
-vocab_only, then tokenize). The build is clang + ccache into
+ggml_validate_row_data, metadata round trip), fuzz_llama_vocab (llama_model_load_from_file,
+vocab_only, then tokenize), and ggml-ext's own readers: fuzz_kv_calib (the KV-calibration side file,
+bound to each KVQuant cache type), fuzz_qdec (the QDEC side file, attached to weights of its shapes),
+fuzz_ext_tensors (CB2/CB3, APQ with its tables, interleaved: the loader's file checks, validation,
+companions, dequantization). Each target's corpus starts from its seeds (SEEDS); ggml-ext's targets
+have real files committed under tests/fuzz/<target>_seeds/ (`seeds --ext` writes them again). The build is clang + ccache into
 ~/.cache/ggml-ext/sanitizer, re-patched and re-configured when its key changes (clang's version,
 the pristine tree, the patch series, every source we compile into the libraries).
 Needs a clang that links -fsanitize=fuzzer,address,undefined: the newest one installed is used
@@ -36,7 +40,9 @@ SRC_DIR = REPO / "tests" / "c" / "sanitizer"
 DICT = SRC_DIR / "gguf.dict"
 REGRESSIONS = REPO / "tests" / "fuzz" / "regressions"
 CACHE = Path(os.environ.get("GGML_EXT_CACHE", Path.home() / ".cache" / "ggml-ext"))
-TARGETS = ("fuzz_gguf", "fuzz_llama_vocab")
+TARGETS = ("fuzz_gguf", "fuzz_llama_vocab", "fuzz_kv_calib", "fuzz_qdec", "fuzz_ext_tensors")
+# The committed seeds of ggml-ext's own targets (tests/fuzz/<name>/); the GGUF targets' come from make_seeds.
+EXT_SEEDS = {"fuzz_kv_calib": "kv_calib_seeds", "fuzz_qdec": "qdec_seeds", "fuzz_ext_tensors": "ext_tensor_seeds"}
 MAX_LEN = 65536          # the seeds are headers and small tensors; a larger input only slows it
 # Sanitizer settings of every run: fail on the first report, bounded memory, no leak noise from
 # libFuzzer's own exits (leaks are still checked: detect_leaks=1 is ASan's default on Linux).
@@ -202,6 +208,107 @@ def make_seeds(out: Path) -> list[Path]:
     return paths
 
 
+def make_ext_seeds(root: Path = REPO / "tests" / "fuzz") -> dict[str, list[Path]]:
+    """Write the seeds of ggml-ext's own targets into root/<EXT_SEEDS folder>/ (the committed ones): real
+    files of a tiny llama (tests/convert_support.tiny, one KV head of 64 channels), each under MAX_LEN --
+    its KV calibrations (nuq2..4, with and without outliers), its QDEC side file (layer 0 of a Q4_0 base),
+    and small GGUF files of each of our tensor types made by our quantizers (CB2, CB3, APQ with its tables
+    and keys, the interleaved Q4_0 / IQ4_NL layouts, an OOC side-car)."""
+    import numpy as np
+    sys.path.insert(0, str(REPO / "tests"))
+    import convert_support as cs
+    from ggml_ext import anyprec, quants
+    from ggml_ext.converters import convert
+    from ggml_ext.gguf import GGUFWriter
+    from ggml_ext.kvquant import calibrate as kv_calibrate
+    from ggml_ext.qdec.calibration import calibrate as dec_calibrate
+    out: dict[str, list[Path]] = {}
+
+    def put(target: str, name: str, path: Path) -> None:
+        data = path.read_bytes()
+        assert len(data) <= MAX_LEN, (name, len(data))
+        d = root / EXT_SEEDS[target]
+        d.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(data)
+        out.setdefault(target, []).append(d / name)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = cs.tiny("llama", num_attention_heads=1, num_key_value_heads=1)
+        text = tmp / "text.txt"
+        text.write_text(" ".join(f"word{i} and some more text {i % 7}." for i in range(3000)))
+        for frac in (0.01, 0.0):
+            f = tmp / f"kv-{frac}.gguf"
+            kv_calibrate(model, str(text), n_samples=2, seq_len=32, bits=(2, 3, 4), outliers=frac,
+                         progress=False).save(f, force=True)
+            put("fuzz_kv_calib", f"tiny-nuq234-outliers{frac}.gguf", f)
+        base = tmp / "base.gguf"
+        convert(model, base, "q4_0")
+        side = tmp / "dec.gguf"
+        dec_calibrate(base, model, str(text), n_samples=2, seq_len=32, layers={0}, progress=False).save(side, force=True)
+        put("fuzz_qdec", "tiny-q4_0-layer0.dec.gguf", side)
+
+        rng = np.random.default_rng(0)
+
+        def write(name: str, tensors: list[tuple[str, tuple[int, ...], str, bytes]], kv=()) -> None:
+            f = tmp / name
+            w = GGUFWriter(f, force=True)
+            w.add("general.architecture", "str", "llama")
+            w.add("ggml_ext.format_version", "u32", quants.format_version())
+            for k, vt, v in kv:
+                w.add(k, vt, v)
+            for tname, shape, tt, raw in tensors:
+                w.add_tensor_info(tname, shape, quants.type_id(tt), len(raw))
+            with w:
+                for *_, raw in tensors:
+                    w.write_tensor(np.frombuffer(raw, np.uint8))
+            put("fuzz_ext_tensors", name, f)
+
+        x = rng.standard_normal((4, 256)).astype(np.float32)
+        for t in ("CB2", "CB3"):
+            write(f"{t.lower()}.gguf", [("blk.0.attn_q.weight", (256, 4), t, quants.quantize(x, t).tobytes())])
+        xi = rng.standard_normal((16, 64)).astype(np.float32)
+        for t in (*quants.INTERLEAVED, *quants.INTERLEAVED_IQ4_NL):
+            write(f"{t.lower()}.gguf", [("blk.0.ffn_up.weight", (64, 16), t, quants.quantize(xi, t).tobytes())])
+        xa = rng.standard_normal((4, 64)).astype(np.float32)
+        codes, tables = anyprec.quantize(xa, seed=3, parent=8)
+        planes, t16 = anyprec.pack(codes, parent=8), anyprec.pack_tables(tables, seed=3, parent=8)
+        write("apq-3-8.gguf", [("blk.0.attn_k.weight", (64, 4), "APQ", planes.tobytes()),
+                               ("blk.0.attn_k.weight.apq_tables", (t16.size,), "F16", t16.tobytes())],
+              kv=[("ggml_ext.anyprec.version", "u32", 1), ("ggml_ext.anyprec.seed_bits", "u32", 3),
+                  ("ggml_ext.anyprec.parent_bits", "u32", 8)])
+        q = quants.quantize(xi, "Q4_0").tobytes()
+        idx = np.array([3, 17], np.int32)
+        sv = rng.standard_normal((16, 2)).astype(np.float32)
+        write("ooc-q4_0.gguf", [("blk.0.ffn_up.weight", (64, 16), "Q4_0", q),
+                                ("blk.0.ffn_up.weight.ooc_idx", (2,), "I32", idx.tobytes()),
+                                ("blk.0.ffn_up.weight.ooc_s", (2, 16), "F32", sv.tobytes())],
+              kv=[("ggml_ext.ooc.version", "u32", 1)])
+    return out
+
+
+def seed_corpus(target: str, out: Path) -> list[Path]:
+    """A fresh corpus of ``target`` in ``out``: ggml-ext's targets take their committed seeds and their
+    regressions (tests/fuzz/regressions/<target without fuzz_>-*), the GGUF targets make_seeds'."""
+    if target not in EXT_SEEDS:
+        return make_seeds(out)
+    out.mkdir(parents=True, exist_ok=True)
+    files = committed_inputs(target)
+    for f in files:
+        shutil.copy(f, out / f.name)
+    return [out / f.name for f in files]
+
+
+def committed_inputs(target: str) -> list[Path]:
+    """The committed inputs a target replays: its seeds and regressions (ggml-ext's targets), or the GGUF seeds
+    and every regression (the GGUF targets)."""
+    fuzz = REPO / "tests" / "fuzz"
+    if target in EXT_SEEDS:
+        tag = target.removeprefix("fuzz_").replace("_", "-")
+        return sorted([*(fuzz / EXT_SEEDS[target]).iterdir(), *REGRESSIONS.glob(f"c-{tag}-*")])
+    return sorted(p for d in ("gguf_seeds", "regressions") for p in (fuzz / d).iterdir() if p.is_file())
+
+
 # ---------------------------------------------------------------- fuzzing
 
 
@@ -220,7 +327,7 @@ def run(target: str, seconds: int, corpus: Path | None, extra: list[str], workdi
     own_corpus = corpus is None
     corpus = corpus or workdir / f"corpus-{target}"
     if not corpus.exists() or not any(corpus.iterdir()):
-        make_seeds(corpus)
+        seed_corpus(target, corpus)
     n_seeds = len(list(corpus.iterdir()))
     artifacts = workdir / f"artifacts-{target}"
     artifacts.mkdir(parents=True, exist_ok=True)
@@ -316,7 +423,8 @@ def main() -> int:
     s = sub.add_parser("build")
     s.add_argument("targets", nargs="*", help=f"default: all ({', '.join(TARGETS)}, load_gguf_model)")
     s = sub.add_parser("seeds")
-    s.add_argument("out", type=Path)
+    s.add_argument("out", type=Path, nargs="?", help="folder of the GGUF targets' seeds")
+    s.add_argument("--ext", action="store_true", help="write the committed seeds of ggml-ext's targets again")
     s = sub.add_parser("run")
     s.add_argument("--target", choices=TARGETS, default="fuzz_gguf")
     s.add_argument("--seconds", type=int, default=60)
@@ -326,7 +434,7 @@ def main() -> int:
     s.add_argument("libfuzzer_args", nargs="*")
     s = sub.add_parser("replay")
     s.add_argument("--target", choices=TARGETS, default="fuzz_gguf")
-    s.add_argument("files", nargs="+", type=Path)
+    s.add_argument("files", nargs="*", type=Path, help="default: the target's committed inputs")
     s = sub.add_parser("hostile")
     s.add_argument("--subset", type=int, help="only every N-th file")
     s.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))
@@ -336,8 +444,12 @@ def main() -> int:
     if a.cmd == "build":
         print(build(*a.targets))
     elif a.cmd == "seeds":
-        for p in make_seeds(a.out):
-            print(p)
+        if a.ext:
+            for target, paths in make_ext_seeds().items():
+                print(f"{target}: {len(paths)} seeds, {sum(p.stat().st_size for p in paths)} bytes")
+        if a.out:
+            for p in make_seeds(a.out):
+                print(p)
     elif a.cmd == "run":
         workdir = a.workdir or Path(tempfile.mkdtemp(prefix="fuzz_gguf_c-"))
         workdir.mkdir(parents=True, exist_ok=True)
@@ -350,7 +462,7 @@ def main() -> int:
                   f"crashes {len(res['crashes'])} ({res['artifacts']}), log {res['log']}")
         return 1 if res["crashes"] or res["returncode"] != 0 else 0
     elif a.cmd == "replay":
-        return replay(a.target, a.files)
+        return replay(a.target, a.files or committed_inputs(a.target))
     elif a.cmd == "hostile":
         res = hostile(a.subset, a.jobs)
         if a.json:

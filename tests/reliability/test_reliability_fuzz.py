@@ -39,8 +39,11 @@ def _harness():
 
 
 def _inputs() -> list[Path]:
-    """The GGUF inputs: seeds and regressions (converter_*/ are model folders, not GGUF files)."""
-    return sorted(p for d in ("gguf_seeds", "regressions") for p in (FUZZ_DIR / d).iterdir() if p.is_file())
+    """The GGUF inputs: seeds and regressions, and the seeds of the C fuzzers of ggml-ext's own readers (KV
+    calibration, QDEC side file, our tensor types), which our reader reads too (converter_*/ are model folders,
+    not GGUF files)."""
+    return sorted(p for d in ("gguf_seeds", "regressions", "kv_calib_seeds", "qdec_seeds", "ext_tensor_seeds")
+                  for p in (FUZZ_DIR / d).iterdir() if p.is_file())
 
 
 def test_committed_fuzz_inputs_are_small():

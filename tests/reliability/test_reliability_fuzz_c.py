@@ -1,9 +1,11 @@
 """libFuzzer + ASan/UBSan on llama.cpp's C/C++ GGUF loading (tests/fuzz/fuzz_gguf_c.py, tests/c/sanitizer/).
 
-* every committed fuzz input (tests/fuzz/: the reader's seeds and the regressions) replays
-  through both C harnesses without a report;
-* short smoke runs of fuzz_gguf (gguf.cpp parser with data + row validation) and
-  fuzz_llama_vocab (llama_model_load_from_file, vocab_only) from the seed corpus;
+* every committed fuzz input replays through its C harness without a report: the reader's seeds and
+  the regressions through fuzz_gguf and fuzz_llama_vocab; the committed seeds of ggml-ext's own readers
+  (tests/fuzz/kv_calib_seeds, qdec_seeds, ext_tensor_seeds) and their regressions through fuzz_kv_calib
+  (KV-calibration side file), fuzz_qdec (QDEC side file) and fuzz_ext_tensors (CB2/CB3, APQ with its
+  tables, interleaved: load and validate);
+* short smoke runs of each target from its seed corpus;
 * a sanitizer build of tests/c/sanitizer/load_gguf_model.c (load with check_tensors, decode one
   token) over a subset of the hostile files of test_reliability_files.py: refused or loaded,
   never a sanitizer report or a signal (the full set: `fuzz_gguf_c.py hostile`);
@@ -28,7 +30,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "fuzz" / "fuzz_gguf_c.py"
 FUZZ_DIR = REPO / "tests" / "fuzz"
-SMOKE_SECONDS = {"fuzz_gguf": 20, "fuzz_llama_vocab": 15}
+SMOKE_SECONDS = {"fuzz_gguf": 20, "fuzz_llama_vocab": 15, "fuzz_kv_calib": 10, "fuzz_qdec": 10, "fuzz_ext_tensors": 10}
 HOSTILE_SUBSET = 4          # every 4th hostile file in make test; all of them in the script
 
 
@@ -51,22 +53,18 @@ def fz():
     return mod
 
 
-def _inputs() -> list[Path]:
-    """The GGUF inputs: seeds and regressions (converter_*/ are model folders, not GGUF files)."""
-    return sorted(p for d in ("gguf_seeds", "regressions") for p in (FUZZ_DIR / d).iterdir() if p.is_file())
-
-
-@pytest.mark.parametrize("target", ["fuzz_gguf", "fuzz_llama_vocab"])
+@pytest.mark.parametrize("target", list(SMOKE_SECONDS))
 def test_committed_inputs_replay_clean(fz, target):
     exe = fz.build(target) / target
-    files = _inputs()
+    files = fz.committed_inputs(target)
+    assert files
     r = subprocess.run([str(exe), "-runs=1", *map(str, files)], capture_output=True, text=True, errors="replace",
                        env=fz.sanitizer_env(), timeout=300)
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
     assert len(re.findall(r"^Running: ", r.stderr, re.M)) == len(files)
 
 
-@pytest.mark.parametrize("target", ["fuzz_gguf", "fuzz_llama_vocab"])
+@pytest.mark.parametrize("target", list(SMOKE_SECONDS))
 def test_fuzz_smoke(fz, target, tmp_path):
     res = fz.run(target, SMOKE_SECONDS[target], None, [], tmp_path)
     log = Path(res["log"]).read_text()

@@ -95,7 +95,7 @@ def test_a_precision_the_file_does_not_serve_is_refused(apq_file, wiki_test, thr
         _ppl(apq_file, wiki_test, threads, env={"GGML_EXT_APQ_BITS": "2"})
     with pytest.raises(RuntimeError, match="not a precision"):
         _ppl(apq_file, wiki_test, threads, env={"GGML_EXT_APQ_BITS": "eight"})
-    with pytest.raises(RuntimeError, match="--apq-bits takes 1..8"):
+    with pytest.raises(RuntimeError, match="--apq-bits: 9 is out of range; use 1..8"):
         _ppl(apq_file, wiki_test, threads, apq_bits=9)
 
 

@@ -252,6 +252,66 @@ int ggml_ext_llama_apq_bits(void) {
     return ggml_ext_settings_apq_bits();
 }
 
+// llama-server's slot files (patch 0311): the precision each saved slot's KV was computed at, by path. Kept
+// for the process only: a file saved by another process restores as unknown (-1), which no request's
+// precision equals, so its KV is recomputed rather than reused at another precision.
+static struct {
+    char * path;
+    int    bits;
+} *             apq_slots;
+static size_t   apq_slot_count, apq_slot_cap;
+
+int ggml_ext_llama_apq_slot_saved(const char * path, int bits) {
+    if (path == NULL) {
+        return -1;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&apq_lock);
+    size_t i = 0;
+    while (i < apq_slot_count && strcmp(apq_slots[i].path, path) != 0) {
+        i++;
+    }
+    if (i == apq_slot_count) {
+        const size_t len  = strlen(path) + 1;
+        char *       copy = (char *) malloc(len);
+        if (copy != NULL) {
+            memcpy(copy, path, len);
+        }
+        if (apq_slot_count == apq_slot_cap) {
+            const size_t cap  = apq_slot_cap ? 2 * apq_slot_cap : 8;
+            void *       grow = copy ? realloc(apq_slots, cap * sizeof(*apq_slots)) : NULL;
+            if (grow != NULL) {
+                apq_slots    = grow;
+                apq_slot_cap = cap;
+            }
+        }
+        if (copy == NULL || apq_slot_count == apq_slot_cap) {
+            free(copy);
+            rc = -1;  // out of memory: the file restores as unknown
+        } else {
+            apq_slots[apq_slot_count++].path = copy;
+        }
+    }
+    if (rc == 0) {
+        apq_slots[i].bits = bits;
+    }
+    pthread_mutex_unlock(&apq_lock);
+    return rc;
+}
+
+int ggml_ext_llama_apq_slot_restored(const char * path) {
+    int bits = -1;
+    pthread_mutex_lock(&apq_lock);
+    for (size_t i = 0; path && i < apq_slot_count; i++) {
+        if (strcmp(apq_slots[i].path, path) == 0) {
+            bits = apq_slots[i].bits;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&apq_lock);
+    return bits;
+}
+
 // Precision per llama context (patch 0312): (context, bits) of the live contexts that had one at creation
 static pthread_mutex_t apq_ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {

@@ -184,6 +184,12 @@ static int load_calibration(const char * path, char * err, size_t n) {
         ggml_free(ctx);
         return -1;
     }
+    // a calibration of a newer ggml-ext may lay its tables out otherwise: refused, not misread
+    if (ggml_ext_check_format_key(g, "kvquant.format_version", path, 1, err, n) != 0) {
+        gguf_free(g);
+        ggml_free(ctx);
+        return -1;
+    }
     snprintf(loaded_path, sizeof(loaded_path), "%s", path);
     loaded_gguf = g;
     loaded_ctx  = ctx;

@@ -8,6 +8,7 @@
 // against its shape and type and remembers it by the weight's address (as the OOC side-cars are); the
 // linear hook then adds DEC_MUL_MAT after the weight's matmul in graphs of one token (decode) only.
 #include "common/settings.h"
+#include "ggml-ext-llama.h"
 #include "ggml-ext-qdec.h"
 #include "ggml-ext-ops.h"
 #include "ggml-backend-impl.h"
@@ -196,14 +197,15 @@ static int parse_spec(const char * what, const char * spec, int max, int v[DEC_N
     const char * p = spec;
     memcpy(out, v, sizeof(out));
     if (spec == NULL || spec[0] == '\0') {
-        snprintf(err, n, "%s: empty (give a number or qkv=N,o=N,gateup=N,down=N)", what);
+        snprintf(err, n, "%s: empty; use 0..%d, or qkv=N,o=N,gateup=N,down=N", what, max);
         return -1;
     }
     if (isdigit((unsigned char) spec[0])) {
         char *     end = NULL;
         const long x   = strtol(spec, &end, 10);
         if (*end != '\0' || x < 0 || x > max) {
-            snprintf(err, n, "%s \"%s\": not a number in 0..%d", what, spec, max);
+            snprintf(err, n, "%s: '%s' is %s; use 0..%d, or qkv=N,o=N,gateup=N,down=N", what, spec,
+                     *end != '\0' ? "not an integer" : "out of range", max);
             return -1;
         }
         for (int i = 0; i < DEC_NTYPES; i++) {
@@ -220,13 +222,14 @@ static int parse_spec(const char * what, const char * spec, int max, int v[DEC_N
             }
         }
         if (t < 0) {
-            snprintf(err, n, "%s \"%s\": expected NAME=N with NAME one of qkv, o, gateup, down", what, spec);
+            snprintf(err, n, "%s: '%s' is not an integer or NAME=N list; use 0..%d, or NAME=N,... with NAME one of "
+                     "qkv, o, gateup, down", what, spec, max);
             return -1;
         }
         char *     end = NULL;
         const long x   = strtol(eq + 1, &end, 10);
         if (end == eq + 1 || (*end != ',' && *end != '\0') || x < 0 || x > max) {
-            snprintf(err, n, "%s \"%s\": the value of %s is not a number in 0..%d", what, spec, dec_type_names[t], max);
+            snprintf(err, n, "%s: '%s': the value of %s is not an integer in 0..%d", what, spec, dec_type_names[t], max);
             return -1;
         }
         out[t] = (int) x;
@@ -472,12 +475,10 @@ static struct dec_file * file_open(const char * path, char * err, size_t n) {
         file_free(f);
         return NULL;
     }
-    int           ok1, ok2, ok3;
-    const int64_t ver   = key_int(f->gguf, "qdec.format_version", -1, &ok1);
+    int           ok2, ok3;
     const int64_t chunk = key_int(f->gguf, "qdec.chunk", -1, &ok2);
     const int64_t bits  = key_int(f->gguf, "qdec.bits", -1, &ok3);
-    if (!ok1 || ver != 1) {
-        snprintf(err, n, "the QDEC side file %s has format version %lld; this build reads 1", path, (long long) ver);
+    if (ggml_ext_check_format_key(f->gguf, "qdec.format_version", path, 1, err, n) != 0) {
         file_free(f);
         return NULL;
     }

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._args import int_range
 from . import AnyPrecError, dequantize, planes_bytes, planes_type, tables_bytes
 
 __all__ = ["BitplaneFile", "open_file", "extract", "add_arguments", "main"]
@@ -63,12 +64,11 @@ def open_file(path: str | os.PathLike) -> BitplaneFile:
     if "ggml_ext.anyprec.version" not in g.kv:
         raise AnyPrecError(f"{path}: not an any-precision file (no ggml_ext.anyprec.version; write one with "
                            "ggml-ext convert --method anyprec)")
-    if g.kv["ggml_ext.anyprec.version"] != 1:
-        raise AnyPrecError(f"{path}: any-precision format version {g.kv['ggml_ext.anyprec.version']}, "
-                           "this build reads 1")
+    from ggml_ext.formats import versions
+    why = versions.problem(g.kv, path, g)
+    if why:
+        raise AnyPrecError(why)
     seed, parent = int(g.kv["ggml_ext.anyprec.seed_bits"]), int(g.kv["ggml_ext.anyprec.parent_bits"])
-    if not 1 <= seed <= parent <= 8:
-        raise AnyPrecError(f"{path}: precisions {seed}..{parent} out of range")
     names = {t.name for t in g.tensors}
     matrices = []
     for t in g.tensors:
@@ -168,7 +168,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e = sub.add_parser("extract", help="write one precision of a bitplane file as an ordinary F16/Q8_0 GGUF "
                                        "(interim: until the bitplane op, for stock llama.cpp)")
     e.add_argument("file", metavar="FILE", help="bitplane GGUF (ggml-ext convert --method anyprec)")
-    e.add_argument("--bits", type=int, required=True, help="the precision to materialise")
+    e.add_argument("--bits", type=int_range(1, 8), required=True, help="the precision to materialise")
     e.add_argument("-o", "--output", required=True, metavar="OUT.gguf")
     e.add_argument("--type", default="f16", choices=tuple(FILE_TYPES), help="type of the matrices (default f16)")
     e.add_argument("--force", action="store_true", help="replace OUT.gguf if it exists")

@@ -128,9 +128,10 @@ class KVCalibration:
         if g.kv.get("general.type") != "kvquant":
             raise KVCalibrationError(f"{path}: not a KV calibration (general.type {g.kv.get('general.type')!r}); "
                                      f"make one with `ggml-ext calibrate kv`")
-        if g.kv.get("kvquant.format_version") != FORMAT_VERSION:
-            raise KVCalibrationError(f"{path}: KV calibration format {g.kv.get('kvquant.format_version')}, "
-                                     f"this version reads {FORMAT_VERSION}")
+        from ggml_ext.formats import versions
+        why = versions.version_problem(g.kv, "kvquant.format_version", path, required=True)
+        if why:
+            raise KVCalibrationError(why)
         meta = {}
         for k, v in g.kv.items():
             if k.startswith("kvquant.") and k != "kvquant.format_version":
@@ -450,15 +451,16 @@ def calibrate(model_dir: str | os.PathLike, text: str | None = None, n_samples: 
 
 # ---------------------------------------------------------------- CLI (a verb of `ggml-ext calibrate`)
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .._args import int_list
     p.add_argument("model", help="Hugging Face model folder")
     p.add_argument("-o", "--output", required=True, help="the side file to write (GGUF)")
     p.add_argument("--text", default=None, help="calibration text: a file or an asset name (default wiki-train)")
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"samples (default {DEFAULT_SAMPLES})")
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sample (default {DEFAULT_SEQ_LEN})")
-    p.add_argument("--bits", default=",".join(map(str, DEFAULT_BITS)), help="nuq bit widths (default 2,3,4)")
+    p.add_argument("--bits", type=int_list(1, 8), default=DEFAULT_BITS, help="nuq bit widths (default 2,3,4)")
     p.add_argument("--outliers", type=float, default=DEFAULT_OUTLIERS,
                    help=f"dense-and-sparse outlier fraction (default {DEFAULT_OUTLIERS})")
-    p.add_argument("--qnorm-bits", default=",".join(map(str, DEFAULT_QNORM_BITS)),
+    p.add_argument("--qnorm-bits", type=int_list(1, 8, empty=True), default=DEFAULT_QNORM_BITS,
                    help="bit widths whose levels get Q-Norm (default 2; empty for none)")
     p.add_argument("--device", default="cpu", help="torch device: cpu (default), cuda, cuda:1, ...")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
@@ -466,17 +468,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
-def _ints(s: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in s.split(",") if x.strip())
-
-
 def main(args: argparse.Namespace) -> int:
     try:
         out = Path(args.output)
         if out.exists() and not args.force:
             raise FileExistsError(f"{out} exists; pass --force to replace it")
-        cal = calibrate(args.model, args.text, args.samples, args.seq_len, _ints(args.bits), args.outliers,
-                        _ints(args.qnorm_bits), args.device, args.dtype, progress=not args.quiet)
+        cal = calibrate(args.model, args.text, args.samples, args.seq_len, tuple(args.bits), args.outliers,
+                        tuple(args.qnorm_bits), args.device, args.dtype, progress=not args.quiet)
         cal.save(out, force=args.force)
     except (ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"calibrate kv: {e}", file=sys.stderr)

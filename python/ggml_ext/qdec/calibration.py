@@ -119,8 +119,10 @@ def load(path: str | os.PathLike, base: str | os.PathLike | None = None) -> DecS
     if g.kv.get("general.type") != "qdec":
         raise DecError(f"{path}: not a QDEC side file (general.type {g.kv.get('general.type')!r}); "
                        f"make one with `ggml-ext calibrate dec`")
-    if g.kv.get("qdec.format_version") != FORMAT_VERSION:
-        raise DecError(f"{path}: QDEC format {g.kv.get('qdec.format_version')}, this version reads {FORMAT_VERSION}")
+    from ggml_ext.formats import versions
+    why = versions.version_problem(g.kv, "qdec.format_version", path, required=True)
+    if why:
+        raise DecError(why)
     meta = {k[5:]: (list(v) if not isinstance(v, (str, int)) else v) for k, v in g.kv.items()
             if k.startswith("qdec.") and k != "qdec.format_version"}
     for need in ("k_chunks", "chunk", "bits", "base_sha256", "model_sha256"):
@@ -330,6 +332,7 @@ def _permute_rows(arch, hp, hf_name, w):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from .._args import ranges
     p.add_argument("base", help="the quantized base model (GGUF) whose error to compensate")
     p.add_argument("--hf", required=True, help="the Hugging Face folder of the same model (the reference weights)")
     p.add_argument("-o", "--output", required=True, help="the side file to write (GGUF)")
@@ -338,18 +341,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--samples", type=int, default=DEFAULT_SAMPLES, help=f"calibration windows (default {DEFAULT_SAMPLES})")
     p.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per window (default {DEFAULT_SEQ_LEN})")
     p.add_argument("--device", default="cpu", help="torch device for the calibration forward (cpu, cuda)")
-    p.add_argument("--layers", default=None, help="decoder layers to cover, e.g. 0-3,8 (default all)")
+    p.add_argument("--layers", type=ranges(), default=None, help="decoder layers to cover, e.g. 0-3,8 (default all)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
-
-
-def _parse_layers(spec: str | None):
-    if not spec:
-        return None
-    out = set()
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        out.update(range(int(a), int(b or a) + 1))
-    return out
 
 
 def main(args: argparse.Namespace) -> int:
@@ -359,7 +352,7 @@ def main(args: argparse.Namespace) -> int:
         return 1
     try:
         side = calibrate(args.base, args.hf, args.text, args.samples, args.seq_len, args.device,
-                         layers=_parse_layers(args.layers))
+                         layers=args.layers)
         side.save(args.output, force=args.force)
     except DecError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -2,39 +2,24 @@
 // a GGUF file (passed through a memfd, as llama_model_load_from_file wants a path). When it
 // loads, a fixed text is tokenized and every token converted back to text, which walks the
 // vocabulary's tables. A refused file is fine; an abort or a sanitizer report is a crash.
-#define _GNU_SOURCE
+#include "fuzz_file.h"
 #include "llama.h"
 
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 static int fd = -1;
 static char path[64];
 
-static void quiet(enum ggml_log_level level, const char * text, void * user) {
-    (void) level; (void) text; (void) user;
-}
-
 int LLVMFuzzerInitialize(int * argc, char *** argv) {
     (void) argc; (void) argv;
-    llama_log_set(quiet, NULL);
+    llama_log_set(fuzz_quiet, NULL);
     llama_backend_init();
-    fd = memfd_create("fuzz.gguf", 0);
-    if (fd < 0) {
-        perror("memfd_create");
-        abort();
-    }
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    fd = fuzz_file_open("fuzz.gguf", path, sizeof path);
     return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, data, size, 0) != (ssize_t) size) {
-        abort();
-    }
+    fuzz_file_write(fd, data, size);
     struct llama_model_params mp = llama_model_default_params();
     mp.vocab_only = true;
     struct llama_model * model = llama_model_load_from_file(path, mp);
