@@ -33,7 +33,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,7 +99,7 @@ BRANCH = re.compile(r"^(b\.\w+|b|cbn?z|tbn?z)$")
 
 def macs_of(kind: str, op: str, args: str) -> float:
     """Multiply-accumulates (decode: values) of one instruction."""
-    sve = args.lstrip().startswith("z")  # SVE: counted at 128 bits; mac_loops marks the loop
+    # SVE (z registers) counted at 128 bits; mac_loops marks the loop for its 256-bit reading
     if kind == "int":
         if op == "sdot":
             return 16
