@@ -245,9 +245,9 @@ def rows(kernels: list[Kernel], marches: list[str], tmp: Path, ggml: Path | None
                     note = (f"+ weight decode {d} instructions per 256-weight block: "
                             f"+{4 * d:.0f} / 1024 MACs at 1 row, +{4 * d / 8:.0f} at 8 rows")
                 if sve:  # 128-bit / 256-bit vectors
-                    macs_s, per_k = f"SVE {macs:.3g} / {2 * macs:.3g}", f"{n * 1024 / macs:.0f} / {n * 512 / macs:.0f}"
+                    macs_s, per_k = f"SVE {macs:.4g} / {2 * macs:.4g}", f"{n * 1024 / macs:.0f} / {n * 512 / macs:.0f}"
                 else:
-                    macs_s, per_k = f"{macs:.3g}", f"{n * 1024 / macs:.0f}"
+                    macs_s, per_k = f"{macs:.4g}", f"{n * 1024 / macs:.0f}"
                 out.append([k.family, k.label, march, str(n), macs_s, per_k, note])
     return out
 
