@@ -23,16 +23,24 @@ PYTEST_ARGS ?=
 help: ## this list
 	@awk -F ':.*## ' '/^[a-z][a-z0-9-]*:.*## / { printf "make %-12s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-# Debian packages: ccache (fast rebuilds), patch, the aarch64 cross toolchain plus
+# Debian packages: ccache (fast rebuilds), patch, on an x86-64 host the aarch64 cross toolchain plus
 # qemu-user (Arm kernels are tested under qemu-aarch64-static -cpu max), and clang with its
 # sanitizer/libFuzzer runtimes (tests/fuzz/fuzz_gguf_c.py, atheris).
 # Installed only when missing; needs root or sudo. clang is found, not named: any installed
 # clang-N (newest first) or clang that links -fsanitize=fuzzer,address,undefined will do
 # (scripts/find_clang.py); without one, Debian's default `clang` and the matching
 # `libclang-rt-dev` are installed (on Debian 12: clang-14, libclang-rt-14-dev).
-SYSTEM_DEPS := ccache:ccache patch:patch aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu \
-               aarch64-linux-gnu-g++:g++-aarch64-linux-gnu qemu-aarch64-static:qemu-user-static
-system-deps: $(STAMPS)/system-deps ## the Debian packages the build and tests need (ccache, patch, aarch64 cross compilers, qemu-user, clang)
+# An aarch64 host builds and tests the Arm code natively (scripts/build_aarch64.sh uses its own gcc, the Arm
+# kernel tests run their builds directly): no cross toolchain, no qemu.
+HOST_ARCH   := $(shell uname -m)
+SYSTEM_DEPS := ccache:ccache patch:patch
+ifeq ($(filter aarch64 arm64,$(HOST_ARCH)),)
+SYSTEM_DEPS += aarch64-linux-gnu-gcc:gcc-aarch64-linux-gnu aarch64-linux-gnu-g++:g++-aarch64-linux-gnu \
+               qemu-aarch64-static:qemu-user-static
+else
+SYSTEM_DEPS += gcc:gcc g++:g++
+endif
+system-deps: $(STAMPS)/system-deps ## the Debian packages the build and tests need (ccache, patch, clang; on x86-64 the aarch64 cross compilers and qemu-user)
 $(STAMPS)/system-deps: Makefile scripts/find_clang.py
 	@mkdir -p $(STAMPS)
 	@missing=""; for c in $(SYSTEM_DEPS); do \
@@ -96,8 +104,9 @@ test-cuda: ## our CUDA kernels against the CPU (a GGML_EXT_CUDA=ON build and an 
 upstream: venv ## the pristine pinned llama.cpp (no patches), the baseline of every comparison
 	PYTHON=$(PY) bash scripts/build_upstream.sh
 
-# Our llama.cpp cross-built for aarch64, static, run under qemu (docs/DEVELOPING.md); the qemu tests build it too.
-aarch64: venv system-deps ## our llama.cpp cross-built for aarch64, static (ARM_MARCH=armv8.6-a+dotprod+i8mm), run under qemu
+# Our llama.cpp built for aarch64, static: cross-built and run under qemu on x86-64, natively on an aarch64 host
+# (docs/DEVELOPING.md); the Arm tests build it too.
+aarch64: venv system-deps ## our llama.cpp built for aarch64, static (ARM_MARCH=armv8.6-a+dotprod+i8mm): cross + qemu on x86-64, native on aarch64
 	PYTHON=$(PY) bash scripts/build_aarch64.sh $(ARM_MARCH)
 
 # Release bundles (scripts/dist.sh, docs/ARM.md): server and tools for linux-x86_64 and linux-aarch64, every CPU

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Cross build of our patched llama.cpp for Linux/aarch64: the same CMakeLists.txt (fetched
-# tree + patch series + ggml_ext sources) configured with cmake/toolchain-aarch64-linux-gnu.cmake,
-# static, for one -march (default armv8.6-a+dotprod+i8mm), run under qemu-aarch64-static.
+# Build of our patched llama.cpp for Linux/aarch64: the same CMakeLists.txt (fetched tree + patch
+# series + ggml_ext sources), static, for one -march (default armv8.6-a+dotprod+i8mm). On an x86-64
+# host a cross build (cmake/toolchain-aarch64-linux-gnu.cmake) run under qemu-aarch64-static; on an
+# aarch64 host the native gcc / g++ without the toolchain file, run directly.
 #
 #   scripts/build_aarch64.sh [MARCH]     prints the folder holding llama-cli and llama-perplexity
 #
@@ -18,9 +19,14 @@ py=${PYTHON:-$here/.venv/bin/python}
 [[ -x $py ]] || py=python3
 cmake=$(dirname "$py")/cmake
 [[ -x $cmake ]] || cmake=cmake
-for t in aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ "$cmake" ninja; do
+case $(uname -m) in
+  aarch64|arm64) cc=gcc cxx=g++ toolchain=(-DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++) ;;  # native: no sysroot, no emulator
+  *) cc=aarch64-linux-gnu-gcc cxx=aarch64-linux-gnu-g++
+     toolchain=(-DCMAKE_TOOLCHAIN_FILE="$here/cmake/toolchain-aarch64-linux-gnu.cmake") ;;
+esac
+for t in "$cc" "$cxx" "$cmake" ninja; do
   command -v "$t" >/dev/null || [[ -x $t ]] || [[ -x $(dirname "$py")/$t ]] || {
-    echo "build_aarch64: $t not found (make system-deps installs the cross toolchain; make venv cmake and ninja)" >&2; exit 2; }
+    echo "build_aarch64: $t not found (make system-deps installs the compilers; make venv cmake and ninja)" >&2; exit 2; }
 done
 export PATH=$(dirname "$py"):$PATH
 targets=(llama-cli llama-perplexity)
@@ -30,7 +36,7 @@ root=${GGML_EXT_CACHE:-$HOME/.cache/ggml-ext}/aarch64-$commit
 key=$(cd "$here" && {
   find CMakeLists.txt cmake ggml_ext scripts/build_aarch64.sh scripts/apply_patches.py scripts/fetch_llama_cpp.py \
        -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum
-  aarch64-linux-gnu-gcc -dumpfullversion
+  "$cc" -dumpfullversion
   echo "$march ${targets[*]}"
 } | sha256sum | cut -c1-16)
 out=$root/${march//+/_}-$key
@@ -54,8 +60,7 @@ fi
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 # Static executables need no aarch64 sysroot at run time; ggml's own threadpool instead of
 # OpenMP (no libgomp.a juggling). GGML_EXT_NATIVE=OFF + GGML_CPU_ARM_ARCH: -march for ggml-cpu.
-"$cmake" -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_TOOLCHAIN_FILE="$here/cmake/toolchain-aarch64-linux-gnu.cmake" \
+"$cmake" -S "$here" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${toolchain[@]}" \
   -DPython3_EXECUTABLE="$py" -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static \
   -DGGML_EXT_NATIVE=OFF -DGGML_CPU_ARM_ARCH="$march" -DGGML_OPENMP=OFF -DGGML_CCACHE=ON \
   >"$root/configure.log" 2>&1 || { cat "$root/configure.log" >&2; exit 1; }

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import qemu_support as qs
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import ANYPREC as SOURCES, SRC  # noqa: E402
@@ -53,8 +55,6 @@ def test_without_simd_the_dispatcher_runs_the_scalar_twin(tmp_path):
 
 @pytest.mark.qemu
 def test_neon_kernel_under_qemu(tmp_path):
-    cc, qemu = shutil.which("aarch64-linux-gnu-gcc"), shutil.which("qemu-aarch64-static")
-    if cc is None or qemu is None:
-        pytest.skip("no aarch64 cross compiler or qemu-aarch64-static")
-    out = _build_run(cc, "armv8-a", tmp_path / "arm", runner=[qemu, "-cpu", "max"], static=True)
+    cc, runner = qs.arm_target("armv8-a", ["qemu-aarch64-static", "-cpu", "max"])  # aarch64 host: natively
+    out = _build_run(cc, "armv8-a", tmp_path / "arm", runner=runner, static=True)
     assert "kernel neon" in out and "dispatch runs neon" in out, out

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import qemu_support as qs
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -57,18 +58,12 @@ def test_x86_avx2(tmp_path):
     _run([str(_build("gcc", "x86-64-v3", tmp_path / "t_v3"))], "generic avx2", "avx2")
 
 
-def _need_cross() -> None:
-    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
-
-
 @pytest.mark.qemu
 @pytest.mark.parametrize("march,impls,dispatched", [
     ("armv8.2-a+dotprod", "generic neon-dotprod", "neon-dotprod"),
     ("armv8-a", "generic", "generic"),
 ])
 def test_aarch64_under_qemu(tmp_path, march, impls, dispatched):
-    _need_cross()
-    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
-    _run([*QEMU, str(exe)], impls, dispatched)
+    cc, runner = qs.arm_target(march, QEMU)  # on an aarch64 host: built and run natively
+    exe = _build(cc, march, tmp_path / f"t_{march.replace('+', '_')}")
+    _run([*runner, str(exe)], impls, dispatched)

@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import qemu_support as qs
+
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
 from kernel_sources import INTERLEAVED4 as SOURCES, SRC, cpu_flags  # noqa: E402
@@ -189,12 +191,6 @@ def test_native_fallbacks(tmp_path, ggml_fixture, march, impls):
     _assert_dispatched(out, best, best)
 
 
-def _need_cross() -> None:
-    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
-
-
 @pytest.mark.qemu
 @pytest.mark.parametrize(
     "march,impls,dispatched",
@@ -205,9 +201,9 @@ def _need_cross() -> None:
     ],
 )
 def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls, dispatched):
-    _need_cross()
-    exe = _build("aarch64-linux-gnu-gcc", march, tmp_path / f"t_{march.replace('+', '_')}")
-    out = _run([*QEMU, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    cc, runner = qs.arm_target(march, QEMU)  # on an aarch64 host: built and run natively
+    exe = _build(cc, march, tmp_path / f"t_{march.replace('+', '_')}")
+    out = _run([*runner, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     assert re.search(r"ggml fixture: \d+ blocks compared", out), out
     _assert_dispatched(out, dispatched, dispatched)
 
@@ -226,13 +222,15 @@ def test_aarch64_under_qemu(tmp_path, ggml_fixture, march, impls, dispatched):
     ],
 )
 def test_aarch64_sve_under_qemu(tmp_path_factory, ggml_fixture, vl_bytes, impls, q4_0_8x8):
-    _need_cross()
+    if qs.AARCH64_HOST:
+        pytest.skip("sets the SVE vector length through qemu, which an aarch64 host's build does not use")
+    qemu = ["qemu-aarch64-static", "-cpu", f"max,sve-default-vector-length={vl_bytes}", "-L", qs.SYSROOT]
+    cc, runner = qs.arm_target("armv8-a", qemu)  # the cross compiler and qemu, or skip
     exe = tmp_path_factory.getbasetemp() / "t_neoverse_v1"
     if not exe.exists():
-        exe = _build("aarch64-linux-gnu-gcc", "-mcpu=neoverse-v1", exe.with_suffix(".tmp"))
+        exe = _build(cc, "-mcpu=neoverse-v1", exe.with_suffix(".tmp"))
         exe = exe.rename(exe.with_suffix(""))
-    qemu = ["qemu-aarch64-static", "-cpu", f"max,sve-default-vector-length={vl_bytes}", "-L", "/usr/aarch64-linux-gnu"]
-    out = _run([*qemu, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
+    out = _run([*runner, str(exe), "--ggml-fixture", str(ggml_fixture)], impls)
     _assert_dispatched(out, {**NEON_I8MM, "8x8": q4_0_8x8}, NEON_I8MM)
     assert ("not usable here: sve256-i8mm\n" in out) == (vl_bytes != 32), out
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import platform
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+import qemu_support as qs
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -69,8 +70,6 @@ def test_native_without_avx2(program, tmp_path):
 @pytest.mark.parametrize("program", PROGRAMS)
 @pytest.mark.qemu
 def test_aarch64_neon_under_qemu(program, tmp_path):
-    missing = [t for t in ("aarch64-linux-gnu-gcc", "qemu-aarch64-static") if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: gcc-aarch64-linux-gnu, qemu-user-static)")
-    exe = _build(program, "aarch64-linux-gnu-gcc", "armv8-a", tmp_path / "t_arm", static=True)
-    _run(program, ["qemu-aarch64-static", "-cpu", "max", str(exe)], "generic neon")
+    cc, runner = qs.arm_target("armv8-a", ["qemu-aarch64-static", "-cpu", "max"])  # aarch64 host: natively
+    exe = _build(program, cc, "armv8-a", tmp_path / "t_arm", static=True)
+    _run(program, [*runner, str(exe)], "generic neon")

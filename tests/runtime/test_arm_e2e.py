@@ -79,14 +79,23 @@ TRACED = re.compile(r"^(gem[mv]_(q4_0|iq4_nl)_[48]x[48]_(dotprod|i8mm|generic|sv
 UPSTREAM = re.compile(r"^ggml_gem[mv]_(q4_0|iq4_nl)_")
 
 
+# binutils for aarch64 objects: the cross ones, or the host's own on an aarch64 host (scripts/build_aarch64.sh
+# builds natively there)
+BINUTILS = "" if qs.AARCH64_HOST else "aarch64-linux-gnu-"
+
+
 def _missing_tools() -> list[str]:
-    return [t for t in ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++", "aarch64-linux-gnu-nm", "qemu-aarch64-static",
-                        "flock") if shutil.which(t) is None]
+    cc = ("gcc", "g++") if qs.AARCH64_HOST else ("aarch64-linux-gnu-gcc", "aarch64-linux-gnu-g++")
+    return [t for t in (*cc, f"{BINUTILS}nm", "qemu-aarch64-static", "flock") if shutil.which(t) is None]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _needs_cross_tools():
     missing = _missing_tools()
+    if missing and qs.AARCH64_HOST:
+        # the runs are qemu's CPU models (cortex-a53, SVE-256, ...) and its translation log, also on Arm
+        pytest.skip(f"{', '.join(missing)} not installed (an aarch64 host's make system-deps installs no qemu; "
+                    "apt-get install qemu-user-static runs these here)")
     if missing:
         pytest.skip(f"{', '.join(missing)} not installed (make system-deps: gcc-aarch64-linux-gnu, "
                     "g++-aarch64-linux-gnu, qemu-user-static)")
@@ -142,7 +151,7 @@ def text_slice(wiki_test, tmp_path_factory) -> Path:
 
 def _symbols(exe: Path) -> dict[str, tuple[int, int]]:
     """Traced functions of the static executable: name -> (address, size)."""
-    r = subprocess.run(["aarch64-linux-gnu-nm", "-S", "--defined-only", str(exe)], capture_output=True, text=True,
+    r = subprocess.run([f"{BINUTILS}nm", "-S", "--defined-only", str(exe)], capture_output=True, text=True,
                        check=True)
     out = {}
     for line in r.stdout.splitlines():
@@ -201,13 +210,13 @@ def _impl_kernels(exe: Path, table: str) -> dict[int, int]:
     """The functions a family's kernel table (a ``struct { name; ...; fn[] }`` in .data.rel.ro of the
     static, non-PIE executable) points to: address -> size. Static kernels share names across
     implementations (mm_cb2 in arm/ and generic/), so the table says which one is NEON's."""
-    nm = subprocess.run(["aarch64-linux-gnu-nm", "-S", "--defined-only", str(exe)], capture_output=True, text=True,
+    nm = subprocess.run([f"{BINUTILS}nm", "-S", "--defined-only", str(exe)], capture_output=True, text=True,
                         check=True).stdout.splitlines()
     sizes = {int(p[0], 16): int(p[1], 16) for p in (line.split() for line in nm) if len(p) == 4 and p[2] in "tT"}
     entry = [p for p in (line.split() for line in nm) if len(p) == 4 and p[3] == table]
     assert entry, f"{table} not in {exe}"
     addr, size = int(entry[0][0], 16), int(entry[0][1], 16)
-    dump = subprocess.run(["aarch64-linux-gnu-objdump", "-s", f"--start-address={addr:#x}",
+    dump = subprocess.run([f"{BINUTILS}objdump", "-s", f"--start-address={addr:#x}",
                            f"--stop-address={addr + size:#x}", str(exe)], capture_output=True, text=True, check=True)
     raw = b"".join(bytes.fromhex("".join(m.split()[1:5])) for m in dump.stdout.splitlines()
                    if re.match(r"^ [0-9a-f]+ ", m))

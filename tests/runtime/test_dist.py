@@ -39,7 +39,8 @@ from ggml_ext import tools
 REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 DIST = Path(os.environ.get("GGML_EXT_DIST", REPO / "dist"))
-SYSROOT = Path("/usr/aarch64-linux-gnu")   # Debian's libc6-arm64-cross, installed with the cross compilers
+# Debian's libc6-arm64-cross, installed with the cross compilers; an aarch64 host's own glibc
+SYSROOT = Path("/") if qs.AARCH64_HOST else Path("/usr/aarch64-linux-gnu")
 PROGRAMS = ("llama-server", "llama-cli", "llama-bench", "llama-perplexity", "llama-quantize", "ggml-rpc-server")
 PROMPT = "What is the capital of France? Answer in one sentence."
 N_TOKENS = 12
@@ -90,6 +91,9 @@ def arm_bundle(tmp_path_factory) -> Path:
 
 def _qemu_missing() -> str | None:
     if shutil.which("qemu-aarch64-static") is None:
+        if qs.AARCH64_HOST:  # the runs are qemu's CPU models, one per variant level, also on Arm
+            return ("qemu-aarch64-static not installed (an aarch64 host's make system-deps installs no qemu; "
+                    "apt-get install qemu-user-static runs these here)")
         return "qemu-aarch64-static not installed (make system-deps: qemu-user-static)"
     if not (SYSROOT / "lib" / "ld-linux-aarch64.so.1").exists():
         return f"no aarch64 glibc in {SYSROOT} (make system-deps: gcc-aarch64-linux-gnu brings libc6-arm64-cross)"

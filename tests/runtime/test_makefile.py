@@ -1,5 +1,6 @@
 """`make help` lists every target of the Makefile, and .PHONY names exactly the targets that have a rule
-(a phony name with no rule would make `make NAME` fail with "No rule to make target")."""
+(a phony name with no rule would make `make NAME` fail with "No rule to make target"); `make system-deps` installs
+the cross toolchain and qemu on x86-64 hosts only."""
 from __future__ import annotations
 
 import re
@@ -33,3 +34,14 @@ def test_make_help_lists_every_target():
     assert r.returncode == 0, r.stderr
     listed = set(re.findall(r"^make (\S+) ", r.stdout, re.M))
     assert listed == _targets(), r.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="no make")
+@pytest.mark.parametrize("host,cross", [("x86_64", True), ("aarch64", False), ("arm64", False)])
+def test_system_deps_follow_the_host(host, cross):
+    # an aarch64 host builds and tests Arm natively: no cross toolchain, no qemu to install
+    r = subprocess.run(["make", "--no-print-directory", "-C", str(REPO), "-n", "-B", f"HOST_ARCH={host}", "system-deps"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert ("gcc-aarch64-linux-gnu" in r.stdout) == cross and ("qemu-user-static" in r.stdout) == cross, r.stdout
+    assert "ccache:ccache" in r.stdout and ("patch:patch gcc:gcc g++:g++;" in r.stdout) != cross, r.stdout
