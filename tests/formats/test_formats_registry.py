@@ -18,7 +18,7 @@ from ggml_ext import _locate, formats, quants
 REPO = Path(__file__).resolve().parents[2]
 DEF = REPO / "ggml_ext" / "include" / "ggml-ext-types.def"
 # The implementations ggml_ext_dispatched_kernel can name (as tests/runtime/test_build_info.py).
-KERNELS = {"generic", "avx2", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm", "neon"}
+KERNELS = {"generic", "avx2", "avx512", "avx512-vnni", "neon-dotprod", "neon-i8mm", "sve256-i8mm", "neon"}
 
 
 def _def_rows():
