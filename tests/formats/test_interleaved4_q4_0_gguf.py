@@ -52,6 +52,19 @@ def test_quantize_chunk_equals_repacked_q4_0(name):
     assert not quants.validate(name, bad)
 
 
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_quantize_with_an_imatrix_is_the_repacked_imatrix_q4_0(name):
+    """With an importance matrix the interleaved file holds llama-quantize --imatrix's Q4_0 values (the converter's
+    `--type q4_0_8_8 --imatrix`): ggml's interleaved chunk quantizer alone would ignore the importance."""
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal((16, 256), dtype=np.float32)
+    im = (rng.random(256) * rng.random(256) * 10 + 0.01).astype(np.float32)
+    q4 = quants.quantize(w, "Q4_0", imatrix=im)
+    inter = quants.quantize(w, name, imatrix=im, threads=2)
+    assert inter.tobytes() == quants.repack_q4_0(name, q4, 16, 256).tobytes()
+    assert inter.tobytes() != quants.quantize(w, name).tobytes()  # the importance changed some scales
+
+
 def test_quantizer_refuses_rows_that_do_not_divide():
     w = np.ones((12, 64), dtype=np.float32)
     quants.quantize(w, "Q4_0_4_4")
