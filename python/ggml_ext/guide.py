@@ -57,11 +57,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry("Q4_0_4_8", "`convert --type q4_0_4_8` or `repack --layout 4x8`", ("avx2", "avx512-vnni"),
           ("neon-dotprod", "neon-i8mm"), "yes, as Q4_0",
           "Arm with i8mm and 128-bit vectors: Graviton4, Cortex-A710+/X2+ phones, Apple M2+", "Interleaved Q4_0"),
-    Entry("Q4_0_8_8", "`repack --layout 8x8` of a Q4_0 file (or `convert --type q4_0_8_8`)",
-          ("avx2", "avx512-vnni"), ("neon-dotprod", "neon-i8mm", "sve256-i8mm"), "yes, as Q4_0",
-          "x86 (AVX2 / AVX-512) and Graviton3 (SVE-256); mmap-ed, no repack copy at load; repack a Q4_0 file made "
-          "with an imatrix (`convert --type q4_0_8_8` does not use it yet: mean KLD 0.054 vs 0.038 on "
-          "Qwen2.5-Coder-1.5B)", "Interleaved Q4_0"),
+    Entry("Q4_0_8_8", "`convert --type q4_0_8_8` or `repack --layout 8x8`", ("avx2", "avx512-vnni"),
+          ("neon-dotprod", "neon-i8mm", "sve256-i8mm"), "yes, as Q4_0",
+          "x86 (AVX2 / AVX-512) and Graviton3 (SVE-256); mmap-ed, no repack copy at load", "Interleaved Q4_0"),
     Entry("IQ4_NL_4_4", "`convert --type iq4_nl_4_4`", ("avx2", "avx512-vnni"), ("neon-dotprod",),
           "yes, as IQ4_NL", "IQ4_NL's quality on a dotprod Arm", "IQ4_NL"),
     Entry("IQ4_NL_4_8", "`convert --type iq4_nl_4_8`", ("avx2", "avx512-vnni"),
