@@ -244,14 +244,6 @@ def quantize_rows_into(t, rows: np.ndarray, out: np.ndarray, imatrix: np.ndarray
             raise QuantError(f"imatrix must have {n_per_row} values, got shape {imatrix.shape}")
     elif requires_imatrix(tid):
         raise QuantError(f"{type_name(tid)} needs an importance matrix")
-    if formats.find_type(tid).name in INTERLEAVED and imatrix is not None:
-        # ggml's Q4_0 quantizer with the importance (llama-quantize --imatrix's bytes), then the lossless interleave:
-        # ggml_quantize_chunk of an interleaved Q4_0 type quantizes without it (the bytes of repack(convert --type
-        # q4_0 --imatrix), as for the IQ4_NL layouts below)
-        plain = np.empty(need, dtype=np.uint8)
-        quantize_rows_into("Q4_0", rows, plain, imatrix=imatrix, threads=threads)
-        out.reshape(-1)[:need] = repack_q4_0(tid, plain, n_rows, n_per_row).reshape(-1)
-        return need
     if ext and interleaved_iq4:
         # plain IQ4_NL by our quantizer (weighting honoured, NaN refused), then the lossless interleave:
         # the bytes of repack(convert --type iq4_nl)

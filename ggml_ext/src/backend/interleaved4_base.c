@@ -3,6 +3,7 @@
 // row validation), and the relayout to plain Q4_0 / IQ4_NL that the CUDA backend keeps.
 #include "formats/interleaved4/interleaved4.h"
 #include "ggml-ext.h"
+#include "ggml-quants.h"  // quantize_q4_0: ggml's imatrix Q4_0, which the interleaved Q4_0 types take
 #include "common/families.h"
 
 #include <stdio.h>
@@ -89,10 +90,11 @@ size_t ggml_ext_interleaved4_quantize_chunk_imatrix(int type, const float * src,
     if (!t) {
         return 0;
     }
-    if (t->base_type == GGML_EXT_BASE_Q4_0) {
+    const int q4_0 = t->base_type == GGML_EXT_BASE_Q4_0;
+    if (q4_0 && !imatrix) {
         return ggml_ext_quantize_chunk(type, src, dst, start, nrows, n_per_row);
     }
-    if (t->base_type != GGML_EXT_BASE_IQ4_NL) {
+    if (!q4_0 && t->base_type != GGML_EXT_BASE_IQ4_NL) {
         return 0;
     }
     const int layout = t->layout;
@@ -106,20 +108,26 @@ size_t ggml_ext_interleaved4_quantize_chunk_imatrix(int type, const float * src,
                 (long long) first, (long long) nrows, n, t->name);
         return 0;
     }
+    _Static_assert(sizeof(ggml_ext_block_q4_0) == sizeof(ggml_ext_block_iq4_nl) && GGML_EXT_QK4_0 == GGML_EXT_QK4_NL,
+                   "one scratch row size serves both bases");
     const size_t row_bytes = (size_t) (n_per_row / GGML_EXT_QK4_NL) * sizeof(ggml_ext_block_iq4_nl);
-    // quantize and interleave one row group at a time: a small scratch, whatever nrows
-    ggml_ext_block_iq4_nl * tmp = malloc((size_t) n * row_bytes);
+    // quantize the plain type with the importance and interleave it, one row group at a time (a small scratch,
+    // whatever nrows): Q4_0 by ggml's imatrix quantizer (llama-quantize --imatrix's values), IQ4_NL by
+    // ggml-ext's (the converter's iq4_nl); the interleave is lossless
+    void * tmp = malloc((size_t) n * row_bytes);
     if (!tmp) {
         fprintf(stderr, "ggml_ext_quantize_chunk: out of memory\n");
         return 0;
     }
     char * out = (char *) dst + first * row_bytes;
     for (int64_t g = 0; g < nrows / n; g++) {
-        // plain IQ4_NL by ggml-ext's quantizer (the converter's iq4_nl), then the lossless interleave
-        const size_t q = ggml_ext_quantize_iq4_nl(src + start + g * n * n_per_row, tmp, n, n_per_row, imatrix);
-        const int rc = q == (size_t) n * row_bytes
-                           ? ggml_ext_repack_iq4_nl((enum ggml_ext_interleaved4_layout) layout, out + g * n * row_bytes, tmp, n, n_per_row)
-                           : -1;
+        const float * rows = src + start + g * n * n_per_row;
+        const size_t  q    = q4_0 ? quantize_q4_0(rows, tmp, n, n_per_row, imatrix)
+                                  : ggml_ext_quantize_iq4_nl(rows, tmp, n, n_per_row, imatrix);
+        const enum ggml_ext_interleaved4_layout l = (enum ggml_ext_interleaved4_layout) layout;
+        const int rc = q != (size_t) n * row_bytes ? -1
+                       : q4_0                      ? ggml_ext_repack_q4_0(l, out + g * n * row_bytes, tmp, n, n_per_row)
+                                                   : ggml_ext_repack_iq4_nl(l, out + g * n * row_bytes, tmp, n, n_per_row);
         if (rc != 0) {
             fprintf(stderr, "ggml_ext_quantize_chunk: %s of %lld weights per row failed (%d)\n", t->name,
                     (long long) n_per_row, rc);
