@@ -56,21 +56,28 @@ def start(model: str | Path, host: str = "127.0.0.1", port: int = 0, ctx_size: i
         started.append(proc)
     url = f"http://{host}:{port}"
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with code {proc.returncode} before it was ready")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return proc, url
-            except OSError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"llama-server did not become ready within {timeout:.0f} s")
+        wait_ready(proc, url, timeout)
+        return proc, url
     except BaseException:  # also Ctrl-C or a signal while it loads: never leave it running
         stop(proc)
         raise
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 120.0) -> None:
+    """Wait until the llama-server ``proc`` at ``url`` answers /health (RuntimeError if it exits first,
+    TimeoutError after ``timeout`` seconds: a guard against a server that hangs while loading)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"llama-server exited with code {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"llama-server did not become ready within {timeout:.0f} s")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 15.0) -> int:

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import tarfile
-import time
 import tomllib
 import urllib.request
 from pathlib import Path
@@ -251,35 +250,29 @@ def test_python_package_chats_on_the_x86_bundle_libraries(x86_bundle, model, nat
     assert answer == native_answer, f"{answer!r}\nllama-cli, native build: {native_answer!r}"
 
 
-def _chat(port: int, proc: subprocess.Popen, log: Path, deadline_s: float) -> dict:
-    """POST /v1/chat/completions once the server is up (GET /health answers 200)."""
-    deadline = time.monotonic() + deadline_s  # a hang guard, not a timing check
-    while True:
-        if proc.poll() is not None:
-            raise AssertionError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, f"llama-server not up:\n{log.read_text()[-3000:]}"
-        time.sleep(1)
+def _chat(port: int, proc: subprocess.Popen, log: Path, load_s: float) -> dict:
+    """POST /v1/chat/completions once the server is up (serve.wait_ready: /health answers 200)."""
+    from ggml_ext import serve
+    url = f"http://127.0.0.1:{port}"
+    try:
+        serve.wait_ready(proc, url, load_s)  # load_s guards against a hang; it is no timing check
+    except (RuntimeError, TimeoutError) as e:
+        raise AssertionError(f"{e}:\n{log.read_text()[-3000:]}") from None
     body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 8, "temperature": 0}
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=json.dumps(body).encode(),
+    req = urllib.request.Request(f"{url}/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=max(60.0, deadline - time.monotonic())) as r:
+    with urllib.request.urlopen(req, timeout=max(60.0, load_s)) as r:
         assert r.status == 200
         return json.loads(r.read())
 
 
-def _serve(cmd: list[str], port: int, tmp: Path, deadline_s: float) -> str:
+def _serve(cmd: list[str], port: int, tmp: Path, load_s: float) -> str:
     log = tmp / "server.log"
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=_bare_env(), cwd=tmp, stdout=f, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
         try:
-            reply = _chat(port, proc, log, deadline_s)
+            reply = _chat(port, proc, log, load_s)
         finally:
             proc.terminate()
             try:
