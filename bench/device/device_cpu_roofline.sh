@@ -2,7 +2,7 @@
 # Reproduces docs/RESULTS.md "CPU roofline" on the device host's CPU (a quiet many-core x86-64 host): CPU-only builds
 # of ours and of the pristine upstream (both -march=native, AMX compiled out as cmake/ggml-ext-amx.cmake says), then
 # bench/runtime/bench_roofline.py: 7B-shaped files of every format we write against upstream's nearest type,
-# llama-bench at 1 and 2 threads in alternating rounds, the read bandwidth measured in the same run.
+# llama-bench at 1 and 2 threads, the builds taking turns to go first, the read bandwidth measured in the same run.
 # With AVX2=1 both builds are made for AVX2 (-DGGML_NATIVE=OFF -DGGML_AVX2=ON ...): the AVX2-only rows.
 # Usage (device, repository root): SRC=/tmp/src/llama.cpp-0c1e57098 TEMPLATE=.device/ggml-vocab-llama-spm.gguf \
 #   bash bench/device/device_cpu_roofline.sh $OUT [bench_roofline.py options]

@@ -8,8 +8,8 @@ Decode (tg) of a model bigger than the caches streams its weights from memory on
 bytes read per token / read bandwidth. For each pair (ours, upstream's nearest type) this makes a Llama-2-7B-
 shaped file (bench/runtime/make_bench_gguf.py: random codes, --layers decoder layers; speed does not depend on
 the values), runs llama-bench pp512 / tg128 at each thread count on our build and on the pristine upstream
-build in alternating rounds (ABBA; samples pooled), measures the read bandwidth at the same thread counts
-(bench/runtime/read_bandwidth.c, before and after the rounds), and prints one table:
+build, the builds taking turns to go first (ABBA passes; samples pooled), measures the read bandwidth at the same thread counts
+(bench/runtime/read_bandwidth.c, before and after the passes), and prints one table:
 
   format, its upstream twin, MB read per token, threads, tg t/s (ours, upstream), the share of the read
   bandwidth each reaches (MB per token x t/s / GB/s), ours / upstream for tg and pp512
@@ -19,7 +19,7 @@ b bits counts its first b bitplanes and precision b's tables (what the kernels r
 its best CPU path (runtime repack on, its default).
 
     bench/runtime/bench_roofline.py --ours OURS_BIN --upstream UP_BIN --template VOCAB.gguf --work DIR \\
-        [--layers 4] [--threads 1,2] [--pairs q4_0_8_8:q4_0,...] [--reps 2] [--rounds 2]
+        [--layers 4] [--threads 1,2] [--pairs q4_0_8_8:q4_0,...] [--reps 2] [--passes 2]
 
 OURS_BIN / UP_BIN: folders holding llama-bench (ours: an installed ggml_ext's bin/); VOCAB.gguf: any GGUF of a
 llama-architecture tokenizer (llama.cpp's models/ggml-vocab-llama-spm.gguf).
@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--pairs", default=",".join(PAIRS), help="OURS:UPSTREAM pairs (apqB: any-precision at B bits)")
     ap.add_argument("--reps", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--passes", type=int, default=2, help="passes over every file, the builds' order alternating")
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--bw-mib", type=int, default=2048, help="read-bandwidth buffer (MiB; far above the caches)")
@@ -135,9 +135,9 @@ def main() -> int:
             runs.append((u, "upstream", make_file(u, a), base_env, None))
     bw_before = read_bandwidth(a)
     samples: dict[tuple, list[float]] = {}
-    for rnd in range(a.rounds):
+    for rnd in range(a.passes):
         for label, build, f, env, _ in (runs if rnd % 2 == 0 else list(reversed(runs))):
-            print(f"[roofline] round {rnd + 1}/{a.rounds} {build} {label}", file=sys.stderr, flush=True)
+            print(f"[roofline] pass {rnd + 1}/{a.passes} {build} {label}", file=sys.stderr, flush=True)
             for r in bench(a.ours if build == "ours" else a.upstream, f, env, a):
                 test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
                 samples.setdefault((label, build, test, r["n_threads"]), []).extend(r["samples_ts"])
@@ -149,9 +149,9 @@ def main() -> int:
     flags = next((ln.split(":", 1)[1].split() for ln in open("/proc/cpuinfo") if ln.startswith("flags")), [])
     simd = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "NEON" if "asimd" in flags else "?"
     print(f"\nmachine: {cpu} ({simd}{', VNNI' if 'avx512_vnni' in flags else ''}), {os.cpu_count()} logical CPUs; "
-          f"Llama-2-7B shape, {a.layers} layers; read bandwidth (GB/s, before / after the rounds): "
+          f"Llama-2-7B shape, {a.layers} layers; read bandwidth (GB/s, before / after the passes): "
           + ", ".join(f"{t} thread{'s' if t > 1 else ''} {bw_before[t]:.1f} / {bw_after[t]:.1f}" for t in a.threads)
-          + f"; {a.rounds} rounds x llama-bench -r {a.reps}, samples pooled\n")
+          + f"; {a.passes} passes x llama-bench -r {a.reps}, samples pooled\n")
     print("| ours | upstream | MB / token (ours, up) | threads | tg t/s ours | tg t/s up | % of bandwidth ours | "
           f"% up | tg ours / up | pp{a.prompt} ours / up |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
