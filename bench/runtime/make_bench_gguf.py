@@ -22,6 +22,12 @@ so at a precision b it compares with a Q4_K file of the same shape in the decode
     python3 bench/runtime/make_bench_gguf.py TEMPLATE.gguf OUT.gguf --type q4_0 [--layers 32]
 
 Repack OUT.gguf with ``ggml-ext repack`` for the interleaved twins.
+
+``--shape`` picks other shapes (``8b-gqa``: Llama-3-8B, head dim 128 with 8 KV heads; ``smollm2``: head dim 64;
+``hd256``: Gemma-3-270M's attention, head dim 256 with one KV head, in the llama architecture), and
+``--kv-calib FILE`` writes a KV calibration of the shape (docs/KVQUANT.md) for ``-ctk/-ctv nuq*``: every table of
+every width with levels spread like a standard normal's quantiles in [-1, 1], channel thresholds +-3, so the cache
+binds as a real calibration's does (block-scaled keys, outlier slots, the sink); its values mean nothing.
 """
 from __future__ import annotations
 
@@ -37,6 +43,13 @@ from ggml_ext.gguf.reader import read_gguf  # noqa: E402
 from ggml_ext.gguf.writer import GGUFWriter  # noqa: E402
 
 SHAPE_7B = dict(n_embd=4096, n_ff=11008, n_head=32, n_head_kv=32, n_layer=32)
+# --shape: the attention shapes of the KVQuant decode rows (head dims 64, 128, 256; llama architecture throughout)
+SHAPES = {
+    "7b": SHAPE_7B,
+    "8b-gqa": dict(n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8, n_layer=32),           # Llama-3-8B: hd 128
+    "smollm2": dict(n_embd=576, n_ff=1536, n_head=9, n_head_kv=3, n_layer=30),             # SmolLM2-135M: hd 64
+    "hd256": dict(n_embd=640, n_ff=2048, n_head=4, n_head_kv=1, n_layer=18, head_dim=256),  # Gemma-3-270M's attention
+}
 # name: (ggml name, weights per block, bytes per block, byte offsets of the block's fp16 scales, scale factor:
 # the fp16 scales are factor x 0.25 / sqrt(fan-in), the factor roughly 8 / the largest |code x sub-scale|)
 TYPES = {
@@ -79,7 +92,9 @@ def main() -> int:
                     help="block type of every weight matrix (apq: bitplanes in the decoder layers)")
     ap.add_argument("--apq-rest", choices=sorted(TYPES), default="q4_k",
                     help="with --type apq: the type of the token embedding and output matrices")
-    ap.add_argument("--layers", type=int, default=SHAPE_7B["n_layer"])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="7b")
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers (default: the shape's)")
+    ap.add_argument("--kv-calib", type=Path, default=None, help="also write a KV calibration of the shape here")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
 
@@ -89,7 +104,10 @@ def main() -> int:
     # the model's embedding rows, or (a vocab-only GGUF: llama.cpp's models/ggml-vocab-llama-spm.gguf) its tokens
     has_embd = any(t.name == "token_embd.weight" for t in tpl.tensors)
     n_vocab = tpl.tensor("token_embd.weight").shape[1] if has_embd else len(tpl.kv["tokenizer.ggml.tokens"])
-    e, f, L = SHAPE_7B["n_embd"], SHAPE_7B["n_ff"], a.layers
+    sh = SHAPES[a.shape]
+    e, f, L = sh["n_embd"], sh["n_ff"], a.layers or sh["n_layer"]
+    hd = sh.get("head_dim", e // sh["n_head"])
+    eq, ekv = sh["n_head"] * hd, sh["n_head_kv"] * hd  # q and k / v projection widths
     apq = a.type == "apq"
     tname, block, block_bytes, fp16_offsets, factor = TYPES[a.apq_rest if apq else a.type]
     qtype = formats.type_by_name(tname).id
@@ -101,15 +119,16 @@ def main() -> int:
     for key, value in tpl.kv.items():
         if key.startswith("tokenizer.") or key in ("general.architecture",):
             w.add(key, tpl.kv_types[key], value)
-    w.add("general.name", "str", f"random {'APQ' if apq else tname} Llama-2-7B shape, speed benchmarks only")
+    w.add("general.name", "str", f"random {'APQ' if apq else tname} {a.shape} shape, speed benchmarks only")
     if apq:
         w.add("ggml_ext.anyprec.version", "u32", 1)
         w.add("ggml_ext.anyprec.seed_bits", "u32", APQ_SEED)
         w.add("ggml_ext.anyprec.parent_bits", "u32", APQ_PARENT)
         w.add("ggml_ext.anyprec.fisher", "bool", False)
     hp = {"context_length": 4096, "embedding_length": e, "feed_forward_length": f, "block_count": L,
-          "attention.head_count": SHAPE_7B["n_head"], "attention.head_count_kv": SHAPE_7B["n_head_kv"],
-          "rope.dimension_count": e // SHAPE_7B["n_head"], "vocab_size": n_vocab}
+          "attention.head_count": sh["n_head"], "attention.head_count_kv": sh["n_head_kv"],
+          "attention.key_length": hd, "attention.value_length": hd, "rope.dimension_count": hd,
+          "vocab_size": n_vocab}
     for k, v in hp.items():
         w.add(f"llama.{k}", "u32", v)
     w.add("llama.attention.layer_norm_rms_epsilon", "f32", 1e-5)
@@ -117,7 +136,8 @@ def main() -> int:
 
     mats = [("token_embd.weight", (e, n_vocab)), ("output.weight", (e, n_vocab))]
     for i in range(L):
-        mats += [(f"blk.{i}.attn_{x}.weight", (e, e)) for x in ("q", "k", "v", "output")]
+        mats += [(f"blk.{i}.attn_q.weight", (e, eq)), (f"blk.{i}.attn_k.weight", (e, ekv)),
+                 (f"blk.{i}.attn_v.weight", (e, ekv)), (f"blk.{i}.attn_output.weight", (eq, e))]
         mats += [(f"blk.{i}.ffn_gate.weight", (e, f)), (f"blk.{i}.ffn_up.weight", (e, f)),
                  (f"blk.{i}.ffn_down.weight", (f, e))]
     norms = ["output_norm.weight"] + [f"blk.{i}.{n}_norm.weight" for i in range(L) for n in ("attn", "ffn")]
@@ -147,7 +167,31 @@ def main() -> int:
             w.write_tensor(np.ones(e, np.float32))
     what = f"{7 * L} APQ matrices (+ tables), 2 {tname}" if apq else f"{len(mats)} {tname} matrices"
     print(f"{a.out}: {w.total_size / 2**30:.2f} GiB, {what}, {L} layers")
+    if a.kv_calib:
+        write_kv_calib(a.kv_calib, L, sh["n_head_kv"], hd)
+        print(f"{a.kv_calib}: KV calibration, {L} layers x {sh['n_head_kv']} KV heads x head dim {hd}")
     return 0
+
+
+def write_kv_calib(path: Path, n_layers: int, n_kv_heads: int, head_dim: int) -> None:
+    """A KV calibration of the shape with made-up tables (see the module's doc): speed rows only."""
+    from statistics import NormalDist
+
+    from ggml_ext.kvquant.calibration import K_TABLE_TAGS, V_TABLE_TAGS, KVCalibration
+    bits, d = [2, 3, 4], n_kv_heads * head_dim
+    layer: dict[str, np.ndarray] = {n: np.full(d, v, np.float32) for n, v in
+                                    (("k_lo0", -3.0), ("k_hi0", 3.0), ("k_lo", -3.0), ("k_hi", 3.0),
+                                     ("k_fisher", 1.0), ("v_fisher", 1.0))}
+    for b in bits:
+        q = np.array([NormalDist().inv_cdf((i + 0.5) / 2 ** b) for i in range(2 ** b)], np.float32)
+        q /= np.abs(q).max()
+        tags = {"k": ("", "_o", *K_TABLE_TAGS), "v": ("", "_o", *V_TABLE_TAGS)}
+        for kv, ts in tags.items():
+            for t in ts:
+                layer[f"{kv}_nuq{b}{t}"] = layer[f"{kv}_deq{b}{t}"] = q
+    meta = {"model_id": "random", "model_sha256": "0" * 64, "architecture": "llama", "n_layers": n_layers,
+            "n_kv_heads": n_kv_heads, "head_dim": head_dim, "bits": bits, "outlier_fraction": 0.01, "qnorm_bits": []}
+    KVCalibration(meta, [dict(layer) for _ in range(n_layers)]).save(path, force=True)
 
 
 if __name__ == "__main__":

@@ -29,19 +29,12 @@ int ggml_ext_kvquant_attn_node_kind(const struct ggml_tensor * node) {
     return 0;
 }
 
-// The split kernel of the decode op on CUDA (cuda/kvquant_attn_cuda.cu's k_split) for NUQ K and V rows of head dim hd
-// (== hd_v): its register build (4 or 2 blocks per SM), 0 where the block kernel runs. By default at head dim 64
-// only (build 4): on the H100 it beat the block kernel on SmolLM2 (hd 64, depth 8192: 260 vs 208 t/s) and lost on
-// Gemma-3-270M (hd 256: 276-288 vs 337-342 t/s), docs/RESULTS.md "KVQuant".
-// GGML_EXT_KV_ATTN_SPLIT (debug, read at every call: tests/c/test_kvattn_cuda.cpp runs each build): 0 never,
-// 2 / 4 that build at head dim 64, 128 or 256. One rule for the kernel's launch and llama/kvquant_cache.c's cell
-// ranges (which it sizes for the kernel that will run); declared by its two callers, so the sources that include
-// ggml-ext-kvquant.h need no rebuild.
-GGML_EXT_API int ggml_ext_kvquant_attn_split_build(int64_t hd);
-int ggml_ext_kvquant_attn_split_build(int64_t hd) {
-    const int mode = ggml_ext_settings_kv_attn_split();
-    if (mode == 0 || (hd != 64 && hd != 128 && hd != 256) || (mode < 0 && hd != 64)) {
-        return 0;
-    }
-    return mode > 0 ? mode : 4;
+// Whether the cell kernel of the decode op on CUDA (cuda/kvquant_attn_cuda.cu's k_cells) takes NUQ K and V rows of head
+// dim hd (== hd_v): at 64, 128 and 256, unless GGML_EXT_KV_ATTN_SPLIT=0 (debug, read at every call:
+// tests/c/test_kvattn_cuda.cpp runs the block kernel, its fallback, that way). One rule for the kernel's launch and
+// llama/kvquant_cache.c's cell ranges (which it sizes for the kernel that will run); declared by its two callers, so
+// the sources that include ggml-ext-kvquant.h need no rebuild.
+GGML_EXT_API bool ggml_ext_kvquant_attn_cells(int64_t hd);
+bool ggml_ext_kvquant_attn_cells(int64_t hd) {
+    return ggml_ext_settings_kv_attn_split() != 0 && (hd == 64 || hd == 128 || hd == 256);
 }

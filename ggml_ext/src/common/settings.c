@@ -143,8 +143,8 @@ int ggml_ext_settings_kv_attn(void) {
 }
 
 int ggml_ext_settings_kv_attn_split(void) {
-    static const char * const values[] = { "0", NULL, "2", NULL, "4" };
-    return choice(GGML_EXT_SETTING_KV_ATTN_SPLIT, values, 5, -1);
+    static const char * const values[] = { "0", "1" };
+    return choice(GGML_EXT_SETTING_KV_ATTN_SPLIT, values, 2, -1);
 }
 
 bool ggml_ext_settings_kvquant_decode_ref(void) {

@@ -77,7 +77,8 @@ GGML_EXT_API int ggml_ext_settings_kv_vtable(void);  // GGML_EXT_KV_VTABLE_*, -1
 // GGML_EXT_KV_ATTN: when the KVQuant decode op runs (any other value: auto).
 enum { GGML_EXT_KV_ATTN_AUTO = 0, GGML_EXT_KV_ATTN_REF = 1, GGML_EXT_KV_ATTN_FUSED = 2, GGML_EXT_KV_ATTN_CHECK = 3 };
 GGML_EXT_API int ggml_ext_settings_kv_attn(void);
-// GGML_EXT_KV_ATTN_SPLIT: the CUDA split kernel's build, 0 (never), 2 or 4; -1 unset or another value (the default rule).
+// GGML_EXT_KV_ATTN_SPLIT: the CUDA decode op's cell kernel, 0 (never: the block kernel) or 1; -1 unset or another value
+// (the default: where it applies).
 GGML_EXT_API int ggml_ext_settings_kv_attn_split(void);
 // GGML_EXT_KVQ_DECODE=ref: the NUQ cache types' scalar block decoder where a SIMD one is compiled in.
 GGML_EXT_API bool ggml_ext_settings_kvquant_decode_ref(void);

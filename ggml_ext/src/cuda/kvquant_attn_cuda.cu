@@ -16,9 +16,10 @@
 //            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
 //            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
 //            V rows from shared memory. F32 throughout; exp in double.
-//            The fast path for NUQ K and V of one head dim (64 / 128 / 256): k_split (FlashDecoding-style: a warp per
-//            cell, a lane per channel slot, RoPE in registers, per-warp online softmax, the warps merged at the end;
-//            the same output), GGML_EXT_KV_ATTN_SPLIT=0 turns it off.
+//            The fast path for NUQ K and V of one head dim (64 / 128 / 256): k_cells (FlashDecoding-style: a warp per
+//            cell, a lane per channel slot, each warp with the K and V blocks of several cells in flight, RoPE in
+//            registers, per-warp online softmax, the warps merged at the end; the same output), GGML_EXT_KV_ATTN_SPLIT=0
+//            turns it off.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
 //            dimensions): each chunk's weight computed once into shared memory, sixteen chunk groups summed apart and
 //            added in order.
@@ -39,7 +40,7 @@
 
 // the kernel arguments of the NUQ memory at p (kvquant_cuda.cu: its binding's device tables)
 kvq::kvq_args ggml_ext_cuda_kvquant_args(const void * p, ggml_type type, int device);
-extern "C" int ggml_ext_kvquant_attn_split_build(int64_t hd);  // ggml-base (backend/kvquant_attn_base.c)
+extern "C" bool ggml_ext_kvquant_attn_cells(int64_t hd);  // ggml-base (backend/kvquant_attn_base.c)
 
 namespace {
 
@@ -358,14 +359,20 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     }
 }
 
-// ---- the fast path: split-K over warps (FlashDecoding) ----
+// ---- the fast path: cells in flight (FlashDecoding split-K) ----
 
-constexpr int KVF_WARPS   = 8;  // warps per block of k_split
+constexpr int KVF_WARPS   = 8;  // warps per block of k_cells
 constexpr int KVF_THREADS = 32 * KVF_WARPS;
 
-// queries per block of k_split for head dim hd: the accumulators (queries x hd / 32 per lane) stay <= 32 registers
-static int split_qmax(int hd) {
+// queries per block of k_cells for head dim hd: the accumulators (queries x hd / 32 per lane) stay <= 32 registers
+static int cells_qmax(int hd) {
     return std::min(KVA_QMAX, 32 * 32 / hd);
+}
+
+// cells a warp has in flight at a time for head dim hd: every one of their K and V blocks is requested before the
+// first is decoded (at hd 256 a cell's eight blocks are enough; more would spill registers)
+template <int HD> __host__ __device__ constexpr int cells_in_flight() {
+    return HD == 64 ? 4 : HD == 128 ? 2 : 1;
 }
 
 // lane's sink floats of the head row of cell i, stream s (hw slots in use, mark: lane's slot mark, the first 32), or
@@ -385,39 +392,71 @@ __device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, cons
     return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
 }
 
-// lane's HD / 32 values of a cell's head row (K or V): the sink row's floats where the cell holds one, else the decoded
-// blocks (kvq::lane_row; mid / half the lane's channel scales, zeros for values)
+// A lane's part of one 64-value block of a NUQ row (lane l holds channels l and l + 32): the index bytes that
+// kvq::get_index reads for them (4 bits: byte l; 2 / 3 bits: byte l % 16, and for 3 bits byte 16 + l % 8) and the
+// block's trailer words, fetched by independent loads, so that a warp has all its cells' blocks in flight before it
+// decodes the first (8-byte aligned trailers: launch_cells checks the rows)
+struct lane_blk {
+    uint32_t q;  // bits 0-7: the index byte; 3 bits: bits 8-15 the high-bit byte
+    uint2    w;  // the trailer's four words
+};
+
+__device__ __forceinline__ lane_blk lane_load(const kvq::kvq_args & a, const char * blk, int lane) {
+    const uint8_t * b = (const uint8_t *) blk;
+    lane_blk        r;
+    r.q = a.bits == 4 ? b[lane] : b[lane % 16];
+    if (a.bits == 3) {
+        r.q |= (uint32_t) b[16 + lane % 8] << 8;
+    }
+    r.w = *(const uint2 *) (blk + a.dense_bytes);
+    return r;
+}
+
+// kvq::get_index of channel c (lane or lane + 32) from the lane's bytes
+__device__ __forceinline__ int lane_index(int bits, uint32_t q, int c) {
+    if (bits == 4) {
+        return (q >> (4 * (c / 32))) & 15;
+    }
+    int v = (q >> (2 * (c / 16))) & 3;
+    if (bits == 3) {
+        v |= ((q >> (8 + c / 8)) & 1) << 2;
+    }
+    return v;
+}
+
+// lane's HD / 32 values of a head row from its loaded blocks: kvq::lane_row's values (out[2 j + hh]: channel
+// lane + 32 hh of block j; mid / half the row's channel scales by dimension, zeros for values)
 template <int HD>
-__device__ __forceinline__ void lane_cell_row(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw, int64_t mark,
-                                              const float * tab, const char * row, int64_t cell, int64_t s, int lane,
-                                              const float * mid, const float * half, float * out) {
-    const float * sk = lane_sink(a, g, hw, mark, cell, s, lane);
-    if (sk) {
+__device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float * tab, const lane_blk (&bl)[HD / kvq::QK],
+                                            int lane, const float * mid, const float * half, float * out) {
 #pragma unroll
-        for (int k = 0; k < HD / 32; k++) {
-            out[k] = sk[lane + 32 * k];
+    for (int j = 0; j < HD / kvq::QK; j++) {
+        const uint16_t w[4] = { (uint16_t) bl[j].w.x, (uint16_t) (bl[j].w.x >> 16), (uint16_t) bl[j].w.y,
+                                (uint16_t) (bl[j].w.y >> 16) };
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int c     = lane + 32 * hh;
+            out[2 * j + hh] = kvq::lane_value(a, tab[lane_index(a.bits, bl[j].q, c)], w, c, mid[64 * j + c], half[64 * j + c]);
         }
-    } else {
-        kvq::lane_row(a, tab, row, HD, lane, mid, half, out);
     }
 }
 
 // A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K and V rows that kvq::row_geo_of takes,
-// hd == hd_v == HD. Warp w takes the range's cells w, w + KVF_WARPS, ..; lane l holds dimensions d = l + 32 k of
-// a cell's key and value (kvq::lane_row: the channel scales in registers, the 2^B tables in shared memory) and of the
-// accumulators. Per cell: the slice's mask (lane i: query i), the key decoded (a sink row's floats), K-normed (the
-// squares summed in double, a warp sum), roped in registers (kva::rope_lane, the partner by a shuffle), scored
-// against the queries (shared memory; a warp sum per query, lane i keeps query i's score), lane i's online softmax
-// of query i (running max m, sum l: exp in double, the rescale only when m grows), then the value decoded and
-// accumulated (weight and rescale shuffled from lane i). No block barrier in the cell loop. At the end the warps'
+// hd == hd_v == HD. Warp w takes the range's cells in steps of CB (cells w CB .. w CB + CB - 1, then KVF_WARPS CB
+// further); lane l holds dimensions d = l + 32 k of a cell's key and value (the channel scales in registers, the 2^B
+// tables in shared memory) and of the accumulators. A step: every visible cell's K and V blocks requested at once
+// (lane_load), the next step's mask then, and only then each cell's key decoded (a sink row's floats), K-normed
+// (the squares summed in double, a warp sum), roped in registers (kva::rope_lane, the partner by a shuffle) and scored
+// against the queries (shared memory; a warp sum per query, lane i keeps query i's score); lane i's online softmax of
+// query i over the step's cells (running max m, sum l: exp in double, one rescale per step), then each value decoded
+// and accumulated (the weights shuffled from lane i). No block barrier in the cell loop. At the end the warps'
 // (m, l, acc) are merged per query in shared memory and written as k_partial writes them.
-// MINB: blocks per SM it is built for (4: 64 registers, 50 % occupancy, a few spills; 2: up to 128, none)
-template <int HD, int QM, int MINB>
-__global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
-    constexpr int KS = HD / 32;
+template <int HD, int QM>
+__global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
+    constexpr int KS = HD / 32, NB = HD / kvq::QK, CB = cells_in_flight<HD>(), STEP = KVF_WARPS * CB;
     __shared__ float qs[QM * HD];
     __shared__ float sm[KVF_WARPS][QM], sl[KVF_WARPS][QM], sacc[KVF_WARPS][QM][HD], fac[KVF_WARPS][QM];
-    __shared__ float ktab[16], vtab[16];
+    __shared__ float ktab[16], vtab[16], nws[HD], kms[HD], khs[HD], zs[HD];
     const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / n_slices, slice = blockIdx.z % n_slices;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int n_group = p.n_q * p.n_ts;
@@ -443,13 +482,12 @@ __global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq
         }
         qs[e] = x;
     }
-    // lane's channel scales, K norm weights, RoPE partners
-    float kmid[KS], khalf[KS], vz[KS], nw[KS];
-    kvq::lane_scales(ka, kg.ch0, HD, lane, kmid, khalf);
-#pragma unroll
-    for (int k = 0; k < KS; k++) {
-        vz[k] = 0.0f;
-        nw[k] = p.norm_w ? p.norm_w[lane + 32 * k] : 1.0f;
+    // the K norm's weights and the keys' channel scales (shared memory: registers are short at hd 256; zeros for values)
+    for (int d = tid; d < HD; d += KVF_THREADS) {
+        nws[d] = p.norm_w ? p.norm_w[d] : 1.0f;
+        kms[d] = ka.row_blocks > 0 ? ka.k_mid[kg.ch0 + d] : 0.0f;
+        khs[d] = ka.row_blocks > 0 ? ka.k_half[kg.ch0 + d] : 0.0f;
+        zs[d]  = 0.0f;
     }
     const bool neox = p.mode == GGML_ROPE_TYPE_NEOX;
     const int  rr   = (p.n_dims / 2) % 32;
@@ -464,102 +502,176 @@ __global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq
         }
     }
     float m_run = -INFINITY, l_run = 0.0f;  // lane i: query i's
+    const char * k_h    = p.k + s * p.k_nb3 + h * p.k_nb1;
+    const char * v_h    = p.v + s * p.v_nb3 + h * p.v_nb1;
     const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
     const char * mq     = mask_s + (int64_t) ((q0 + min(lane, nqb - 1)) % p.n_ts) * p.m_nb1;
-
-    for (int cell = c0 + warp; cell < c1; cell += KVF_WARPS) {
+    auto mask_at = [&](int cell) -> float {  // lane i: query i's mask of the cell (-inf past the range)
+        if (cell >= c1 || lane >= nqb) {
+            return -INFINITY;
+        }
         const char * mp = mq + (int64_t) cell * p.m_nb0;
-        const float  mv = lane < nqb ? (p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp) : -INFINITY;
-        if (!__any_sync(0xffffffffu, mv != -INFINITY)) {
-            continue;
-        }
-        // the key
-        float kv[KS];
-        lane_cell_row<HD>(ka, kg, k_hw, k_mark, ktab, p.k + (int64_t) cell * p.k_nb2 + s * p.k_nb3 + h * p.k_nb1, cell, s,
-                          lane, kmid, khalf, kv);
-        if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
-            double ss = 0.0;
+        return p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
+    };
+
+    int   cb = c0 + warp * CB;
+    float mv[CB];
 #pragma unroll
-            for (int k = 0; k < KS; k++) {
-                ss += (double) __fmul_rn(kv[k], kv[k]);
-            }
-            ss              = warp_sum_d(ss);
-            const float sc1 = kva::norm_scale(ss, HD, p.norm_eps);
+    for (int b = 0; b < CB; b++) {
+        mv[b] = mask_at(cb + b);
+    }
+    for (; cb < c1; cb += STEP) {
+        // the step's visible cells: all their K and V blocks requested, then the next step's mask
+        bool     live[CB];
+        lane_blk kb[CB][NB], vb[CB][NB];
 #pragma unroll
-            for (int k = 0; k < KS; k++) {
-                kv[k] = kva::norm_apply(kv[k], sc1, nw[k]);
-            }
-        }
-        // RoPE in registers: the partner of slot k from lane (l +- rr) % 32 (NEOX) or l ^ 1 (normal)
-        const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
-        float         up[KS], dn[KS], y[KS];
+        for (int b = 0; b < CB; b++) {
+            live[b] = __any_sync(0xffffffffu, mv[b] != -INFINITY);
+            if (live[b]) {
 #pragma unroll
-        for (int k = 0; k < KS; k++) {
-            if (neox) {
-                up[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane + rr) & 31) : kv[k];
-                dn[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane - rr) & 31) : kv[k];
-            } else {
-                up[k] = dn[k] = __shfl_xor_sync(0xffffffffu, kv[k], 1);
+                for (int j = 0; j < NB; j++) {
+                    kb[b][j] = lane_load(ka, k_h + (int64_t) (cb + b) * p.k_nb2 + j * ka.block_bytes, lane);
+                    vb[b][j] = lane_load(va, v_h + (int64_t) (cb + b) * p.v_nb2 + j * va.block_bytes, lane);
+                }
             }
         }
+        float mn[CB];
 #pragma unroll
-        for (int k = 0; k < KS; k++) {
-            const int d  = lane + 32 * k;
-            const int pd = kva::rope_partner(p.mode, p.n_dims, d);
-            if (pd < 0) {
-                y[k] = kv[k];
+        for (int b = 0; b < CB; b++) {
+            mn[b] = mask_at(cb + STEP + b);
+        }
+        // the keys: lane i keeps query i's score of each cell
+        float sc[CB];
+#pragma unroll
+        for (int b = 0; b < CB; b++) {
+            sc[b] = -INFINITY;
+            if (!live[b]) {
                 continue;
             }
-            const int ks   = pd / 32;
-            float     part = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                part = ks == kk ? (pd > d ? up[kk] : dn[kk]) : part;
-            }
-            bool      first;
-            const int j = kva::rope_pair_of(p.mode, p.n_dims, d, &first);
-            y[k]        = kva::rope_lane(first, kv[k], part, cs[2 * j], cs[2 * j + 1]);
-        }
-        // scores: lane i keeps query i's
-        float sc = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < QM; i++) {
-            if (i < nqb) {
-                float dt = 0.0f;
+            const int     cell = cb + b;
+            float         kv[KS];
+            const float * sk   = lane_sink(ka, kg, k_hw, k_mark, cell, s, lane);
+            if (sk) {
 #pragma unroll
                 for (int k = 0; k < KS; k++) {
-                    dt += qs[i * HD + lane + 32 * k] * y[k];
+                    kv[k] = sk[lane + 32 * k];
                 }
-                dt = warp_sum(dt);
-                sc = lane == i ? dt : sc;
+            } else {
+                lane_decode<HD>(ka, ktab, kb[b], lane, kms, khs, kv);
             }
-        }
-        // lane i: query i's online softmax
-        float f = 1.0f, pw = 0.0f;
-        if (mv != -INFINITY) {
-            const float s1    = p.scale * sc + mv;
-            const float m_new = fmaxf(m_run, s1);
-            if (m_new != m_run) {
-                f = m_run == -INFINITY ? 0.0f : exp_rn(m_run - m_new);
-            }
-            pw    = exp_rn(s1 - m_new);
-            l_run = l_run * f + pw;
-            m_run = m_new;
-        }
-        // the value
-        float vv[KS];
-        lane_cell_row<HD>(va, vg, v_hw, v_mark, vtab, p.v + (int64_t) cell * p.v_nb2 + s * p.v_nb3 + h * p.v_nb1, cell, s,
-                          lane, vz, vz, vv);
-#pragma unroll
-        for (int i = 0; i < QM; i++) {
-            if (i < nqb) {
-                const float fi = __shfl_sync(0xffffffffu, f, i), pi = __shfl_sync(0xffffffffu, pw, i);
+            if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
+                double ss = 0.0;
 #pragma unroll
                 for (int k = 0; k < KS; k++) {
-                    const float a = acc[i][k] * fi;
-                    acc[i][k]     = pi != 0.0f ? a + pi * vv[k] : a;  // a masked cell adds nothing (NaN-free)
+                    ss += (double) __fmul_rn(kv[k], kv[k]);
+                }
+                ss              = warp_sum_d(ss);
+                const float sc1 = kva::norm_scale(ss, HD, p.norm_eps);
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    kv[k] = kva::norm_apply(kv[k], sc1, nws[lane + 32 * k]);
                 }
             }
+            // RoPE in registers: the partner of slot k from lane (l +- rr) % 32 (NEOX) or l ^ 1 (normal)
+            const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
+            float         up[KS], dn[KS], y[KS];
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                if (neox) {
+                    up[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane + rr) & 31) : kv[k];
+                    dn[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane - rr) & 31) : kv[k];
+                } else {
+                    up[k] = dn[k] = __shfl_xor_sync(0xffffffffu, kv[k], 1);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < KS; k++) {
+                const int d  = lane + 32 * k;
+                const int pd = kva::rope_partner(p.mode, p.n_dims, d);
+                if (pd < 0) {
+                    y[k] = kv[k];
+                    continue;
+                }
+                const int ks   = pd / 32;
+                float     part = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < KS; kk++) {
+                    part = ks == kk ? (pd > d ? up[kk] : dn[kk]) : part;
+                }
+                bool      first;
+                const int j = kva::rope_pair_of(p.mode, p.n_dims, d, &first);
+                y[k]        = kva::rope_lane(first, kv[k], part, cs[2 * j], cs[2 * j + 1]);
+            }
+#pragma unroll
+            for (int i = 0; i < QM; i++) {
+                if (i < nqb) {
+                    float dt = 0.0f;
+#pragma unroll
+                    for (int k = 0; k < KS; k++) {
+                        dt += qs[i * HD + lane + 32 * k] * y[k];
+                    }
+                    dt    = warp_sum(dt);
+                    sc[b] = lane == i ? dt : sc[b];
+                }
+            }
+        }
+        // lane i: query i's online softmax over the step's cells (one rescale per step)
+        float s1[CB], pw[CB], smax = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < CB; b++) {
+            s1[b] = live[b] && mv[b] != -INFINITY ? p.scale * sc[b] + mv[b] : -INFINITY;
+            smax  = fmaxf(smax, s1[b]);
+        }
+        const float m_new = fmaxf(m_run, smax);
+        const float f     = m_new == m_run ? 1.0f : m_run == -INFINITY ? 0.0f : exp_rn(m_run - m_new);
+        float       ls    = 0.0f;
+#pragma unroll
+        for (int b = 0; b < CB; b++) {
+            pw[b] = s1[b] == -INFINITY ? 0.0f : exp_rn(s1[b] - m_new);
+            ls += pw[b];
+        }
+        l_run = l_run * f + ls;
+        m_run = m_new;
+        if (__any_sync(0xffffffffu, f != 1.0f)) {
+#pragma unroll
+            for (int i = 0; i < QM; i++) {
+                const float fi = __shfl_sync(0xffffffffu, f, i);
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    acc[i][k] *= fi;
+                }
+            }
+        }
+        // the values
+#pragma unroll
+        for (int b = 0; b < CB; b++) {
+            if (!live[b]) {
+                continue;
+            }
+            float         vv[KS];
+            const float * sv = lane_sink(va, vg, v_hw, v_mark, cb + b, s, lane);
+            if (sv) {
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    vv[k] = sv[lane + 32 * k];
+                }
+            } else {
+                lane_decode<HD>(va, vtab, vb[b], lane, zs, zs, vv);
+            }
+#pragma unroll
+            for (int i = 0; i < QM; i++) {
+                if (i < nqb) {
+                    const float pi = __shfl_sync(0xffffffffu, pw[b], i);
+#pragma unroll
+                    for (int k = 0; k < KS; k++) {
+                        acc[i][k] = pi != 0.0f ? acc[i][k] + pi * vv[k] : acc[i][k];  // a masked cell adds nothing (NaN-free)
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < CB; b++) {
+            mv[b] = mn[b];
         }
     }
 
@@ -600,27 +712,27 @@ __global__ void __launch_bounds__(KVF_THREADS, MINB) k_split(partial_args p, kvq
 }
 
 template <int HD, int QM>
-static void launch_split_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
-                           int minb, cudaStream_t stream) {
+static void launch_cells_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+                           cudaStream_t stream) {
     const int  n_slices = (p.n_q * p.n_ts + QM - 1) / QM;
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
-    if (minb == 2) {
-        k_split<HD, QM, 2><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
-    } else {
-        k_split<HD, QM, 4><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
-    }
+    k_cells<HD, QM><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
 }
 
-// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v, normal /
-// NEOX RoPE over n_dims <= hd, V without channel scales) and ggml_ext_kvquant_attn_split_build picks it for the head dim (by
-// default hd 64; GGML_EXT_KV_ATTN_SPLIT, read at every launch: tests/c/test_kvattn_cuda.cpp sets it). The build for
-// 4 blocks per SM (64 registers; at hd 64 44-164 bytes spilled, at hd 128 / 256 124-440) or for 2 (no spills at hd
-// 128).
-static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+static bool nuq_rows_ok(const kvq::kvq_args & a, const char * base, int64_t nb1, int64_t nb2, int64_t nb3) {
+    // lane_load: 2..4 bits, 8-byte aligned blocks and trailers
+    return a.bits >= 2 && a.bits <= 4 && a.block_bytes % 8 == 0 && a.dense_bytes % 8 == 0 &&
+           (uintptr_t) base % 8 == 0 && nb1 % 8 == 0 && nb2 % 8 == 0 && nb3 % 8 == 0;
+}
+
+// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v of 64, 128 or
+// 256, normal / NEOX RoPE over n_dims <= hd, V without channel scales) and ggml_ext_kvquant_attn_cells allows it
+// (GGML_EXT_KV_ATTN_SPLIT=0, read at every launch, turns it off: tests/c/test_kvattn_cuda.cpp runs both kernels)
+static bool launch_cells(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                          cudaStream_t stream) {
-    const int minb = p.hd == p.hdv ? ggml_ext_kvquant_attn_split_build(p.hd) : 0;
-    if (minb == 0 || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ || p.n_dims > p.hd || p.n_dims % 2 ||
-        p.n_dims < 0 || va.row_blocks > 0) {
+    if (p.hd != p.hdv || !ggml_ext_kvquant_attn_cells(p.hd) || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ ||
+        p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 || va.row_blocks > 0 ||
+        !nuq_rows_ok(ka, p.k, p.k_nb1, p.k_nb2, p.k_nb3) || !nuq_rows_ok(va, p.v, p.v_nb1, p.v_nb2, p.v_nb3)) {
         return false;
     }
     for (int h = 0; h < p.n_hkv; h++) {
@@ -630,19 +742,19 @@ static bool launch_split(const partial_args & p, const kvq::kvq_args & ka, const
             return false;
         }
     }
-    const int nq = std::min(split_qmax(p.hd), p.n_q * p.n_ts);
+    const int nq = std::min(cells_qmax(p.hd), p.n_q * p.n_ts);
     switch (p.hd) {
         case 64:
-            nq <= 4 ? launch_split_q<64, 4>(p, ka, va, n_streams, minb, stream) :
-            nq <= 8 ? launch_split_q<64, 8>(p, ka, va, n_streams, minb, stream) :
-                      launch_split_q<64, 16>(p, ka, va, n_streams, minb, stream);
+            nq <= 4 ? launch_cells_q<64, 4>(p, ka, va, n_streams, stream) :
+            nq <= 8 ? launch_cells_q<64, 8>(p, ka, va, n_streams, stream) :
+                      launch_cells_q<64, 16>(p, ka, va, n_streams, stream);
             break;
         case 128:
-            nq <= 4 ? launch_split_q<128, 4>(p, ka, va, n_streams, minb, stream) :
-                      launch_split_q<128, 8>(p, ka, va, n_streams, minb, stream);
+            nq <= 4 ? launch_cells_q<128, 4>(p, ka, va, n_streams, stream) :
+                      launch_cells_q<128, 8>(p, ka, va, n_streams, stream);
             break;
         default:
-            launch_split_q<256, 4>(p, ka, va, n_streams, minb, stream);
+            launch_cells_q<256, 4>(p, ka, va, n_streams, stream);
             break;
     }
     return true;
@@ -796,7 +908,7 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     if (p.n_kv == 0 || p.n_ts == 0) {
         return;
     }
-    if (launch_split(p, ka, va, (int) k->ne[3], stream)) {
+    if (launch_cells(p, ka, va, (int) k->ne[3], stream)) {
         return;
     }
     const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);

@@ -129,7 +129,7 @@ static int kv_kblock(void) {
 }
 
 int ggml_ext_kvquant_key_blocks(const void * data, int on);  // ggml-base (backend/kvquant_base.c)
-int ggml_ext_kvquant_attn_split_build(int64_t hd);              // ggml-base (backend/kvquant_attn_base.c)
+bool ggml_ext_kvquant_attn_cells(int64_t hd);                   // ggml-base (backend/kvquant_attn_base.c)
 
 // Whether upstream's Hadamard rotation applies to a KVQuant K cache (patch 0325 asks this instead of
 // ggml_ext_llama_kv_rotate for the pre-RoPE types): only with GGML_EXT_KV_KROT=1.
@@ -533,14 +533,14 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.beta_fast, p + 9, sizeof(float));
     memcpy(&r.beta_slow, p + 10, sizeof(float));
     // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
-    // for the block kernel (blocks for every SM), ~256 of 64-512 where the split kernel takes the op (kvquant_attn_cuda.cu's
-    // k_split, where ggml_ext_kvquant_attn_split_build picks it: its 8 warps take 8+ cells each, and the combine merges fewer
+    // for the block kernel (blocks for every SM), ~256 of 64-512 where the cell kernel takes the op (kvquant_attn_cuda.cu's
+    // k_cells, where ggml_ext_kvquant_attn_cells allows it: its 8 warps take 8+ cells each, and the combine merges fewer
     // ranges)
     int chunk = 0;
     if (on_device) {
         const int64_t n_kv  = k->ne[2];
         const bool    split = ggml_ext_kvquant_is_cache_type((int) k->type) && ggml_ext_kvquant_is_cache_type((int) v->type) &&
-                           k->ne[0] == v->ne[0] && ggml_ext_kvquant_attn_split_build(k->ne[0]) != 0;
+                           k->ne[0] == v->ne[0] && ggml_ext_kvquant_attn_cells(k->ne[0]);
         if (split) {
             chunk = (int) ((n_kv / 256 + 31) / 32 * 32);
             chunk = chunk < 64 ? 64 : chunk > 512 ? 512 : chunk;
