@@ -10,7 +10,8 @@
 #   build   our CUDA tree (device_lib.sh) and, beside it at the same time, the pristine llama.cpp's llama-bench with
 #           -DGGML_CUDA=ON, sm_90 (SRC: the pinned source; .device/llama.cpp-src.tar.xz is unpacked when SRC is unset)
 #   models  the three files and their calibrations in /tmp/kvm
-#   test    tests/c/test_kvattn_cuda.cpp (the decode op's kernels against the CPU op, NMSE <= 1e-6)
+#   test    tests/c/test_kvquant_cuda.cpp (the cache types' kernels: SET_ROWS bytes bit for bit against the CPU) and
+#           tests/c/test_kvattn_cuda.cpp (the decode op's kernels against the CPU op, NMSE <= 1e-6)
 #   bench   llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -r REPS -d D, for D in each shape's depths (one process per row,
 #           model loaded once per row, every depth in it): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
 #           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's cell kernel), nuq3 with
@@ -19,7 +20,9 @@
 # Writes TOP/kvattn_speed.md (the table, tokens/s and the ratio to upstream's q4_0 cache) and TOP/summary.txt.
 # Usage (device, repository root): bash bench/device/device_kvattn_speed.sh $OUT
 # Environment: SHAPES ("smollm2 hd256 8b-gqa"), DEPTHS_smollm2 / DEPTHS_hd256 / DEPTHS_8b_gqa (comma lists; default
-#   8192,32768 / 8192,32768,131072 / 8192,32768,131072), NGEN (32), REPS (2), BUILD (/tmp/bc), UP (/tmp/up-cuda).
+#   8192,32768 / 8192,32768,131072 / 8192,32768,131072), NGEN (32), REPS (2), BUILD (/tmp/bc), UP (/tmp/up-cuda),
+#   UPSTREAM=0 (ours alone: no pristine build or rows, ratios to our stock q4_0), ONE_ROUND=1 (one round, not two),
+#   BLOCK_ROW=0 (no block-kernel row).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 top=${1:?usage: device_kvattn_speed.sh OUT}
@@ -38,7 +41,9 @@ if [ -z "${SRC:-}" ]; then
 fi
 export GGML_EXT_LLAMA_CPP_SRC=$SRC
 
-if has build; then
+if has build && [ "${UPSTREAM:-1}" = 0 ]; then  # ours alone (the pristine rows then read "-")
+    device_build_cuda
+elif has build; then
     t0=$(date +%s)
     { [ -f "$UP/build.ninja" ] || cmake -S "$SRC" -B "$UP" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 > "$out/up-build.log" 2>&1; } &&
         cmake --build "$UP" -j "$((jobs / 2))" --target llama-bench >> "$out/up-build.log" 2>&1 &
@@ -62,6 +67,10 @@ if has models; then
 fi
 
 if has test; then
+    g++ -std=c++17 -O2 -I"$P/include" tests/c/test_kvquant_cuda.cpp -L"$P/lib" -lggml -lggml-base -lggml-cpu \
+        -lggml-rpc -Wl,-rpath,"$P/lib" -o /tmp/test_kvquant_cuda && /tmp/test_kvquant_cuda --require-gpu > "$out/test_kvquant.log" 2>&1
+    say "test_kvquant_cuda: rc=$? | $(grep -cE '^FAIL' "$out/test_kvquant.log") failing lines | $(tail -1 "$out/test_kvquant.log")"
+    grep -E "^FAIL" "$out/test_kvquant.log" | head -10 | tee -a "$out/summary.txt"
     g++ -std=c++17 -O2 -I"$P/include" tests/c/test_kvattn_cuda.cpp -L"$P/lib" -lggml -lggml-base -lggml-cpu \
         -lggml-rpc -Wl,-rpath,"$P/lib" -o /tmp/test_kvattn_cuda && /tmp/test_kvattn_cuda --require-gpu > "$out/test_kvattn.log" 2>&1
     say "test_kvattn_cuda: rc=$? | $(grep -cE '^FAIL' "$out/test_kvattn.log") failing lines | $(tail -1 "$out/test_kvattn.log")"
@@ -100,12 +109,12 @@ if has bench; then
         m=$M/$s.gguf cal=$M/$s.kv
         declare -A R=()
         for round in 1 2; do  # rounds alternate the builds; the better round of each row is kept
-            while read -r dd a sd; do [ -n "$dd" ] && R[upf16-$dd-$round]="$a $sd"; done < <(bench_row "upf16-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16)
+            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upf16-$dd-$round]="$a $sd"; done < <(bench_row "upf16-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16)
             while read -r dd a sd; do [ -n "$dd" ] && R[nuq3-$dd-$round]="$a $sd"; done < <(bench_row "nuq3-$round" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
-            while read -r dd a sd; do [ -n "$dd" ] && R[upq4-$dd-$round]="$a $sd"; done < <(bench_row "upq4-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
+            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upq4-$dd-$round]="$a $sd"; done < <(bench_row "upq4-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
             while read -r dd a sd; do [ -n "$dd" ] && R[nuq4-$dd-$round]="$a $sd"; done < <(bench_row "nuq4-$round" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq4 -ctv nuq4 --kv-calib "$cal")
             while read -r dd a sd; do [ -n "$dd" ] && R[ourq4-$dd-$round]="$a $sd"; done < <(bench_row "ourq4-$round" "$BIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
-            [ "$round" = 1 ] && while read -r dd a sd; do [ -n "$dd" ] && R[blk-$dd-$round]="$a $sd"; done < <(bench_row "blk-$round" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
+            [ "$round" = 1 ] && [ "${BLOCK_ROW:-1}" = 1 ] && while read -r dd a sd; do [ -n "$dd" ] && R[blk-$dd-$round]="$a $sd"; done < <(bench_row "blk-$round" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
             [ "${ONE_ROUND:-0}" = 1 ] && break
         done
         for dd in ${d//,/ }; do
@@ -121,6 +130,7 @@ import sys
 a, b = sys.argv[1].split(' ± ')[0], sys.argv[2].split(' ± ')[0]
 print(f'{float(a) / float(b):.2f}x' if a != 'FAILED' and b != 'FAILED' else '-')" "$1" "$2"; }
             uq=$(best upq4)
+            [ "$uq" = FAILED ] && uq="$(best ourq4) (ours)"  # UPSTREAM=0: the ratios are to our build's stock q4_0 cache
             row="| $s | $dd | $(best upf16) | $uq |"
             for k in ourq4 nuq4 nuq3 blk; do x=$(best "$k"); row="$row $x ($(ratio "$x" "$uq")) |"; done
             echo "$row" | tee -a "$table" >> "$out/summary.txt"

@@ -1,6 +1,6 @@
 // The KVQuant cache types NUQ4 / NUQ3 / NUQ2 (docs/KVQUANT.md "The CUDA path", docs/formats/kvquant.md) with the
 // cache in VRAM: what llama.cpp's graph sends to ggml-cuda for them, called through patch 0421:
-//   SET_ROWS  f32 -> NUQ   append and quantize (one thread per 64-value block; values with the block's own
+//   SET_ROWS  f32 -> NUQ   append and quantize (a warp per 64-value block; values with the block's own
 //                          mid / half and, with --kv-outliers, one outlier slot; pre-RoPE keys per channel with
 //                          two slots, or with GGML_EXT_KV_KBLOCK per channel and then as such a value block with
 //                          its one slot), and the sink rows' floats;
@@ -53,13 +53,194 @@ static shape4 shape_of(const ggml_tensor * t) {
     return s;
 }
 
-// f32 rows of src -> NUQ blocks of dst: SET_ROWS (rows picked by idx) or CPY (the same shape); one thread per block
+constexpr int QW_THREADS = 128;  // threads per block of k_quantize: 4 warps, a warp per 64-value block
+
+// ---- the quantizer, a warp per block: kvq::quantize_block's bytes (tests/c/test_kvquant_cuda.cpp holds them to the
+// CPU's), its serial scans turned into warp reductions with the same tie rules ----
+
+// the (value, channel) pair that wins under "better" over the warp, the lowest channel among equals; every lane gets it
+template <typename Better> __device__ __forceinline__ void warp_arg(float & v, int & c, Better better) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v2 = __shfl_xor_sync(0xffffffffu, v, o);
+        const int   c2 = __shfl_xor_sync(0xffffffffu, c, o);
+        if (better(v2, v) || (v2 == v && c2 < c)) {
+            v = v2, c = c2;
+        }
+    }
+}
+
+__device__ __forceinline__ float warp_min(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x = fminf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    }
+    return x;
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+    }
+    return x;
+}
+
+// value c (0..63) of the block, held by lane c % 32 as v0 (c < 32) or v1
+__device__ __forceinline__ float warp_value(float v0, float v1, int c) {
+    const float a = __shfl_sync(0xffffffffu, v0, c & 31), b = __shfl_sync(0xffffffffu, v1, c & 31);
+    return c < 32 ? a : b;
+}
+
+// kvq::pack_block by the warp: lane l holds indices l (i0) and l + 32 (i1); the trailer's words w by lane 0
+__device__ __forceinline__ void warp_pack(const kvq_args & a, int i0, int i1, const uint16_t (&w)[4], uint8_t * blk,
+                                          int lane) {
+    if (a.bits == 4) {
+        blk[lane] = (uint8_t) (i0 | i1 << 4);
+    } else {
+        const int j0 = __shfl_down_sync(0xffffffffu, i0, 16), j1 = __shfl_down_sync(0xffffffffu, i1, 16);
+        if (lane < 16) {  // byte j: indices j, j + 16, j + 32, j + 48
+            blk[lane] = (uint8_t) ((i0 & 3) | (j0 & 3) << 2 | (i1 & 3) << 4 | (j1 & 3) << 6);
+        }
+        if (a.bits == 3) {  // byte 16 + j: bit k is the high bit of index j + 8 k
+            const uint64_t hb = (uint64_t) __ballot_sync(0xffffffffu, (i0 >> 2) & 1) |
+                                (uint64_t) __ballot_sync(0xffffffffu, (i1 >> 2) & 1) << 32;
+            if (lane < 8) {
+                uint8_t b = 0;
+#pragma unroll
+                for (int k = 0; k < 8; k++) {
+                    b |= (uint8_t) (((hb >> (lane + 8 * k)) & 1) << k);
+                }
+                blk[16 + lane] = b;
+            }
+        }
+    }
+    if (lane == 0) {
+        uint16_t * t = (uint16_t *) (blk + a.dense_bytes);
+        t[0] = w[0], t[1] = w[1], t[2] = w[2], t[3] = w[3];
+    }
+}
+
+// kvq::quantize_value_block of the warp's x (x0, x1), the slot's fp16 from s0 / s1 (x's, or a block-scaled key's raw
+// key)
+__device__ __forceinline__ void warp_quantize_value_block(const kvq_args & a, float x0, float x1, float s0, float s1,
+                                                          uint8_t * blk, int lane) {
+    if (!__all_sync(0xffffffffu, isfinite(x0) && isfinite(x1))) {
+        for (int j = lane; j < a.dense_bytes; j += 32) {
+            blk[j] = 0;
+        }
+        if (lane == 0) {  // a NaN block: zero indices, mid NaN
+            uint16_t * t = (uint16_t *) (blk + a.dense_bytes);
+            t[0] = 0x7e00, t[1] = 0, t[2] = 0, t[3] = 0;
+        }
+        return;
+    }
+    int slot = -1;
+    if (a.outliers) {
+        // the first channel of the minimum and of the maximum, then the extremes of the rest: drop the larger excess
+        float vmin = x0, vmax = x0;
+        int   imin = lane, imax = lane;
+        if (x1 < vmin) {
+            vmin = x1, imin = lane + 32;
+        }
+        if (x1 > vmax) {
+            vmax = x1, imax = lane + 32;
+        }
+        warp_arg(vmin, imin, [](float p, float q) { return p < q; });
+        warp_arg(vmax, imax, [](float p, float q) { return p > q; });
+        const float min2 = warp_min(fminf(lane == imin ? INFINITY : x0, lane + 32 == imin ? INFINITY : x1));
+        const float max2 = warp_max(fmaxf(lane == imax ? -INFINITY : x0, lane + 32 == imax ? -INFINITY : x1));
+        slot             = KVQ_SUB(vmax, max2) >= KVQ_SUB(min2, vmin) ? imax : imin;
+    }
+    const float lo   = warp_min(fminf(lane == slot ? INFINITY : x0, lane + 32 == slot ? INFINITY : x1));
+    const float hi   = warp_max(fmaxf(lane == slot ? -INFINITY : x0, lane + 32 == slot ? -INFINITY : x1));
+    const float mid  = KVQ_MUL(KVQ_ADD(hi, lo), 0.5f);
+    const float half = fmaxf(KVQ_MUL(KVQ_SUB(hi, lo), 0.5f), 1e-8f);
+    const int   i0   = kvq::nearest_level(a, KVQ_DIV(KVQ_SUB(x0, mid), half));
+    const int   i1   = kvq::nearest_level(a, KVQ_DIV(KVQ_SUB(x1, mid), half));
+    const float sv   = slot >= 0 ? warp_value(s0, s1, slot) : 0.0f;
+    const uint16_t w[4] = { kvq::f2h(mid), kvq::f2h(half), slot >= 0 ? (uint16_t) (0x8000u | (unsigned) slot) : (uint16_t) 0,
+                            slot >= 0 ? kvq::f2h(sv) : (uint16_t) 0 };
+    warp_pack(a, i0, i1, w, blk, lane);
+}
+
+// kvq::quantize_block of the warp's 64 values (lane l: x0 = value l, x1 = value l + 32) into blk
+__device__ __forceinline__ void warp_quantize_block(const kvq_args & a, float x0, float x1, uint8_t * blk, int lane) {
+    if (a.row_blocks <= 0) {
+        warp_quantize_value_block(a, x0, x1, x0, x1, blk, lane);
+        return;
+    }
+    const int64_t c0 = kvq::key_channel0(a, blk);
+    const float   m0 = a.k_mid[c0 + lane], m1 = a.k_mid[c0 + lane + 32];
+    const float   h0 = a.k_half[c0 + lane], h1 = a.k_half[c0 + lane + 32];
+    if (a.k_block) {  // block-scaled keys: normalised per channel, then a value block whose slot holds the raw key
+        warp_quantize_value_block(a, KVQ_DIV(KVQ_SUB(x0, m0), h0), KVQ_DIV(KVQ_SUB(x1, m1), h1), x0, x1, blk, lane);
+        return;
+    }
+    // a pre-RoPE key: per-channel scales, two outlier slots (the largest excesses beyond +-1, the first channel among
+    // equals: the serial scan's strict comparisons)
+    const bool  f0 = isfinite(x0), f1 = isfinite(x1);
+    const float n0 = f0 ? KVQ_DIV(KVQ_SUB(x0, m0), h0) : 0.0f, n1 = f1 ? KVQ_DIV(KVQ_SUB(x1, m1), h1) : 0.0f;
+    const int   i0 = f0 ? kvq::nearest_level(a, n0) : 0, i1 = f1 ? kvq::nearest_level(a, n1) : 0;
+    const bool  nan = !__all_sync(0xffffffffu, f0 && f1);
+    uint16_t    w[4] = { 0x0000, 0x3c00, 0, 0 };
+    if (nan) {
+        w[0] = 0x7e00;
+    } else if (a.outliers) {
+        const float e0 = KVQ_SUB(fabsf(n0), 1.0f), e1 = KVQ_SUB(fabsf(n1), 1.0f);
+        auto        gt = [](float p, float q) { return p > q; };
+        float       ea = e0 > 0.0f ? e0 : -1.0f;  // the largest excess > 0 (-1: none)
+        int         ca = lane;
+        if (e1 > 0.0f && e1 > ea) {
+            ea = e1, ca = lane + 32;
+        }
+        warp_arg(ea, ca, gt);
+        const int out0 = ea > 0.0f ? ca : -1;
+        float     eb   = e0 > 0.0f && lane != out0 ? e0 : -1.0f;  // the next, over the other channels
+        int       cb   = lane;
+        if (e1 > 0.0f && lane + 32 != out0 && e1 > eb) {
+            eb = e1, cb = lane + 32;
+        }
+        warp_arg(eb, cb, gt);
+        const int out1 = eb > 0.0f ? cb : -1;
+        const int lo_c = out1 >= 0 && out1 < out0 ? out1 : out0, hi_c = out1 >= 0 && out1 < out0 ? out0 : out1;
+        const float vlo = lo_c >= 0 ? warp_value(x0, x1, lo_c) : 0.0f, vhi = hi_c >= 0 ? warp_value(x0, x1, hi_c) : 0.0f;
+        if (lo_c >= 0) {
+            w[0] = (uint16_t) (0x8000u | (unsigned) lo_c), w[1] = kvq::f2h(vlo);
+        }
+        if (hi_c >= 0) {
+            w[2] = (uint16_t) (0x8000u | (unsigned) hi_c), w[3] = kvq::f2h(vhi);
+        }
+    }
+    warp_pack(a, i0, i1, w, blk, lane);
+}
+
+// f32 rows of src -> NUQ blocks of dst: SET_ROWS (rows picked by idx) or CPY (the same shape); a warp per block, lane l
+// holding values l and l + 32 (warp_quantize_block). A thread per block (kvq::quantize_at, the host-checked reference)
+// spent ~40 us of serial work on a decode token's few blocks, two launches a layer.
 template <typename idx_t>
-__global__ void k_quantize(const char * src, shape4 s, char * dst, shape4 d, const char * idx, shape4 is, bool by_idx,
-                           kvq_args a) {
-    const int64_t n = s.ne[0] / QK * s.ne[1] * s.ne[2] * s.ne[3];
-    for (int64_t t = (int64_t) blockIdx.x * blockDim.x + threadIdx.x; t < n; t += (int64_t) gridDim.x * blockDim.x) {
-        kvq::quantize_at<idx_t>(t, src, s, dst, d, idx, is, by_idx, a);
+__global__ void __launch_bounds__(QW_THREADS) k_quantize(const char * src, shape4 s, char * dst, shape4 d,
+                                                         const char * idx, shape4 is, bool by_idx, kvq_args a) {
+    const int     lane = threadIdx.x % 32;
+    const int64_t nbr  = s.ne[0] / QK, n = nbr * s.ne[1] * s.ne[2] * s.ne[3];
+    const int64_t w0 = ((int64_t) blockIdx.x * blockDim.x + threadIdx.x) / 32, nw = (int64_t) gridDim.x * blockDim.x / 32;
+    for (int64_t t = w0; t < n; t += nw) {  // kvq::quantize_at's indexing
+        const int64_t ib = t % nbr, i1 = t / nbr % s.ne[1], i2 = t / nbr / s.ne[1] % s.ne[2],
+                      i3 = t / nbr / s.ne[1] / s.ne[2];
+        const float * x  = (const float *) (src + i1 * s.nb[1] + i2 * s.nb[2] + i3 * s.nb[3]) + ib * QK;
+        int64_t       r1 = i1;
+        if (by_idx) {
+            r1 = (int64_t) *(const idx_t *) (idx + i1 * is.nb[0] + i2 % is.ne[1] * is.nb[1] + i3 % is.ne[2] * is.nb[2]);
+        }
+        char *      blk = dst + r1 * d.nb[1] + i2 * d.nb[2] + i3 * d.nb[3] + ib * a.block_bytes;
+        const float x0 = x[lane], x1 = x[lane + 32];
+        int64_t     off;
+        const int   slot = kvq::sink_slot(a, blk, &off);
+        if (slot >= 0) {  // a sink row keeps the floats too (the blocks are written as well)
+            a.sink_data[slot * a.row_values + off + lane]      = x0;
+            a.sink_data[slot * a.row_values + off + lane + 32] = x1;
+        }
+        warp_quantize_block(a, x0, x1, (uint8_t *) blk, lane);
     }
 }
 
@@ -321,11 +502,11 @@ static void launch_quantize(const ggml_tensor * src, ggml_tensor * dst, const gg
         is = shape_of(idx);
     }
     if (idx && idx->type == GGML_TYPE_I64) {
-        k_quantize<int64_t><<<n_grid(nb, 64), 64, 0, stream>>>((const char *) src->data, shape_of(src),
+        k_quantize<int64_t><<<n_grid(nb, QW_THREADS / 32), QW_THREADS, 0, stream>>>((const char *) src->data, shape_of(src),
                                                                 (char *) dst->data, shape_of(dst),
                                                                 (const char *) idx->data, is, true, a);
     } else {
-        k_quantize<int32_t><<<n_grid(nb, 64), 64, 0, stream>>>((const char *) src->data, shape_of(src),
+        k_quantize<int32_t><<<n_grid(nb, QW_THREADS / 32), QW_THREADS, 0, stream>>>((const char *) src->data, shape_of(src),
                                                                 (char *) dst->data, shape_of(dst),
                                                                 idx ? (const char *) idx->data : nullptr, is,
                                                                 idx != nullptr, a);
