@@ -1,18 +1,18 @@
 """One llama-server, an any-precision model and a NUQ value cache, under mixed load: precisions never leak.
 
 A tiny llama (one KV head of 64 channels) converted with ``--method anyprec`` (3..8 bits) and its KV
-calibration; the server runs 4 slots with ``-ctv nuq4 --kv-calib`` and a slot save folder. Each request
+calibration; the server runs 16 slots with ``-ctv nuq4 --kv-calib`` and a slot save folder. Each request
 (prompt, ``apq_bits``) is first served alone: the reference. Then:
 
-* 4 streams at once, each at its own precision (3, 4, 5, 8; requests of different precisions never share a
-  batch), while a fifth streaming request is cancelled after its first tokens: every answer equals its
-  reference, text and log-probabilities, and the server serves on;
+* 16 streams at once, four prompts at each of four precisions (3, 4, 5, 8; requests of different precisions
+  never share a batch), while two more streaming requests are cancelled after their first tokens: every
+  answer equals its reference, text and log-probabilities, and the server serves on;
 * a slot is saved (``/slots/0?action=save``), used by another request, restored, and continues the saved
   conversation exactly as it did before it was overwritten, from the restored cache (its prompt is not
   evaluated again).
 
-Throughput and latency under this load are not asserted (no clock in the test); 0 failed requests, 0
-crashes and equal answers are.
+Throughput and latency under this load are not asserted (no clock in the test; bench/runtime/
+bench_server_load.py measures them); 0 failed requests, 0 crashes and equal answers are.
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import convert_support as cs
 
 PROMPTS = ["The capital of France is", "Once upon a time, there was", "1, 2, 3, 4,", "The quick brown fox"]
 BITS = [3, 4, 5, 8]
+STREAMS = [(p, b) for p in PROMPTS for b in BITS]  # 16 concurrent requests
 N_PREDICT = 12
 
 
@@ -54,8 +55,8 @@ def server(files, threads):
     slots = d / "slots"
     slots.mkdir()
     log = open(d / "server.log", "w")
-    proc, url = serve.start(apq, port=0, ctx_size=4 * 256, log=log,
-                            extra=["-t", str(threads), "-np", "4", "--no-webui", "-fa", "on", "-ctv", "nuq4",
+    proc, url = serve.start(apq, port=0, ctx_size=len(STREAMS) * 256, log=log,
+                            extra=["-t", str(threads), "-np", str(len(STREAMS)), "--no-webui", "-fa", "on", "-ctv", "nuq4",
                                    "--kv-calib", str(cal), "--slot-save-path", str(slots)])
     try:
         yield proc, url, d / "server.log"
@@ -105,7 +106,7 @@ def _cancel_after_first_tokens(url: str, prompt: str, bits: int, events: int = 2
 
 def test_concurrent_precisions_and_a_cancelled_stream(server):
     proc, url, log = server
-    want = {(p, b): _answer(_complete(url, p, b)) for p, b in zip(PROMPTS, BITS)}
+    want = {(p, b): _answer(_complete(url, p, b)) for p, b in STREAMS}
     want_other = {b: _answer(_complete(url, PROMPTS[0], b)) for b in (3, 8)}
     assert not _same(want_other[3], want_other[8]), "3 and 8 bits should not agree"
 
@@ -117,11 +118,11 @@ def test_concurrent_precisions_and_a_cancelled_stream(server):
         except Exception as e:  # noqa: BLE001 - reported below, with the others
             errors.append(f"{p!r} at {b} bits: {e}")
 
-    workers = [threading.Thread(target=one, args=(p, b)) for p, b in zip(PROMPTS, BITS)]
-    canceller = threading.Thread(target=lambda: _cancel_after_first_tokens(url, PROMPTS[1], 8))
-    for w in [*workers, canceller]:
+    workers = [threading.Thread(target=one, args=(p, b)) for p, b in STREAMS]
+    cancellers = [threading.Thread(target=lambda b=b: _cancel_after_first_tokens(url, PROMPTS[1], b)) for b in (8, 3)]
+    for w in [*workers, *cancellers]:
         w.start()
-    for w in [*workers, canceller]:
+    for w in [*workers, *cancellers]:
         w.join()
     assert not errors, errors
     for key, ans in want.items():
