@@ -48,7 +48,7 @@ def make_files(work: Path, up_bin: Path) -> dict[str, Path]:
     if not f["apq"].exists():
         convert(hf, f["apq"], method="anyprec", method_options={"fisher": False, "bits": "3-8"})
     if not f["kv"].exists():
-        calibrate(hf, str(assets.path("wiki") / "wiki.train.txt"), n_samples=4, seq_len=256, bits=(4,),
+        calibrate(hf, str(assets.path("wiki-train")), n_samples=4, seq_len=256, bits=(4,),
                   progress=False).save(f["kv"], force=True)
     if not f["f16"].exists():
         convert(hf, f["f16"], "f16")

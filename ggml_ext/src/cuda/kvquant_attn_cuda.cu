@@ -59,26 +59,11 @@ static row_kind kind_of(ggml_type t) {
     return t == GGML_TYPE_F16 ? kva::ROW_F16 : t == GGML_TYPE_F32 ? kva::ROW_F32 : kva::ROW_NUQ;
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    }
-    return x;
-}
-
+// (float sums and maxima: ggml-cuda's warp_reduce_sum / warp_reduce_max, common.cuh)
 __device__ __forceinline__ double warp_sum_d(double x) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         x += __shfl_xor_sync(0xffffffffu, x, o);
-    }
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     }
     return x;
 }
@@ -282,7 +267,7 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
 #pragma unroll
             for (int i = 0; i < QM; i++) {
                 if (i < nqb) {
-                    const float dt = warp_sum(dots[i]);
+                    const float dt = warp_reduce_sum(dots[i]);
                     const float m  = __shfl_sync(0xffffffffu, mv, i);
                     if (lane == 0) {
                         wt[i * KVA_SUB + cc] = m == -INFINITY ? -INFINITY : p.scale * dt + m;
@@ -300,14 +285,14 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
             for (int cc = lane; cc < nb; cc += 32) {
                 lm = fmaxf(lm, w[cc]);
             }
-            const float m_old = mx[i], m_new = fmaxf(m_old, warp_max(lm));
+            const float m_old = mx[i], m_new = fmaxf(m_old, warp_reduce_max(lm));
             float       ls    = 0.0f;
             for (int cc = lane; cc < nb; cc += 32) {
                 const float e = w[cc] == -INFINITY ? 0.0f : exp_rn(w[cc] - m_new);
                 w[cc]         = e;
                 ls += e;
             }
-            ls = warp_sum(ls);
+            ls = warp_reduce_sum(ls);
             __syncwarp();
             if (lane == 0) {
                 const float f = m_old == -INFINITY ? 0.0f : exp_rn(m_old - m_new);
@@ -610,7 +595,7 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
                     for (int k = 0; k < KS; k++) {
                         dt += qs[i * HD + lane + 32 * k] * y[k];
                     }
-                    dt    = warp_sum(dt);
+                    dt    = warp_reduce_sum(dt);
                     sc[b] = lane == i ? dt : sc[b];
                 }
             }
@@ -779,7 +764,7 @@ __global__ void __launch_bounds__(KVA_CDIMS * KVA_CGROUPS) k_combine(const float
     for (int c = tid; c < n_chunks; c += nt) {
         lm = fmaxf(lm, P[c * ew + hdv]);
     }
-    lm = warp_max(lm);
+    lm = warp_reduce_max(lm);
     if (tid % 32 == 0) {
         red[tid / 32] = lm;
     }

@@ -71,19 +71,7 @@ template <typename Better> __device__ __forceinline__ void warp_arg(float & v, i
 }
 
 __device__ __forceinline__ float warp_min(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x = fminf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    }
-    return x;
-}
-
-__device__ __forceinline__ float warp_max(float x) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
-    }
-    return x;
+    return -warp_reduce_max(-x);  // ggml-cuda's reductions (common.cuh)
 }
 
 // value c (0..63) of the block, held by lane c % 32 as v0 (c < 32) or v1
@@ -149,11 +137,11 @@ __device__ __forceinline__ void warp_quantize_value_block(const kvq_args & a, fl
         warp_arg(vmin, imin, [](float p, float q) { return p < q; });
         warp_arg(vmax, imax, [](float p, float q) { return p > q; });
         const float min2 = warp_min(fminf(lane == imin ? INFINITY : x0, lane + 32 == imin ? INFINITY : x1));
-        const float max2 = warp_max(fmaxf(lane == imax ? -INFINITY : x0, lane + 32 == imax ? -INFINITY : x1));
+        const float max2 = warp_reduce_max(fmaxf(lane == imax ? -INFINITY : x0, lane + 32 == imax ? -INFINITY : x1));
         slot             = KVQ_SUB(vmax, max2) >= KVQ_SUB(min2, vmin) ? imax : imin;
     }
     const float lo   = warp_min(fminf(lane == slot ? INFINITY : x0, lane + 32 == slot ? INFINITY : x1));
-    const float hi   = warp_max(fmaxf(lane == slot ? -INFINITY : x0, lane + 32 == slot ? -INFINITY : x1));
+    const float hi   = warp_reduce_max(fmaxf(lane == slot ? -INFINITY : x0, lane + 32 == slot ? -INFINITY : x1));
     const float mid  = KVQ_MUL(KVQ_ADD(hi, lo), 0.5f);
     const float half = fmaxf(KVQ_MUL(KVQ_SUB(hi, lo), 0.5f), 1e-8f);
     const int   i0   = kvq::nearest_level(a, KVQ_DIV(KVQ_SUB(x0, mid), half));
