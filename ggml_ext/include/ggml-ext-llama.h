@@ -127,11 +127,14 @@ GGML_EXT_API const char * ggml_ext_llama_weight_type_refusal(int type);
 
 // ---- split mode "tensor": may a weight of this type be cut across devices? (patch 0302) ----
 
-// -sm tensor (llama.cpp's meta backend) gives each device a slice of every weight, cut by rows or by
-// columns of ggml's plain row-major layout. NULL when a weight of `type` may be cut so (every stock type);
-// else the reason and what to do instead, which the load fails with: the interleaved types store several
-// rows per block, so a column cut mixes rows.
+// -sm tensor (patch 0302): the meta backend cuts each weight into per-device slices by rows or by columns. NULL when a
+// weight of `type` may be cut so; else the reason and what to do instead, which the load fails with: any-precision
+// planes are plane-major over the whole matrix, so no slice is contiguous. The interleaved types are cut by whole
+// groups of rows (patch 0102 in the meta backend; ggml_ext_llama_split_granularity for row cuts).
 GGML_EXT_API const char * ggml_ext_llama_split_tensor_refusal(int type);
+// The granularity of a row cut (split axis 1) of a weight of `type`: g, raised to a multiple of the rows the type
+// interleaves per block.
+GGML_EXT_API int64_t ggml_ext_llama_split_granularity(int type, int64_t g);
 
 // ---- any-precision weights (APQ, docs/formats/anyprec.md; patch 0303 in the loader, 0310 in common) ----
 

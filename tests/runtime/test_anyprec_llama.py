@@ -99,6 +99,23 @@ def test_a_precision_the_file_does_not_serve_is_refused(apq_file, wiki_test, thr
         _ppl(apq_file, wiki_test, threads, apq_bits=9)
 
 
+def test_split_mode_tensor_refuses_apq_weights(apq_file, two_rpc_servers, wiki_test, tool_env):
+    """Bitplanes are plane-major over the whole matrix: no row or column cut of an APQ weight is a contiguous
+    slice, so `-sm tensor` over two devices refuses the file at load, naming the tensor and the way out."""
+    from ggml_ext import tools
+    rpc = ",".join(f"127.0.0.1:{p}" for p in two_rpc_servers)
+    for _ in range(3):  # llama.cpp's log thread can lose the last lines when the process exits at once: retry
+        proc = subprocess.run(tools.command("llama-perplexity", "-m", apq_file, "-f", wiki_test, "-c", "128",
+                                            "--chunks", "1", "-t", "1", "--no-warmup", "--rpc", rpc, "-ngl", "99",
+                                            "-sm", "tensor", "-lv", "4"),
+                              env=tool_env, capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, "split mode tensor ran an any-precision file"
+        if "split mode \"tensor\" cannot" in out:
+            break
+    assert "any-precision (APQ)" in out and "--split-mode layer" in out, out[-3000:]
+
+
 def test_llama_cpp_python_apq_bits(apq_file, tmp_path):
     pytest.importorskip("llama_cpp")
     from ggml_ext.llama_cpp_glue import Llama, set_apq_bits

@@ -1,6 +1,6 @@
 // What patch 0300 calls from llama.cpp: ggml_ext_llama_linear for each weight matmul of the graph,
 // ggml_ext_llama_kv_type for the K/V types of each KV cache; patch 0301: the names of ggml-ext's file
-// types; patch 0302: which types -sm tensor must not cut. Compiled into libllama.
+// types; patch 0302: which types -sm tensor must not cut, and its row cuts of interleaved types. Compiled into libllama.
 //
 // ggml-ext's own rules go first (any-precision weights: an APQ weight's mul_mat becomes
 // ggml_ext_apq_mul_mat with the tables the loader attached, patch 0303, at the precision asked for); then
@@ -567,18 +567,23 @@ const char * ggml_ext_llama_weight_type_refusal(int type) {
 }
 
 const char * ggml_ext_llama_split_tensor_refusal(int type) {
-    const struct ggml_ext_type_info * t = ggml_ext_type_info_by_id(type);
-    if (t != NULL && t->family == GGML_EXT_FAMILY_ANYPREC) {
+    if (ggml_ext_type_family(type) == GGML_EXT_FAMILY_ANYPREC) {
         // planes are plane-major over the whole tensor: no row or column range is a contiguous slice
         return "any-precision (APQ) weights hold a whole matrix's bitplanes, which split mode \"tensor\" cannot "
                "cut across devices; use --split-mode layer (the default)";
     }
-    if (t == NULL || t->row_group <= 1) {
-        return NULL;
+    return NULL;  // the interleaved types: whole groups of rows (ggml_ext_llama_split_granularity, patch 0102)
+}
+
+int64_t ggml_ext_llama_split_granularity(int type, int64_t g) {
+    const int64_t r = ggml_ext_type_row_group(type);
+    if (r <= 1) {
+        return g;
     }
-    // the meta backend copies row r's bytes [a, b) for a column cut; in an interleaved tensor those
-    // bytes hold pieces of row_group rows, so each device would get a mix of rows
-    return "this type interleaves several rows per block, which split mode \"tensor\" cannot cut across "
-           "devices; use --split-mode layer (the default), or make a plain file with "
-           "`ggml-ext repack FILE OUT --layout q4_0` (or iq4_nl)";
+    int64_t a = g, b = r;  // lcm(g, r)
+    while (b) {
+        const int64_t t = a % b;
+        a = b, b = t;
+    }
+    return g / a * r;
 }
