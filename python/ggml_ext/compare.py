@@ -539,6 +539,24 @@ class Row:
 COLUMNS = [f.name for f in Row.__dataclass_fields__.values()]
 
 
+def _label_points(fig, ax, points: list[tuple[str, float, float]]) -> None:
+    """Each point's name beside it, moved up or down until it overlaps no name placed before (files of one size
+    sit on top of each other: four 4-bit files within 0.01 bits), with a thin line back to its point when moved."""
+    ax.autoscale_view()
+    fig.canvas.draw()  # the axes' limits, so data and pixels map as they will be drawn
+    px = fig.dpi / 72.0   # pixels per point
+    placed: list[tuple[float, float, float, float]] = []
+    for name, x, y in sorted(points, key=lambda p: (p[1], -p[2])):
+        X, Y = ax.transData.transform((x, y))
+        w, h = (len(name) * 4.3 + 4) * px, 9 * px
+        for dy in (3, -11, 14, -22, 25, -33, 36, -44, 47, -55):
+            box = (X + 3 * px, Y + dy * px, X + 3 * px + w, Y + dy * px + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+        placed.append(box)
+        ax.annotate(name, (x, y), xytext=(3, dy), textcoords="offset points", fontsize=7,
+                    arrowprops=dict(arrowstyle="-", lw=0.5, alpha=0.5) if abs(dy) > 3 else None)
+
 def mark_dominated(rows: list[Row]) -> None:
     """Fill ``beaten_by`` of our rows: the upstream row of fewest bits that is no larger and has lower mean KLD
     (our format is then off upstream's Pareto front)."""
@@ -601,9 +619,8 @@ def pareto_png(plan: Plan, rows: list[Row], target: Path) -> bool:
         pts = [r for r in rows if r.origin == origin]
         ax.scatter([r.bpw for r in pts], [max(r.kld_mean, 1e-6) for r in pts], marker=marker, color=color,
                    label=origin)
-        for r in pts:
-            ax.annotate(r.format.replace("upstream:", ""), (r.bpw, max(r.kld_mean, 1e-6)), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+    ax.set_yscale("log")
+    _label_points(fig, ax, [(r.format.replace("upstream:", ""), r.bpw, max(r.kld_mean, 1e-6)) for r in rows])
     front, best = [], float("inf")   # upstream's Pareto front: no upstream file both smaller and better
     for r in sorted((r for r in rows if r.origin == "upstream"), key=lambda r: (r.bpw, r.kld_mean)):
         if r.kld_mean < best:
@@ -612,7 +629,6 @@ def pareto_png(plan: Plan, rows: list[Row], target: Path) -> bool:
     if len(front) > 1:
         ax.step([r.bpw for r in front], [max(r.kld_mean, 1e-6) for r in front], where="post", linestyle="--",
                 color="tab:orange", alpha=0.6, label="upstream's front")
-    ax.set_yscale("log")
     ax.set_xlabel("bits per element (KV cache)" if plan.kv else "bits per weight (whole file)")
     ax.set_ylabel("mean KL-divergence (log)")
     ax.set_title(f"{plan.model.name}: {plan.chunks} x {plan.n_ctx} tokens of {plan.eval_text.name}", fontsize=9)
