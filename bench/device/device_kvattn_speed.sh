@@ -15,13 +15,13 @@
 #   bench   llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -r REPS -d D, for D in each shape's depths (one process per row,
 #           model loaded once per row, every depth in it): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
 #           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's cell kernel), nuq3 with
-#           the block kernel (GGML_EXT_KV_ATTN_SPLIT=0); rounds alternate the builds
+#           the block kernel (GGML_EXT_KV_ATTN_SPLIT=0); passes alternate the builds
 #   profile ncu's kernel times of a few decode steps (smollm2, nuq3, DEPTH_PROFILE) when ncu is there
 # Writes TOP/kvattn_speed.md (the table, tokens/s and the ratio to upstream's q4_0 cache) and TOP/summary.txt.
 # Usage (device, repository root): bash bench/device/device_kvattn_speed.sh $OUT
 # Environment: SHAPES ("smollm2 hd256 8b-gqa"), DEPTHS_smollm2 / DEPTHS_hd256 / DEPTHS_8b_gqa (comma lists; default
 #   8192,32768 / 8192,32768,131072 / 8192,32768,131072), NGEN (32), REPS (2), BUILD (/tmp/bc), UP (/tmp/up-cuda),
-#   UPSTREAM=0 (ours alone: no pristine build or rows, ratios to our stock q4_0), ONE_ROUND=1 (one round, not two),
+#   UPSTREAM=0 (ours alone: no pristine build or rows, ratios to our stock q4_0), ONE_PASS=1 (one pass, not two),
 #   BLOCK_ROW=0 (no block-kernel row).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -108,17 +108,17 @@ if has bench; then
         d=${!v:-$([ "$s" = smollm2 ] && echo 8192,32768 || echo 8192,32768,131072)}
         m=$M/$s.gguf cal=$M/$s.kv
         declare -A R=()
-        for round in 1 2; do  # rounds alternate the builds; the better round of each row is kept
-            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upf16-$dd-$round]="$a $sd"; done < <(bench_row "upf16-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16)
-            while read -r dd a sd; do [ -n "$dd" ] && R[nuq3-$dd-$round]="$a $sd"; done < <(bench_row "nuq3-$round" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
-            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upq4-$dd-$round]="$a $sd"; done < <(bench_row "upq4-$round" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
-            while read -r dd a sd; do [ -n "$dd" ] && R[nuq4-$dd-$round]="$a $sd"; done < <(bench_row "nuq4-$round" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq4 -ctv nuq4 --kv-calib "$cal")
-            while read -r dd a sd; do [ -n "$dd" ] && R[ourq4-$dd-$round]="$a $sd"; done < <(bench_row "ourq4-$round" "$BIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
-            [ "$round" = 1 ] && [ "${BLOCK_ROW:-1}" = 1 ] && while read -r dd a sd; do [ -n "$dd" ] && R[blk-$dd-$round]="$a $sd"; done < <(bench_row "blk-$round" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
-            [ "${ONE_ROUND:-0}" = 1 ] && break
+        for pass in 1 2; do  # passes alternate the builds; the better pass of each row is kept
+            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upf16-$dd-$pass]="$a $sd"; done < <(bench_row "upf16-$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16)
+            while read -r dd a sd; do [ -n "$dd" ] && R[nuq3-$dd-$pass]="$a $sd"; done < <(bench_row "nuq3-$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
+            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upq4-$dd-$pass]="$a $sd"; done < <(bench_row "upq4-$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
+            while read -r dd a sd; do [ -n "$dd" ] && R[nuq4-$dd-$pass]="$a $sd"; done < <(bench_row "nuq4-$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq4 -ctv nuq4 --kv-calib "$cal")
+            while read -r dd a sd; do [ -n "$dd" ] && R[ourq4-$dd-$pass]="$a $sd"; done < <(bench_row "ourq4-$pass" "$BIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
+            [ "$pass" = 1 ] && [ "${BLOCK_ROW:-1}" = 1 ] && while read -r dd a sd; do [ -n "$dd" ] && R[blk-$dd-$pass]="$a $sd"; done < <(bench_row "blk-$pass" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
+            [ "${ONE_PASS:-0}" = 1 ] && break
         done
         for dd in ${d//,/ }; do
-            best() {  # the better round's "avg ± sd"
+            best() {  # the better pass's "avg ± sd"
                 local x1=${R[$1-$dd-1]:-} x2=${R[$1-$dd-2]:-}
                 "$PY" -c "
 import sys
