@@ -213,6 +213,15 @@ def test_refusals_are_clear(default_gguf, wiki_test, threads, calib, tmp_path):
     assert "nuq5" in msg
 
 
+def test_a_nuq_cache_on_an_rpc_device_is_refused(default_gguf, wiki_test, threads, calib, two_rpc_servers):
+    """The cache's binding lives in this process; an rpc-server computes with its own, where the cache is bound to
+    nothing (uniform levels: +5.8 % perplexity over two RPC devices before the refusal). Refused, with the ways out."""
+    rpc = ",".join(f"127.0.0.1:{p}" for p in two_rpc_servers)
+    msg = _refused(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib), "--rpc", rpc,
+                   "-ngl", "99", "-sm", "layer")
+    assert "RPC device" in msg and "--no-kv-offload" in msg, msg
+
+
 def test_llama_cpp_python_type_k_type_v(default_gguf, threads, calib, monkeypatch):
     """llama-cpp-python's type_k / type_v reach our types (ids 103-105 through llama_context_params), the
     calibration through GGML_EXT_KV_CALIB; without one, context creation fails (an exception, no crash)."""
