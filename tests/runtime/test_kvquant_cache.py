@@ -213,13 +213,18 @@ def test_refusals_are_clear(default_gguf, wiki_test, threads, calib, tmp_path):
     assert "nuq5" in msg
 
 
-def test_a_nuq_cache_on_an_rpc_device_is_refused(default_gguf, wiki_test, threads, calib, two_rpc_servers):
+def test_a_nuq_cache_on_an_rpc_device_or_split_by_tensor_is_refused(default_gguf, wiki_test, threads, calib, two_rpc_servers):
     """The cache's binding lives in this process; an rpc-server computes with its own, where the cache is bound to
-    nothing (uniform levels: +5.8 % perplexity over two RPC devices before the refusal). Refused, with the ways out."""
+    nothing (uniform levels: +5.8 % perplexity over two RPC devices before the refusal); split mode "tensor" cuts the
+    cache over several devices. Both refused, with the ways out."""
     rpc = ",".join(f"127.0.0.1:{p}" for p in two_rpc_servers)
     msg = _refused(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib), "--rpc", rpc,
                    "-ngl", "99", "-sm", "layer")
     assert "RPC device" in msg and "--no-kv-offload" in msg, msg
+    # split mode "tensor" cuts the cache across the devices' buffers: a binding holds one address
+    msg = _refused(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib), "--rpc", rpc,
+                   "-ngl", "99", "-sm", "tensor")
+    assert "cut across devices" in msg and "--split-mode layer" in msg, msg
 
 
 def test_llama_cpp_python_type_k_type_v(default_gguf, threads, calib, monkeypatch):
