@@ -165,16 +165,22 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
                     }
                     n_geo++;
                 }
-                // the fast path's lane reader (kvq::lane_scales, lane_row): lane l's values l + 32 k of the head row
+                // the cell kernel's lane reader (kvq::lane_load, lane_values): lane l's values l and l + 32 of each
+                // block of the head row, the keys' channel scales by channel (zeros for values)
+                static const float zeros[64] = {};
                 for (int lane = 0; !sk && lane < 32; lane++) {
-                    float kmid[8], khalf[8], out[8];
-                    kvq::lane_scales(a, g.ch0, hd, lane, kmid, khalf);
-                    kvq::lane_row(a, a.values, row0 + r * row_bytes, hd, lane, kmid, khalf, out);
-                    for (int k = 0; k < hd / 32; k++) {
-                        const int   dd = lane + 32 * k;
-                        const float e  = kvq::dequantize_value(a, row0 + r * row_bytes + dd / 64 * bs, dd % 64);
-                        ldiff += std::memcmp(&out[k], &e, 4) != 0;
-                        n_lane++;
+                    for (int j = 0; j < hd / 64; j++) {
+                        const char *  blk  = row0 + r * row_bytes + j * bs;
+                        const bool    key  = a.row_blocks > 0;
+                        const float * mid  = key ? a.k_mid + g.ch0 + 64 * j : zeros;
+                        const float * half = key ? a.k_half + g.ch0 + 64 * j : zeros;
+                        float         out[2];
+                        kvq::lane_values(a, a.values, kvq::lane_load(a, blk, lane), lane, mid, half, out);
+                        for (int hh = 0; hh < 2; hh++) {
+                            const float e = kvq::dequantize_value(a, blk, lane + 32 * hh);
+                            ldiff += std::memcmp(&out[hh], &e, 4) != 0;
+                            n_lane++;
+                        }
                     }
                 }
             }

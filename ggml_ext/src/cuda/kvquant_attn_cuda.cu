@@ -377,60 +377,23 @@ __device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, cons
     return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
 }
 
-// A lane's part of one 64-value block of a NUQ row (lane l holds channels l and l + 32): the index bytes that
-// kvq::get_index reads for them (4 bits: byte l; 2 / 3 bits: byte l % 16, and for 3 bits byte 16 + l % 8) and the
-// block's trailer words, fetched by independent loads, so that a warp has all its cells' blocks in flight before it
-// decodes the first (8-byte aligned trailers: launch_cells checks the rows)
-struct lane_blk {
-    uint32_t q;  // bits 0-7: the index byte; 3 bits: bits 8-15 the high-bit byte
-    uint2    w;  // the trailer's four words
-};
-
-__device__ __forceinline__ lane_blk lane_load(const kvq::kvq_args & a, const char * blk, int lane) {
-    const uint8_t * b = (const uint8_t *) blk;
-    lane_blk        r;
-    r.q = a.bits == 4 ? b[lane] : b[lane % 16];
-    if (a.bits == 3) {
-        r.q |= (uint32_t) b[16 + lane % 8] << 8;
-    }
-    r.w = *(const uint2 *) (blk + a.dense_bytes);
-    return r;
-}
-
-// kvq::get_index of channel c (lane or lane + 32) from the lane's bytes
-__device__ __forceinline__ int lane_index(int bits, uint32_t q, int c) {
-    if (bits == 4) {
-        return (q >> (4 * (c / 32))) & 15;
-    }
-    int v = (q >> (2 * (c / 16))) & 3;
-    if (bits == 3) {
-        v |= ((q >> (8 + c / 8)) & 1) << 2;
-    }
-    return v;
-}
-
-// lane's HD / 32 values of a head row from its loaded blocks: kvq::lane_row's values (out[2 j + hh]: channel
+// lane's HD / 32 values of a head row from its loaded blocks (kvq::lane_values per block: out[2 j + hh] is channel
 // lane + 32 hh of block j; mid / half the row's channel scales by dimension, zeros for values)
 template <int HD>
-__device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float * tab, const lane_blk (&bl)[HD / kvq::QK],
-                                            int lane, const float * mid, const float * half, float * out) {
+__device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float * tab,
+                                            const kvq::lane_blk (&bl)[HD / kvq::QK], int lane, const float * mid,
+                                            const float * half, float * out) {
 #pragma unroll
     for (int j = 0; j < HD / kvq::QK; j++) {
-        const uint16_t w[4] = { (uint16_t) bl[j].w.x, (uint16_t) (bl[j].w.x >> 16), (uint16_t) bl[j].w.y,
-                                (uint16_t) (bl[j].w.y >> 16) };
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const int c     = lane + 32 * hh;
-            out[2 * j + hh] = kvq::lane_value(a, tab[lane_index(a.bits, bl[j].q, c)], w, c, mid[64 * j + c], half[64 * j + c]);
-        }
+        kvq::lane_values(a, tab, bl[j], lane, mid + kvq::QK * j, half + kvq::QK * j, out + 2 * j);
     }
 }
 
 // A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K and V rows that kvq::row_geo_of takes,
 // hd == hd_v == HD. Warp w takes the range's cells in steps of CB (cells w CB .. w CB + CB - 1, then KVF_WARPS CB
-// further); lane l holds dimensions d = l + 32 k of a cell's key and value (the channel scales in registers, the 2^B
-// tables in shared memory) and of the accumulators. A step: every visible cell's K and V blocks requested at once
-// (lane_load), the next step's mask then, and only then each cell's key decoded (a sink row's floats), K-normed
+// further); lane l holds dimensions d = l + 32 k of a cell's key and value (the channel scales, the K norm's weights and the
+// 2^B tables in shared memory) and of the accumulators. A step: every visible cell's K and V blocks requested at once
+// (kvq::lane_load), the next step's mask then, and only then each cell's key decoded (a sink row's floats), K-normed
 // (the squares summed in double, a warp sum), roped in registers (kva::rope_lane, the partner by a shuffle) and scored
 // against the queries (shared memory; a warp sum per query, lane i keeps query i's score); lane i's online softmax of
 // query i over the step's cells (running max m, sum l: exp in double, one rescale per step), then each value decoded
@@ -508,15 +471,15 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
     for (; cb < c1; cb += STEP) {
         // the step's visible cells: all their K and V blocks requested, then the next step's mask
         bool     live[CB];
-        lane_blk kb[CB][NB], vb[CB][NB];
+        kvq::lane_blk kb[CB][NB], vb[CB][NB];
 #pragma unroll
         for (int b = 0; b < CB; b++) {
             live[b] = __any_sync(0xffffffffu, mv[b] != -INFINITY);
             if (live[b]) {
 #pragma unroll
                 for (int j = 0; j < NB; j++) {
-                    kb[b][j] = lane_load(ka, k_h + (int64_t) (cb + b) * p.k_nb2 + j * ka.block_bytes, lane);
-                    vb[b][j] = lane_load(va, v_h + (int64_t) (cb + b) * p.v_nb2 + j * va.block_bytes, lane);
+                    kb[b][j] = kvq::lane_load(ka, k_h + (int64_t) (cb + b) * p.k_nb2 + j * ka.block_bytes, lane);
+                    vb[b][j] = kvq::lane_load(va, v_h + (int64_t) (cb + b) * p.v_nb2 + j * va.block_bytes, lane);
                 }
             }
         }
@@ -705,7 +668,7 @@ static void launch_cells_q(const partial_args & p, const kvq::kvq_args & ka, con
 }
 
 static bool nuq_rows_ok(const kvq::kvq_args & a, const char * base, int64_t nb1, int64_t nb2, int64_t nb3) {
-    // lane_load: 2..4 bits, 8-byte aligned blocks and trailers
+    // kvq::lane_load: 2..4 bits, 8-byte aligned blocks and trailers
     return a.bits >= 2 && a.bits <= 4 && a.block_bytes % 8 == 0 && a.dense_bytes % 8 == 0 &&
            (uintptr_t) base % 8 == 0 && nb1 % 8 == 0 && nb2 % 8 == 0 && nb3 % 8 == 0;
 }

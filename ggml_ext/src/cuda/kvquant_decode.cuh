@@ -254,13 +254,11 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
-// The decode op's fast path (kvquant_attn_cuda.cu's k_split) reads a head row a lane at a time: lane l of a warp owns the
-// values d = l + 32 k of the row (k < n / 32: in block k / 2 the channels c = l and l + 32, the two halves of the
-// block's slot order), its channel scales loaded once (lane_scales; zeros for values) and the 2^B table anywhere
-// (values). lane_value is a block's value from its table value t, its trailer words and (keys) its channel's
-// mid / half; block_value below is it with those looked up; lane_row(.., out) gives out[k] =
-// block_value(a, values, ch0 + 64 (k / 2), block k / 2, its words, l + 32 (k % 2)), so dequantize_value's bits outside
-// the sink rows (tests/cuda/kvquant_cuda_check.cu: every lane of every head row).
+// The decode op's cell kernel (kvquant_attn_cuda.cu's k_cells) reads a head row a lane at a time: lane l of a warp owns
+// the values d = l + 32 k of the row (in block k / 2 the channels c = l and l + 32, the two halves of the block's slot
+// order). lane_value is a block's value from its table value t, its trailer words and (keys) its channel's mid / half;
+// block_value below is it with those looked up; lane_load and lane_values (below) give lane l's two values of a block,
+// so dequantize_value's bits outside the sink rows (tests/cuda/kvquant_cuda_check.cu: every lane of every head row).
 KVQ_HD float lane_value(const kvq_args & a, float t, const uint16_t * w, int c, float kmid, float khalf) {
     if (a.row_blocks > 0 && a.k_block) {
         if (is_tag(w[2]) && (w[2] & 63) == c) {
@@ -313,26 +311,52 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
     return block_value(a, a.values, a.row_blocks > 0 ? key_channel0(a, blk) : 0, blk, w, c);
 }
 
-// lane's channel scales of a head row of n values whose first channel is ch0 (keys; values: zeros)
-KVQ_HD void lane_scales(const kvq_args & a, int64_t ch0, int n, int lane, float * kmid, float * khalf) {
-    for (int k = 0; k < n / 32; k++) {
-        kmid[k]  = a.row_blocks > 0 ? a.k_mid[ch0 + lane + 32 * k] : 0.0f;
-        khalf[k] = a.row_blocks > 0 ? a.k_half[ch0 + lane + 32 * k] : 0.0f;
+// A lane's part of one block (lane l holds channels l and l + 32): the index bytes get_index reads for them (4 bits:
+// byte l; 2 / 3 bits: byte l % 16, and for 3 bits byte 16 + l % 8) and the trailer's words, fetched by independent
+// loads so that the decode op's cell kernel has all its cells' blocks in flight before it decodes the first
+// (8-byte aligned trailers: the kernel's launch checks the rows)
+struct lane_blk {
+    uint32_t q;     // bits 0-7: the index byte; 3 bits: bits 8-15 the high-bit byte
+    uint32_t w[2];  // the trailer's four words, two a register (unpacked where they are used)
+};
+
+KVQ_HD lane_blk lane_load(const kvq_args & a, const char * blk, int lane) {
+    const uint8_t * b = (const uint8_t *) blk;
+    lane_blk        r;
+    r.q = a.bits == 4 ? b[lane] : b[lane % 16];
+    if (a.bits == 3) {
+        r.q |= (uint32_t) b[16 + lane % 8] << 8;
     }
+#ifdef __CUDA_ARCH__
+    const uint2 t = *(const uint2 *) (blk + a.dense_bytes);  // one 8-byte load
+    r.w[0] = t.x, r.w[1] = t.y;
+#else
+    memcpy(r.w, blk + a.dense_bytes, sizeof(r.w));
+#endif
+    return r;
 }
 
-// lane's n / 32 values of the head row at p (not a sink row; 2-byte aligned blocks: kvq::row_geo_of)
-KVQ_HD void lane_row(const kvq_args & a, const float * values, const char * p, int n, int lane, const float * kmid,
-                     const float * khalf, float * out) {
-    for (int j = 0; j < n / QK; j++) {
-        const char *     blk  = p + j * a.block_bytes;
-        const uint16_t * wp   = (const uint16_t *) (blk + a.dense_bytes);
-        const uint16_t   w[4] = { wp[0], wp[1], wp[2], wp[3] };
-        for (int hh = 0; hh < 2; hh++) {
-            const int c     = lane + 32 * hh;
-            const float t   = values[get_index((const uint8_t *) blk, a.bits, c)];
-            out[2 * j + hh] = lane_value(a, t, w, c, kmid[2 * j + hh], khalf[2 * j + hh]);
-        }
+// get_index of channel c (lane or lane + 32) from the lane's bytes
+KVQ_HD int lane_index(int bits, uint32_t q, int c) {
+    if (bits == 4) {
+        return (q >> (4 * (c / 32))) & 15;
+    }
+    int v = (q >> (2 * (c / 16))) & 3;
+    if (bits == 3) {
+        v |= ((q >> (8 + c / 8)) & 1) << 2;
+    }
+    return v;
+}
+
+// the lane's two values of a loaded block that is not in a sink row: out[hh] = block_value's bits for channel
+// lane + 32 hh (values: the 2^B table, a.values or a copy of it; mid / half: the block's channel scales by channel,
+// zeros for values)
+KVQ_HD void lane_values(const kvq_args & a, const float * values, const lane_blk & b, int lane, const float * mid,
+                        const float * half, float * out) {
+    const uint16_t w[4] = { (uint16_t) b.w[0], (uint16_t) (b.w[0] >> 16), (uint16_t) b.w[1], (uint16_t) (b.w[1] >> 16) };
+    for (int hh = 0; hh < 2; hh++) {
+        const int c = lane + 32 * hh;
+        out[hh]     = lane_value(a, values[lane_index(a.bits, b.q, c)], w, c, mid[c], half[c]);
     }
 }
 
