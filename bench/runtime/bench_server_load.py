@@ -11,9 +11,9 @@ The files are made once in DIR from the ``smollm2-hf`` asset: an any-precision f
 file the pristine ``llama-quantize`` turns into Q4_K_M. Each server runs ``-np STREAMS -c STREAMS x 512 -fa on``.
 Ours serves the streams at precisions 3, 4, 5 and 8 in turn (``apq_bits`` per request) with ``-ctk nuq4 -ctv nuq4``;
 two more streams are cancelled after their first tokens. Every request is first served alone (greedy) and its
-answer under load compared with that text (batches of several streams round differently from one alone, on both
-servers: the table counts the answers that differ, and the differing texts go to stderr). Streams start together; each one's time to the first token and to
-the last is taken from the client, tokens/s is all generated tokens over the wall time from the start to the last
+answer under load compared with that text (a batch of several streams sums in another order than one stream
+alone, on both servers: the table counts the answers that differ, and the differing texts go to stderr). Streams
+start together; each one's time to the first token and to the last is taken from the client, tokens/s is all generated tokens over the wall time from the start to the last
 answer, peak memory is the server's VmHWM. Prints a markdown table; ``--json FILE`` keeps the figures.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@
                                                   tests/reliability/test_reliability_files.py
 
 Targets (tests/c/sanitizer/): fuzz_gguf (gguf.cpp's allocating parser, every tensor through
-ggml_validate_row_data, metadata round trip), fuzz_llama_vocab (llama_model_load_from_file,
+ggml_validate_row_data, metadata written and read back), fuzz_llama_vocab (llama_model_load_from_file,
 vocab_only, then tokenize), and ggml-ext's own readers: fuzz_kv_calib (the KV-calibration side file,
 bound to each KVQuant cache type), fuzz_qdec (the QDEC side file, attached to weights of its shapes),
 fuzz_ext_tensors (CB2/CB3, APQ with its tables, interleaved: the loader's file checks, validation,

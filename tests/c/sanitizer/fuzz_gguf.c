@@ -137,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     // 2. every key through its getter
     read_all_keys(g);
 
-    // 4. metadata round trip
+    // 4. metadata written and read back
     const size_t meta_size = gguf_get_meta_size(g);
     uint8_t * meta = malloc(meta_size);
     CHECK(meta != NULL);
