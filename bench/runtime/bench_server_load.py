@@ -13,8 +13,8 @@ Ours serves the streams at precisions 3, 4, 5 and 8 in turn (``apq_bits`` per re
 two more streams are cancelled after their first tokens. Every request is first served alone (greedy) and its
 answer under load compared with that text (a batch of several streams sums in another order than one stream
 alone, on both servers: the table counts the answers that differ, and the differing texts go to stderr). Streams
-start together; each one's time to the first token and to the last is taken from the client, tokens/s is all generated tokens over the wall time from the start to the last
-answer, peak memory is the server's VmHWM. Prints a markdown table; ``--json FILE`` keeps the figures.
+start together; each one's time to the first token and to the last is taken from the client, tokens/s is all
+generated tokens over the wall time from the start to the last answer, peak memory is the server's VmHWM. Prints a markdown table; ``--json FILE`` keeps the figures.
 """
 from __future__ import annotations
 
