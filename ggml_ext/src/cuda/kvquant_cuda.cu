@@ -205,7 +205,8 @@ __device__ __forceinline__ void warp_quantize_block(const kvq_args & a, float x0
 
 // f32 rows of src -> NUQ blocks of dst: SET_ROWS (rows picked by idx) or CPY (the same shape); a warp per block, lane l
 // holding values l and l + 32 (warp_quantize_block). A thread per block (kvq::quantize_at, the host-checked reference)
-// spent ~40 us of serial work on a decode token's few blocks, two launches a layer.
+// spent ~40 us of serial work on a decode token's few blocks, two launches a layer; it stays as the scalar twin in
+// kvquant_decode.cuh, held to the CPU's bytes on the host.
 template <typename idx_t>
 __global__ void __launch_bounds__(QW_THREADS) k_quantize(const char * src, shape4 s, char * dst, shape4 d,
                                                          const char * idx, shape4 is, bool by_idx, kvq_args a) {

@@ -3,7 +3,10 @@
 // per channel with two) and the value reader (to_float: the block decoder of formats/kvquant/kvquant_decode.h, the slots,
 // the sink rows; block-scaled keys, GGML_EXT_KV_KBLOCK: value blocks of the channel-normalised keys), __host__
 // __device__ and free of ggml-cuda, so tests/cuda/kvquant_cuda_check.cu runs these very
-// functions on the host against the CPU row functions. The arithmetic is IEEE round-to-nearest in both
+// functions on the host against the CPU row functions. The SET_ROWS kernel runs the warp form of the quantizer
+// (kvquant_cuda.cu's warp_quantize_block, a warp per block); quantize_block / quantize_at here are its scalar twin, the
+// same comparisons one value at a time, which the host check holds to the CPU's bytes on every machine (the warp form
+// against the CPU on a GPU: tests/c/test_kvquant_cuda.cpp). The arithmetic is IEEE round-to-nearest in both
 // (ggml-cuda builds with -use_fast_math: on the device the intrinsics below keep divisions and sums exact), the
 // decode's product rounded before the sum (no fused multiply-add), so blocks and values are the CPU's bit for bit.
 #pragma once
@@ -191,7 +194,8 @@ KVQ_HD int64_t key_channel0(const kvq_args & a, const void * blk) {
     return ((const char *) blk - a.lo) / a.block_bytes % a.row_blocks * QK;
 }
 
-// one block of 64 values x into blk: backend/kvquant_base.c's from_float for one block, bit for bit
+// one block of 64 values x into blk: backend/kvquant_base.c's from_float for one block, bit for bit (the scalar twin of
+// kvquant_cuda.cu's warp_quantize_block)
 KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     if (a.row_blocks > 0 && a.k_block) {
         // a block-scaled key (kvquant_base.c's key_block_scaled): the channels normalised by their calibrated
