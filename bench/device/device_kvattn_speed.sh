@@ -93,6 +93,25 @@ for x in json.load(open(sys.argv[1])):
     print(x['n_depth'], f\"{x['avg_ts']:.1f}\", f\"{x['stddev_ts']:.1f}\")" "$log.json" 2>/dev/null
 }
 
+# bench_row's figures into R[KEY-DEPTH-PASS] ("avg sd"): KEY PASS, then bench_row's arguments after its label
+bench_into() {
+    local key=$1 pass=$2 dd a sd
+    shift 2
+    while read -r dd a sd; do [ -n "$dd" ] && R[$key-$dd-$pass]="$a $sd"; done < <(bench_row "$key-$pass" "$@")
+}
+best() {  # KEY DEPTH: the better pass's "avg ± sd"
+    "$PY" -c "
+import sys
+xs = [tuple(map(float, a.split())) for a in sys.argv[1:] if a.strip()]
+print('%.1f ± %.1f' % max(xs) if xs else 'FAILED')" "${R[$1-$2-1]:-}" "${R[$1-$2-2]:-}"
+}
+ratio() {  # "a ± s" "b ± s": a / b
+    "$PY" -c "
+import sys
+a, b = sys.argv[1].split(' ± ')[0], sys.argv[2].split(' ± ')[0]
+print(f'{float(a) / float(b):.2f}x' if a != 'FAILED' and b != 'FAILED' else '-')" "$1" "$2"
+}
+
 if has bench; then
     table=$top/kvattn_speed.md
     { echo "# KVQuant decode in VRAM: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%F)"
@@ -109,30 +128,20 @@ if has bench; then
         m=$M/$s.gguf cal=$M/$s.kv
         declare -A R=()
         for pass in 1 2; do  # passes alternate the builds; the better pass of each row is kept
-            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upf16-$dd-$pass]="$a $sd"; done < <(bench_row "upf16-$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16)
-            while read -r dd a sd; do [ -n "$dd" ] && R[nuq3-$dd-$pass]="$a $sd"; done < <(bench_row "nuq3-$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
-            [ "${UPSTREAM:-1}" != 0 ] && while read -r dd a sd; do [ -n "$dd" ] && R[upq4-$dd-$pass]="$a $sd"; done < <(bench_row "upq4-$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
-            while read -r dd a sd; do [ -n "$dd" ] && R[nuq4-$dd-$pass]="$a $sd"; done < <(bench_row "nuq4-$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq4 -ctv nuq4 --kv-calib "$cal")
-            while read -r dd a sd; do [ -n "$dd" ] && R[ourq4-$dd-$pass]="$a $sd"; done < <(bench_row "ourq4-$pass" "$BIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0)
-            [ "$pass" = 1 ] && [ "${BLOCK_ROW:-1}" = 1 ] && while read -r dd a sd; do [ -n "$dd" ] && R[blk-$dd-$pass]="$a $sd"; done < <(bench_row "blk-$pass" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal")
+            [ "${UPSTREAM:-1}" != 0 ] && bench_into upf16 "$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk f16 -ctv f16
+            bench_into nuq3 "$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal"
+            [ "${UPSTREAM:-1}" != 0 ] && bench_into upq4 "$pass" "$UPBIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0
+            bench_into nuq4 "$pass" "$BIN" "$m" "$d" "${nuq[@]}" -- -ctk nuq4 -ctv nuq4 --kv-calib "$cal"
+            bench_into ourq4 "$pass" "$BIN" "$m" "$d" X=1 -- -ctk q4_0 -ctv q4_0
+            [ "$pass" = 1 ] && [ "${BLOCK_ROW:-1}" = 1 ] &&
+                bench_into blk "$pass" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal"
             [ "${ONE_PASS:-0}" = 1 ] && break
         done
         for dd in ${d//,/ }; do
-            best() {  # the better pass's "avg ± sd"
-                local x1=${R[$1-$dd-1]:-} x2=${R[$1-$dd-2]:-}
-                "$PY" -c "
-import sys
-xs = [tuple(map(float, a.split())) for a in sys.argv[1:] if a.strip()]
-print('%.1f ± %.1f' % max(xs) if xs else 'FAILED')" "$x1" "$x2"
-            }
-            ratio() { "$PY" -c "
-import sys
-a, b = sys.argv[1].split(' ± ')[0], sys.argv[2].split(' ± ')[0]
-print(f'{float(a) / float(b):.2f}x' if a != 'FAILED' and b != 'FAILED' else '-')" "$1" "$2"; }
-            uq=$(best upq4)
-            [ "$uq" = FAILED ] && uq="$(best ourq4) (ours)"  # UPSTREAM=0: the ratios are to our build's stock q4_0 cache
-            row="| $s | $dd | $(best upf16) | $uq |"
-            for k in ourq4 nuq4 nuq3 blk; do x=$(best "$k"); row="$row $x ($(ratio "$x" "$uq")) |"; done
+            uq=$(best upq4 "$dd")
+            [ "$uq" = FAILED ] && uq="$(best ourq4 "$dd") (ours)"  # UPSTREAM=0: the ratios are to our build's stock q4_0 cache
+            row="| $s | $dd | $(best upf16 "$dd") | $uq |"
+            for k in ourq4 nuq4 nuq3 blk; do x=$(best "$k" "$dd"); row="$row $x ($(ratio "$x" "$uq")) |"; done
             echo "$row" | tee -a "$table" >> "$out/summary.txt"
         done
         unset R
