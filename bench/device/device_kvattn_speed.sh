@@ -14,7 +14,7 @@
 #           tests/c/test_kvattn_cuda.cpp (the decode op's kernels against the CPU op, NMSE <= 1e-6)
 #   bench   llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -r REPS -d D, for D in each shape's depths (one process per row,
 #           model loaded once per row, every depth in it): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
-#           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's cell kernel), nuq3 with
+#           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's lane kernel), nuq3 with
 #           the block kernel (GGML_EXT_KV_ATTN_SPLIT=0); passes alternate the builds
 #   profile ncu's kernel times of a few decode steps (smollm2, nuq3, DEPTH_PROFILE) when ncu is there
 # Writes TOP/kvattn_speed.md (the table, tokens/s and the ratio to upstream's q4_0 cache) and TOP/summary.txt.

@@ -7,7 +7,7 @@
 // cell range), GQA 1 / 4 / 20 (more queries per KV head than one CUDA block takes), 1-6 tokens, 2 streams once,
 // normal and NEOX RoPE (n_dims < head_dim, YaRN with freq factors once), with and without a K norm, outlier slots
 // and a float sink row, block-scaled keys once, F16 and F32 masks with -inf holes and a fully masked query; every
-// case twice: the default (the cell kernel where it applies: NUQ K and V of one head dim) and GGML_EXT_KV_ATTN_SPLIT=0
+// case twice: the default (the lane kernel where it applies: NUQ K and V, hd == hd_v == n_dims) and GGML_EXT_KV_ATTN_SPLIT=0
 // (the block kernel alone). The GPU's result: within NMSE
 // 1e-6 of the CPU's (both F32 throughout; the order of the sums differs), a fully masked query zeros on both.
 // --require-gpu: exit 77 (skip) when there is no GPU device. Built and run by scripts/test_cuda.sh (make test-cuda)
@@ -305,7 +305,7 @@ int main(int argc, char ** argv) {
     ggml_backend_t cpu = ggml_backend_cpu_init();
     for (ggml_backend_t gpu : others) {
         std::printf("backend: %s\n", ggml_backend_name(gpu));
-        // every case twice (kvquant_attn_cuda.cu reads GGML_EXT_KV_ATTN_SPLIT at every launch): the default (the cell
+        // every case twice (kvquant_attn_cuda.cu reads GGML_EXT_KV_ATTN_SPLIT at every launch): the default (the lane
         // kernel where it applies, the block kernel elsewhere) and the block kernel alone
         const char * modes[n_split_modes] = { nullptr, "0" };
         for (const char * mode : modes) {

@@ -33,6 +33,36 @@ struct cfg {
     int          hd, n_hkv, mode, n_dims, norm, yarn;
 };
 
+// kva::lane_key_dots of the key head row at krow (its blocks' bytes as the kernel's words), 4 queries
+template <int HD, int BITS>
+static void lane_dots_t(bool neox, const kvq::kvq_args & a, const char * krow, const float * half, const float * mid,
+                        const float * nw, const float * cs, const float * q, float * dot, float * ss) {
+    constexpr int  NB = HD / kvq::QK, BW = kva::key_words<BITS>();
+    uint32_t       w[NB][BW];
+    kva::key_block kb[NB];
+    for (int j = 0; j < NB; j++) {
+        std::memcpy(w[j], krow + j * a.block_bytes, sizeof(w[j]));
+        kb[j] = kva::key_block_of(a, w[j][BW - 2], w[j][BW - 1]);
+    }
+    neox ? kva::lane_key_dots<HD, BITS, 4, true>(w, kb, a.values, half, mid, nw, (const float4 *) cs, q, dot, ss) :
+           kva::lane_key_dots<HD, BITS, 4, false>(w, kb, a.values, half, mid, nw, (const float4 *) cs, q, dot, ss);
+}
+
+template <int HD>
+static void lane_dots_hd(bool neox, int bits, const kvq::kvq_args & a, const char * krow, const float * half,
+                         const float * mid, const float * nw, const float * cs, const float * q, float * dot, float * ss) {
+    bits == 2 ? lane_dots_t<HD, 2>(neox, a, krow, half, mid, nw, cs, q, dot, ss) :
+    bits == 3 ? lane_dots_t<HD, 3>(neox, a, krow, half, mid, nw, cs, q, dot, ss) :
+                lane_dots_t<HD, 4>(neox, a, krow, half, mid, nw, cs, q, dot, ss);
+}
+
+static void lane_dots(bool neox, int bits, int hd, const kvq::kvq_args & a, const char * krow, const float * half,
+                      const float * mid, const float * nw, const float * cs, const float * q, float * dot, float * ss) {
+    hd == 64  ? lane_dots_hd<64>(neox, bits, a, krow, half, mid, nw, cs, q, dot, ss) :
+    hd == 128 ? lane_dots_hd<128>(neox, bits, a, krow, half, mid, nw, cs, q, dot, ss) :
+                lane_dots_hd<256>(neox, bits, a, krow, half, mid, nw, cs, q, dot, ss);
+}
+
 static void check(const cfg & c) {
     const int                  type = ggml_ext_kv_cache_type_by_name(c.type);
     const ggml_ext_type_info * ti   = ggml_ext_type_info_by_id(type);
@@ -124,7 +154,7 @@ static void check(const cfg & c) {
 
     int64_t            tab_equal = 0, tab_n = 0;
     double             tab_max = 0, key_max = 0, ref_max = 0;
-    int64_t            lane_diff = 0, lane_n = 0, lane_src_bad = 0;
+    int64_t            lane_diff = 0, lane_n = 0;
     std::vector<float> row(rope.n_dims), kd(hd);
     for (int r = 0; r < n_cells; r++) {
         kva::table_row(ta, ((const int32_t *) pos->data)[r], ff ? (const float *) ff->data : nullptr, row.data());
@@ -148,24 +178,46 @@ static void check(const cfg & c) {
                     kd[i] = kva::norm_apply(kd[i], sc, ((const float *) w->data)[i]);
                 }
             }
-            // the fast path's lane RoPE (k_split): lane l's slot k is d = l + 32 k, its partner from lane pd % 32,
-            // slot pd / 32, which the kernel's shuffle takes from lane (l +- (n_dims / 2) % 32) % 32 (NEOX) or l ^ 1
-            const int rr = rope.n_dims / 2 % 32;
-            for (int lane = 0; lane < 32; lane++) {
-                for (int k = 0; k < hd / 32; k++) {
-                    const int d  = lane + 32 * k;
-                    const int pd = kva::rope_partner(rope.mode, rope.n_dims, d);
-                    float     yl = kd[d];
-                    if (pd >= 0) {
-                        const int src = rope.mode == GGML_ROPE_TYPE_NEOX ? (pd > d ? lane + rr : lane - rr) & 31 : lane ^ 1;
-                        lane_src_bad += pd % 32 != src || (rope.mode != GGML_ROPE_TYPE_NEOX && pd / 32 != k);
-                        bool      first;
-                        const int j = kva::rope_pair_of(rope.mode, rope.n_dims, d, &first);
-                        yl          = kva::rope_lane(first, kd[d], kd[pd], row[2 * j], row[2 * j + 1]);
+            // the lane kernel's key score (k_lanes, n_dims == hd): lane_key_dots from the row's words and
+            // float_key_dots from its floats, times the K norm's scale, against the dots of rope_at's key with
+            // random queries
+            if (rope.n_dims == hd) {
+                std::vector<float> qv(4 * hd), ones(hd, 1.0f), kraw(hd);
+                for (auto & e : qv) {
+                    e = u(gen);
+                }
+                for (int i = 0; i < hd; i++) {
+                    kraw[i] = kva::row_value(kva::ROW_NUQ, a, krow, i);
+                }
+                float ref_dot[4] = {}, ref_mag[4] = {};
+                for (int qi = 0; qi < 4; qi++) {
+                    for (int i = 0; i < hd; i++) {
+                        const float y = kva::rope_at(rope.mode, rope.n_dims, kd.data(), row.data(), i);
+                        ref_dot[qi] += qv[qi * hd + i] * y;
+                        ref_mag[qi] += std::fabs(qv[qi * hd + i] * y);
                     }
-                    const float ya = kva::rope_at(rope.mode, rope.n_dims, kd.data(), row.data(), d);
-                    lane_diff += std::memcmp(&yl, &ya, 4) != 0;
-                    lane_n++;
+                }
+                std::vector<float> half_c(hd), mid_c(hd);
+                const int64_t      ch0 = kvq::key_channel0(a, krow);
+                for (int i = 0; i < hd; i++) {
+                    half_c[i] = a.k_half[ch0 + i], mid_c[i] = a.k_mid[ch0 + i];
+                }
+                const float * nw = c.norm ? (const float *) w->data : ones.data();
+                float         dw[4], df[4], sw = 0, sf = 0;
+                lane_dots(c.mode == GGML_ROPE_TYPE_NEOX, bits, hd, a, krow, half_c.data(), mid_c.data(), nw, row.data(),
+                          qv.data(), dw, &sw);
+                const bool    neox = c.mode == GGML_ROPE_TYPE_NEOX;
+                const float * nwf  = c.norm ? nw : nullptr;
+                hd == 64  ? kva::float_key_dots<64, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf) :
+                hd == 128 ? kva::float_key_dots<128, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf) :
+                            kva::float_key_dots<256, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf);
+                const float scw = c.norm ? kva::norm_scale((double) sw, hd, eps) : 1.0f;
+                const float scf = c.norm ? kva::norm_scale((double) sf, hd, eps) : 1.0f;
+                for (int qi = 0; qi < 4; qi++) {
+                    const double tol = 1e-5 * ref_mag[qi] + 1e-30;
+                    lane_diff += std::fabs(dw[qi] * scw - ref_dot[qi]) > tol;
+                    lane_diff += std::fabs(df[qi] * scf - ref_dot[qi]) > tol;
+                    lane_n += 2;
                 }
             }
             const float * ref = (const float *) ((const char *) kr->data + r * kr->nb[2] + h * kr->nb[1]);
@@ -183,11 +235,13 @@ static void check(const cfg & c) {
     const double key_tol = 2e-6 * ref_max + (c.yarn ? 2.0 * tab_tol * ref_max : 0.0);
     CHECK(tab_max <= tab_tol, "%s hd %d: table differs by %g (> %g)", c.type, hd, tab_max, tab_tol);
     CHECK(key_max <= key_tol, "%s hd %d: roped keys differ by %g (largest |k| %g)", c.type, hd, key_max, ref_max);
-    CHECK(lane_diff == 0 && lane_src_bad == 0 && lane_n == (int64_t) n_cells * c.n_hkv * hd,
-          "%s hd %d: the lane RoPE differs from rope_at at %lld of %lld values (%lld partners not where the shuffle reads)",
-          c.type, hd, (long long) lane_diff, (long long) lane_n, (long long) lane_src_bad);
-    std::printf("%s hd %d: lane RoPE %lld of %lld bit-equal to rope_at\n", c.type, hd, (long long) (lane_n - lane_diff),
-                (long long) lane_n);
+    if (rope.n_dims == hd) {
+        CHECK(lane_diff == 0 && lane_n == (int64_t) n_cells * c.n_hkv * 8,
+              "%s hd %d: the lane kernel's key dots differ from rope_at's at %lld of %lld", c.type, hd,
+              (long long) lane_diff, (long long) lane_n);
+        std::printf("%s hd %d: lane key dots %lld of %lld within 1e-5 of rope_at's\n", c.type, hd,
+                    (long long) (lane_n - lane_diff), (long long) lane_n);
+    }
     std::printf("%s hd %d %s n_dims %d%s%s: table %lld of %lld bit-equal (max diff %.3g), keys max diff %.3g of |k| %.3g\n",
                 c.type, hd, c.mode == 2 ? "neox" : "normal", c.n_dims, c.norm ? " +knorm" : "", c.yarn ? " yarn+ff" : "",
                 (long long) tab_equal, (long long) tab_n, tab_max, key_max, ref_max);
@@ -201,6 +255,7 @@ int main() {
         { "nuq4", 64, 1, GGML_ROPE_TYPE_NORMAL, 32, 0, 1 },
         { "nuq2", 256, 1, GGML_ROPE_TYPE_NEOX, 256, 1, 0 },
         { "nuq4", 128, 2, GGML_ROPE_TYPE_NEOX, 96, 0, 1 },
+        { "nuq4", 64, 2, GGML_ROPE_TYPE_NORMAL, 64, 0, 0 },
     };
     for (const cfg & c : cases) {
         check(c);

@@ -165,7 +165,7 @@ static void check(int type, bool key, bool kblock, bool outliers, int n_sink, bo
                     }
                     n_geo++;
                 }
-                // the cell kernel's lane reader (kvq::lane_load, lane_values): lane l's values l and l + 32 of each
+                // the lane kernel's V reader (kvq::lane_load, lane_values): lane l's values l and l + 32 of each
                 // block of the head row, the keys' channel scales by channel (zeros for values)
                 static const float zeros[64] = {};
                 for (int lane = 0; !sk && lane < 32; lane++) {

@@ -29,7 +29,7 @@ int ggml_ext_kvquant_attn_node_kind(const struct ggml_tensor * node) {
     return 0;
 }
 
-// Whether the cell kernel of the decode op on CUDA (cuda/kvquant_attn_cuda.cu's k_cells) takes NUQ K and V rows of head
+// Whether the lane kernel of the decode op on CUDA (cuda/kvquant_attn_cuda.cu's k_lanes) takes NUQ K and V rows of head
 // dim hd (== hd_v): at 64, 128 and 256, unless GGML_EXT_KV_ATTN_SPLIT=0 (debug, read at every call:
 // tests/c/test_kvattn_cuda.cpp runs the block kernel, its fallback, that way). One rule for the kernel's launch and
 // llama/kvquant_cache.c's cell ranges (which it sizes for the kernel that will run); declared by its two callers, so

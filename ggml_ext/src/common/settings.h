@@ -77,7 +77,7 @@ GGML_EXT_API int ggml_ext_settings_kv_vtable(void);  // GGML_EXT_KV_VTABLE_*, -1
 // GGML_EXT_KV_ATTN: when the KVQuant decode op runs (any other value: auto).
 enum { GGML_EXT_KV_ATTN_AUTO = 0, GGML_EXT_KV_ATTN_REF = 1, GGML_EXT_KV_ATTN_FUSED = 2, GGML_EXT_KV_ATTN_CHECK = 3 };
 GGML_EXT_API int ggml_ext_settings_kv_attn(void);
-// GGML_EXT_KV_ATTN_SPLIT: the CUDA decode op's cell kernel, 0 (never: the block kernel) or 1; -1 unset or another value
+// GGML_EXT_KV_ATTN_SPLIT: the CUDA decode op's lane kernel, 0 (never: the block kernel) or 1; -1 unset or another value
 // (the default: where it applies).
 GGML_EXT_API int ggml_ext_settings_kv_attn_split(void);
 // GGML_EXT_KVQ_DECODE=ref: the NUQ cache types' scalar block decoder where a SIMD one is compiled in.

@@ -16,10 +16,11 @@
 //            against the slice's queries (warp sums); the scores become weights exp(s - m) with the running max m
 //            rescaled per sub-range (online softmax); then a thread per value dimension accumulates the decoded
 //            V rows from shared memory. F32 throughout; exp in double.
-//            The fast path for NUQ K and V of one head dim (64 / 128 / 256): k_cells (FlashDecoding-style: a warp per
-//            cell, a lane per channel slot, each warp with the K and V blocks of several cells in flight, RoPE in
-//            registers, per-warp online softmax, the warps merged at the end; the same output), GGML_EXT_KV_ATTN_SPLIT=0
-//            turns it off.
+//            The fast path for NUQ K and V of one head dim (64 / 128 / 256) roped over the whole head: k_lanes
+//            (FlashDecoding-style, keys read as upstream's flash-attention vector kernel reads them: a lane scores
+//            one cell's whole key alone, 32 cells a warp at a time, one exp per lane and query; then lane l
+//            accumulates dimensions l + 32 k of those cells' values; the warps merged at the end; the same output),
+//            GGML_EXT_KV_ATTN_SPLIT=0 turns it off.
 //   combine  F32 [hd_v, n_head, n_tokens]: sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, a block per (row, 64
 //            dimensions): each chunk's weight computed once into shared memory, sixteen chunk groups summed apart and
 //            added in order.
@@ -344,26 +345,24 @@ __global__ void __launch_bounds__(KVA_THREADS) k_partial(partial_args p, kvq::kv
     }
 }
 
-// ---- the fast path: cells in flight (FlashDecoding split-K) ----
+// ---- the fast path: a lane per cell (FlashDecoding split-K) ----
 
-constexpr int KVF_WARPS   = 8;  // warps per block of k_cells
-constexpr int KVF_THREADS = 32 * KVF_WARPS;
+constexpr int KVL_WARPS   = 4;  // warps per block of k_lanes
+constexpr int KVL_THREADS = 32 * KVL_WARPS;
 
-// queries per block of k_cells for head dim hd: the accumulators (queries x hd / 32 per lane) stay <= 32 registers
-static int cells_qmax(int hd) {
-    return std::min(KVA_QMAX, 32 * 32 / hd);
+// queries per block of k_lanes: with the key's words, its dots and the accumulators (queries x hd / 32 per lane) the
+// registers stay under 128 (more queries: more blocks, each decoding the keys again)
+constexpr int KVL_QM = 4;
+
+// cells whose V blocks a lane has in flight at a time (a lane's bytes and the trailer: 3 registers a block)
+template <int HD> __host__ __device__ constexpr int v_in_flight() {
+    return HD == 64 ? 8 : HD == 128 ? 4 : 2;
 }
 
-// cells a warp has in flight at a time for head dim hd: every one of their K and V blocks is requested before the
-// first is decoded (at hd 256 a cell's eight blocks are enough; more would spill registers)
-template <int HD> __host__ __device__ constexpr int cells_in_flight() {
-    return HD == 64 ? 4 : HD == 128 ? 2 : 1;
-}
-
-// lane's sink floats of the head row of cell i, stream s (hw slots in use, mark: lane's slot mark, the first 32), or
-// NULL (warp-uniform); kvq::row_sink's first slot
-__device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw,
-                                                  int64_t mark, int64_t i, int64_t s, int lane) {
+// lane's sink floats of the head row of cell i, stream s, where the warp reads one cell (hw slots in use, mark:
+// lane's slot mark, the first 32), or NULL (warp-uniform); kvq::row_sink's first slot
+__device__ __forceinline__ const float * warp_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw,
+                                                   int64_t mark, int64_t i, int64_t s, int lane) {
     if (hw == 0) {
         return nullptr;
     }
@@ -377,34 +376,51 @@ __device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, cons
     return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
 }
 
+// the sink floats of the head row of cell i, stream s, found by one lane for its own cell (marks: the first 32 slots'
+// marks in shared memory), or NULL; kvq::row_sink's first slot
+__device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw,
+                                                   const int64_t * marks, int64_t i, int64_t s) {
+    const int64_t row = g.row0 + i * g.d_cell + s * g.d_stream;
+    for (int64_t k = 0; k < hw; k++) {
+        if ((k < 32 ? marks[k] : a.sink[1 + k]) == row) {
+            return a.sink_data + k * a.row_values + g.off;
+        }
+    }
+    return nullptr;
+}
+
 // lane's HD / 32 values of a head row from its loaded blocks (kvq::lane_values per block: out[2 j + hh] is channel
-// lane + 32 hh of block j; mid / half the row's channel scales by dimension, zeros for values)
+// lane + 32 hh of block j, dimension lane + 32 (2 j + hh); mid / half zeros: values)
 template <int HD>
 __device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float * tab,
-                                            const kvq::lane_blk (&bl)[HD / kvq::QK], int lane, const float * mid,
-                                            const float * half, float * out) {
+                                            const kvq::lane_blk (&bl)[HD / kvq::QK], int lane, const float * zeros,
+                                            float * out) {
 #pragma unroll
     for (int j = 0; j < HD / kvq::QK; j++) {
-        kvq::lane_values(a, tab, bl[j], lane, mid + kvq::QK * j, half + kvq::QK * j, out + 2 * j);
+        kvq::lane_values(a, tab, bl[j], lane, zeros, zeros, out + 2 * j);
     }
 }
 
-// A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K and V rows that kvq::row_geo_of takes,
-// hd == hd_v == HD. Warp w takes the range's cells in steps of CB (cells w CB .. w CB + CB - 1, then KVF_WARPS CB
-// further); lane l holds dimensions d = l + 32 k of a cell's key and value (the channel scales, the K norm's weights and the
-// 2^B tables in shared memory) and of the accumulators. A step: every visible cell's K and V blocks requested at once
-// (kvq::lane_load), the next step's mask then, and only then each cell's key decoded (a sink row's floats), K-normed
-// (the squares summed in double, a warp sum), roped in registers (kva::rope_lane, the partner by a shuffle) and scored
-// against the queries (shared memory; a warp sum per query, lane i keeps query i's score); lane i's online softmax of
-// query i over the step's cells (running max m, sum l: exp in double, one rescale per step), then each value decoded
-// and accumulated (the weights shuffled from lane i). No block barrier in the cell loop. At the end the warps'
-// (m, l, acc) are merged per query in shared memory and written as k_partial writes them.
-template <int HD, int QM>
-__global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
-    constexpr int KS = HD / 32, NB = HD / kvq::QK, CB = cells_in_flight<HD>(), STEP = KVF_WARPS * CB;
-    __shared__ float qs[QM * HD];
-    __shared__ float sm[KVF_WARPS][QM], sl[KVF_WARPS][QM], sacc[KVF_WARPS][QM][HD], fac[KVF_WARPS][QM];
-    __shared__ float ktab[16], vtab[16], nws[HD], kms[HD], khs[HD], zs[HD];
+// A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K (BITS) and V rows that kvq::row_geo_of
+// takes, hd == hd_v == n_dims == HD. Warp w takes the range's cells 32 at a time (cells w 32 .. w 32 + 31, then
+// KVL_WARPS 32 further), as upstream's flash-attention vector kernel takes its keys:
+//   keys    lane l scores cell l of the tile alone (kva::lane_key_dots: its K head row loaded into registers with
+//           8-byte loads, decoded, K-normed, roped from its table row and dotted with the queries in shared memory;
+//           a sink row from its floats, kva::float_key_dots);
+//   softmax per query a warp max over the tile, one exp per lane (running max m the same in every lane, the lane's
+//           part of the sum l; one rescale of the accumulators per tile), the weights into shared memory;
+//   values  lane l holds dimensions d = l + 32 k: the tile's cells a few at a time, their V blocks requested together
+//           (kvq::lane_load), each decoded (kvq::lane_values; a sink row's floats) and accumulated with its weights.
+// No block barrier in the cell loop. At the end the warps' (m, l, acc) are merged per query in shared memory and
+// written as k_partial writes them.
+template <int HD, int BITS, int QM>
+__global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
+    constexpr int NB = HD / kvq::QK, BW = kva::key_words<BITS>(), KS = HD / 32, VU = v_in_flight<HD>();
+    __shared__ __align__(16) float qs[QM * HD];
+    __shared__ __align__(16) float pw[KVL_WARPS][32][QM];
+    __shared__ float   sm[KVL_WARPS][QM], sl[KVL_WARPS][QM], sacc[KVL_WARPS][QM][HD], fac[KVL_WARPS][QM];
+    __shared__ float   ktab[16], vtab[16], nws[HD], khs[HD], kms[HD], zs[HD];
+    __shared__ int64_t marks[32];
     const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / n_slices, slice = blockIdx.z % n_slices;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int n_group = p.n_q * p.n_ts;
@@ -412,16 +428,23 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
     const int c0 = c * p.chunk, c1 = min(c0 + p.chunk, p.n_kv);
 
     kvq::row_geo kg = {}, vg = {};
-    kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, HD / kvq::QK, &kg);  // the launch checked both
-    kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, HD / kvq::QK, &vg);
+    kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, NB, &kg);  // the launch checked both
+    kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, NB, &vg);
     const int64_t k_hw = kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = vg.row0 >= 0 ? va.sink[0] : 0;
-    const int64_t k_mark = lane < k_hw ? ka.sink[1 + lane] : -2, v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
+    const int64_t v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
 
     if (tid < 16) {
         ktab[tid] = ka.values[tid];
         vtab[tid] = va.values[tid];
     }
-    for (int e = tid; e < QM * HD; e += KVF_THREADS) {
+    if (tid < 32) {
+        marks[tid] = tid < k_hw ? ka.sink[1 + tid] : -2;
+    }
+    if (tid < KVL_WARPS * QM) {  // each warp's running max m and sum l per query
+        sm[tid / QM][tid % QM] = -INFINITY;
+        sl[tid / QM][tid % QM] = 0.0f;
+    }
+    for (int e = tid; e < QM * HD; e += KVL_THREADS) {
         const int i = e / HD, d = e % HD, gq = q0 + i;
         float     x = 0.0f;
         if (i < nqb) {
@@ -430,15 +453,15 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
         }
         qs[e] = x;
     }
-    // the K norm's weights and the keys' channel scales (shared memory: registers are short at hd 256; zeros for values)
-    for (int d = tid; d < HD; d += KVF_THREADS) {
+    // the K norm's weights and the keys' channel scales (1 / 0 for keys without: kva::key_block_of); zeros for values
+    const bool key = ka.row_blocks > 0;
+    for (int d = tid; d < HD; d += KVL_THREADS) {
         nws[d] = p.norm_w ? p.norm_w[d] : 1.0f;
-        kms[d] = ka.row_blocks > 0 ? ka.k_mid[kg.ch0 + d] : 0.0f;
-        khs[d] = ka.row_blocks > 0 ? ka.k_half[kg.ch0 + d] : 0.0f;
+        khs[d] = key ? ka.k_half[kg.ch0 + d] : 1.0f;
+        kms[d] = key ? ka.k_mid[kg.ch0 + d] : 0.0f;
         zs[d]  = 0.0f;
     }
-    const bool neox = p.mode == GGML_ROPE_TYPE_NEOX;
-    const int  rr   = (p.n_dims / 2) % 32;
+    const bool neox = p.mode == GGML_ROPE_TYPE_NEOX, norm = p.norm_w != nullptr;
     __syncthreads();
 
     float acc[QM][KS];
@@ -449,185 +472,145 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
             acc[i][k] = 0.0f;
         }
     }
-    float m_run = -INFINITY, l_run = 0.0f;  // lane i: query i's
-    const char * k_h    = p.k + s * p.k_nb3 + h * p.k_nb1;
-    const char * v_h    = p.v + s * p.v_nb3 + h * p.v_nb1;
-    const char * mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
-    const char * mq     = mask_s + (int64_t) ((q0 + min(lane, nqb - 1)) % p.n_ts) * p.m_nb1;
-    auto mask_at = [&](int cell) -> float {  // lane i: query i's mask of the cell (-inf past the range)
-        if (cell >= c1 || lane >= nqb) {
-            return -INFINITY;
-        }
-        const char * mp = mq + (int64_t) cell * p.m_nb0;
-        return p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
-    };
+    const char *   k_h    = p.k + s * p.k_nb3 + h * p.k_nb1;
+    const char *   v_h    = p.v + s * p.v_nb3 + h * p.v_nb1;
+    const char *   mask_s = p.mask + (p.mask_streams > 1 ? s * p.m_nb3 : 0);
+    const float4 * tab_s  = (const float4 *) (p.tab + (int64_t) s * p.n_kv * HD);  // rows of HD floats (the launch: aligned)
 
-    int   cb = c0 + warp * CB;
-    float mv[CB];
+    for (int t0 = c0 + 32 * warp; t0 < c1; t0 += 32 * KVL_WARPS) {
+        // the keys: lane l scores cell t0 + l against every query (its masks wait in its weights' places)
+        const int cell = t0 + lane;
+        bool      live = false;
 #pragma unroll
-    for (int b = 0; b < CB; b++) {
-        mv[b] = mask_at(cb + b);
-    }
-    for (; cb < c1; cb += STEP) {
-        // the step's visible cells: all their K and V blocks requested, then the next step's mask
-        bool     live[CB];
-        kvq::lane_blk kb[CB][NB], vb[CB][NB];
+        for (int i = 0; i < QM; i++) {
+            float mk = -INFINITY;
+            if (cell < c1 && i < nqb) {
+                const char * mp = mask_s + (int64_t) ((q0 + i) % p.n_ts) * p.m_nb1 + (int64_t) cell * p.m_nb0;
+                mk = p.mask_f16 ? __half2float(*(const half *) mp) : *(const float *) mp;
+            }
+            pw[warp][lane][i] = mk;
+            live              = live || mk != -INFINITY;
+        }
+        float dot[QM], ss = 0.0f;
 #pragma unroll
-        for (int b = 0; b < CB; b++) {
-            live[b] = __any_sync(0xffffffffu, mv[b] != -INFINITY);
-            if (live[b]) {
+        for (int i = 0; i < QM; i++) {
+            dot[i] = 0.0f;
+        }
+        if (live) {
+            const char *   kr = k_h + (int64_t) cell * p.k_nb2;
+            const float4 * cs = tab_s + (int64_t) cell * (HD / 4);
+            const float *  sk = k_hw ? lane_sink(ka, kg, k_hw, marks, cell, s) : nullptr;
+            if (sk) {
+                kva::float_key_dots<HD, QM>(sk, norm ? nws : nullptr, neox, (const float *) cs, qs, dot, &ss);
+            } else {
+                uint32_t        w[NB][BW];
+                kva::key_block kb[NB];
 #pragma unroll
                 for (int j = 0; j < NB; j++) {
-                    kb[b][j] = kvq::lane_load(ka, k_h + (int64_t) (cb + b) * p.k_nb2 + j * ka.block_bytes, lane);
-                    vb[b][j] = kvq::lane_load(va, v_h + (int64_t) (cb + b) * p.v_nb2 + j * va.block_bytes, lane);
+#pragma unroll
+                    for (int u = 0; u < BW / 2; u++) {
+                        const uint2 t = ((const uint2 *) (kr + j * ka.block_bytes))[u];
+                        w[j][2 * u] = t.x, w[j][2 * u + 1] = t.y;
+                    }
                 }
-            }
-        }
-        float mn[CB];
 #pragma unroll
-        for (int b = 0; b < CB; b++) {
-            mn[b] = mask_at(cb + STEP + b);
-        }
-        // the keys: lane i keeps query i's score of each cell
-        float sc[CB];
-#pragma unroll
-        for (int b = 0; b < CB; b++) {
-            sc[b] = -INFINITY;
-            if (!live[b]) {
-                continue;
-            }
-            const int     cell = cb + b;
-            float         kv[KS];
-            const float * sk   = lane_sink(ka, kg, k_hw, k_mark, cell, s, lane);
-            if (sk) {
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    kv[k] = sk[lane + 32 * k];
+                for (int j = 0; j < NB; j++) {
+                    kb[j] = kva::key_block_of(ka, w[j][BW - 2], w[j][BW - 1]);
                 }
-            } else {
-                lane_decode<HD>(ka, ktab, kb[b], lane, kms, khs, kv);
-            }
-            if (p.norm_w) {  // the model's K norm, as ggml's rms_norm and mul compute it
-                double ss = 0.0;
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    ss += (double) __fmul_rn(kv[k], kv[k]);
-                }
-                ss              = warp_sum_d(ss);
-                const float sc1 = kva::norm_scale(ss, HD, p.norm_eps);
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    kv[k] = kva::norm_apply(kv[k], sc1, nws[lane + 32 * k]);
-                }
-            }
-            // RoPE in registers: the partner of slot k from lane (l +- rr) % 32 (NEOX) or l ^ 1 (normal)
-            const float * cs = p.tab + ((int64_t) s * p.n_kv + cell) * p.n_dims;
-            float         up[KS], dn[KS], y[KS];
-#pragma unroll
-            for (int k = 0; k < KS; k++) {
                 if (neox) {
-                    up[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane + rr) & 31) : kv[k];
-                    dn[k] = rr ? __shfl_sync(0xffffffffu, kv[k], (lane - rr) & 31) : kv[k];
+                    kva::lane_key_dots<HD, BITS, QM, true>(w, kb, ktab, khs, kms, nws, cs, qs, dot, &ss);
                 } else {
-                    up[k] = dn[k] = __shfl_xor_sync(0xffffffffu, kv[k], 1);
+                    kva::lane_key_dots<HD, BITS, QM, false>(w, kb, ktab, khs, kms, nws, cs, qs, dot, &ss);
+                }
+            }
+        }
+        const float nsc = norm ? kva::norm_scale((double) ss, HD, p.norm_eps) : 1.0f;
+        // the softmax: per query the tile's max, one exp per lane, the weights into shared memory (the warp's m and
+        // l there too: the same in every lane)
+        bool  rescale = false;
+        float f[QM];
+#pragma unroll
+        for (int i = 0; i < QM; i++) {
+            f[i]     = 1.0f;
+            float pv = 0.0f;
+            if (i < nqb) {
+                const float mk    = pw[warp][lane][i], m_old = sm[warp][i];
+                const float sc    = live && mk != -INFINITY ? p.scale * (dot[i] * nsc) + mk : -INFINITY;
+                const float m_new = fmaxf(m_old, warp_reduce_max(sc));
+                f[i]              = m_new == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
+                pv                = sc == -INFINITY ? 0.0f : __expf(sc - m_new);
+                const float ls    = warp_reduce_sum(pv);  // every lane has read m_old and l by now
+                if (lane == 0) {
+                    sm[warp][i] = m_new;
+                    sl[warp][i] = sl[warp][i] * f[i] + ls;
+                }
+                rescale = rescale || f[i] != 1.0f;
+            }
+            pw[warp][lane][i] = pv;
+        }
+        if (rescale) {
+#pragma unroll
+            for (int i = 0; i < QM; i++) {
+#pragma unroll
+                for (int k = 0; k < KS; k++) {
+                    acc[i][k] *= f[i];
+                }
+            }
+        }
+        __syncwarp();
+        // the values: VU cells' blocks requested at a time, then each decoded and accumulated
+        const int nc = min(32, c1 - t0);
+        for (int j0 = 0; j0 < nc; j0 += VU) {
+            kvq::lane_blk vb[VU][NB];
+#pragma unroll
+            for (int u = 0; u < VU; u++) {
+                if (j0 + u < nc) {
+#pragma unroll
+                    for (int j = 0; j < NB; j++) {
+                        vb[u][j] = kvq::lane_load(va, v_h + (int64_t) (t0 + j0 + u) * p.v_nb2 + j * va.block_bytes, lane);
+                    }
                 }
             }
 #pragma unroll
-            for (int k = 0; k < KS; k++) {
-                const int d  = lane + 32 * k;
-                const int pd = kva::rope_partner(p.mode, p.n_dims, d);
-                if (pd < 0) {
-                    y[k] = kv[k];
+            for (int u = 0; u < VU; u++) {
+                if (j0 + u >= nc) {
+                    break;
+                }
+                float pi[QM];
+                bool  any = false, all = true;
+#pragma unroll
+                for (int i = 0; i < QM; i++) {
+                    pi[i] = pw[warp][j0 + u][i];
+                    any   = any || pi[i] != 0.0f;
+                    all   = all && (pi[i] != 0.0f || i >= nqb);
+                }
+                if (!any) {
                     continue;
                 }
-                const int ks   = pd / 32;
-                float     part = 0.0f;
-#pragma unroll
-                for (int kk = 0; kk < KS; kk++) {
-                    part = ks == kk ? (pd > d ? up[kk] : dn[kk]) : part;
-                }
-                bool      first;
-                const int j = kva::rope_pair_of(p.mode, p.n_dims, d, &first);
-                y[k]        = kva::rope_lane(first, kv[k], part, cs[2 * j], cs[2 * j + 1]);
-            }
-#pragma unroll
-            for (int i = 0; i < QM; i++) {
-                if (i < nqb) {
-                    float dt = 0.0f;
+                float         vv[KS];
+                const float * sv = warp_sink(va, vg, v_hw, v_mark, t0 + j0 + u, s, lane);
+                if (sv) {
 #pragma unroll
                     for (int k = 0; k < KS; k++) {
-                        dt += qs[i * HD + lane + 32 * k] * y[k];
+                        vv[k] = sv[lane + 32 * k];
                     }
-                    dt    = warp_reduce_sum(dt);
-                    sc[b] = lane == i ? dt : sc[b];
+                } else {
+                    lane_decode<HD>(va, vtab, vb[u], lane, zs, vv);
                 }
-            }
-        }
-        // lane i: query i's online softmax over the step's cells (one rescale per step)
-        float s1[CB], pw[CB], smax = -INFINITY;
 #pragma unroll
-        for (int b = 0; b < CB; b++) {
-            s1[b] = live[b] && mv[b] != -INFINITY ? p.scale * sc[b] + mv[b] : -INFINITY;
-            smax  = fmaxf(smax, s1[b]);
-        }
-        const float m_new = fmaxf(m_run, smax);
-        const float f     = m_new == m_run ? 1.0f : m_run == -INFINITY ? 0.0f : exp_rn(m_run - m_new);
-        float       ls    = 0.0f;
-#pragma unroll
-        for (int b = 0; b < CB; b++) {
-            pw[b] = s1[b] == -INFINITY ? 0.0f : exp_rn(s1[b] - m_new);
-            ls += pw[b];
-        }
-        l_run = l_run * f + ls;
-        m_run = m_new;
-        if (__any_sync(0xffffffffu, f != 1.0f)) {
-#pragma unroll
-            for (int i = 0; i < QM; i++) {
-                const float fi = __shfl_sync(0xffffffffu, f, i);
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    acc[i][k] *= fi;
-                }
-            }
-        }
-        // the values
-#pragma unroll
-        for (int b = 0; b < CB; b++) {
-            if (!live[b]) {
-                continue;
-            }
-            float         vv[KS];
-            const float * sv = lane_sink(va, vg, v_hw, v_mark, cb + b, s, lane);
-            if (sv) {
-#pragma unroll
-                for (int k = 0; k < KS; k++) {
-                    vv[k] = sv[lane + 32 * k];
-                }
-            } else {
-                lane_decode<HD>(va, vtab, vb[b], lane, zs, zs, vv);
-            }
-#pragma unroll
-            for (int i = 0; i < QM; i++) {
-                if (i < nqb) {
-                    const float pi = __shfl_sync(0xffffffffu, pw[b], i);
+                for (int i = 0; i < QM; i++) {
 #pragma unroll
                     for (int k = 0; k < KS; k++) {
-                        acc[i][k] = pi != 0.0f ? acc[i][k] + pi * vv[k] : acc[i][k];  // a masked cell adds nothing (NaN-free)
+                        // a cell masked for query i adds nothing to it (NaN-free)
+                        acc[i][k] = all || pi[i] != 0.0f ? acc[i][k] + pi[i] * vv[k] : acc[i][k];
                     }
                 }
             }
         }
-#pragma unroll
-        for (int b = 0; b < CB; b++) {
-            mv[b] = mn[b];
-        }
+        __syncwarp();  // the next tile rewrites the warp's weights
     }
 
     // the warps' (m, l, acc) merged per query
-    if (lane < QM) {
-        sm[warp][lane] = m_run;
-        sl[warp][lane] = l_run;
-    }
 #pragma unroll
     for (int i = 0; i < QM; i++) {
 #pragma unroll
@@ -636,21 +619,21 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
         }
     }
     __syncthreads();
-    if (tid < KVF_WARPS * QM) {
+    if (tid < KVL_WARPS * QM) {
         const int w = tid / QM, i = tid % QM;
         float     M = -INFINITY;
-        for (int u = 0; u < KVF_WARPS; u++) {
+        for (int u = 0; u < KVL_WARPS; u++) {
             M = fmaxf(M, sm[u][i]);
         }
-        fac[w][i] = sm[w][i] == -INFINITY ? 0.0f : exp_rn(sm[w][i] - M);
+        fac[w][i] = sm[w][i] == -INFINITY ? 0.0f : __expf(sm[w][i] - M);
     }
     __syncthreads();
     const int ew = HD + 2;
-    for (int e = tid; e < nqb * ew; e += KVF_THREADS) {
+    for (int e = tid; e < nqb * ew; e += KVL_THREADS) {
         const int i = e / ew, d = e % ew, gq = q0 + i;
         const int hq = h * p.n_q + gq / p.n_ts, tok = s * p.n_ts + gq % p.n_ts;
         float     M = -INFINITY, o = 0.0f;
-        for (int u = 0; u < KVF_WARPS; u++) {
+        for (int u = 0; u < KVL_WARPS; u++) {
             M = fmaxf(M, sm[u][i]);
             o += d < HD ? fac[u][i] * sacc[u][i][d] : d == HD ? 0.0f : fac[u][i] * sl[u][i];
         }
@@ -659,27 +642,44 @@ __global__ void __launch_bounds__(KVF_THREADS, 2) k_cells(partial_args p, kvq::k
     }
 }
 
-template <int HD, int QM>
-static void launch_cells_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+template <int HD, int BITS, int QM>
+static void launch_lanes_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                            cudaStream_t stream) {
     const int  n_slices = (p.n_q * p.n_ts + QM - 1) / QM;
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
-    k_cells<HD, QM><<<grid, KVF_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    k_lanes<HD, BITS, QM><<<grid, KVL_THREADS, 0, stream>>>(p, ka, va, n_slices);
+}
+
+template <int HD, int QM = KVL_QM>
+static void launch_lanes_bits(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va,
+                              int n_streams, cudaStream_t stream) {
+    switch (ka.bits) {
+        case 2:
+            launch_lanes_q<HD, 2, QM>(p, ka, va, n_streams, stream);
+            break;
+        case 3:
+            launch_lanes_q<HD, 3, QM>(p, ka, va, n_streams, stream);
+            break;
+        default:
+            launch_lanes_q<HD, 4, QM>(p, ka, va, n_streams, stream);
+            break;
+    }
 }
 
 static bool nuq_rows_ok(const kvq::kvq_args & a, const char * base, int64_t nb1, int64_t nb2, int64_t nb3) {
-    // kvq::lane_load: 2..4 bits, 8-byte aligned blocks and trailers
-    return a.bits >= 2 && a.bits <= 4 && a.block_bytes % 8 == 0 && a.dense_bytes % 8 == 0 &&
+    // kvq::lane_load and the key rows' 8-byte loads: 2..4 bits, blocks of the index bytes and the trailer, 8-byte
+    // aligned
+    return a.bits >= 2 && a.bits <= 4 && a.dense_bytes == 8 * a.bits && a.block_bytes == a.dense_bytes + 8 &&
            (uintptr_t) base % 8 == 0 && nb1 % 8 == 0 && nb2 % 8 == 0 && nb3 % 8 == 0;
 }
 
-// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v of 64, 128 or
-// 256, normal / NEOX RoPE over n_dims <= hd, V without channel scales) and ggml_ext_kvquant_attn_cells allows it
+// the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, hd == hd_v == n_dims of
+// 64, 128 or 256, normal / NEOX RoPE, V without channel scales) and ggml_ext_kvquant_attn_cells allows it
 // (GGML_EXT_KV_ATTN_SPLIT=0, read at every launch, turns it off: tests/c/test_kvattn_cuda.cpp runs both kernels)
-static bool launch_cells(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
+static bool launch_lanes(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                          cudaStream_t stream) {
     if (p.hd != p.hdv || !ggml_ext_kvquant_attn_cells(p.hd) || p.k_kind != kva::ROW_NUQ || p.v_kind != kva::ROW_NUQ ||
-        p.n_dims > p.hd || p.n_dims % 2 || p.n_dims < 0 || va.row_blocks > 0 ||
+        p.n_dims != p.hd || va.row_blocks > 0 || (uintptr_t) p.tab % 16 ||
         !nuq_rows_ok(ka, p.k, p.k_nb1, p.k_nb2, p.k_nb3) || !nuq_rows_ok(va, p.v, p.v_nb1, p.v_nb2, p.v_nb3)) {
         return false;
     }
@@ -690,19 +690,15 @@ static bool launch_cells(const partial_args & p, const kvq::kvq_args & ka, const
             return false;
         }
     }
-    const int nq = std::min(cells_qmax(p.hd), p.n_q * p.n_ts);
     switch (p.hd) {
         case 64:
-            nq <= 4 ? launch_cells_q<64, 4>(p, ka, va, n_streams, stream) :
-            nq <= 8 ? launch_cells_q<64, 8>(p, ka, va, n_streams, stream) :
-                      launch_cells_q<64, 16>(p, ka, va, n_streams, stream);
+            launch_lanes_bits<64>(p, ka, va, n_streams, stream);
             break;
         case 128:
-            nq <= 4 ? launch_cells_q<128, 4>(p, ka, va, n_streams, stream) :
-                      launch_cells_q<128, 8>(p, ka, va, n_streams, stream);
+            launch_lanes_bits<128>(p, ka, va, n_streams, stream);
             break;
         default:
-            launch_cells_q<256, 4>(p, ka, va, n_streams, stream);
+            launch_lanes_bits<256>(p, ka, va, n_streams, stream);
             break;
     }
     return true;
@@ -856,7 +852,7 @@ static void launch_partial(ggml_tensor * dst, int device, cudaStream_t stream) {
     if (p.n_kv == 0 || p.n_ts == 0) {
         return;
     }
-    if (launch_cells(p, ka, va, (int) k->ne[3], stream)) {
+    if (launch_lanes(p, ka, va, (int) k->ne[3], stream)) {
         return;
     }
     const size_t smem = partial_smem(p.hd, p.hdv, p.nqa);

@@ -2,10 +2,11 @@
 // value of a K / V row (NUQ through kvq::dequantize_value, F16, F32: the kernels' reading of views that
 // kvq::row_geo_of refuses; they read NUQ rows a block at a time through kvq::row_geo_of / block_value, which
 // tests/cuda/kvquant_cuda_check.cu holds to dequantize_value's bits), the K norm's scale and product, the RoPE of one
-// dimension of a decoded key. __host__ __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs
-// these very functions on the host against ggml's CPU table (backend/kvquant_attn_cpu.c) and ggml's to_float, rms_norm, mul
-// and rope_ext. IEEE round-to-nearest in both (KVQ_* of kvquant_decode.cuh: ggml-cuda builds with -use_fast_math);
-// cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
+// dimension of a decoded key, and the lane kernel's score of a whole key (lane_key_dots, float_key_dots). __host__
+// __device__ and free of ggml-cuda, so tests/cuda/kvattn_cuda_check.cu runs these very functions on the host against
+// ggml's CPU table (backend/kvquant_attn_cpu.c) and ggml's to_float, rms_norm, mul and rope_ext. IEEE
+// round-to-nearest in both (KVQ_* of kvquant_decode.cuh: ggml-cuda builds with -use_fast_math) except in the key
+// score; cos / sin in double, rounded to float (the fast-math cosf would be __cosf, far off at large angles).
 #pragma once
 
 #include "ggml-ext-kvquant.h"
@@ -110,36 +111,113 @@ KVQ_HD float rope_at(int mode, int n_dims, const float * kr, const float * cs, i
     return first ? KVQ_SUB(KVQ_MUL(a, co), KVQ_MUL(b, si)) : KVQ_ADD(KVQ_MUL(a, si), KVQ_MUL(b, co));
 }
 
-// RoPE a lane at a time (kvquant_attn_cuda.cu's k_split: lane l holds the key's dimensions d = l + 32 k). rope_partner:
-// the other dimension of d's pair (normal: d ^ 1; NEOX: d +- n_dims / 2), -1 past n_dims (not rotated); the kernel
-// fetches it from lane pd % 32, slot pd / 32 (a shuffle: lane (l + r) % 32 or (l - r) % 32 for every slot, r =
-// (n_dims / 2) % 32; none when r = 0). rope_lane: dimension d of the roped key from its own value x and its partner's
-// y, rope_at's bits (tests/cuda/kvattn_cuda_check.cu: every lane and slot of every key).
-KVQ_HD int rope_partner(int mode, int n_dims, int d) {
-    if (d >= n_dims) {
-        return -1;
-    }
-    if (mode == 2 /* GGML_ROPE_TYPE_NEOX */) {
-        const int h2 = n_dims / 2;
-        return d < h2 ? d + h2 : d - h2;
-    }
-    return d ^ 1;
+// ---- the lane-per-cell key score (kvquant_attn_cuda.cu's k_lanes) ----
+// Lane l of a warp scores the key of one cell against the block's queries, as upstream's flash-attention vector kernel
+// gives a thread a key: the cell's K head row held in registers as 32-bit words (HD / 64 blocks of key_words<BITS>
+// words: the index bytes little-endian, then the trailer's two words), every value decoded from them, the K norm's
+// weights applied, roped with the cell's table row and dotted with each query, with no exchange between lanes. The
+// K norm is linear in the key, so its scale multiplies the dot: dot_i * norm_scale(ss) is query i's score before the
+// softmax scale. The sums run in another order than the CPU's (products fused into additions): within 1e-6 NMSE of
+// the CPU op (tests/cuda/kvattn_cuda_check.cu: lane_key_dots against rope_at on the decoded rows).
+
+template <int BITS> KVQ_HD constexpr int key_words() {
+    return (kvq::QK * BITS / 8 + 8) / 4;  // a block's index bytes and trailer, in 32-bit words
 }
 
-// the pair of d (its cos / sin at cs[2 j], cs[2 j + 1]) and whether d is the pair's first dimension
-KVQ_HD int rope_pair_of(int mode, int n_dims, int d, bool * first) {
-    if (mode == 2) {
-        const int h2 = n_dims / 2;
-        *first       = d < h2;
-        return d < h2 ? d : d - h2;
+// kvq::get_index of channel c of the block whose bytes are the words w (c a constant where the kernel unrolls)
+template <int BITS> KVQ_HD int word_index(const uint32_t * w, int c) {
+    if (BITS == 4) {
+        const int b = c % 32;
+        return (int) (w[b / 4] >> (8 * (b % 4) + 4 * (c / 32))) & 15;
     }
-    *first = d % 2 == 0;
-    return d / 2;
+    const int b = c % 16;
+    int       v = (int) (w[b / 4] >> (8 * (b % 4) + 2 * (c / 16))) & 3;
+    if (BITS == 3) {
+        const int hb = c % 8;
+        v |= (int) ((w[4 + hb / 4] >> (8 * (hb % 4) + c / 8)) & 1) << 2;
+    }
+    return v;
 }
 
-KVQ_HD float rope_lane(bool first, float x, float y, float co, float si) {
-    // rope_at: first a = x, b = y: a co - b si; second a = y, b = x: a si + b co
-    return first ? KVQ_SUB(KVQ_MUL(x, co), KVQ_MUL(y, si)) : KVQ_ADD(KVQ_MUL(y, si), KVQ_MUL(x, co));
+// what a block's trailer words t0 (words 0, 1) and t1 (words 2, 3) say of its values: y = (t a + b) half_c + mid_c
+// (per-channel keys: a = 1, b = 0; block-scaled keys and value-like rows: the block's half / mid, then the channel's,
+// which are 1 / 0 for rows without channel scales), then the slots over it: channel o2 is v2, else channel o0 is v0
+// (per-channel keys only; -1: no slot); kvq::lane_value's reading
+struct key_block {
+    float a, b, v0, v2;
+    int   o0, o2;
+};
+
+KVQ_HD key_block key_block_of(const kvq::kvq_args & a, uint32_t t0, uint32_t t1) {
+    const unsigned w0 = t0 & 0xffffu, w1 = t0 >> 16, w2 = t1 & 0xffffu, w3 = t1 >> 16;
+    const bool     ch = a.row_blocks > 0 && !a.k_block;
+    key_block      r;
+    r.a  = ch ? 1.0f : kvq::h2f((uint16_t) w1);
+    r.b  = ch ? 0.0f : kvq::h2f((uint16_t) w0);
+    r.o0 = ch && kvq::is_tag(w0) ? (int) (w0 & 63) : -1;
+    r.v0 = kvq::h2f((uint16_t) w1);
+    r.o2 = kvq::is_tag(w2) ? (int) (w2 & 63) : -1;
+    r.v2 = kvq::h2f((uint16_t) w3);
+    return r;
+}
+
+// The lane's dots of its cell's key with the queries q[i * HD ..] (i < QM; q rows past the block's queries are zeros)
+// and the sum of the key's squares: w the row's words, kb their key_block_of, vals the 2^B table, half / mid the
+// head's channel scales (1 / 0 without), nw the K norm's weights (ones without: one code path, the fewest registers),
+// cs the cell's table row as float4 (pairs 2 j, 2 j + 1), NEOX or normal RoPE over the whole head (n_dims == HD).
+template <int HD, int BITS, int QM, bool NEOX>
+KVQ_HD void lane_key_dots(const uint32_t (&w)[HD / kvq::QK][key_words<BITS>()], const key_block (&kb)[HD / kvq::QK],
+                          const float * vals, const float * half, const float * mid, const float * nw,
+                          const float4 * cs, const float * q, float * dot, float * ss) {
+    auto value = [&](int d) {
+        const int         j = d / kvq::QK, c = d % kvq::QK;
+        const key_block & k = kb[j];
+        float             y = (vals[word_index<BITS>(w[j], c)] * k.a + k.b) * half[d] + mid[d];
+        y                   = c == k.o0 ? k.v0 : y;
+        return c == k.o2 ? k.v2 : y;
+    };
+    float s2 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < QM; i++) {
+        dot[i] = 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < HD / 2; j++) {
+        const int   d1 = NEOX ? j : 2 * j, d2 = NEOX ? j + HD / 2 : 2 * j + 1;
+        const float x1 = value(d1), x2 = value(d2);
+        const float u1 = x1 * nw[d1], u2 = x2 * nw[d2];
+        s2 += x1 * x1 + x2 * x2;
+        const float4 c4 = cs[j / 2];
+        const float  co = j % 2 ? c4.z : c4.x, si = j % 2 ? c4.w : c4.y;
+        const float  y1 = u1 * co - u2 * si, y2 = u1 * si + u2 * co;  // rope_at's pair
+#pragma unroll
+        for (int i = 0; i < QM; i++) {
+            dot[i] += q[i * HD + d1] * y1 + q[i * HD + d2] * y2;
+        }
+    }
+    *ss = s2;
+}
+
+// lane_key_dots from a key held as floats x (a sink row): the same sums, a loop (nw: NULL without a K norm; cs the
+// cell's table row)
+template <int HD, int QM>
+KVQ_HD void float_key_dots(const float * x, const float * nw, bool neox, const float * cs, const float * q, float * dot,
+                           float * ss) {
+    float s2 = 0.0f;
+    for (int i = 0; i < QM; i++) {
+        dot[i] = 0.0f;
+    }
+    for (int j = 0; j < HD / 2; j++) {
+        const int   d1 = neox ? j : 2 * j, d2 = neox ? j + HD / 2 : 2 * j + 1;
+        const float x1 = x[d1], x2 = x[d2];
+        s2 += x1 * x1 + x2 * x2;
+        const float u1 = nw ? x1 * nw[d1] : x1, u2 = nw ? x2 * nw[d2] : x2, co = cs[2 * j], si = cs[2 * j + 1];
+        const float y1 = u1 * co - u2 * si, y2 = u1 * si + u2 * co;
+        for (int i = 0; i < QM; i++) {
+            dot[i] += q[i * HD + d1] * y1 + q[i * HD + d2] * y2;
+        }
+    }
+    *ss = s2;
 }
 
 }  // namespace kva

@@ -258,7 +258,7 @@ KVQ_HD void quantize_block(const kvq_args & a, const float * x, uint8_t * blk) {
     pack_block(a.bits, a.dense_bytes, idx, w, blk);
 }
 
-// The decode op's cell kernel (kvquant_attn_cuda.cu's k_cells) reads a head row a lane at a time: lane l of a warp owns
+// The decode op's lane kernel (kvquant_attn_cuda.cu's k_lanes) reads a V head row a lane at a time: lane l of a warp owns
 // the values d = l + 32 k of the row (in block k / 2 the channels c = l and l + 32, the two halves of the block's slot
 // order). lane_value is a block's value from its table value t, its trailer words and (keys) its channel's mid / half;
 // block_value below is it with those looked up; lane_load and lane_values (below) give lane l's two values of a block,
@@ -317,7 +317,7 @@ KVQ_HD float dequantize_value(const kvq_args & a, const char * blk, int c) {
 
 // A lane's part of one block (lane l holds channels l and l + 32): the index bytes get_index reads for them (4 bits:
 // byte l; 2 / 3 bits: byte l % 16, and for 3 bits byte 16 + l % 8) and the trailer's words, fetched by independent
-// loads so that the decode op's cell kernel has all its cells' blocks in flight before it decodes the first
+// loads so that the decode op's lane kernel has several cells' V blocks in flight before it decodes the first
 // (8-byte aligned trailers: the kernel's launch checks the rows)
 struct lane_blk {
     uint32_t q;     // bits 0-7: the index byte; 3 bits: bits 8-15 the high-bit byte

@@ -533,17 +533,18 @@ struct ggml_tensor * ggml_ext_llama_kv_attn(struct ggml_context * ctx, struct gg
     memcpy(&r.beta_fast, p + 9, sizeof(float));
     memcpy(&r.beta_slow, p + 10, sizeof(float));
     // cell ranges: the CPU op's default (~32 ranges, for threads); on a GPU ~512 ranges of 32-256 cells per KV head
-    // for the block kernel (blocks for every SM), ~256 of 64-512 where the cell kernel takes the op (kvquant_attn_cuda.cu's
-    // k_cells, where ggml_ext_kvquant_attn_cells allows it: its 8 warps take 8+ cells each, and the combine merges fewer
-    // ranges)
+    // for the block kernel (blocks for every SM), and where the lane kernel takes the op (kvquant_attn_cuda.cu's k_lanes,
+    // where ggml_ext_kvquant_attn_cells allows it: 4 warps a block, 32 cells a warp at a time) ranges of 128-4096
+    // cells, ~512 over all KV heads and streams: 4+ blocks an SM at every depth, the fewest ranges for the combine
     int chunk = 0;
     if (on_device) {
         const int64_t n_kv  = k->ne[2];
         const bool    split = ggml_ext_kvquant_is_cache_type((int) k->type) && ggml_ext_kvquant_is_cache_type((int) v->type) &&
                            k->ne[0] == v->ne[0] && ggml_ext_kvquant_attn_cells(k->ne[0]);
         if (split) {
-            chunk = (int) ((n_kv / 256 + 31) / 32 * 32);
-            chunk = chunk < 64 ? 64 : chunk > 512 ? 512 : chunk;
+            const int64_t cells = n_kv * k->ne[1] * k->ne[3];
+            chunk = (int) ((cells / 512 + 127) / 128 * 128);
+            chunk = chunk < 128 ? 128 : chunk > 4096 ? 4096 : chunk;
         } else {
             chunk = (int) ((n_kv / 512 + 31) / 32 * 32);
             chunk = chunk < 32 ? 32 : chunk > 256 ? 256 : chunk;
