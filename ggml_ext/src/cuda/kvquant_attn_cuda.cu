@@ -539,7 +539,8 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
                 const float m_new = fmaxf(m_old, warp_reduce_max(sc));
                 f[i]              = m_new == m_old ? 1.0f : m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
                 pv                = sc == -INFINITY ? 0.0f : __expf(sc - m_new);
-                const float ls    = warp_reduce_sum(pv);  // every lane has read m_old and l by now
+                const float ls    = warp_reduce_sum(pv);
+                __syncwarp();  // every lane has read m_old before lane 0 writes the new m and l
                 if (lane == 0) {
                     sm[warp][i] = m_new;
                     sl[warp][i] = sl[warp][i] * f[i] + ls;
