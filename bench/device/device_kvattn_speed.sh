@@ -12,15 +12,16 @@
 #   models  the three files and their calibrations in /tmp/kvm
 #   test    tests/c/test_kvquant_cuda.cpp (the cache types' kernels: SET_ROWS bytes bit for bit against the CPU) and
 #           tests/c/test_kvattn_cuda.cpp (the decode op's kernels against the CPU op, NMSE <= 1e-6)
-#   bench   llama-bench -ngl 99 -fa 1 -p 0 -n NGEN -r REPS -d D, for D in each shape's depths (one process per row,
-#           model loaded once per row, every depth in it): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
+#   bench   llama-bench -ngl 99 -fa 1 -p PP -n NGEN -r REPS -d D, for D in each shape's depths (one process per row,
+#           model loaded once per row, every depth in it: decode tg NGEN and prefill pp PP after D cells): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
 #           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's lane kernel), nuq3 with
 #           the block kernel (GGML_EXT_KV_ATTN_SPLIT=0); passes alternate the builds
 #   profile ncu's kernel times of a few decode steps (smollm2, nuq3, DEPTH_PROFILE) when ncu is there
-# Writes TOP/kvattn_speed.md (the table, tokens/s and the ratio to upstream's q4_0 cache) and TOP/summary.txt.
+# Writes TOP/kvattn_speed.md (a decode table and a prefill table, tokens/s and the ratio to upstream's q4_0 cache) and
+# TOP/summary.txt.
 # Usage (device, repository root): bash bench/device/device_kvattn_speed.sh $OUT
 # Environment: SHAPES ("smollm2 hd256 8b-gqa"), DEPTHS_smollm2 / DEPTHS_hd256 / DEPTHS_8b_gqa (comma lists; default
-#   8192,32768 / 8192,32768,131072 / 8192,32768,131072), NGEN (32), REPS (2), BUILD (/tmp/bc), UP (/tmp/up-cuda),
+#   8192,32768 / 8192,32768,131072 / 8192,32768,131072), NGEN (32), PP (512; 0: no prefill rows), REPS (2), BUILD (/tmp/bc), UP (/tmp/up-cuda),
 #   UPSTREAM=0 (ours alone: no pristine build or rows, ratios to our stock q4_0), ONE_PASS=1 (one pass, not two),
 #   BLOCK_ROW=0 (no block-kernel row).
 set -uo pipefail
@@ -32,6 +33,7 @@ STEPS=${STEPS:-build models test bench}
 has() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 SHAPES=${SHAPES:-smollm2 hd256 8b-gqa}
 NGEN=${NGEN:-32}
+PP=${PP:-512}
 REPS=${REPS:-2}
 UP=${UP:-/tmp/up-cuda}
 M=/tmp/kvm
@@ -77,7 +79,8 @@ if has test; then
     grep -E "^FAIL" "$out/test_kvattn.log" | head -10 | tee -a "$out/summary.txt"
 fi
 
-# one llama-bench process: label bin model depths env... -ctk/-ctv args after "--"; prints "depth avg stddev" lines
+# one llama-bench process: label bin model depths env... -ctk/-ctv args after "--"; prints "kind depth avg stddev"
+# lines (kind tg: decode, pp: prefill)
 bench_row() {
     local label=$1 bin=$2 m=$3 depths=$4
     shift 4
@@ -85,21 +88,21 @@ bench_row() {
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do envs+=("$1"); shift; done
     shift
     local log=$out/bench-$label-$(basename "$m" .gguf).log
-    env "${envs[@]}" timeout 1200 "$bin/llama-bench" -m "$m" -p 0 -n "$NGEN" -r "$REPS" -d "$depths" -ngl 99 -fa 1 \
+    env "${envs[@]}" timeout 1200 "$bin/llama-bench" -m "$m" -p "$PP" -n "$NGEN" -r "$REPS" -d "$depths" -ngl 99 -fa 1 \
         -o json "$@" > "$log.json" 2> "$log"
     "$PY" -c "
 import json, sys
 for x in json.load(open(sys.argv[1])):
-    print(x['n_depth'], f\"{x['avg_ts']:.1f}\", f\"{x['stddev_ts']:.1f}\")" "$log.json" 2>/dev/null
+    print('pp' if x['n_prompt'] else 'tg', x['n_depth'], f\"{x['avg_ts']:.1f}\", f\"{x['stddev_ts']:.1f}\")" "$log.json" 2>/dev/null
 }
 
-# bench_row's figures into R[KEY-DEPTH-PASS] ("avg sd"): KEY PASS, then bench_row's arguments after its label
+# bench_row's figures into R[KIND-KEY-DEPTH-PASS] ("avg sd"): KEY PASS, then bench_row's arguments after its label
 bench_into() {
-    local key=$1 pass=$2 dd a sd
+    local key=$1 pass=$2 kind dd a sd
     shift 2
-    while read -r dd a sd; do [ -n "$dd" ] && R[$key-$dd-$pass]="$a $sd"; done < <(bench_row "$key-$pass" "$@")
+    while read -r kind dd a sd; do [ -n "$dd" ] && R[$kind-$key-$dd-$pass]="$a $sd"; done < <(bench_row "$key-$pass" "$@")
 }
-best() {  # KEY DEPTH: the better pass's "avg ± sd"
+best() {  # KIND-KEY DEPTH: the better pass's "avg ± sd"
     "$PY" -c "
 import sys
 xs = [tuple(map(float, a.split())) for a in sys.argv[1:] if a.strip()]
@@ -116,11 +119,10 @@ if has bench; then
     table=$top/kvattn_speed.md
     { echo "# KVQuant decode in VRAM: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), commit $(git rev-parse --short HEAD 2>/dev/null), $(date -u +%F)"
       echo
-      echo "llama-bench -ngl 99 -fa 1 -p 0 -n $NGEN -r $REPS -d DEPTH; random Q4_0 weights; nuq rows --kv-calib (made-up"
-      echo "tables of the shape), GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1. tg t/s ± stddev; x = / pristine q4_0."
-      echo
-      echo "| shape | depth | pristine f16 | pristine q4_0 | ours q4_0 | nuq4 | nuq3 | nuq3, block kernel |"
-      echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"; } > "$table"
+      echo "llama-bench -ngl 99 -fa 1 -p $PP -n $NGEN -r $REPS -d DEPTH; random Q4_0 weights; nuq rows --kv-calib (made-up"
+      echo "tables of the shape), GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1. t/s ± stddev; x = / pristine q4_0."; } > "$table"
+    head="| shape | depth | pristine f16 | pristine q4_0 | ours q4_0 | nuq4 | nuq3 | nuq3, block kernel |"
+    rows_tg=() rows_pp=()
     nuq=(GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1)
     for s in $SHAPES; do
         v=DEPTHS_${s//-/_}
@@ -137,15 +139,24 @@ if has bench; then
                 bench_into blk "$pass" "$BIN" "$m" "$d" "${nuq[@]}" GGML_EXT_KV_ATTN_SPLIT=0 -- -ctk nuq3 -ctv nuq3 --kv-calib "$cal"
             [ "${ONE_PASS:-0}" = 1 ] && break
         done
-        for dd in ${d//,/ }; do
-            uq=$(best upq4 "$dd")
-            [ "$uq" = FAILED ] && uq="$(best ourq4 "$dd") (ours)"  # UPSTREAM=0: the ratios are to our build's stock q4_0 cache
-            row="| $s | $dd | $(best upf16 "$dd") | $uq |"
-            for k in ourq4 nuq4 nuq3 blk; do x=$(best "$k" "$dd"); row="$row $x ($(ratio "$x" "$uq")) |"; done
-            echo "$row" | tee -a "$table" >> "$out/summary.txt"
+        for kind in tg pp; do
+            for dd in ${d//,/ }; do
+                uq=$(best "$kind-upq4" "$dd")
+                [ "$uq" = FAILED ] && uq="$(best "$kind-ourq4" "$dd") (ours)"  # UPSTREAM=0: ratios to our stock q4_0 cache
+                row="| $s | $dd | $(best "$kind-upf16" "$dd") | $uq |"
+                for k in ourq4 nuq4 nuq3 blk; do x=$(best "$kind-$k" "$dd"); row="$row $x ($(ratio "$x" "$uq")) |"; done
+                echo "$kind $row" >> "$out/summary.txt"
+                [ "$kind" = tg ] && rows_tg+=("$row") || rows_pp+=("$row")
+            done
         done
         unset R
     done
+    { echo; echo "Decode, tg$NGEN:"; echo; echo "$head"; echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+      printf '%s\n' "${rows_tg[@]}"
+      if [ "$PP" != 0 ]; then
+          echo; echo "Prefill, pp$PP after the depth:"; echo; echo "$head"; echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+          printf '%s\n' "${rows_pp[@]}"
+      fi; } >> "$table"
     cat "$table"
 fi
 
