@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reproduces docs/RESULTS.md "Two GPUs": every format over two GPUs (-sm layer, -sm tensor) against one GPU,
-# perplexity and speed, on the default model.
+# Reproduces docs/RESULTS.md "GPU path" (the two-GPU rows): every format over two GPUs (-sm layer, -sm tensor)
+# against one GPU, perplexity and speed, on the default model.
 # Steps (STEPS, default "build files ppl bench"; the files and the build are kept in /tmp, so a later call on the
 # same warm machine picks up where the last stopped):
 #   build  our CUDA tree (device_lib.sh; reused when $BUILD holds it). SRC, the pinned llama.cpp source: unset,
@@ -16,7 +16,7 @@
 #          file at --apq-bits 4 and 8; the f16 file with nuq4 and nuq3 K and V caches (--kv-calib, -fa on). APQ and
 #          NUQ caches are refused under -sm tensor (bitplanes and calibrated caches cannot be cut across
 #          devices): the table keeps the refusal line, and a row that ran where a refusal was due is marked
-#   bench  llama-bench -ngl 99 -p 512 -n 128 -r REPS of every row that ran, in the same three modes (APQ
+#   bench  llama-bench -ngl 99 -p NPP -n NGEN -r REPS of every row that ran, in the same three modes (APQ
 #          precision through GGML_EXT_APQ_BITS: llama-bench does not parse --apq-bits)
 #   test   scripts/test_cuda.sh with this machine's assets (--default-hf, --wiki-test, --wiki-train): the C
 #          programs on every GPU, and with two GPUs tests/cuda/test_two_gpus.py (not in the default STEPS: its
@@ -29,10 +29,10 @@
 #   STEPS="build files" bash bench/device/device_two_gpu.sh $OUT    then    STEPS="ppl bench" ... (same OUT name)
 # Assets on the device: HF as above; TEST (default the first of /tmp/assets/wiki.test.txt, .device/wiki.test.txt)
 # and TRAIN (default /tmp/assets/wiki.train.txt, .device/wiki.train.txt, else TEST): carry the wiki-test /
-# wiki-train assets' files (`ggml-ext assets --path wiki-test`) in .device/.
-# Environment: BUILD (/tmp/bc), WORK (files, /tmp/two-gpu), CHUNKS (8), REPS (3), CALIB (8x512: samples x tokens),
-#   ROWS (default every row: f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3), PYTHON (the converter's python,
-#   default the device's torch venv). A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an
+# wiki-train assets' files (`ggml-ext assets path wiki-test`) in .device/.
+# Environment: BUILD (/tmp/bc), WORK (files, /tmp/two-gpu), CHUNKS (8), REPS (3), NPP (512), NGEN (128), CALIB
+#   (8x512: samples x tokens), ROWS (default every row: f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3),
+#   PYTHON (the converter's python, default the device's torch venv). A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an
 #   installed build of ours), DEV_ONE / DEV_TWO (default CUDA0 / CUDA0,CUDA1: e.g. RPC0 / RPC0,RPC1) and
 #   TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,127.0.0.1:50053"), CAL_DEVICES ("cpu cpu" for the torch work).
 set -uo pipefail
@@ -49,6 +49,8 @@ mkdir -p "$W"
 CHUNKS=${CHUNKS:-8}
 REPS=${REPS:-3}
 CALIB=${CALIB:-8x512}
+NPP=${NPP:-512}
+NGEN=${NGEN:-128}
 ROWS=${ROWS:-f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3}
 DEV_ONE=${DEV_ONE:-CUDA0}
 DEV_TWO=${DEV_TWO:-CUDA0,CUDA1}
@@ -229,7 +231,7 @@ run_bench() {  # row mode: llama-bench pp512 / tg128 into PP / TG ("avg ± sd") 
     f=$(row_file "$row")
     log=$out/bench-$row-$mode.log
     # shellcheck disable=SC2046
-    env $(row_bench_env "$row") timeout 300 "$BIN/llama-bench" -m "$f" -ngl 99 -p 512 -n 128 -r "$REPS" -o json \
+    env $(row_bench_env "$row") timeout 300 "$BIN/llama-bench" -m "$f" -ngl 99 -p "$NPP" -n "$NGEN" -r "$REPS" -o json \
         "${TOOL_ARGS[@]}" $(mode_bench_args "$mode") $(row_bench_args "$row") > "$log.json" 2> "$log"
     local rc=$? r
     r=$("$PY" -c "
@@ -273,7 +275,7 @@ if has ppl || has bench; then
       echo
       echo "SmolLM2-135M-Instruct (HF folder dequantized from the smollm2 asset), files by our converter ($CALIB calibration"
       echo "tokens of $(basename "${TRAIN:-?}") where a method calibrates). PPL: llama-perplexity -c 512 --chunks $CHUNKS -b 512"
-      echo "-ngl 99 on $(basename "${TEST:-?}"); delta against the same row on one GPU. Speed: llama-bench -ngl 99 -p 512 -n 128"
+      echo "-ngl 99 on $(basename "${TEST:-?}"); delta against the same row on one GPU. Speed: llama-bench -ngl 99 -p $NPP -n $NGEN"
       echo "-r $REPS, t/s ± stddev. Modes: one GPU (-dev $DEV_ONE), -sm layer / -sm tensor over -dev $DEV_TWO."
       echo
       echo "| file | mode | PPL | PPL one GPU | delta | tg t/s | pp t/s |"
