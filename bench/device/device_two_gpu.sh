@@ -34,7 +34,8 @@
 #   (8x512: samples x tokens), ROWS (default every row: f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3),
 #   PYTHON (the converter's python, default the device's torch venv). A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an
 #   installed build of ours), DEV_ONE / DEV_TWO (default CUDA0 / CUDA0,CUDA1: e.g. RPC0 / RPC0,RPC1) and
-#   TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,127.0.0.1:50053"), CAL_DEVICES ("cpu cpu" for the torch work).
+#   TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,127.0.0.1:50053"), CAL_DEVICES (the torch work's two devices,
+#   default "cuda:0 cuda:1"; "cpu" there).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 top=${1:?usage: device_two_gpu.sh OUT}
@@ -55,7 +56,6 @@ ROWS=${ROWS:-f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3}
 DEV_ONE=${DEV_ONE:-CUDA0}
 DEV_TWO=${DEV_TWO:-CUDA0,CUDA1}
 read -ra TOOL_ARGS <<< "${TOOL_ARGS:-}"
-read -ra CAL_DEV <<< "${CAL_DEVICES:-cuda:0 cuda:1}"
 HF=${HF:-/tmp/assets/smollm2-hf}
 first_file() { local f; for f in "$@"; do [ -n "$f" ] && [ -f "$f" ] && { echo "$f"; return; }; done; }
 TEST=${TEST:-$(first_file /tmp/assets/wiki.test.txt .device/wiki.test.txt)}
@@ -69,13 +69,17 @@ if [ "${NO_BUILD:-0}" = 1 ]; then  # a dry run on an existing build of ours
     BIN=$P/bin
     export PYTHONPATH=$PWD/python GGML_EXT_PREFIX=$P LD_LIBRARY_PATH=$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
-    if [ ! -f "$B/build.ninja" ] && [ -z "${GGML_EXT_LLAMA_CPP_SRC:-}" ]; then
+    if [ -z "${GGML_EXT_LLAMA_CPP_SRC:-}" ]; then  # cmake reads it when it configures, ninja's reruns included
         if [ -z "${SRC:-}" ]; then
             SRC=/tmp/src/llama.cpp-0c1e57098
-            [ -d "$SRC" ] || { mkdir -p /tmp/src && tar -xJf .device/llama.cpp-src.tar.xz -C /tmp/src; } ||
-                say "no pinned llama.cpp source (.device/llama.cpp-src.tar.xz, or SRC): the build fetches it"
+            [ -d "$SRC" ] || [ ! -f .device/llama.cpp-src.tar.xz ] ||
+                { mkdir -p /tmp/src && tar -xJf .device/llama.cpp-src.tar.xz -C /tmp/src; }
         fi
-        export GGML_EXT_LLAMA_CPP_SRC=$SRC
+        if [ -d "$SRC" ]; then
+            export GGML_EXT_LLAMA_CPP_SRC=$SRC
+        else
+            say "no pinned llama.cpp source (SRC, or .device/llama.cpp-src.tar.xz): the build fetches it"
+        fi
     fi
     if has build || [ ! -x "$B/install/ggml_ext/bin/llama-perplexity" ]; then
         device_build_cuda  # exits on a failed build: no step below can run without it
@@ -92,6 +96,9 @@ two_ok=1
 for d in ${DEV_TWO//,/ }; do
     grep -qE "^\s*$d:" <<< "$devices" || two_ok=0
 done
+# the converters' torch work: split over both GPUs where there are two
+read -ra CAL_DEV <<< "${CAL_DEVICES:-$([ "$two_ok" = 1 ] && echo cuda:0 cuda:1 || echo cuda:0)}"
+[ "${#CAL_DEV[@]}" -ge 2 ] || CAL_DEV+=("${CAL_DEV[0]}")
 [ "$two_ok" = 1 ] || say "this build lists no $DEV_TWO (devices: $(grep -E '^\s+\S+:' <<< "$devices" | tr -s ' ' | tr '\n' ';')): the two-device rows are skipped"
 
 # ---- assets ----
@@ -120,7 +127,7 @@ conv() {  # name file args...: our converter (or `calibrate kv` when the first a
         say "$name: FAILED (rc=$rc) | $(grep -vE '^\s*$' "$out/convert-$name.log" | tail -3 | tr '\n' '|')"
         return 1
     fi
-    say "$name: $(( $(date +%s) - t0 )) s, $(( $(stat -c %s "$f") / 1048576 )) MiB"
+    say "$name: $(( $(date +%s) - t0 )) s, $(numfmt --to=iec-i --suffix=B "$(stat -c %s "$f")")"
 }
 if has files; then
     if [ ! -f "$HF/config.json" ] || [ -z "$TRAIN" ]; then
@@ -134,11 +141,11 @@ if has files; then
         conv iq4_nl_8_8 "$W/iq4_nl_8_8.gguf" --type iq4_nl_8_8 &
         { conv cb2 "$W/cb2.gguf" --type cb2 "${cal[@]}" --device "${CAL_DEV[0]}"
           conv apq "$W/apq.gguf" --method anyprec --bits 3-8 "${cal[@]}" --device "${CAL_DEV[0]}"; } &
-        { conv cb3 "$W/cb3.gguf" --type cb3 "${cal[@]}" --device "${CAL_DEV[1]:-${CAL_DEV[0]}}"
+        { conv cb3 "$W/cb3.gguf" --type cb3 "${cal[@]}" --device "${CAL_DEV[1]}"
           conv kv "$W/kv.kvq.gguf" kv --text "$TRAIN" --samples "${CALIB%x*}" --seq-len "${CALIB#*x}" --bits 3,4 \
-              --device "${CAL_DEV[1]:-${CAL_DEV[0]}}"; } &
+              --device "${CAL_DEV[1]}"; } &
         wait
-        say "files: $(( $(date +%s) - t0 )) s | $(find "$W" -maxdepth 1 -name '*.gguf' -printf '%f %s\n' | sort | awk '{printf "%s %.0f MiB; ", $1, $2/1048576}')"
+        say "files: $(( $(date +%s) - t0 )) s | $(find "$W" -maxdepth 1 -name '*.gguf' -printf '%f %s\n' | sort | numfmt --field=2 --to=iec-i --suffix=B | tr -s ' ' | tr '\n' ';')"
     fi
 fi
 
@@ -183,10 +190,12 @@ mode_ppl_args() {
 mode_bench_args() { mode_ppl_args "$1" | sed 's|,|/|g'; }  # llama-bench separates one run's devices by '/'
 mode_label() { case $1 in one) echo "one GPU ($DEV_ONE)" ;; *) echo "-sm $1 ($DEV_TWO)" ;; esac; }
 
-# the reason a tool stopped: its refusal or error line (markdown-safe)
+# the reason a tool stopped: its refusal or error line, without the log's time, level and function prefixes
+# (markdown-safe)
 why() {
     { grep -m1 -E "cut across devices|cannot|refus" "$1" || grep -m1 -iE "error|failed|abort" "$1" || tail -1 "$1"; } |
-        sed -E 's/^[a-z_]+: *//; s/\|/\\|/g' | cut -c1-220
+        sed -E 's/^[0-9.]+ [A-Z] //; s/^([a-z_]+: *)+//; s/^(error loading model|failed to initialize the context): //;
+            s/\|/\\|/g' | cut -c1-"${2:-300}"
 }
 
 declare -A PPL=() PPLERR=() STATE=()
@@ -221,7 +230,7 @@ run_ppl() {  # row mode: llama-perplexity; PPL[row-mode] or STATE[row-mode] = "r
     else
         STATE[$row-$mode]="FAILED (rc=$rc): $(why "$log")"
     fi
-    say "ppl $row $mode: ${PPL[$row-$mode]:-} ${STATE[$row-$mode]:-} | $(grep -oE '[A-Za-z0-9_(),]+ model buffer size = *[0-9.]+ MiB' "$log" |
+    say "ppl $row $mode: ${PPL[$row-$mode]:-} ${STATE[$row-$mode]:-} | $(grep -oE '\S+ +model buffer size = *[0-9.]+ MiB' "$log" |
         tr -s ' ' | tr '\n' ';')"
 }
 
@@ -244,7 +253,7 @@ for x in json.load(open(sys.argv[1])):
 print(pp + '|' + tg)" "$log.json" 2>/dev/null)
     PP[$row-$mode]=${r%%|*}
     TG[$row-$mode]=${r##*|}
-    [ -n "$r" ] || { PP[$row-$mode]="FAILED (rc=$rc): $(why "$log")"; TG[$row-$mode]=FAILED; }
+    [ -n "$r" ] || { PP[$row-$mode]="FAILED (rc=$rc): $(why "$log" 120)"; TG[$row-$mode]=FAILED; }
     say "bench $row $mode: pp ${PP[$row-$mode]} | tg ${TG[$row-$mode]}"
 }
 
