@@ -54,13 +54,6 @@ def wiki_test(request) -> Path:
     return assets.path("wiki-test")
 
 
-@pytest.fixture(scope="session")
-def wiki_train(request) -> Path:
-    if request.config.getoption("--wiki-train"):
-        return Path(request.config.getoption("--wiki-train")).absolute()
-    from ggml_ext import assets
-    return assets.path("wiki-train")
-
 
 @pytest.fixture(scope="session")
 def tool_env() -> dict[str, str]:

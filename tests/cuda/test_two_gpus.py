@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -49,31 +50,50 @@ def two_gpus() -> None:
                     "(a GGML_EXT_CUDA=ON build on a machine with two NVIDIA GPUs)")
 
 
-def _hf():
+def _asset(find, name: str, option: str) -> Path:
+    """find(): the asset's path (or the file `option` gave); skips when it is not there."""
     from ggml_ext.assets import AssetError
     try:
-        return cs.default_hf()
+        return find()
     except AssetError as e:
-        pytest.skip(f"no default model: {e} (or pass --default-hf DIR)")
+        pytest.skip(f"no {name}: {e} (or pass {option})")
 
 
 @pytest.fixture(scope="module")
-def work(two_gpus, tmp_path_factory):
+def hf(two_gpus) -> Path:
+    return _asset(cs.default_hf, "default model", "--default-hf DIR")
+
+
+@pytest.fixture(scope="module")
+def text(two_gpus, request) -> Path:
+    return _asset(lambda: request.getfixturevalue("wiki_test"), "perplexity text", "--wiki-test FILE")
+
+
+@pytest.fixture(scope="module")
+def train(two_gpus, request) -> Path:
+    from ggml_ext import assets
+    if request.config.getoption("--wiki-train"):
+        return Path(request.config.getoption("--wiki-train")).absolute()
+    return _asset(lambda: assets.path("wiki-train"), "calibration text", "--wiki-train FILE")
+
+
+@pytest.fixture(scope="module")
+def work(two_gpus, tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("two-gpus")
 
 
 @pytest.fixture(scope="module")
-def q4_0_8_8(work):
+def q4_0_8_8(work, hf):
     from ggml_ext.converters import convert
     path = work / "q4_0_8_8.gguf"
-    convert(_hf(), path, "q4_0_8_8")
+    convert(hf, path, "q4_0_8_8")
     return path
 
 
 @pytest.fixture(scope="module")
-def weight_files(work, q4_0_8_8, wiki_train):
-    """name -> file, each made on first use: q4_0_8_8, q4_0_4_4 (repacked from it), cb2 (importance from 4 x 128
-    calibration tokens)."""
+def weight_files(work, hf, q4_0_8_8, train):
+    """name -> file, each made on first use: q4_0_8_8, q4_0_4_4 (the same values repacked), cb2 (importance from
+    4 x 128 calibration tokens)."""
     from ggml_ext import repack
     from ggml_ext.converters import convert
     made = {"q4_0_8_8": q4_0_8_8}
@@ -81,10 +101,12 @@ def weight_files(work, q4_0_8_8, wiki_train):
     def get(name):
         if name not in made:
             path = work / f"{name}.gguf"
-            if name == "q4_0_4_4":
-                repack.repack(q4_0_8_8, path, "4x4")
+            if name == "q4_0_4_4":  # layouts are made from plain Q4_0: back to it, then 4x4
+                plain = work / "q4_0.gguf"
+                assert repack.repack(q4_0_8_8, plain, "q4_0").converted
+                assert repack.repack(plain, path, "4x4").converted
             elif name == "cb2":
-                convert(_hf(), path, "cb2", calib=wiki_train, calib_samples=4, calib_seq_len=128,
+                convert(hf, path, "cb2", calib=train, calib_samples=4, calib_seq_len=128,
                         calib_progress=False, warn=lambda w: None)
             made[name] = path
         return made[name]
@@ -92,20 +114,20 @@ def weight_files(work, q4_0_8_8, wiki_train):
 
 
 @pytest.fixture(scope="module")
-def apq_file(work):
+def apq_file(work, hf):
     """The default model as one any-precision file serving 3..8 bits (unweighted k-means: no calibration pass)."""
     from ggml_ext.converters import convert
     path = work / "apq-3-8.gguf"
-    convert(_hf(), path, method="anyprec", method_options={"fisher": False, "bits": "3-8"})
+    convert(hf, path, method="anyprec", method_options={"fisher": False, "bits": "3-8"})
     return path
 
 
 @pytest.fixture(scope="module")
-def kv_calib(work, wiki_train):
+def kv_calib(work, hf, train):
     """A KV calibration with nuq3 and nuq4 tables (1 x 64 tokens)."""
     from ggml_ext.kvquant import calibrate
     path = work / "kv.kvq.gguf"
-    calibrate(_hf(), str(wiki_train), n_samples=1, seq_len=64, bits=(3, 4), progress=False).save(path, force=True)
+    calibrate(hf, str(train), n_samples=1, seq_len=64, bits=(3, 4), progress=False).save(path, force=True)
     return path
 
 
@@ -142,45 +164,45 @@ def _close(got, want, rel, what):
 
 
 @pytest.mark.parametrize("name,tensor_type", [("q4_0_8_8", "Q4_0_8_8"), ("q4_0_4_4", "Q4_0_4_4"), ("cb2", "CB2")])
-def test_weights_by_layer_and_by_tensor_give_one_gpus_perplexity(weight_files, wiki_test, name, tensor_type):
+def test_weights_by_layer_and_by_tensor_give_one_gpus_perplexity(text, weight_files, name, tensor_type):
     from ggml_ext.gguf import read_gguf
     path = weight_files(name)
     assert read_gguf(path).tensor("blk.0.ffn_down.weight").type_name == tensor_type
-    one = _ppl(path, wiki_test, "one")
-    layer = _ppl(path, wiki_test, "layer")
+    one = _ppl(path, text, "one")
+    layer = _ppl(path, text, "layer")
     _both_gpus_hold_layers(layer)
     _close(layer, one, LAYER_REL, (name, "layer"))
-    tensor = _ppl(path, wiki_test, "tensor")
+    tensor = _ppl(path, text, "tensor")
     _cut_over_both_gpus(tensor)
     _close(tensor, one, TENSOR_REL, (name, "tensor"))
     print(f"{name}: one GPU {one.ppl:.4f}, -sm layer {layer.ppl:.4f}, -sm tensor {tensor.ppl:.4f}")
 
 
-def test_apq_by_layer_at_two_precisions_gives_one_gpus_perplexity_and_by_tensor_is_refused(apq_file, wiki_test):
+def test_apq_by_layer_at_two_precisions_gives_one_gpus_perplexity_and_by_tensor_is_refused(text, apq_file):
     got = {}
     for bits in (4, 8):
-        one = _ppl(apq_file, wiki_test, "one", apq_bits=bits)
-        layer = _ppl(apq_file, wiki_test, "layer", apq_bits=bits)
+        one = _ppl(apq_file, text, "one", apq_bits=bits)
+        layer = _ppl(apq_file, text, "layer", apq_bits=bits)
         _both_gpus_hold_layers(layer)
         _close(layer, one, LAYER_REL, ("apq", bits))
         got[bits] = one.ppl, layer.ppl
     # the precision reached the weights on both devices: 4 bits is not the 8-bit model
     assert got[4][1] != got[8][1] and got[4][0] != got[8][0], got
-    msg = _refused(apq_file, wiki_test, "tensor", "--apq-bits", "4", says="split mode \"tensor\" cannot")
+    msg = _refused(apq_file, text, "tensor", "--apq-bits", "4", says="split mode \"tensor\" cannot")
     assert "any-precision (APQ)" in msg and "--split-mode layer" in msg, msg[-3000:]
     print(f"apq (one GPU, -sm layer): 4 bits {got[4]}, 8 bits {got[8]}")
 
 
 @pytest.mark.parametrize("cache", ["nuq4", "nuq3"])
-def test_nuq_caches_by_layer_give_one_gpus_perplexity_and_by_tensor_are_refused(q4_0_8_8, kv_calib, wiki_test, cache):
+def test_nuq_caches_by_layer_give_one_gpus_perplexity_and_by_tensor_are_refused(text, kv_calib, q4_0_8_8, cache):
     kv = ["-ctk", cache, "-ctv", cache, "--kv-calib", str(kv_calib), "-fa", "on"]
-    one = _ppl(q4_0_8_8, wiki_test, "one", *kv)
-    layer = _ppl(q4_0_8_8, wiki_test, "layer", *kv)
+    one = _ppl(q4_0_8_8, text, "one", *kv)
+    layer = _ppl(q4_0_8_8, text, "layer", *kv)
     _both_gpus_hold_layers(layer)
     _close(layer, one, LAYER_REL, (cache, "layer"))
     # the quantized cache really ran on both: the f16 cache's perplexity is another
-    f16 = _ppl(q4_0_8_8, wiki_test, "layer", "-fa", "on")
+    f16 = _ppl(q4_0_8_8, text, "layer", "-fa", "on")
     assert f16.ppl != layer.ppl, (f16.ppl, layer.ppl)
-    msg = _refused(q4_0_8_8, wiki_test, "tensor", *kv, says="cut across devices")
+    msg = _refused(q4_0_8_8, text, "tensor", *kv, says="cut across devices")
     assert "cut across devices" in msg and "--split-mode layer" in msg, msg[-3000:]
     print(f"{cache}: one GPU {one.ppl:.4f}, -sm layer {layer.ppl:.4f} (f16 cache {f16.ppl:.4f})")
