@@ -32,10 +32,13 @@
 # wiki-train assets' files (`ggml-ext assets path wiki-test`) in .device/.
 # Environment: BUILD (/tmp/bc), WORK (files, /tmp/two-gpu), CHUNKS (8), REPS (3), NPP (512), NGEN (128), CALIB
 #   (8x512: samples x tokens), ROWS (default every row: f16 q4_0_8_8 iq4_nl_8_8 cb2 cb3 apq4 apq8 nuq4 nuq3),
-#   PYTHON (the converter's python, default the device's torch venv). A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an
-#   installed build of ours), DEV_ONE / DEV_TWO (default CUDA0 / CUDA0,CUDA1: e.g. RPC0 / RPC0,RPC1) and
-#   TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,127.0.0.1:50053"), CAL_DEVICES (the torch work's two devices,
-#   default "cuda:0 cuda:1"; "cpu" there).
+#   PYTHON (the converter's python, default the device's torch venv).
+# device_assets.py needs the gguf package on the device (carry its wheel: that script's header).
+# A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an installed build of ours), DEV_ONE /
+#   DEV_TWO (default CUDA0 / CUDA0,CUDA1: e.g. RPC0 / RPC0,RPC1), TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,
+#   127.0.0.1:50053" without the space) and CAL_DEVICES (the torch work's two devices, default "cuda:0 cuda:1";
+#   "cpu" there). Give it rpc-servers started for it: the pinned rpc-server, once it has run a larger -sm tensor
+#   graph for one client, computes NaN for a later client's smaller one (pristine upstream's server too).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 top=${1:?usage: device_two_gpu.sh OUT}
