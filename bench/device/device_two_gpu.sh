@@ -37,8 +37,9 @@
 # A dry run of the script on a machine without GPUs: NO_BUILD=1 P=PREFIX (an installed build of ours), DEV_ONE /
 #   DEV_TWO (default CUDA0 / CUDA0,CUDA1: e.g. RPC0 / RPC0,RPC1), TOOL_ARGS (e.g. "--rpc 127.0.0.1:50052,
 #   127.0.0.1:50053" without the space) and CAL_DEVICES (the torch work's two devices, default "cuda:0 cuda:1";
-#   "cpu" there). Give it rpc-servers started for it: the pinned rpc-server, once it has run a larger -sm tensor
-#   graph for one client, computes NaN for a later client's smaller one (pristine upstream's server too).
+#   "cpu" there). Give it rpc-servers started for it: the pinned rpc-server, after serving earlier clients, can
+#   compute NaN for a later -sm tensor client (seen after a larger batch, and after -dev RPC0 then -sm layer runs;
+#   pristine upstream's server too).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 top=${1:?usage: device_two_gpu.sh OUT}
