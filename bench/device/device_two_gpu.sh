@@ -67,6 +67,14 @@ TRAIN=${TRAIN:-$(first_file /tmp/assets/wiki.train.txt .device/wiki.train.txt "$
 [ -n "$TEST" ] && TEST=$(realpath "$TEST")
 [ -n "$TRAIN" ] && TRAIN=$(realpath "$TRAIN")
 
+# ---- assets (before the build, which sets PYTHONPATH: device_assets.py imports the gguf package from the
+# caller's, e.g. carried wheels unpacked into /tmp/site) ----
+if [ ! -f "$HF/config.json" ] && [ "$HF" = /tmp/assets/smollm2-hf ] && has files; then
+    "$PY" bench/device/device_assets.py /tmp/assets .device > "$out/assets.log" 2>&1
+    say "device_assets.py: rc=$? | $(tail -3 "$out/assets.log" | tr '\n' '|')"
+fi
+say "assets: HF ${HF} ($([ -f "$HF/config.json" ] && echo present || echo MISSING)), TEST ${TEST:-MISSING}, TRAIN ${TRAIN:-MISSING}"
+
 # ---- build ----
 if [ "${NO_BUILD:-0}" = 1 ]; then  # a dry run on an existing build of ours
     : "${P:?NO_BUILD=1 needs P=our prefix (holding bin/, lib/)}"
@@ -104,13 +112,6 @@ done
 read -ra CAL_DEV <<< "${CAL_DEVICES:-$([ "$two_ok" = 1 ] && echo cuda:0 cuda:1 || echo cuda:0)}"
 [ "${#CAL_DEV[@]}" -ge 2 ] || CAL_DEV+=("${CAL_DEV[0]}")
 [ "$two_ok" = 1 ] || say "this build lists no $DEV_TWO (devices: $(grep -E '^\s+\S+:' <<< "$devices" | tr -s ' ' | tr '\n' ';')): the two-device rows are skipped"
-
-# ---- assets ----
-if [ ! -f "$HF/config.json" ] && [ "$HF" = /tmp/assets/smollm2-hf ] && has files; then
-    "$PY" bench/device/device_assets.py /tmp/assets .device > "$out/assets.log" 2>&1
-    say "device_assets.py: rc=$? | $(tail -3 "$out/assets.log" | tr '\n' '|')"
-fi
-say "assets: HF ${HF} ($([ -f "$HF/config.json" ] && echo present || echo MISSING)), TEST ${TEST:-MISSING}, TRAIN ${TRAIN:-MISSING}"
 
 # ---- files ----
 cli() { "$PY" -c 'import sys; from ggml_ext.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
