@@ -98,7 +98,7 @@ test: install ## install everything and run the test suite
 
 # ggml-ext's ops on CUDA against the CPU: needs a GGML_EXT_CUDA=ON build and an NVIDIA GPU; GGML_EXT_PREFIX
 # picks the build (default: the one installed in .venv). docs/DEVELOPING.md, "CUDA code".
-test-cuda: ## our CUDA kernels against the CPU (a GGML_EXT_CUDA=ON build and an NVIDIA GPU)
+test-cuda: ## our CUDA kernels against the CPU (a GGML_EXT_CUDA=ON build and an NVIDIA GPU; with two, every format over both)
 	PYTHON=$(PY) bash scripts/test_cuda.sh
 
 upstream: venv ## the pristine pinned llama.cpp (no patches), the baseline of every comparison

@@ -10,11 +10,21 @@
 # KVQuant cache types NUQ4 / NUQ3 / NUQ2 in VRAM (patch 0421): SET_ROWS bytes, CPY / GET_ROWS values bit for bit
 # against the CPU with and without outlier slots and the sink, flash attention with a NUQ V; tests/c/test_kvattn_cuda.cpp:
 # the KVQuant decode op's three nodes on the GPU (kvquant_attn_cuda.cu) within NMSE 1e-6 of the CPU op on the same caches.
-# Usage: scripts/test_cuda.sh [PREFIX]   PREFIX holds lib/ and include/ of the build (default:
-# $GGML_EXT_PREFIX, else the installed ggml_ext package's). Fails when there is no GPU.
+# With two CUDA devices or more in the build's ggml registry, also tests/cuda/test_two_gpus.py (pytest, PYTHON):
+# the default model's files over two GPUs (-sm layer / -sm tensor) against one GPU (interleaved, CB2, APQ at two
+# precisions, NUQ caches), and the refusals of APQ weights and NUQ caches under -sm tensor.
+# Usage: scripts/test_cuda.sh [PREFIX] [PYTEST_OPTION...]   PREFIX holds bin/, lib/ and include/ of the build
+# (default: $GGML_EXT_PREFIX, else the installed ggml_ext package's); PYTEST_OPTIONs go to the two-GPU tests, e.g.
+# --default-hf DIR --wiki-test FILE --wiki-train FILE where ggml-ext's asset store is not (tests/conftest.py).
+# Fails when there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-prefix=${1:-${GGML_EXT_PREFIX:-$("${PYTHON:-python3}" -c 'from ggml_ext import _locate; print(_locate.prefix())')}}
+prefix=
+if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
+    prefix=$1
+    shift
+fi
+prefix=${prefix:-${GGML_EXT_PREFIX:-$("${PYTHON:-python3}" -c 'from ggml_ext import _locate; print(_locate.prefix())')}}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
@@ -29,4 +39,14 @@ for prog in test_ext_ops test_types_backends test_kvquant_cuda test_kvattn_cuda;
     fi
     [ "$rc" -eq 0 ] || status=$rc
 done
+n_cuda=$(LD_LIBRARY_PATH="$prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$prefix/bin/llama-perplexity" --list-devices 2>&1 |
+    grep -cE '^\s*CUDA[0-9]+:' || true)
+if [ "$n_cuda" -ge 2 ]; then
+    echo "test-cuda: $n_cuda CUDA devices: tests/cuda/test_two_gpus.py"
+    rc=0
+    GGML_EXT_PREFIX=$prefix "${PYTHON:-python3}" -m pytest -q -rs -p no:cacheprovider tests/cuda/test_two_gpus.py "$@" || rc=$?
+    [ "$rc" -eq 0 ] || { echo "test-cuda: the two-GPU checks failed (pytest exit $rc)" >&2; status=$rc; }
+else
+    echo "test-cuda: $n_cuda CUDA device(s) in the registry: the two-GPU checks need two"
+fi
 exit "$status"

@@ -24,6 +24,21 @@ except ImportError:  # pragma: no cover - only when running without `make instal
     sys.path.insert(0, str(REPO / "python"))
 
 
+def pytest_addoption(parser):
+    """Where ggml-ext's asset store is not (the lent GPU machine, which reaches no PyPI), the default model's
+    HF folder and the texts are given as files (scripts/test_cuda.sh passes them on)."""
+    g = parser.getgroup("ggml-ext assets", "the default model and texts as files, instead of the asset store")
+    g.addoption("--default-hf", metavar="DIR", help="the default model's HF folder (instead of the smollm2-hf asset)")
+    g.addoption("--wiki-test", metavar="FILE", help="the perplexity text (instead of the wiki-test asset)")
+    g.addoption("--wiki-train", metavar="FILE", help="the calibration text (instead of the wiki-train asset)")
+
+
+def pytest_configure(config):
+    if config.getoption("--default-hf"):
+        import convert_support
+        convert_support.DEFAULT_HF = Path(config.getoption("--default-hf")).absolute()
+
+
 @pytest.fixture(scope="session")
 def default_gguf() -> Path:
     """SmolLM2-135M-Instruct (Q4_1 blocks, Q8_0 embedding), the project's default model."""
@@ -32,9 +47,12 @@ def default_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
-def wiki_test() -> Path:
+def wiki_test(request) -> Path:
+    if request.config.getoption("--wiki-test"):
+        return Path(request.config.getoption("--wiki-test")).absolute()
     from ggml_ext import assets
     return assets.path("wiki-test")
+
 
 
 @pytest.fixture(scope="session")

@@ -217,7 +217,12 @@ def cached(key, build):
     return _CACHE[key]
 
 
+DEFAULT_HF: Path | None = None  # pytest's --default-hf (conftest.py): the folder, where the asset store is not
+
+
 def default_hf() -> Path:
+    if DEFAULT_HF is not None:
+        return DEFAULT_HF
     from ggml_ext import assets
     return assets.path("smollm2-hf")
 
