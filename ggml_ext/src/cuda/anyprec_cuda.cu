@@ -18,6 +18,7 @@
 //     (b-1-k), OR-ed over the b planes, holds 8 codes of b <= 4 bits (two per byte: weights 4m+i and
 //     16+4m+i), and with mask 0x01010101 4 codes of up to 8 bits.
 #include "anyprec_cuda.h"
+#include "anyprec_decode.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -52,17 +53,6 @@ template <int B> static __device__ __forceinline__ void rl_load(uint4 (&v)[B], c
 
 static __device__ __forceinline__ uint32_t rl_word(const uint4 & v, int t) {
     return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
-}
-
-// codes of the b planes' words w: mask 0x11111111 gives 8 codes of <= 4 bits (byte i: weight 4m+i in the low
-// nibble, 16+4m+i in the high one), mask 0x01010101 4 codes (byte i: weight 4m+i)
-template <int B> static __device__ __forceinline__ uint32_t rl_codes(const uint32_t (&w)[B], int m, uint32_t mask) {
-    uint32_t o = 0;
-#pragma unroll
-    for (int kk = 0; kk < B; kk++) {
-        o |= ((w[kk] >> m) & mask) << (B - 1 - kk);
-    }
-    return o;
 }
 
 // The 32 rows' tables of row group r0 as float in shared memory, lane-transposed: ts[e * 32 + l] =
@@ -311,9 +301,11 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 // by loads in flight (docs/RESULTS.md, "Any-precision GEMV, L2-cold and back to back"), so:
 //   * b <= 3: the row's 8 fp16 centroids live in 4 REGISTERS of its lane (low bytes of entries 0-3 / 4-7,
 //     high bytes of entries 0-3 / 4-7); the 4-bit-lane codes are byte-permute selectors, so one PRMT looks
-//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2: no shared
-//     memory per lookup at all (x only), ~4 instructions per weight (2 of them the fp16->fp32 conversion
-//     and the FFMA), nothing to stage or merge per row group (one 16-byte load per lane);
+//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2, which are the
+//     B fragment of one tensor-core MMA (anyprec_decode.cuh): the MMA, fed x split into two fp16 parts staged
+//     once per block in the A fragment's order, does the 4 weights' products and sums in f32, so a weight
+//     costs ~2.4 instructions (code bits, one PRMT, a quarter of an MMA and of an x load) instead of ~4 with
+//     half -> float conversions and FFMAs; nothing to stage or merge per row group (one 16-byte load per lane);
 //   * b >= 4: singles, float, lane-transposed in shared memory, the lookup address made by ONE PRMT from
 //     the byte code (entry e of lane l at byte e * 256 + l * 4: the code byte is the address's second byte,
 //     the lane's offset its first); the other 128 bytes of each 256 hold a second buffer, so the next row
@@ -327,8 +319,13 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 //     is loaded at the start of a group and converted at its end, so its latency hides behind the group;
 //   * 16 warps per block where the row groups are fewer than the SMs (4096-row matrices) or the table is
 //     large (b >= 7), 8 otherwise; MB blocks per SM in the launch bounds (token_bits says which).
-static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
-    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
+// d += A b for one m16n8k16 MMA (f16 inputs, f32 accumulation): a the A fragment (4 registers of fp16 pairs),
+// b0, b1 the B fragment (anyprec_decode.cuh says what they hold here)
+static __device__ __forceinline__ void apq_mma(float (&d)[4], const uint4 & a, uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
 }
 
 // the matrix: its row-lane planes, precision b's tables (offset applied), y, rows, plane stride (uint4), row groups
@@ -351,7 +348,7 @@ static __global__ void __launch_bounds__(32 * W, MB)
     extern __shared__ float4 smem4[];
     char *         smc   = (char *) smem4;
     float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
-    float *        xs    = red + 2 * W * 32;          // x, k floats
+    float *        xs    = red + 2 * W * 32;          // x, k floats (b <= 3: k / 4 A fragments, apq_x_frag)
     const int      lane  = threadIdx.x & 31;
     const int      warp  = threadIdx.x >> 5;
     const int64_t  G     = ms.G;
@@ -438,27 +435,36 @@ static __global__ void __launch_bounds__(32 * W, MB)
             }
         }
     };
-    // b <= 3: low bytes of entries 0-3 / 4-7, high bytes of entries 0-3 / 4-7
-    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
-    auto     set_regs = [&](const uint4 v) {
-        tl0 = __byte_perm(v.x, v.y, 0x6420);
-        th0 = __byte_perm(v.x, v.y, 0x7531);
-        tl1 = __byte_perm(v.z, v.w, 0x6420);
-        th1 = __byte_perm(v.z, v.w, 0x7531);
-    };
-    uint4 raw[NR];
+    // b <= 3: the lane's row table as byte planes for the permutes
+    apq_reg_table tb       = { 0, 0, 0, 0 };
+    auto          set_regs = [&](const uint4 v) { tb = apq_reg_table_of(v.x, v.y, v.z, v.w); };
+    uint4         raw[NR];
     if constexpr (REG) {
         set_regs(raw_row(g));
     } else {
         raw_block(g, raw);
         store_block(raw, 0);
     }
-    for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
-        ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+    if constexpr (REG) {  // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17
+        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+            const int64_t j  = 128 * (i >> 5) + apq_x_frag_j0((int) (i & 31));
+            const float2  lo = __ldg((const float2 *) (x + j));
+            const float2  hi = __ldg((const float2 *) (x + j + 16));
+            ((uint4 *) xs)[i] = apq_x_frag(lo.x, lo.y, hi.x, hi.y);
+        }
+    } else {
+        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+            ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
+        }
     }
     __syncthreads();
 
     float a0 = 0.0f, a1 = 0.0f;
+    // b <= 3: two accumulators (the MMAs of even / odd hh), and the A fragments, zero on the lanes that carry no x
+    // (only the diagonal lanes load them)
+    float      acc[2][4] = {};
+    uint4      xa[2]     = { make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0) };
+    const bool diag      = apq_diag_lane(lane);
     for (int it = 0; g < G; g += gstep, it++) {
         const int64_t gn = g + gstep;
         uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
@@ -488,24 +494,21 @@ static __global__ void __launch_bounds__(32 * W, MB)
                     }
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
-                        const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
                         if constexpr (REG) {
                             // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
                             const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
 #pragma unroll
                             for (int hh = 0; hh < 2; hh++) {
-                                const uint32_t s  = hh ? o >> 16 : o;
-                                const uint32_t L  = __byte_perm(tl0, tl1, s);
-                                const uint32_t H  = __byte_perm(th0, th1, s);
-                                const float2   f0 = apq_h2f2(__byte_perm(L, H, 0x5140));  // 4m+2hh, 16+4m+2hh
-                                const float2   f1 = apq_h2f2(__byte_perm(L, H, 0x7362));  // 4m+2hh+1, 16+..
-                                a0 = fmaf(f0.x, hh ? xl.z : xl.x, a0);
-                                a1 = fmaf(f0.y, hh ? xh.z : xh.x, a1);
-                                a0 = fmaf(f1.x, hh ? xl.w : xl.y, a0);
-                                a1 = fmaf(f1.y, hh ? xh.w : xh.y, a1);
+                                uint32_t b0, b1;
+                                apq_b_frag(hh ? o >> 16 : o, tb, b0, b1);
+                                if (diag) {
+                                    xa[hh] = ((const uint4 *) xq)[8 * t + 2 * m + hh];
+                                }
+                                apq_mma(acc[hh], xa[hh], b0, b1);
                             }
                         } else {
+                            const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
+                            const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
                             uint32_t lo, hi;  // byte i: code of weight 4m+i / 16+4m+i
                             rl_codes_nib<B>(w, m, lo, hi);
 #define APQ_TOKEN_LK(c, i) (*(const float *) (smc + __byte_perm((c), lreg, 0x5504 | ((i) << 4))))
@@ -534,6 +537,19 @@ static __global__ void __launch_bounds__(32 * W, MB)
             store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
         } else {
             set_regs(rraw);  // this warp is done with the current group's tables
+        }
+        if constexpr (REG) {  // lane l's row sum sits in lane apq_acc_source(l)'s accumulators
+            int         half;
+            const int   src = apq_acc_source(lane, half);
+            const float s0  = (acc[0][0] + acc[0][2]) + (acc[1][0] + acc[1][2]);
+            const float s1  = (acc[0][1] + acc[0][3]) + (acc[1][1] + acc[1][3]);
+            const float v0  = __shfl_sync(0xffffffffu, s0, src);
+            const float v1  = __shfl_sync(0xffffffffu, s1, src);
+            a0              = half ? v1 : v0;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                acc[0][i] = acc[1][i] = 0.0f;
+            }
         }
         red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
         a0 = a1 = 0.0f;
@@ -604,9 +620,9 @@ static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float
 }
 
 // D = 2 super-chunks in the ring (one in flight during a compute) and launch bounds of 3 blocks of 8 warps
-// (b <= 5) / 2 of 16 (b <= 3), i.e. at most 80 / 64 registers: more warps per SM rather than more loads in
-// flight per warp. Above those b ptxas (sm_90) would spill, so there 2 blocks of 8 warps / 1 of 16 (at most
-// 128 registers).
+// (b <= 5), i.e. at most 80 registers: more warps per SM rather than more loads in flight per warp. Above that b
+// ptxas (sm_90) would spill, so there 2 blocks of 8 warps. 16 warps run where the row groups are at most the SMs
+// (one block per SM whatever the bound) and at b >= 7: one block of 16 per SM (at most 128 registers).
 template <int B>
 static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
                                float * y, cudaStream_t st) {
@@ -619,7 +635,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
         return cudaErrorInvalidDevice;
     }
     constexpr int D    = 2;
-    constexpr int MB16 = B <= 3 ? 2 : 1;
+    constexpr int MB16 = 1;  // 16 warps: G <= SMs (one block per SM) or b >= 7 (large tables)
     constexpr int MB8  = B <= 5 ? 3 : 2;
     apq_token_set ms;
     ms.rl             = (const uint4 *) rl;

@@ -1,0 +1,178 @@
+// The one-token any-precision GEMV's tensor-core path at b <= 3 (ggml_ext/src/cuda/anyprec_decode.cuh: the row
+// table as byte planes, the B fragment from the codes by byte permutes, x split into two fp16 parts in the A
+// fragment's order, which lanes carry x, where each row's sum lands) on the host: a 32-row group's row-lane words
+// go through those very functions and rl_codes, the warp's mma.sync.m16n8k16 is emulated from PTX's fragment
+// layout (f32 sums of the exact fp16 products), and every row's sum must be within 1e-5 of sum |w x| of a
+// double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..3,
+// several row lengths, x of mixed magnitudes (tiny values whose remainder is subnormal in fp16, values in the
+// hundreds). Also checks that every weight of a super-chunk is in exactly one MMA. Host code only: built with
+// nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The kernel on a GPU against the CPU:
+// tests/c/test_ext_ops.cpp and tests/cuda/anyprec_cuda_bench.cu.
+#include "anyprec_decode.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+static int failures = 0;
+
+#define CHECK(cond, ...)                   \
+    do {                                   \
+        if (!(cond)) {                     \
+            if (failures++ < 20) {         \
+                std::printf("FAIL: ");     \
+                std::printf(__VA_ARGS__);  \
+                std::printf("\n");         \
+            }                              \
+        }                                  \
+    } while (0)
+
+static float half_bits_to_float(uint32_t h) {
+    return __half2float(__ushort_as_half((unsigned short) h));
+}
+
+// one MMA of the warp: D[16][8] += A B with A, B given by the 32 lanes' fragments (PTX ISA, mma.m16n8k16 .f16:
+// a0..a7 at rows gid (a0, a1, a4, a5) / gid + 8, columns 2 tig + (i & 1) (+ 8 for a4..a7); b0..b3 at rows
+// 2 tig + (i & 1) (+ 8 for b2, b3), column gid)
+static void emulate_mma(float (&D)[16][8], const uint4 (&a)[32], const uint32_t (&b0)[32], const uint32_t (&b1)[32]) {
+    float A[16][16] = {}, Bm[16][8] = {};
+    for (int l = 0; l < 32; l++) {
+        const int      gid = l >> 2, tig = l & 3;
+        const uint32_t ar[4] = { a[l].x, a[l].y, a[l].z, a[l].w };
+        for (int i = 0; i < 8; i++) {
+            const int row = gid + ((i >> 1) & 1) * 8;
+            const int col = 2 * tig + (i & 1) + (i >> 2) * 8;
+            A[row][col]   = half_bits_to_float((ar[i >> 1] >> (16 * (i & 1))) & 0xffff);
+        }
+        const uint32_t br[2] = { b0[l], b1[l] };
+        for (int i = 0; i < 4; i++) {
+            Bm[2 * tig + (i & 1) + (i >> 1) * 8][gid] = half_bits_to_float((br[i >> 1] >> (16 * (i & 1))) & 0xffff);
+        }
+    }
+    for (int r = 0; r < 16; r++) {
+        for (int c = 0; c < 8; c++) {
+            float s = 0.0f;  // the 16 products are exact in f32; their sum in f32
+            for (int kk = 0; kk < 16; kk++) {
+                s += A[r][kk] * Bm[kk][c];
+            }
+            D[r][c] += s;
+        }
+    }
+}
+
+template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
+    const int TB = 1 << B;
+    std::uniform_int_distribution<int>    code8(0, 255);
+    std::normal_distribution<float>       nd(0.0f, 1.0f);
+    std::uniform_int_distribution<int>    kind(0, 9);
+    std::vector<uint8_t>                  codes(32 * K);  // 8-bit parent codes, row-major
+    std::vector<uint16_t>                 tab(32 * TB);   // precision B's table of each row, fp16 bits
+    std::vector<float>                    x(K);
+    for (auto & c : codes) {
+        c = (uint8_t) code8(rng);
+    }
+    for (auto & t : tab) {
+        t = __half_as_ushort(__float2half_rn(nd(rng) * 0.05f));
+    }
+    for (auto & v : x) {
+        const int k = kind(rng);
+        v           = nd(rng) * (k == 0 ? 1e-6f : k == 1 ? 300.0f : 1.0f);
+    }
+    // the row-lane words of the B planes (plane kk = bit B-1-kk of the B-bit code): word t of chunk q of lane l,
+    // bit 8 i + m = weight 128 q + 32 t + 4 m + i
+    const int64_t         Q = K / 128;
+    std::vector<uint32_t> words((size_t) B * Q * 32 * 4, 0);  // [plane][q][lane][t]
+    for (int kk = 0; kk < B; kk++) {
+        for (int64_t q = 0; q < Q; q++) {
+            for (int l = 0; l < 32; l++) {
+                for (int t = 0; t < 4; t++) {
+                    uint32_t v = 0;
+                    for (int i = 0; i < 4; i++) {
+                        for (int m = 0; m < 8; m++) {
+                            const int code = codes[l * K + 128 * q + 32 * t + 4 * m + i] >> (8 - B);
+                            v |= (uint32_t) ((code >> (B - 1 - kk)) & 1) << (8 * i + m);
+                        }
+                    }
+                    words[((kk * Q + q) * 32 + l) * 4 + t] = v;
+                }
+            }
+        }
+    }
+    apq_reg_table tb[32];
+    for (int l = 0; l < 32; l++) {
+        uint32_t h[8] = {};
+        for (int e = 0; e < TB; e++) {
+            h[e] = tab[l * TB + e];
+        }
+        tb[l] = apq_reg_table_of(h[0] | h[1] << 16, h[2] | h[3] << 16, h[4] | h[5] << 16, h[6] | h[7] << 16);
+    }
+    float           D[2][16][8] = {};
+    std::vector<int> seen(K, 0);
+    for (int64_t q = 0; q < Q; q++) {
+        for (int t = 0; t < 4; t++) {
+            for (int m = 0; m < 4; m++) {
+                uint32_t o[32];
+                for (int l = 0; l < 32; l++) {
+                    uint32_t w[B];
+                    for (int kk = 0; kk < B; kk++) {
+                        w[kk] = words[((kk * Q + q) * 32 + l) * 4 + t];
+                    }
+                    o[l] = rl_codes<B>(w, m, 0x11111111u);
+                }
+                for (int hh = 0; hh < 2; hh++) {
+                    const int     u  = 8 * t + 2 * m + hh;
+                    const int64_t j0 = 128 * q + apq_x_frag_j0(u);
+                    for (int d : { 0, 1, 16, 17 }) {
+                        seen[j0 + d]++;
+                    }
+                    const uint4 xf = apq_x_frag(x[j0], x[j0 + 1], x[j0 + 16], x[j0 + 17]);
+                    uint4       a[32];
+                    uint32_t    b0[32], b1[32];
+                    for (int l = 0; l < 32; l++) {
+                        a[l] = apq_diag_lane(l) ? xf : make_uint4(0, 0, 0, 0);
+                        apq_b_frag(hh ? o[l] >> 16 : o[l], tb[l], b0[l], b1[l]);
+                    }
+                    emulate_mma(D[hh], a, b0, b1);
+                }
+            }
+        }
+    }
+    for (int64_t j = 0; j < K; j++) {
+        CHECK(seen[j] == 1, "b=%d K=%lld: weight %lld in %d MMAs", B, (long long) K, (long long) j, seen[j]);
+    }
+    for (int l = 0; l < 32; l++) {
+        int       half;
+        const int src = apq_acc_source(l, half);
+        // the source lane's c[half] + c[half + 2]: D[gid][2 tig + half] + D[gid + 8][2 tig + half]
+        const int gid = src >> 2, tig = src & 3;
+        float     got = 0.0f;
+        for (int hh = 0; hh < 2; hh++) {
+            got += D[hh][gid][2 * tig + half] + D[hh][gid + 8][2 * tig + half];
+        }
+        double want = 0.0, mag = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            const double w = half_bits_to_float(tab[l * TB + (codes[l * K + j] >> (8 - B))]);
+            want += w * x[j];
+            mag += std::fabs(w * x[j]);
+        }
+        CHECK(std::fabs(got - want) <= 1e-5 * mag, "b=%d K=%lld row %d: %.9g, reference %.9g (sum |w x| %.3g)", B,
+              (long long) K, l, got, want, mag);
+    }
+}
+
+int main() {
+    std::mt19937 rng(12345);
+    int          groups = 0;
+    for (int64_t K : { 128, 384, 4096, 11008 }) {
+        for (int rep = 0; rep < 2; rep++) {
+            check_group<1>(K, rng);
+            check_group<2>(K, rng);
+            check_group<3>(K, rng);
+            groups += 3;
+        }
+    }
+    std::printf("APQ tensor-core fragments: %d row groups checked\n", groups);
+    std::printf("%s: %d failures\n", failures ? "FAIL" : "OK", failures);
+    return failures ? 1 : 0;
+}
