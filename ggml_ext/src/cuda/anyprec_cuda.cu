@@ -460,10 +460,15 @@ static __global__ void __launch_bounds__(32 * W, MB)
     __syncthreads();
 
     float a0 = 0.0f, a1 = 0.0f;
-    // b <= 3: two accumulators (the MMAs of even / odd hh), and the A fragments, zero on the lanes that carry no x
-    // (only the diagonal lanes load them)
-    float      acc[2][4] = {};
-    uint4      xa[2]     = { make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0) };
+    // b <= 3: NACC accumulators (chains of 32 / NACC dependent MMAs per super-chunk), and the A fragments, zero
+    // on the lanes that carry no x (only the diagonal lanes load them)
+    constexpr int NACC = 4, NXA = 2;  // NXA A fragments in registers (more spill at 80 registers)
+    float      acc[NACC][4] = {};
+    uint4      xa[NXA];
+#pragma unroll
+    for (int i = 0; i < NXA; i++) {
+        xa[i] = make_uint4(0, 0, 0, 0);
+    }
     const bool diag      = apq_diag_lane(lane);
     for (int it = 0; g < G; g += gstep, it++) {
         const int64_t gn = g + gstep;
@@ -501,10 +506,11 @@ static __global__ void __launch_bounds__(32 * W, MB)
                             for (int hh = 0; hh < 2; hh++) {
                                 uint32_t b0, b1;
                                 apq_b_frag(hh ? o >> 16 : o, tb, b0, b1);
+                                const int u = 8 * t + 2 * m + hh;
                                 if (diag) {
-                                    xa[hh] = ((const uint4 *) xq)[8 * t + 2 * m + hh];
+                                    xa[u % NXA] = ((const uint4 *) xq)[u];
                                 }
-                                apq_mma(acc[hh], xa[hh], b0, b1);
+                                apq_mma(acc[u % NACC], xa[u % NXA], b0, b1);
                             }
                         } else {
                             const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
@@ -541,14 +547,18 @@ static __global__ void __launch_bounds__(32 * W, MB)
         if constexpr (REG) {  // lane l's row sum sits in lane apq_acc_source(l)'s accumulators
             int         half;
             const int   src = apq_acc_source(lane, half);
-            const float s0  = (acc[0][0] + acc[0][2]) + (acc[1][0] + acc[1][2]);
-            const float s1  = (acc[0][1] + acc[0][3]) + (acc[1][1] + acc[1][3]);
+            float       s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NACC; i++) {
+                s0 += acc[i][0] + acc[i][2];
+                s1 += acc[i][1] + acc[i][3];
+            }
             const float v0  = __shfl_sync(0xffffffffu, s0, src);
             const float v1  = __shfl_sync(0xffffffffu, s1, src);
             a0              = half ? v1 : v0;
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                acc[0][i] = acc[1][i] = 0.0f;
+            for (int i = 0; i < NACC; i++) {
+                acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
             }
         }
         red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
