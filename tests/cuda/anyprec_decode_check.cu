@@ -1,9 +1,10 @@
-// The one-token any-precision GEMV's tensor-core path at b <= 3 (ggml_ext/src/cuda/anyprec_decode.cuh: the row
+// The one-token any-precision GEMV's tensor-core path at b <= 4 (ggml_ext/src/cuda/anyprec_decode.cuh: the row
 // table as byte planes, the B fragment from the codes by byte permutes, x split into two fp16 parts in the A
 // fragment's order, which lanes carry x, where each row's sum lands) on the host: a 32-row group's row-lane words
-// go through those very functions and rl_codes, the warp's mma.sync.m16n8k16 is emulated from PTX's fragment
+// go through those very functions and rl_codes (b = 4: the pair tables in shared memory's layout, read at the
+// addresses apq_pair_addr makes), the warp's mma.sync.m16n8k16 is emulated from PTX's fragment
 // layout (f32 sums of the exact fp16 products), and every row's sum must be within 1e-5 of sum |w x| of a
-// double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..3,
+// double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..4,
 // several row lengths, x of mixed magnitudes (tiny values whose remainder is subnormal in fp16, values in the
 // hundreds). Also checks that every weight of a super-chunk is in exactly one MMA. Host code only: built with
 // nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The kernel on a GPU against the CPU:
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -99,8 +101,23 @@ template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
             }
         }
     }
+    // b = 4: the pair tables of the 32 rows in shared memory's layout, both buffers (buffer 1 holds junk that a
+    // lookup must not reach), read through apq_pair_addr
+    std::vector<uint8_t> smem(B == 4 ? 256 * 256 : 0);
+    const int            buffer = (int) (K / 128) & 1;  // varies with K: both buffers get read
+    if (B == 4) {
+        for (auto & c : smem) {
+            c = (uint8_t) code8(rng);
+        }
+        for (int l = 0; l < 32; l++) {
+            for (int p = 0; p < 256; p++) {
+                const uint32_t v = apq_pair(tab[l * 16 + (p & 15)], tab[l * 16 + (p >> 4)]);
+                std::memcpy(&smem[apq_pair_offset(p, buffer, l)], &v, 4);
+            }
+        }
+    }
     apq_reg_table tb[32];
-    for (int l = 0; l < 32; l++) {
+    for (int l = 0; l < 32 && B <= 3; l++) {
         uint32_t h[8] = {};
         for (int e = 0; e < TB; e++) {
             h[e] = tab[l * TB + e];
@@ -131,7 +148,16 @@ template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
                     uint32_t    b0[32], b1[32];
                     for (int l = 0; l < 32; l++) {
                         a[l] = apq_diag_lane(l) ? xf : make_uint4(0, 0, 0, 0);
-                        apq_b_frag(hh ? o[l] >> 16 : o[l], tb[l], b0[l], b1[l]);
+                        if (B == 4) {
+                            const uint32_t lreg = (uint32_t) (l * 4 + buffer * 128);
+                            const uint32_t a0 = apq_pair_addr(o[l], lreg, 2 * hh);
+                            const uint32_t a1 = apq_pair_addr(o[l], lreg, 2 * hh + 1);
+                            CHECK(a0 + 4 <= smem.size() && a1 + 4 <= smem.size(), "pair address out of range");
+                            std::memcpy(&b0[l], &smem[a0], 4);
+                            std::memcpy(&b1[l], &smem[a1], 4);
+                        } else {
+                            apq_b_frag(hh ? o[l] >> 16 : o[l], tb[l], b0[l], b1[l]);
+                        }
                     }
                     emulate_mma(D[hh], a, b0, b1);
                 }
@@ -169,7 +195,8 @@ int main() {
             check_group<1>(K, rng);
             check_group<2>(K, rng);
             check_group<3>(K, rng);
-            groups += 3;
+            check_group<4>(K, rng);
+            groups += 4;
         }
     }
     std::printf("APQ tensor-core fragments: %d row groups checked\n", groups);

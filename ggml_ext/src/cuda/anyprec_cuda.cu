@@ -338,17 +338,26 @@ struct apq_token_set {
     int64_t        G;
 };
 
+// shared memory of the tables: none (b <= 3), two interleaved pair tables (b = 4), two interleaved float tables
+static constexpr __host__ __device__ int apq_token_table_bytes(int b) {
+    return b <= 3 ? 0 : b == 4 ? 256 * 256 : (1 << b) * 256;
+}
+
 template <int B, int W, int D, int MB>
 static __global__ void __launch_bounds__(32 * W, MB)
     apq_gemv_token_kernel(const apq_token_set ms, int64_t k, const float * __restrict__ x) {
     constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
+    constexpr bool PAIR   = B == 4;                  // pair tables in shared memory
+    constexpr bool MMA    = B <= 4;                  // tensor-core sums (anyprec_decode.cuh)
     constexpr int  TB     = 1 << B;
-    constexpr int  TBYTES = REG ? 0 : TB * 256;      // two interleaved float tables (b >= 4)
-    constexpr int  NR     = REG ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
+    constexpr int  TBYTES = apq_token_table_bytes(B);
+    constexpr int  NR     = MMA ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
+    constexpr int  HPT    = 16 / W;                  // b = 4: pair-table high entries built per thread
+    static_assert(!PAIR || 16 % W == 0, "b = 4 builds the pairs of 16 / W high entries per thread");
     extern __shared__ float4 smem4[];
     char *         smc   = (char *) smem4;
     float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
-    float *        xs    = red + 2 * W * 32;          // x, k floats (b <= 3: k / 4 A fragments, apq_x_frag)
+    float *        xs    = red + 2 * W * 32;          // x, k floats (b <= 4: k / 4 A fragments, apq_x_frag)
     const int      lane  = threadIdx.x & 31;
     const int      warp  = threadIdx.x >> 5;
     const int64_t  G     = ms.G;
@@ -435,17 +444,58 @@ static __global__ void __launch_bounds__(32 * W, MB)
             }
         }
     };
+    // b = 4: thread (row l = tid % 32, part = tid / 32) loads row l's 16 entries and writes the pairs whose high
+    // entry is part + W j (j < HPT) into buffer u
+    auto raw_pair = [&](int64_t gg, uint4 (&v)[2]) {
+        const int64_t r = 32 * gg + lane;
+        v[0] = v[1] = make_uint4(0, 0, 0, 0);
+        if (gg < G && r < ms.n) {
+            const __half * row = ms.tab + r * 16;
+            if (((uintptr_t) row & 15) == 0) {
+                v[0] = __ldg((const uint4 *) row);
+                v[1] = __ldg((const uint4 *) row + 1);
+            } else {
+                uint32_t h[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    h[e] = __half_as_ushort(row[2 * e]) | (uint32_t) __half_as_ushort(row[2 * e + 1]) << 16;
+                }
+                v[0] = make_uint4(h[0], h[1], h[2], h[3]);
+                v[1] = make_uint4(h[4], h[5], h[6], h[7]);
+            }
+        }
+    };
+    auto store_pair = [&](const uint4 (&v)[2], int u) {
+#pragma unroll
+        for (int j = 0; j < HPT; j++) {
+            const int      h  = warp + W * j;  // warp-uniform
+            const uint4    vh = (h >> 3) ? v[1] : v[0];
+            const int      c  = (h >> 1) & 3;
+            const uint32_t hw = c == 0 ? vh.x : c == 1 ? vh.y : c == 2 ? vh.z : vh.w;
+            const uint32_t th = (h & 1) ? hw >> 16 : hw & 0xffff;
+#pragma unroll
+            for (int lo = 0; lo < 16; lo++) {
+                const uint32_t lw = rl_word(v[lo >> 3], (lo >> 1) & 3);
+                const uint32_t tl = (lo & 1) ? lw >> 16 : lw;
+                *(uint32_t *) (smc + apq_pair_offset(lo | h << 4, u, lane)) = apq_pair(tl, th);
+            }
+        }
+    };
     // b <= 3: the lane's row table as byte planes for the permutes
     apq_reg_table tb       = { 0, 0, 0, 0 };
     auto          set_regs = [&](const uint4 v) { tb = apq_reg_table_of(v.x, v.y, v.z, v.w); };
     uint4         raw[NR];
+    uint4         praw[2];
     if constexpr (REG) {
         set_regs(raw_row(g));
+    } else if constexpr (PAIR) {
+        raw_pair(g, praw);
+        store_pair(praw, 0);
     } else {
         raw_block(g, raw);
         store_block(raw, 0);
     }
-    if constexpr (REG) {  // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17
+    if constexpr (MMA) {  // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17
         for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
             const int64_t j  = 128 * (i >> 5) + apq_x_frag_j0((int) (i & 31));
             const float2  lo = __ldg((const float2 *) (x + j));
@@ -460,7 +510,7 @@ static __global__ void __launch_bounds__(32 * W, MB)
     __syncthreads();
 
     float a0 = 0.0f, a1 = 0.0f;
-    // b <= 3: NACC accumulators (chains of 32 / NACC dependent MMAs per super-chunk), and the A fragments, zero
+    // b <= 4: NACC accumulators (chains of 32 / NACC dependent MMAs per super-chunk), and the A fragments, zero
     // on the lanes that carry no x (only the diagonal lanes load them)
     constexpr int NACC = 4, NXA = 2;  // NXA A fragments in registers (more spill at 80 registers)
     float      acc[NACC][4] = {};
@@ -475,6 +525,8 @@ static __global__ void __launch_bounds__(32 * W, MB)
         uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
         if constexpr (REG) {
             rraw = raw_row(gn);
+        } else if constexpr (PAIR) {
+            raw_pair(gn, praw);
         } else {
             raw_block(gn, raw);
         }
@@ -499,13 +551,18 @@ static __global__ void __launch_bounds__(32 * W, MB)
                     }
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        if constexpr (REG) {
-                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
+                        if constexpr (MMA) {
+                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (b <= 3, codes < 8: no sign mode)
                             const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
 #pragma unroll
                             for (int hh = 0; hh < 2; hh++) {
                                 uint32_t b0, b1;
-                                apq_b_frag(hh ? o >> 16 : o, tb, b0, b1);
+                                if constexpr (PAIR) {
+                                    b0 = *(const uint32_t *) (smc + apq_pair_addr(o, lreg, 2 * hh));
+                                    b1 = *(const uint32_t *) (smc + apq_pair_addr(o, lreg, 2 * hh + 1));
+                                } else {
+                                    apq_b_frag(hh ? o >> 16 : o, tb, b0, b1);
+                                }
                                 const int u = 8 * t + 2 * m + hh;
                                 if (diag) {
                                     xa[u % NXA] = ((const uint4 *) xq)[u];
@@ -539,12 +596,14 @@ static __global__ void __launch_bounds__(32 * W, MB)
                 }
             }
         }
-        if constexpr (!REG) {
-            store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
-        } else {
+        if constexpr (REG) {
             set_regs(rraw);  // this warp is done with the current group's tables
+        } else if constexpr (PAIR) {
+            store_pair(praw, (it + 1) & 1);  // the next group's pairs into the other buffer
+        } else {
+            store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
         }
-        if constexpr (REG) {  // lane l's row sum sits in lane apq_acc_source(l)'s accumulators
+        if constexpr (MMA) {  // lane l's row sum sits in lane apq_acc_source(l)'s accumulators
             int         half;
             const int   src = apq_acc_source(lane, half);
             float       s0 = 0.0f, s1 = 0.0f;
@@ -589,7 +648,7 @@ static int apq_sm_count(int dev) {
 template <int B, int W, int D, int MB>
 static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float * x, cudaStream_t stream, int dev,
                                 int sms) {
-    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;
+    constexpr int TBYTES = apq_token_table_bytes(B);
     const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
     auto          kern   = apq_gemv_token_kernel<B, W, D, MB>;
     static size_t attr[64];                     // dynamic shared memory allowed so far, per device
@@ -646,7 +705,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
     }
     constexpr int D    = 2;
     constexpr int MB16 = 1;  // 16 warps: G <= SMs (one block per SM) or b >= 7 (large tables)
-    constexpr int MB8  = B <= 5 ? 3 : 2;
+    constexpr int MB8  = B <= 5 && B != 4 ? 3 : 2;  // b = 4: 64 KiB of pair tables, 2 blocks fit anyway
     apq_token_set ms;
     ms.rl             = (const uint4 *) rl;
     ms.tab            = (const __half *) t + n * ((1 << B) - (1 << S));

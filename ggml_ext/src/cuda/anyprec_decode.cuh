@@ -74,6 +74,25 @@ __host__ __device__ __forceinline__ void apq_b_frag(uint32_t s, const apq_reg_ta
     b1               = apq_prmt(L, H, 0x7362);
 }
 
+// b = 4: pair tables. rl_codes(w, m, 0x11111111) at b = 4 holds in byte i the codes of weights 4m+i (low nibble)
+// and 16+4m+i (high nibble), so the byte is an index into the row's table of 256 fp16 pairs (T[p & 15],
+// T[p >> 4]): bytes 2 hh and 2 hh + 1 give the same b0 and b1 as apq_b_frag, one shared-memory load each.
+// Pair p of lane l sits at byte p * 256 + l * 4 (+ 128 for the second buffer), so the address is one permute of
+// the code byte (second byte) and the lane's offset (first byte).
+__host__ __device__ __forceinline__ uint32_t apq_pair(uint32_t lo_half, uint32_t hi_half) {
+    return (lo_half & 0xffff) | hi_half << 16;
+}
+
+// where pair p of lane l, buffer u is stored
+__host__ __device__ __forceinline__ uint32_t apq_pair_offset(int p, int u, int lane) {
+    return (uint32_t) (p * 256 + u * 128 + lane * 4);
+}
+
+// byte address of the pair of code byte i of o; lreg = l * 4 + buffer * 128 (the low byte of apq_pair_offset)
+__host__ __device__ __forceinline__ uint32_t apq_pair_addr(uint32_t o, uint32_t lreg, int i) {
+    return apq_prmt(o, lreg, 0x5504 | (i << 4));
+}
+
 // MMA u of super-chunk q (u = 8 t + 2 m + hh, t < 4, m < 4, hh < 2) covers weights j0 = 32 t + 4 m + 2 hh,
 // j0 + 16, j0 + 1, j0 + 17 of the chunk
 __host__ __device__ __forceinline__ int apq_x_frag_j0(int u) {
