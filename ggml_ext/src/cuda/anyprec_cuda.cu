@@ -689,9 +689,11 @@ static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float
 }
 
 // D = 2 super-chunks in the ring (one in flight during a compute) and launch bounds of 3 blocks of 8 warps
-// (b <= 5), i.e. at most 80 registers: more warps per SM rather than more loads in flight per warp. Above that b
-// ptxas (sm_90) would spill, so there 2 blocks of 8 warps. 16 warps run where the row groups are at most the SMs
-// (one block per SM whatever the bound) and at b >= 7: one block of 16 per SM (at most 128 registers).
+// (b <= 5 but 4), i.e. at most 80 registers: more warps per SM rather than more loads in flight per warp. Above
+// that b ptxas (sm_90) would spill, so there 2 blocks of 8 warps; at b = 4 the 64 KiB of pair tables leave room
+// for 2 blocks anyway. 16 warps run where the row groups are at most the SMs (one block per SM whatever the
+// bound) and at b >= 7: one block of 16 per SM (at most 128 registers), which at b <= 5 affords D = 3: with 16
+// warps per SM, one super-chunk ahead is 24-40 KiB in flight per SM, below what the HBM's latency needs.
 template <int B>
 static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
                                float * y, cudaStream_t st) {
@@ -704,6 +706,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
         return cudaErrorInvalidDevice;
     }
     constexpr int D    = 2;
+    constexpr int D16  = B <= 5 ? 3 : 2;  // 16 warps, one block per SM: two super-chunks ahead where registers allow
     constexpr int MB16 = 1;  // 16 warps: G <= SMs (one block per SM) or b >= 7 (large tables)
     constexpr int MB8  = B <= 5 && B != 4 ? 3 : 2;  // b = 4: 64 KiB of pair tables, 2 blocks fit anyway
     apq_token_set ms;
@@ -718,7 +721,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
         return cudaSuccess;
     }
     if (B >= 7 || G <= sms) {
-        return token_launch<B, 16, D, MB16>(ms, k, x, st, dev, sms);
+        return token_launch<B, 16, D16, MB16>(ms, k, x, st, dev, sms);
     }
     return token_launch<B, 8, D, MB8>(ms, k, x, st, dev, sms);
 }
