@@ -1,14 +1,14 @@
 // The one-token any-precision GEMV's tensor-core path at b <= 4 (ggml_ext/src/cuda/anyprec_decode.cuh: the row
-// table as byte planes, the B fragment from the codes by byte permutes, x split into two fp16 parts in the A
-// fragment's order, which lanes carry x, where each row's sum lands) on the host: a 32-row group's row-lane words
-// go through those very functions and rl_codes (b = 4: the pair tables in shared memory's layout, read at the
-// addresses apq_pair_addr makes), the warp's mma.sync.m16n8k16 is emulated from PTX's fragment
-// layout (f32 sums of the exact fp16 products), and every row's sum must be within 1e-5 of sum |w x| of a
-// double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..4,
-// several row lengths, x of mixed magnitudes (tiny values whose remainder is subnormal in fp16, values in the
-// hundreds). Also checks that every weight of a super-chunk is in exactly one MMA. Host code only: built with
-// nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The kernel on a GPU against the CPU:
-// tests/c/test_ext_ops.cpp and tests/cuda/anyprec_cuda_bench.cu.
+// table as byte planes, the B fragment from the codes by byte permutes, x scaled by a power of two and split into
+// two fp16 parts in the A fragment's order, which lanes carry x, where each row's sum lands) on the host: a 32-row
+// group's row-lane words go through those very functions and rl_codes (b = 4: the pair tables in shared memory's
+// layout, read at the addresses apq_pair_addr makes), the warp's mma.sync.m16n8k16 is emulated from PTX's
+// fragment layout (f32 sums of the exact fp16 products), and every row's sum must be within 1e-5 of sum |w x| of
+// a double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..4,
+// several row lengths, x of mixed magnitudes within a vector (1e-6 to 300 times its scale) and vectors of
+// ordinary size, beyond fp16's range and far below it. Also checks that every weight of a super-chunk is in
+// exactly one MMA. Host code only: built with nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The
+// kernel on a GPU against the CPU: tests/c/test_ext_ops.cpp and tests/cuda/anyprec_cuda_bench.cu.
 #include "anyprec_decode.cuh"
 
 #include <cmath>
@@ -63,7 +63,7 @@ static void emulate_mma(float (&D)[16][8], const uint4 (&a)[32], const uint32_t 
     }
 }
 
-template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
+template <int B> static void check_group(int64_t K, float xmag, std::mt19937 & rng) {
     const int TB = 1 << B;
     std::uniform_int_distribution<int>    code8(0, 255);
     std::normal_distribution<float>       nd(0.0f, 1.0f);
@@ -79,8 +79,13 @@ template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
     }
     for (auto & v : x) {
         const int k = kind(rng);
-        v           = nd(rng) * (k == 0 ? 1e-6f : k == 1 ? 300.0f : 1.0f);
+        v           = nd(rng) * xmag * (k == 0 ? 1e-6f : k == 1 ? 300.0f : 1.0f);
     }
+    float maxabs = 0.0f, xs, xinv;  // the kernel's power-of-two scale of x
+    for (float v : x) {
+        maxabs = std::fmax(maxabs, std::fabs(v));
+    }
+    apq_x_scale(maxabs, xs, xinv);
     // the row-lane words of the B planes (plane kk = bit B-1-kk of the B-bit code): word t of chunk q of lane l,
     // bit 8 i + m = weight 128 q + 32 t + 4 m + i
     const int64_t         Q = K / 128;
@@ -143,7 +148,7 @@ template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
                     for (int d : { 0, 1, 16, 17 }) {
                         seen[j0 + d]++;
                     }
-                    const uint4 xf = apq_x_frag(x[j0], x[j0 + 1], x[j0 + 16], x[j0 + 17]);
+                    const uint4 xf = apq_x_frag(x[j0] * xs, x[j0 + 1] * xs, x[j0 + 16] * xs, x[j0 + 17] * xs);
                     uint4       a[32];
                     uint32_t    b0[32], b1[32];
                     for (int l = 0; l < 32; l++) {
@@ -176,26 +181,28 @@ template <int B> static void check_group(int64_t K, std::mt19937 & rng) {
         for (int hh = 0; hh < 2; hh++) {
             got += D[hh][gid][2 * tig + half] + D[hh][gid + 8][2 * tig + half];
         }
+        got *= xinv;
         double want = 0.0, mag = 0.0;
         for (int64_t j = 0; j < K; j++) {
             const double w = half_bits_to_float(tab[l * TB + (codes[l * K + j] >> (8 - B))]);
             want += w * x[j];
             mag += std::fabs(w * x[j]);
         }
-        CHECK(std::fabs(got - want) <= 1e-5 * mag, "b=%d K=%lld row %d: %.9g, reference %.9g (sum |w x| %.3g)", B,
-              (long long) K, l, got, want, mag);
+        CHECK(std::fabs(got - want) <= 1e-5 * mag, "b=%d K=%lld |x| ~%g row %d: %.9g, reference %.9g (sum |w x| %.3g)",
+              B, (long long) K, xmag, l, got, want, mag);
     }
 }
 
 int main() {
     std::mt19937 rng(12345);
     int          groups = 0;
+    // x of ordinary size, beyond fp16's range (1e6 * 300), and so small that fp16 alone would be subnormal
     for (int64_t K : { 128, 384, 4096, 11008 }) {
-        for (int rep = 0; rep < 2; rep++) {
-            check_group<1>(K, rng);
-            check_group<2>(K, rng);
-            check_group<3>(K, rng);
-            check_group<4>(K, rng);
+        for (float xmag : { 1.0f, 1e6f, 1e-9f }) {
+            check_group<1>(K, xmag, rng);
+            check_group<2>(K, xmag, rng);
+            check_group<3>(K, xmag, rng);
+            check_group<4>(K, xmag, rng);
             groups += 4;
         }
     }

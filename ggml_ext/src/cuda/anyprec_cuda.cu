@@ -495,12 +495,29 @@ static __global__ void __launch_bounds__(32 * W, MB)
         raw_block(g, raw);
         store_block(raw, 0);
     }
-    if constexpr (MMA) {  // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17
+    float xscale = 1.0f, xinv = 1.0f;  // b <= 4: x's power-of-two scale (apq_x_scale)
+    if constexpr (MMA) {
+        float mx = 0.0f;  // max |x| of the block's x (fmaxf drops NaN: apq_x_scale's rule for it)
+        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+            const float4 v = __ldg((const float4 *) x + i);
+            mx             = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        }
+        red[warp] = mx;  // red is free until the first row group ends (after the barrier below)
+        __syncthreads();
+        for (int ww = 0; ww < W; ww++) {
+            mx = fmaxf(mx, red[ww]);
+        }
+        apq_x_scale(mx, xscale, xinv);
+        // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (x again: from L1 now)
         for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
             const int64_t j  = 128 * (i >> 5) + apq_x_frag_j0((int) (i & 31));
             const float2  lo = __ldg((const float2 *) (x + j));
             const float2  hi = __ldg((const float2 *) (x + j + 16));
-            ((uint4 *) xs)[i] = apq_x_frag(lo.x, lo.y, hi.x, hi.y);
+            ((uint4 *) xs)[i] = apq_x_frag(lo.x * xscale, lo.y * xscale, hi.x * xscale, hi.y * xscale);
         }
     } else {
         for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
@@ -614,7 +631,7 @@ static __global__ void __launch_bounds__(32 * W, MB)
             }
             const float v0  = __shfl_sync(0xffffffffu, s0, src);
             const float v1  = __shfl_sync(0xffffffffu, s1, src);
-            a0              = half ? v1 : v0;
+            a0              = (half ? v1 : v0) * xinv;
 #pragma unroll
             for (int i = 0; i < NACC; i++) {
                 acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;

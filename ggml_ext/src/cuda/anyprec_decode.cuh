@@ -16,7 +16,7 @@
 //   * A (16 x 16, row-major): zero except on the 4 "diagonal" lanes gid == tig (lanes 0, 5, 10, 15), which hold
 //     x at those 4 positions: row tig the high fp16 part, row tig + 8 the remainder x - hi as fp16 (apq_x_frag),
 //     so that x keeps ~22 significant bits (fp16 x alone would give a normalised error ~8e-8 against the 1e-7
-//     the op's tests allow);
+//     the op's tests allow), x first scaled by a power of two (apq_x_scale) so that neither part overflows;
 //   * D (16 x 8): D[tig'][n] is the high-part sum of lane 4 n + tig', D[8 + tig'][n] its remainder part; lane
 //     (gid < 4, tig) holds D[gid][2 tig], D[gid][2 tig + 1] (c0, c1) and D[gid + 8][..] (c2, c3), i.e. the sums of
 //     lanes 8 tig + gid (c0 + c2) and 8 tig + 4 + gid (c1 + c3): apq_acc_source says which lane and which half a
@@ -97,6 +97,21 @@ __host__ __device__ __forceinline__ uint32_t apq_pair_addr(uint32_t o, uint32_t 
 // j0 + 16, j0 + 1, j0 + 17 of the chunk
 __host__ __device__ __forceinline__ int apq_x_frag_j0(int u) {
     return 32 * (u >> 3) + 4 * ((u >> 1) & 3) + 2 * (u & 1);
+}
+
+// The power of two s that x is multiplied by before the split (the sums by 1 / s after the MMAs): max |x| s in
+// [2^13, 2^14), so hi never overflows fp16 (|x| up to 65504 otherwise) and the remainder of the largest values is
+// a normal fp16 (small vectors would otherwise lose bits to subnormals). Exact: only exponents change. maxabs
+// zero, infinite or NaN: s = 1 (an infinity or NaN in x then reaches the sums as in f32).
+__host__ __device__ __forceinline__ void apq_x_scale(float maxabs, float & s, float & inv) {
+    s = inv = 1.0f;
+    if (maxabs > 0.0f && maxabs <= 3.4e38f) {
+        int e;
+        frexpf(maxabs, &e);  // maxabs = f 2^e, f in [0.5, 1)
+        e   = e < -100 ? -100 : e > 100 ? 100 : e;
+        s   = ldexpf(1.0f, 14 - e);
+        inv = ldexpf(1.0f, e - 14);
+    }
 }
 
 // x split as hi = fp16(x), lo = fp16(x - hi)
