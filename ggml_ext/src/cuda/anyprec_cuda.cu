@@ -1,8 +1,7 @@
 // CUDA kernels of the any-precision (APQ) op (GGML_OP_APQ_MUL_MAT, apq_mul_mat.cu; docs/formats/anyprec.md):
 // y = W_b x reading only the first b bitplanes of the weight and precision b's fp16 tables. The op calls
-//   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel); 2..8 tokens,
-//     the split-K GEMV (apq_gemv_batch_kernel): v14 and v8 in the measurements of docs/RESULTS.md, the
-//     fastest at one and at 2..8 tokens of the variants measured there;
+//   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel; at b <= 4 its
+//     sums on tensor cores, anyprec_decode.cuh); 2..8 tokens, the split-K GEMV (apq_gemv_batch_kernel);
 //   * above 8 tokens, ggml_ext_anyprec_dequantize_rl_cuda to fp16 and ggml_ext_anyprec_f32_to_f16_cuda for x, then
 //     cuBLAS (in apq_mul_mat.cu).
 // tests/c/test_ext_ops.cpp checks all three against the CPU backend (make test-cuda); tests/cuda/
@@ -13,7 +12,8 @@
 //   * every lane loads 16 bytes per plane per 128 weights and the warp's load is 512 contiguous bytes;
 //   * every lane reads its own row's table, stored lane-transposed in shared memory (entry e of lane l at
 //     word e * 32 + l) or in its registers: the table lookups of a warp never conflict, at any table size;
-//   * the activations are the same for the whole warp (broadcast float4 loads from shared memory);
+//   * the activations are the same for the whole warp (broadcast loads from shared memory: float4, or at one
+//     token and b <= 4 the MMA's A fragments);
 //   * the bit-transpose is 4-bit-lane: word bits are permuted so that ((plane_k >> m) & 0x11111111) <<
 //     (b-1-k), OR-ed over the b planes, holds 8 codes of b <= 4 bits (two per byte: weights 4m+i and
 //     16+4m+i), and with mask 0x01010101 4 codes of up to 8 bits.
