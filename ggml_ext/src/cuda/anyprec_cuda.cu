@@ -322,6 +322,9 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 // d += A b for one m16n8k16 MMA (f16 inputs, f32 accumulation): a the A fragment (4 registers of fp16 pairs),
 // b0, b1 the B fragment (anyprec_decode.cuh says what they hold here)
 static __device__ __forceinline__ void apq_mma(float (&d)[4], const uint4 & a, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "the APQ one-token GEMV needs mma.sync.m16n8k16 (sm_80 or later; GGML_EXT_CUDA_ARCHITECTURES)"
+#endif
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
