@@ -47,8 +47,7 @@ __host__ __device__ __forceinline__ uint32_t apq_prmt(uint32_t x, uint32_t y, ui
 template <int B>
 __host__ __device__ __forceinline__ uint32_t rl_codes(const uint32_t (&w)[B], int m, uint32_t mask) {
     uint32_t o = 0;
-#pragma unroll
-    for (int kk = 0; kk < B; kk++) {
+    for (int kk = 0; kk < B; kk++) {  // B is a constant: unrolled by the compiler
         o |= ((w[kk] >> m) & mask) << (B - 1 - kk);
     }
     return o;
