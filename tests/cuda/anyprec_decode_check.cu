@@ -6,8 +6,8 @@
 // fragment layout (f32 sums of the exact fp16 products), and every row's sum must be within 1e-5 of sum |w x| of
 // a double-precision dot product of the file's codes and tables (docs/formats/anyprec.md), for precisions 1..4,
 // several row lengths, x of mixed magnitudes within a vector (1e-6 to 300 times its scale) and vectors of
-// ordinary size, beyond fp16's range and far below it. Also checks that every weight of a super-chunk is in
-// exactly one MMA. Host code only: built with nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The
+// ordinary size, beyond fp16's range and far below it; two tokens per MMA (the second in A's spare rows). Also
+// checks that every weight of a super-chunk is in exactly one MMA. Host code only: built with nvcc and run without a GPU by tests/cuda/test_anyprec_cuda.py. The
 // kernel on a GPU against the CPU: tests/c/test_ext_ops.cpp and tests/cuda/anyprec_cuda_bench.cu.
 #include "anyprec_decode.cuh"
 
@@ -70,18 +70,18 @@ template <int B> static void check_group(int64_t K, float xmag, std::mt19937 & r
     std::uniform_int_distribution<int>    kind(0, 9);
     std::vector<uint8_t>                  codes(32 * K);  // 8-bit parent codes, row-major
     std::vector<uint16_t>                 tab(32 * TB);   // precision B's table of each row, fp16 bits
-    std::vector<float>                    x(K);
+    std::vector<float>                    x(2 * K);  // two tokens, the second 1000 times smaller
     for (auto & c : codes) {
         c = (uint8_t) code8(rng);
     }
     for (auto & t : tab) {
         t = __half_as_ushort(__float2half_rn(nd(rng) * 0.05f));
     }
-    for (auto & v : x) {
+    for (int64_t j = 0; j < 2 * K; j++) {
         const int k = kind(rng);
-        v           = nd(rng) * xmag * (k == 0 ? 1e-6f : k == 1 ? 300.0f : 1.0f);
+        x[j]        = nd(rng) * xmag * (j >= K ? 1e-3f : 1.0f) * (k == 0 ? 1e-6f : k == 1 ? 300.0f : 1.0f);
     }
-    float maxabs = 0.0f, xs, xinv;  // the kernel's power-of-two scale of x
+    float maxabs = 0.0f, xs, xinv;  // the kernel's power-of-two scale of x (one for both tokens)
     for (float v : x) {
         maxabs = std::fmax(maxabs, std::fabs(v));
     }
@@ -148,11 +148,15 @@ template <int B> static void check_group(int64_t K, float xmag, std::mt19937 & r
                     for (int d : { 0, 1, 16, 17 }) {
                         seen[j0 + d]++;
                     }
-                    const uint4 xf = apq_x_frag(x[j0] * xs, x[j0 + 1] * xs, x[j0 + 16] * xs, x[j0 + 17] * xs);
+                    uint4 xf[2];
+                    for (int tok = 0; tok < 2; tok++) {
+                        const float * xt = x.data() + tok * K;
+                        xf[tok] = apq_x_frag(xt[j0] * xs, xt[j0 + 1] * xs, xt[j0 + 16] * xs, xt[j0 + 17] * xs);
+                    }
                     uint4       a[32];
                     uint32_t    b0[32], b1[32];
                     for (int l = 0; l < 32; l++) {
-                        a[l] = apq_diag_lane(l) ? xf : make_uint4(0, 0, 0, 0);
+                        a[l] = apq_diag_lane(l, 0) ? xf[0] : apq_diag_lane(l, 1) ? xf[1] : make_uint4(0, 0, 0, 0);
                         if (B == 4) {
                             const uint32_t lreg = (uint32_t) (l * 4 + buffer * 128);
                             const uint32_t a0 = apq_pair_addr(o[l], lreg, 2 * hh);
@@ -172,9 +176,10 @@ template <int B> static void check_group(int64_t K, float xmag, std::mt19937 & r
     for (int64_t j = 0; j < K; j++) {
         CHECK(seen[j] == 1, "b=%d K=%lld: weight %lld in %d MMAs", B, (long long) K, (long long) j, seen[j]);
     }
-    for (int l = 0; l < 32; l++) {
+    for (int l = 0; l < 64; l++) {
+        const int tok = l / 32, lane = l % 32;
         int       half;
-        const int src = apq_acc_source(l, half);
+        const int src = apq_acc_source(lane, tok, half);
         // the source lane's c[half] + c[half + 2]: D[gid][2 tig + half] + D[gid + 8][2 tig + half]
         const int gid = src >> 2, tig = src & 3;
         float     got = 0.0f;
@@ -184,12 +189,13 @@ template <int B> static void check_group(int64_t K, float xmag, std::mt19937 & r
         got *= xinv;
         double want = 0.0, mag = 0.0;
         for (int64_t j = 0; j < K; j++) {
-            const double w = half_bits_to_float(tab[l * TB + (codes[l * K + j] >> (8 - B))]);
-            want += w * x[j];
-            mag += std::fabs(w * x[j]);
+            const double w = half_bits_to_float(tab[lane * TB + (codes[lane * K + j] >> (8 - B))]);
+            want += w * x[tok * K + j];
+            mag += std::fabs(w * x[tok * K + j]);
         }
-        CHECK(std::fabs(got - want) <= 1e-5 * mag, "b=%d K=%lld |x| ~%g row %d: %.9g, reference %.9g (sum |w x| %.3g)",
-              B, (long long) K, xmag, l, got, want, mag);
+        CHECK(std::fabs(got - want) <= 1e-5 * mag,
+              "b=%d K=%lld |x| ~%g token %d row %d: %.9g, reference %.9g (sum |w x| %.3g)", B, (long long) K, xmag, tok,
+              lane, got, want, mag);
     }
 }
 

@@ -1,7 +1,8 @@
 // CUDA kernels of the any-precision (APQ) op (GGML_OP_APQ_MUL_MAT, apq_mul_mat.cu; docs/formats/anyprec.md):
 // y = W_b x reading only the first b bitplanes of the weight and precision b's fp16 tables. The op calls
 //   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel; at b <= 4 its
-//     sums on tensor cores, anyprec_decode.cuh); 2..8 tokens, the split-K GEMV (apq_gemv_batch_kernel);
+//     sums on tensor cores, anyprec_decode.cuh), which also takes 2 tokens at b <= 4 (rows up to 16384 long);
+//     otherwise 2..8 tokens, the split-K GEMV (apq_gemv_batch_kernel);
 //   * above 8 tokens, ggml_ext_anyprec_dequantize_rl_cuda to fp16 and ggml_ext_anyprec_f32_to_f16_cuda for x, then
 //     cuBLAS (in apq_mul_mat.cu).
 // tests/c/test_ext_ops.cpp checks all three against the CPU backend (make test-cuda); tests/cuda/
@@ -346,7 +347,8 @@ static constexpr __host__ __device__ int apq_token_table_bytes(int b) {
     return b <= 3 ? 0 : b == 4 ? 256 * 256 : (1 << b) * 256;
 }
 
-template <int B, int W, int D, int MB>
+// NT tokens (1, or 2 at b <= 4: the second token in the MMA's spare rows, anyprec_decode.cuh)
+template <int B, int W, int D, int MB, int NT>
 static __global__ void __launch_bounds__(32 * W, MB)
     apq_gemv_token_kernel(const apq_token_set ms, int64_t k, const float * __restrict__ x) {
     constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
@@ -357,10 +359,11 @@ static __global__ void __launch_bounds__(32 * W, MB)
     constexpr int  NR     = MMA ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
     constexpr int  HPT    = 16 / W;                  // b = 4: pair-table high entries built per thread
     static_assert(!PAIR || 16 % W == 0, "b = 4 builds the pairs of 16 / W high entries per thread");
+    static_assert(NT == 1 || (NT == 2 && MMA), "two tokens only on the tensor-core path");
     extern __shared__ float4 smem4[];
     char *         smc   = (char *) smem4;
-    float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
-    float *        xs    = red + 2 * W * 32;          // x, k floats (b <= 4: k / 4 A fragments, apq_x_frag)
+    float *        red   = (float *) (smc + TBYTES);  // 2 x NT x W x 32 partial row sums
+    float *        xs    = red + 2 * NT * W * 32;     // x, NT k floats (b <= 4: NT k / 4 A fragments, apq_x_frag)
     const int      lane  = threadIdx.x & 31;
     const int      warp  = threadIdx.x >> 5;
     const int64_t  G     = ms.G;
@@ -500,8 +503,8 @@ static __global__ void __launch_bounds__(32 * W, MB)
     }
     float xscale = 1.0f, xinv = 1.0f;  // b <= 4: x's power-of-two scale (apq_x_scale)
     if constexpr (MMA) {
-        float mx = 0.0f;  // max |x| of the block's x (fmaxf drops NaN: apq_x_scale's rule for it)
-        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+        float mx = 0.0f;  // max |x| of the tokens' x (fmaxf drops NaN: apq_x_scale's rule for it)
+        for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
             const float4 v = __ldg((const float4 *) x + i);
             mx             = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
         }
@@ -515,9 +518,10 @@ static __global__ void __launch_bounds__(32 * W, MB)
             mx = fmaxf(mx, red[ww]);
         }
         apq_x_scale(mx, xscale, xinv);
-        // fragment u of chunk q: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (x again: from L1 now)
-        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
-            const int64_t j  = 128 * (i >> 5) + apq_x_frag_j0((int) (i & 31));
+        // fragment u of chunk q of token tt: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (x again: from L1 now)
+        for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
+            const int64_t tt = NT == 1 ? 0 : i / (k / 4), ii = i - tt * (k / 4);
+            const int64_t j  = tt * k + 128 * (ii >> 5) + apq_x_frag_j0((int) (ii & 31));
             const float2  lo = __ldg((const float2 *) (x + j));
             const float2  hi = __ldg((const float2 *) (x + j + 16));
             ((uint4 *) xs)[i] = apq_x_frag(lo.x * xscale, lo.y * xscale, hi.x * xscale, hi.y * xscale);
@@ -539,7 +543,9 @@ static __global__ void __launch_bounds__(32 * W, MB)
     for (int i = 0; i < NXA; i++) {
         xa[i] = make_uint4(0, 0, 0, 0);
     }
-    const bool diag      = apq_diag_lane(lane);
+    const bool    diag1 = NT == 2 && apq_diag_lane(lane, 1);
+    const bool    diag  = apq_diag_lane(lane, 0) || diag1;
+    const uint4 * xlane = (const uint4 *) xs + (diag1 ? k / 4 : 0);  // the A fragments of this lane's token
     for (int it = 0; g < G; g += gstep, it++) {
         const int64_t gn = g + gstep;
         uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
@@ -585,7 +591,7 @@ static __global__ void __launch_bounds__(32 * W, MB)
                                 }
                                 const int u = 8 * t + 2 * m + hh;
                                 if (diag) {
-                                    xa[u % NXA] = ((const uint4 *) xq)[u];
+                                    xa[u % NXA] = xlane[32 * q + u];
                                 }
                                 apq_mma(acc[u % NACC], xa[u % NXA], b0, b1);
                             }
@@ -623,35 +629,43 @@ static __global__ void __launch_bounds__(32 * W, MB)
         } else {
             store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
         }
-        if constexpr (MMA) {  // lane l's row sum sits in lane apq_acc_source(l)'s accumulators
-            int         half;
-            const int   src = apq_acc_source(lane, half);
-            float       s0 = 0.0f, s1 = 0.0f;
+        float * redp = red + (it & 1) * NT * W * 32;  // [token][warp][lane]
+        if constexpr (MMA) {  // lane l's row sum of token tt sits in lane apq_acc_source(l, tt)'s accumulators
+            float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
             for (int i = 0; i < NACC; i++) {
                 s0 += acc[i][0] + acc[i][2];
                 s1 += acc[i][1] + acc[i][3];
             }
-            const float v0  = __shfl_sync(0xffffffffu, s0, src);
-            const float v1  = __shfl_sync(0xffffffffu, s1, src);
-            a0              = (half ? v1 : v0) * xinv;
+#pragma unroll
+            for (int tt = 0; tt < NT; tt++) {
+                int         half;
+                const int   src = apq_acc_source(lane, tt, half);
+                const float v0  = __shfl_sync(0xffffffffu, s0, src);
+                const float v1  = __shfl_sync(0xffffffffu, s1, src);
+                redp[(tt * W + warp) * 32 + lane] = (half ? v1 : v0) * xinv;
+            }
 #pragma unroll
             for (int i = 0; i < NACC; i++) {
                 acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
             }
+        } else {
+            redp[warp * 32 + lane] = a0 + a1;
         }
-        red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
         a0 = a1 = 0.0f;
         __syncthreads();
         if (warp == 0) {
             const int64_t r = 32 * g + lane;
-            float         s = 0.0f;
 #pragma unroll
-            for (int ww = 0; ww < W; ww++) {
-                s += red[(it & 1) * W * 32 + ww * 32 + lane];
-            }
-            if (r < ms.n) {
-                ms.y[r] = s;
+            for (int tt = 0; tt < NT; tt++) {
+                float s = 0.0f;
+#pragma unroll
+                for (int ww = 0; ww < W; ww++) {
+                    s += redp[(tt * W + ww) * 32 + lane];
+                }
+                if (r < ms.n) {
+                    ms.y[tt * ms.n + r] = s;
+                }
             }
         }
     }
@@ -665,12 +679,12 @@ static int apq_sm_count(int dev) {
     return sms[dev];
 }
 
-template <int B, int W, int D, int MB>
+template <int B, int W, int D, int MB, int NT>
 static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float * x, cudaStream_t stream, int dev,
                                 int sms) {
     constexpr int TBYTES = apq_token_table_bytes(B);
-    const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
-    auto          kern   = apq_gemv_token_kernel<B, W, D, MB>;
+    const size_t  smem   = (size_t) TBYTES + 4u * 2 * NT * W * 32 + 4u * NT * (size_t) k;
+    auto          kern   = apq_gemv_token_kernel<B, W, D, MB, NT>;
     static size_t attr[64];                     // dynamic shared memory allowed so far, per device
     static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
     static int    occ[64][4];
@@ -714,7 +728,7 @@ static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float
 // for 2 blocks anyway. 16 warps run where the row groups are at most the SMs (one block per SM whatever the
 // bound) and at b >= 7: one block of 16 per SM (at most 128 registers), which at b <= 5 affords D = 3: with 16
 // warps per SM, one super-chunk ahead is 24-40 KiB in flight per SM, below what the HBM's latency needs.
-template <int B>
+template <int B, int NT>
 static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
                                float * y, cudaStream_t st) {
     int dev = 0;
@@ -741,14 +755,25 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
         return cudaSuccess;
     }
     if (B >= 7 || G <= sms) {
-        return token_launch<B, 16, D16, MB16>(ms, k, x, st, dev, sms);
+        return token_launch<B, 16, D16, MB16, NT>(ms, k, x, st, dev, sms);
     }
-    return token_launch<B, 8, D, MB8>(ms, k, x, st, dev, sms);
+    return token_launch<B, 8, D, MB8, NT>(ms, k, x, st, dev, sms);
 }
 
 static cudaError_t token_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
                               const float * x, float * y, cudaStream_t st) {
-    return apq_by_bits(b, [&](auto B) { return token_width<decltype(B)::value>(rl, t, n, k, S, x, y, st); });
+    return apq_by_bits(b, [&](auto B) { return token_width<decltype(B)::value, 1>(rl, t, n, k, S, x, y, st); });
+}
+
+// two tokens at b <= 4: the one-token kernel with the second token in the MMAs' spare rows
+static cudaError_t token2_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
+                               const float * x, float * y, cudaStream_t st) {
+    switch (b) {
+        case 1: return token_width<1, 2>(rl, t, n, k, S, x, y, st);
+        case 2: return token_width<2, 2>(rl, t, n, k, S, x, y, st);
+        case 3: return token_width<3, 2>(rl, t, n, k, S, x, y, st);
+        default: return token_width<4, 2>(rl, t, n, k, S, x, y, st);
+    }
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
@@ -764,6 +789,8 @@ extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const u
     const int nt = (int) n_tokens;
     if (nt == 1) {
         return token_bits(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
+    } else if (nt == 2 && bits <= 4 && n_per_row <= 16384) {  // both tokens' x in shared memory (<= 128 KiB)
+        return token2_bits(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
     } else if (nt == 2) {
         return batch_bits<2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
     } else if (nt <= 4) {

@@ -20,7 +20,9 @@
 //   * D (16 x 8): D[tig'][n] is the high-part sum of lane 4 n + tig', D[8 + tig'][n] its remainder part; lane
 //     (gid < 4, tig) holds D[gid][2 tig], D[gid][2 tig + 1] (c0, c1) and D[gid + 8][..] (c2, c3), i.e. the sums of
 //     lanes 8 tig + gid (c0 + c2) and 8 tig + 4 + gid (c1 + c3): apq_acc_source says which lane and which half a
-//     row's lane reads after the last MMA.
+//     row's lane reads after the last MMA;
+//   * two tokens in one MMA: A's rows 4..7 and 12..15, unused by one token, hold a second token's x on the lanes
+//     gid == tig + 4 (16, 21, 26, 31), and its sums land in the lanes gid >= 4, 16 lanes further on.
 // A product of two fp16 values is exact in f32, so the sums differ from the FFMA loop's only by order and by the
 // tensor core's f32 additions.
 #pragma once
@@ -132,13 +134,14 @@ __host__ __device__ __forceinline__ uint4 apq_x_frag(float x0, float x1, float x
     return make_uint4(h0 | h16 << 16, l0 | l16 << 16, h1 | h17 << 16, l1 | l17 << 16);
 }
 
-// Lane l's row sum after the MMAs: lane src's c[half] + c[half + 2] (src = 4 (l % 4) + l / 8, half = (l / 4) % 2)
-__host__ __device__ __forceinline__ int apq_acc_source(int lane, int & half) {
+// Lane l's row sum of token tok after the MMAs: lane src's c[half] + c[half + 2] (src = 4 (l % 4) + l / 8 + 16 tok,
+// half = (l / 4) % 2)
+__host__ __device__ __forceinline__ int apq_acc_source(int lane, int tok, int & half) {
     half = (lane >> 2) & 1;
-    return 4 * (lane & 3) + (lane >> 3);
+    return 4 * (lane & 3) + (lane >> 3) + 16 * tok;
 }
 
-// whether lane carries x in the A fragment (gid == tig)
-__host__ __device__ __forceinline__ bool apq_diag_lane(int lane) {
-    return (lane >> 2) == (lane & 3);
+// whether lane carries token tok's x in the A fragment (gid == tig + 4 tok)
+__host__ __device__ __forceinline__ bool apq_diag_lane(int lane, int tok) {
+    return (lane >> 2) == (lane & 3) + 4 * tok;
 }
