@@ -164,7 +164,7 @@ if [ -f "$gp/include/ggml.h" ] && ls "$gp"/lib/libggml-base.* >/dev/null 2>&1 &&
     for s in 4096x4096 11008x4096 4096x11008 14336x4096; do
         for t in q3_K q4_K q4_0 f16; do
             # prints: type M K N us_per_op weight_GB/s
-            r=$("$work/bmm" "$t" "${s%x*}" "${s#*x}" 1 --backend CUDA0 2>>"$out/bmm.log" | tail -1) || true
+            r=$("$work/bmm" "$t" "${s%x*}" "${s#*x}" 1 --backend CUDA0 --iters 10 --min-bytes 256M 2>>"$out/bmm.log" | tail -1) || true
             echo "$r" | awk -v bw="$bw" -v s="$s" 'NF == 6 { printf "| %s | llama.cpp %s | %.2f | %.2f | %.0f | %.1f |\n",
                 s, $1, $6 * $5 / 1000, $5, $6, 100 * $6 / bw }' >> "$table"
         done
