@@ -130,7 +130,7 @@ done
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
     for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi1EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi4ELi8ELi2ELi2ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi4ELi8ELi3ELi2ELi1EEv13apq_token_setlPKf \
              _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1ELi1EEv13apq_token_setlPKf \
              _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi2EEv13apq_token_setlPKf \
              _Z21apq_gemv_batch_kernelILi3ELi8ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \

@@ -725,7 +725,8 @@ static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float
 // D = 2 super-chunks in the ring (one in flight during a compute) and launch bounds of 3 blocks of 8 warps
 // (b <= 5 but 4), i.e. at most 80 registers: more warps per SM rather than more loads in flight per warp. Above
 // that b ptxas (sm_90) would spill, so there 2 blocks of 8 warps; at b = 4 the 64 KiB of pair tables leave room
-// for 2 blocks anyway. 16 warps run where the row groups are at most the SMs (one block per SM whatever the
+// for 2 blocks anyway, and the 128 registers afford D = 3 (16 warps with one super-chunk ahead would have 32 KiB
+// in flight per SM). 16 warps run where the row groups are at most the SMs (one block per SM whatever the
 // bound) and at b >= 7: one block of 16 per SM (at most 128 registers), which at b <= 5 affords D = 3: with 16
 // warps per SM, one super-chunk ahead is 24-40 KiB in flight per SM, below what the HBM's latency needs.
 template <int B, int NT>
@@ -739,7 +740,7 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
     if (sms <= 0) {
         return cudaErrorInvalidDevice;
     }
-    constexpr int D    = 2;
+    constexpr int D    = B == 4 ? 3 : 2;  // b = 4: 2 blocks of 8 warps (64 KiB of pairs each), 128 registers: 3
     constexpr int D16  = B <= 5 ? 3 : 2;  // 16 warps, one block per SM: two super-chunks ahead where registers allow
     constexpr int MB16 = 1;  // 16 warps: G <= SMs (one block per SM) or b >= 7 (large tables)
     constexpr int MB8  = B <= 5 && B != 4 ? 3 : 2;  // b = 4: 64 KiB of pair tables, 2 blocks fit anyway
