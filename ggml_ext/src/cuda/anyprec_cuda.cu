@@ -518,7 +518,7 @@ static __global__ void __launch_bounds__(32 * W, MB)
             mx = fmaxf(mx, red[ww]);
         }
         apq_x_scale(mx, xscale, xinv);
-        // fragment u of chunk q of token tt: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (x again: from L1 now)
+        // fragment u of chunk q of token tt: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (this second read of x hits L1)
         for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
             const int64_t tt = NT == 1 ? 0 : i / (k / 4), ii = i - tt * (k / 4);
             const int64_t j  = tt * k + 128 * (ii >> 5) + apq_x_frag_j0((int) (ii & 31));

@@ -1,12 +1,12 @@
 // How the one-token GEMV of the any-precision op (anyprec_cuda.cu, apq_gemv_token_kernel) turns row-lane words
-// into tensor-core fragments at b <= 3: __host__ __device__ and free of ggml-cuda, so tests/cuda/
+// into tensor-core fragments at b <= 4: __host__ __device__ and free of ggml-cuda, so tests/cuda/
 // anyprec_decode_check.cu runs these very functions on the host, with the MMA emulated from PTX's fragment
 // layout, against a double-precision dot product of the file's codes.
 //
 // The row-lane layout (anyprec_cuda.h): lane l of a warp owns row 32 g + l; per plane and super-chunk q of 128
 // weights it holds 4 words, word t's bit 8 i + m being weight 32 t + 4 m + i (i < 4, m < 8).
 //
-// Why tensor cores at one token: at b <= 3 the per-weight work of the FFMA loop was ~4 instructions (code bits,
+// Why tensor cores at one token: at b <= 4 the per-weight work of an FFMA loop is ~4 instructions (code bits,
 // two byte permutes, half -> float, FFMA), which at 132 SMs caps a 14336 x 4096 GEMV near half the HBM rate.
 // The lookup already yields fp16 pairs; one mma.sync.m16n8k16 (f16 inputs, f32 accumulation) replaces the 4
 // conversions and 4 FFMAs of 4 weights per lane. The MMA is used as 32 independent 4-term dot products, one per
@@ -23,8 +23,8 @@
 //     row's lane reads after the last MMA;
 //   * two tokens in one MMA: A's rows 4..7 and 12..15, unused by one token, hold a second token's x on the lanes
 //     gid == tig + 4 (16, 21, 26, 31), and its sums land in the lanes gid >= 4, 16 lanes further on.
-// A product of two fp16 values is exact in f32, so the sums differ from the FFMA loop's only by order and by the
-// tensor core's f32 additions.
+// A product of two fp16 values is exact in f32, so the sums differ from an FFMA loop's only by order, by the
+// tensor core's f32 additions and by x's ~22 bits.
 #pragma once
 
 #include <cuda_fp16.h>
