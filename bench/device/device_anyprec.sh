@@ -21,9 +21,11 @@
 # the same run (bench/device/bench_mul_mat_backend.cpp, N = 1, weights streamed from memory: MB there is the
 # weight bytes), each in us, GB/s and % of the copy bandwidth the bench measured. The llama.cpp rows need a CUDA
 # build of ggml: GGML_PREFIX (an install prefix with include/ and lib/; default $BUILD/install/ggml_ext, BUILD
-# default /tmp/bc, which MODE=op makes: our build runs llama.cpp's kernels for stock types); BUILD_GGML=1 makes
-# it first (cmake with GGML_EXT_CUDA=ON, as MODE=op; ~10 min cold on 16 cores). Without one, those rows are
-# skipped with a line saying so. After the build the whole call takes ~3 minutes on an H200.
+# default /tmp/bc, which MODE=op makes: our build runs llama.cpp's kernels for stock types; GGML_INCLUDE and
+# GGML_LIBDIR for a build laid out otherwise, e.g. the pristine one of device_gpu_baseline.sh: $SRC/ggml/include
+# and /tmp/up-cuda/bin); BUILD_GGML=1 makes ours first (cmake with GGML_EXT_CUDA=ON, as MODE=op; ~10 min cold on
+# 16 cores). Without one, those rows are skipped with a line saying so. After the build the whole call takes
+# ~3 minutes on an H200.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -158,9 +160,10 @@ if [ "${BUILD_GGML:-0}" = 1 ]; then
         cmake --install "$b" --component ggml_ext --prefix "$b/install" >> "$out/ggml_build.log" 2>&1 ||
         { tail -30 "$out/ggml_build.log"; echo "BUILD_GGML failed"; }
 fi
-if [ -f "$gp/include/ggml.h" ] && ls "$gp"/lib/libggml-base.* >/dev/null 2>&1 && [ -n "$bw" ]; then
-    c++ -O2 -std=c++17 bench/device/bench_mul_mat_backend.cpp -I"$gp/include" -L"$gp/lib" -lggml -lggml-base \
-        -Wl,-rpath,"$gp/lib" -o "$work/bmm" || exit 1
+gi=${GGML_INCLUDE:-$gp/include} gl=${GGML_LIBDIR:-$gp/lib}
+if [ -f "$gi/ggml.h" ] && ls "$gl"/libggml-base.* >/dev/null 2>&1 && [ -n "$bw" ]; then
+    c++ -O2 -std=c++17 bench/device/bench_mul_mat_backend.cpp -I"$gi" -L"$gl" -lggml -lggml-base \
+        -Wl,-rpath,"$gl" -o "$work/bmm" || exit 1
     for s in 4096x4096 11008x4096 4096x11008 14336x4096; do
         for t in q3_K q4_K q4_0 f16; do
             # prints: type M K N us_per_op weight_GB/s
@@ -170,7 +173,7 @@ if [ -f "$gp/include/ggml.h" ] && ls "$gp"/lib/libggml-base.* >/dev/null 2>&1 &&
         done
     done
 else
-    echo "(llama.cpp mat-vec rows skipped: no CUDA ggml at $gp; MODE=op or BUILD_GGML=1 builds one, or set GGML_PREFIX)" >> "$table"
+    echo "(llama.cpp mat-vec rows skipped: no CUDA ggml at $gi, $gl; MODE=op or BUILD_GGML=1 builds one, or set GGML_PREFIX)" >> "$table"
 fi
 # one block per shape: APQ widths, cuBLAS, then llama.cpp's types (a stable sort on the shape column)
 { head -1 "$table"; echo; sed -n '2,3p' "$table"; tail -n +4 "$table" | grep '^|' | sort -s -t'|' -k2,2
