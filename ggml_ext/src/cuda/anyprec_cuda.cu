@@ -502,36 +502,44 @@ static __global__ void __launch_bounds__(32 * W, MB)
         store_block(raw, 0);
     }
     float xscale = 1.0f, xinv = 1.0f;  // b <= 4: x's power-of-two scale (apq_x_scale)
-    if constexpr (MMA) {
+    // b <= 4: fragment u of chunk q of token tt holds weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 of x
+    auto stage_frags = [&](float s) {
         float mx = 0.0f;  // max |x| of the tokens' x (fmaxf drops NaN: apq_x_scale's rule for it)
         for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
-            const float4 v = __ldg((const float4 *) x + i);
-            mx             = fmaxf(mx, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+            const int64_t tt = NT == 2 && i >= k / 4, ii = i - tt * (k / 4);  // NT <= 2
+            const int64_t j  = tt * k + 128 * (ii >> 5) + apq_x_frag_j0((int) (ii & 31));
+            const float2  lo = __ldg((const float2 *) (x + j));
+            const float2  hi = __ldg((const float2 *) (x + j + 16));
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(lo.x), fabsf(lo.y)), fmaxf(fabsf(hi.x), fabsf(hi.y))));
+            ((uint4 *) xs)[i] = apq_x_frag(lo.x * s, lo.y * s, hi.x * s, hi.y * s);
         }
+        return mx;
+    };
+    if constexpr (MMA) {
+        // converted once at scale 1, which apq_x_scale keeps for max |x| in [2^-6, 2^15); the max is known after
+        // the barrier, and a block whose x is outside converts it again (block-uniform). Its per-warp maxima go
+        // to red's second half, which the first row group does not write.
+        float mx = stage_frags(1.0f);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         }
-        red[warp] = mx;  // red is free until the first row group ends (after the barrier below)
+        red[NT * W * 32 + warp] = mx;
         __syncthreads();
         for (int ww = 0; ww < W; ww++) {
-            mx = fmaxf(mx, red[ww]);
+            mx = fmaxf(mx, red[NT * W * 32 + ww]);
         }
         apq_x_scale(mx, xscale, xinv);
-        // fragment u of chunk q of token tt: weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 (this second read of x hits L1)
-        for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
-            const int64_t tt = NT == 1 ? 0 : i / (k / 4), ii = i - tt * (k / 4);
-            const int64_t j  = tt * k + 128 * (ii >> 5) + apq_x_frag_j0((int) (ii & 31));
-            const float2  lo = __ldg((const float2 *) (x + j));
-            const float2  hi = __ldg((const float2 *) (x + j + 16));
-            ((uint4 *) xs)[i] = apq_x_frag(lo.x * xscale, lo.y * xscale, hi.x * xscale, hi.y * xscale);
+        if (xscale != 1.0f) {
+            stage_frags(xscale);
+            __syncthreads();
         }
     } else {
         for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
             ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
         }
+        __syncthreads();
     }
-    __syncthreads();
 
     float a0 = 0.0f, a1 = 0.0f;
     // b <= 4: NACC accumulators (chains of 32 / NACC dependent MMAs per super-chunk), and the A fragments, zero

@@ -100,13 +100,14 @@ __host__ __device__ __forceinline__ int apq_x_frag_j0(int u) {
     return 32 * (u >> 3) + 4 * ((u >> 1) & 3) + 2 * (u & 1);
 }
 
-// The power of two s that x is multiplied by before the split (the sums by 1 / s after the MMAs): max |x| s in
-// [2^13, 2^14), so hi never overflows fp16 (|x| up to 65504 otherwise) and the remainder of the largest values is
-// a normal fp16 (small vectors would otherwise lose bits to subnormals). Exact: only exponents change. maxabs
-// zero, infinite or NaN: s = 1 (an infinity or NaN in x then reaches the sums as in f32).
+// The power of two s that x is multiplied by before the split (the sums by 1 / s after the MMAs): 1 where max |x|
+// is in [2^-6, 2^15) (the kernel converts x once, assuming so), else max |x| s in [2^13, 2^14): hi never
+// overflows fp16 (|x| up to 65504 otherwise) and the remainders of the largest values keep ~18 bits or more
+// (small vectors would otherwise lose them to subnormals). Exact: only exponents change. maxabs zero, infinite
+// or NaN: s = 1 (an infinity or NaN in x then reaches the sums as in f32).
 __host__ __device__ __forceinline__ void apq_x_scale(float maxabs, float & s, float & inv) {
     s = inv = 1.0f;
-    if (maxabs > 0.0f && maxabs <= 3.4e38f) {
+    if (maxabs > 0.0f && maxabs <= 3.4e38f && !(maxabs >= 0.015625f && maxabs < 32768.0f)) {
         int e;
         frexpf(maxabs, &e);  // maxabs = f 2^e, f in [0.5, 1)
         e   = e < -100 ? -100 : e > 100 ? 100 : e;
