@@ -12,8 +12,20 @@
 # Exit status 1 on a mismatch. APQ_BITS=3 or 3-5: only those precisions.
 # Usage: bench/device/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
-# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the
-# 2..8-token GEMV at 3 bits, 2 and 8 tokens, and the dequantize kernel at 3 bits, when cuobjdump is there.
+# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the same at
+# 3 bits and 2 tokens, the split-K GEMV at 3 bits and 8 tokens, and the dequantize kernel at 3 bits, when
+# cuobjdump is there.
+#
+# The issue's table, $OUT/anyprec_gemv_table.md: per shape (the four Llama shapes), the one-token GEMV at each
+# width 3..8 and cuBLAS fp16 (from the bench), then llama.cpp's own CUDA mat-vec of Q3_K, Q4_K, Q4_0 and F16 in
+# the same run (bench/device/bench_mul_mat_backend.cpp, N = 1, weights streamed from memory: MB there is the
+# weight bytes), each in us, GB/s and % of the copy bandwidth the bench measured. The llama.cpp rows need a CUDA
+# build of ggml: GGML_PREFIX (an install prefix with include/ and lib/; default $BUILD/install/ggml_ext, BUILD
+# default /tmp/bc, which MODE=op makes: our build runs llama.cpp's kernels for stock types; GGML_INCLUDE and
+# GGML_LIBDIR for a build laid out otherwise, e.g. the pristine one of device_gpu_baseline.sh: $SRC/ggml/include
+# and /tmp/up-cuda/bin); BUILD_GGML=1 makes ours first (cmake with GGML_EXT_CUDA=ON, as MODE=op; ~10 min cold on
+# 16 cores). Without one, those rows are skipped with a line saying so. After the build the whole call takes
+# ~3 minutes on an H200.
 #
 # Optional llama.cpp baseline: with LLAMA_TEST_BACKEND_OPS=/path/to/test-backend-ops (a CUDA build of the
 # pristine llama.cpp: cmake -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_BUILD_TESTS=ON, target
@@ -119,10 +131,10 @@ done
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
-    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi4ELi8ELi2ELi3EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1EEv13apq_token_setlPKf \
-             _Z21apq_gemv_batch_kernelILi3ELi2ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
+    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi4ELi8ELi3ELi2ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi2EEv13apq_token_setlPKf \
              _Z21apq_gemv_batch_kernelILi3ELi8ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true
@@ -133,4 +145,38 @@ if [ -n "${LLAMA_TEST_BACKEND_OPS:-}" ]; then
         > "$out/anyprec_llama_mulmat.txt" || true
 fi
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv > "$out/anyprec_gpu.txt" || true
-"$work/anyprec_cuda_bench" | tee "$out/anyprec_cuda_bench.md"
+rc=0
+"$work/anyprec_cuda_bench" | tee "$out/anyprec_cuda_bench.md" || rc=$?  # 1 on a mismatch: the table still follows
+
+# llama.cpp's own CUDA mat-vec on the same shapes, in the same run (see the header)
+table=$out/anyprec_gemv_table.md
+awk '/^## / { on = /^## one-token GEMV per width and shape/ } on && NF' "$out/anyprec_cuda_bench.md" > "$table"
+bw=$(awk '/^bandwidth_GBps/ {print $2}' "$out/anyprec_cuda_bench.md")
+gp=${GGML_PREFIX:-${BUILD:-/tmp/bc}/install/ggml_ext}
+if [ "${BUILD_GGML:-0}" = 1 ]; then
+    b=${BUILD:-/tmp/bc}
+    { [ -f "$b/build.ninja" ] || cmake -S . -B "$b" -G Ninja -DGGML_EXT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$ARCH; } \
+        > "$out/ggml_build.log" 2>&1 && cmake --build "$b" -j "$(nproc)" --target ggml_ext_all >> "$out/ggml_build.log" 2>&1 &&
+        cmake --install "$b" --component ggml_ext --prefix "$b/install" >> "$out/ggml_build.log" 2>&1 ||
+        { tail -30 "$out/ggml_build.log"; echo "BUILD_GGML failed"; }
+fi
+gi=${GGML_INCLUDE:-$gp/include} gl=${GGML_LIBDIR:-$gp/lib}
+if [ -f "$gi/ggml.h" ] && ls "$gl"/libggml-base.* >/dev/null 2>&1 && [ -n "$bw" ]; then
+    c++ -O2 -std=c++17 bench/device/bench_mul_mat_backend.cpp -I"$gi" -L"$gl" -lggml -lggml-base \
+        -Wl,-rpath,"$gl" -o "$work/bmm" || exit 1
+    for s in 4096x4096 11008x4096 4096x11008 14336x4096; do
+        for t in q3_K q4_K q4_0 f16; do
+            # prints: type M K N us_per_op weight_GB/s
+            r=$("$work/bmm" "$t" "${s%x*}" "${s#*x}" 1 --backend CUDA0 --iters 10 --min-bytes 256M 2>>"$out/bmm.log" | tail -1) || true
+            echo "$r" | awk -v bw="$bw" -v s="$s" 'NF == 6 { printf "| %s | llama.cpp %s | %.2f | %.2f | %.0f | %.1f |\n",
+                s, $1, $6 * $5 / 1000, $5, $6, 100 * $6 / bw }' >> "$table"
+        done
+    done
+else
+    echo "(llama.cpp mat-vec rows skipped: no CUDA ggml at $gi, $gl; MODE=op or BUILD_GGML=1 builds one, or set GGML_PREFIX)" >> "$table"
+fi
+# one block per shape: APQ widths, cuBLAS, then llama.cpp's types (a stable sort on the shape column)
+{ head -1 "$table"; echo; sed -n '2,3p' "$table"; tail -n +4 "$table" | grep '^|' | sort -s -t'|' -k2,2
+  tail -n +4 "$table" | grep -v '^|' || true; } > "$table.tmp" && mv "$table.tmp" "$table"
+echo; cat "$table"
+exit $rc

@@ -269,6 +269,7 @@ int main() {
     const double rot   = 3.0 * l2;  // bytes one rotation over the weight copies reads (at the seed precision)
     printf("# %s; measured copy bandwidth %.0f GB/s (the %% of bandwidth below divides by it), read-only "
            "bandwidth %.0f GB/s; L2 %.0f MB\n", prop.name, bw / 1e9, rbw / 1e9, l2 / 1e6);
+    printf("bandwidth_GBps %.1f\n", bw / 1e9);  // for bench/device/device_anyprec.sh's table of other kernels
     printf("# launch floor (empty kernel): %.2f us alone (event pair around one launch), %.2f us back to back, "
            "%.2f us in a CUDA graph\n", e1, eb, eg);
     printf("# timings: 'b2b' = mean of 40 back-to-back launches (median of 7 rounds), each launch reading its "
@@ -281,10 +282,21 @@ int main() {
     // n_per_row a multiple of 128 (the row-lane layout's; the op pads other lengths, tests/c/test_ext_ops.cpp
     // checks that); 1000 rows: a padded last row group
     const int64_t shapes[][2] = { { 4096, 4096 }, { 11008, 4096 }, { 4096, 11008 }, { 14336, 4096 }, { 1000, 1536 } };
+    // the issue's table: one row per shape and method, bytes read / L2-cold back-to-back time
+    std::string t0 =
+        "## one-token GEMV per width and shape (L2-cold, back to back): MB read (planes + tables + x + y), us, GB/s, % "
+        "of the measured copy bandwidth\n\n"
+        "| rows x n_per_row | method | MB | us | GB/s | % of bandwidth |\n|---|---|---|---|---|---|\n";
+    auto t0_row = [&](int64_t n, int64_t k, const char * method, double bytes, double us) {
+        char r[256];
+        snprintf(r, sizeof r, "| %lldx%lld | %s | %.2f | %.2f | %.0f | %.1f |\n", (long long) n, (long long) k, method,
+                 bytes / 1e6, us, bytes / (us * 1e-6) / 1e9, 100.0 * bytes / (us * 1e-6) / bw);
+        t0 += r;
+    };
     std::string t1 =
         "## one token (GEMV): latency in us, L2-cold back to back; % of bandwidth and speedup over cuBLAS fp16\n\n"
-        "| rows x n_per_row | bits | ideal us | GEMV b2b | % of bandwidth | GEMV graph | GEMV alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+        "| rows x n_per_row | bits | ideal us | GEMV b2b | GB/s | % of bandwidth | GEMV graph | GEMV alone (warm) | cuBLAS fp16 b2b | fp16 graph | fp16 alone | speedup (b2b) | 16/b | max rel err |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     std::string t2 =
         "## batches (L2-cold back to back): the GEMV at 2 and 8 tokens; dequantize (deq) + x to fp16 + cuBLAS at 16 tokens; cuBLAS fp16 at 8 and 16\n\n"
         "| rows x n_per_row | bits | 2 tok us | 8 tok us | fp16 8 tok us | deq us | deq % of bandwidth | deq+cuBLAS 16 tok us | fp16 16 tok us | max rel err cuBLAS path |\n"
@@ -404,12 +416,15 @@ int main() {
             const double bytes = (double) b * n * k / 8 + 2.0 * n * (1 << b) + 4.0 * k + 4.0 * n;
             auto         cell  = [&](float v) { return v > 0 ? std::to_string(v).substr(0, 6) : std::string("-"); };
             snprintf(line, sizeof line,
-                     "| %lldx%lld | %d | %.2f | %.2f | %.1f | %s | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
-                     (long long) n, (long long) k, b, 1e6 * bytes / bw, us1, 100.0 * bytes / (us1 * 1e-6) / bw,
+                     "| %lldx%lld | %d | %.2f | %.2f | %.0f | %.1f | %s | %.2f | %.2f | %s | %.2f | %.2f | %.2f | %.1e |\n",
+                     (long long) n, (long long) k, b, 1e6 * bytes / bw, us1, bytes / (us1 * 1e-6) / 1e9,
+                     100.0 * bytes / (us1 * 1e-6) / bw,
                      cell(us1_g).c_str(), us1_a, f16_us, cell(f16_graph).c_str(), f16_alone, f16_us / us1, 16.0 / b,
                      worst);
             t1 += line;
             printf("%s", line);
+            const std::string method = "APQ " + std::to_string(b) + "-bit";
+            t0_row(n, k, method.c_str(), bytes, us1);
             fflush(stdout);
             // dequantize moves b/8 + 2 bytes per weight (planes read, fp16 written)
             const double deq_pct = 100.0 * ((double) b * n * k / 8 + 2.0 * n * k) / (deq_us * 1e-6) / bw;
@@ -417,11 +432,13 @@ int main() {
                      (long long) n, (long long) k, b, us2, us8, f16_8us, deq_us, deq_pct, deqg_us, f16_16us, worst_c);
             t2 += line;
         }
+        t0_row(n, k, "cuBLAS fp16", 2.0 * n * k + 2.0 * k + 2.0 * n, f16_us);
         free_copies(rlc); free_copies(dtc); free_copies(w16c);
         cudaFree(dp); cudaFree(drl); cudaFree(dt); cudaFree(dx); cudaFree(dy); cudaFree(dyc); cudaFree(dw16);
         cudaFree(dx16); cudaFree(dh16);
     }
     cublasDestroy(h);
-    printf("\n%s\n%s\n%s\n", t1.c_str(), t2.c_str(), bad ? "MISMATCH" : "all GPU results match the CPU reference");
+    printf("\n%s\n%s\n%s\n%s\n", t0.c_str(), t1.c_str(), t2.c_str(),
+           bad ? "MISMATCH" : "all GPU results match the CPU reference");
     return bad ? 1 : 0;
 }
