@@ -12,9 +12,8 @@
 # Exit status 1 on a mismatch. APQ_BITS=3 or 3-5: only those precisions.
 # Usage: bench/device/device_anyprec.sh [OUTDIR] (default $OUT or /tmp). CUDA_ARCH (default 90), NVCC.
 #
-# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the same at
-# 3 bits and 2 tokens, the split-K GEMV at 3 bits and 8 tokens, and the dequantize kernel at 3 bits, when
-# cuobjdump is there.
+# Also anyprec_sass.txt: the SASS of the one-token GEMV at 3, 4 (8 warps) and 8 bits (16 warps), the
+# 2..8-token GEMV at 3 bits, 2 and 8 tokens, and the dequantize kernel at 3 bits, when cuobjdump is there.
 #
 # The table, $OUT/anyprec_gemv_table.md: per shape (the four Llama shapes), the one-token GEMV at each
 # width 3..8 and cuBLAS fp16 (from the bench), then llama.cpp's own CUDA mat-vec of Q3_K, Q4_K, Q4_0 and F16 in
@@ -131,10 +130,10 @@ done
 "$NVCC" -O3 -std=c++17 -arch=sm_$ARCH -Xcompiler -fopenmp tests/cuda/anyprec_cuda_bench.cu "$work/anyprec_cuda.o" \
     "$work"/*anyprec.c.o -lcublas -lgomp -o "$work/anyprec_cuda_bench"
 if command -v cuobjdump >/dev/null; then
-    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi1EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi4ELi8ELi3ELi2ELi1EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1ELi1EEv13apq_token_setlPKf \
-             _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3ELi2EEv13apq_token_setlPKf \
+    for f in _Z21apq_gemv_token_kernelILi3ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi4ELi8ELi2ELi3EEv13apq_token_setlPKf \
+             _Z21apq_gemv_token_kernelILi8ELi16ELi2ELi1EEv13apq_token_setlPKf \
+             _Z21apq_gemv_batch_kernelILi3ELi2ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z21apq_gemv_batch_kernelILi3ELi8ELi8ELb1EEvPK5uint4PK6__halflliiilPKfPf \
              _Z24apq_dequantize_rl_kernelILi3EEvPK5uint4PK6__halflliilPS3_; do
         cuobjdump -sass -fun "$f" "$work/anyprec_cuda.o" >> "$out/anyprec_sass.txt" 2>&1 || true

@@ -16,7 +16,8 @@
 #           model loaded once per row, every depth in it: decode tg NGEN and prefill pp PP after D cells): pristine upstream f16 and q4_0 caches, ours q4_0, nuq4 and
 #           nuq3 (--kv-calib, GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1, the decode op's lane kernel), nuq3 with
 #           the block kernel (GGML_EXT_KV_ATTN_SPLIT=0); passes alternate the builds
-#   profile ncu's kernel times of a few decode steps (smollm2, nuq3, DEPTH_PROFILE) when ncu is there
+#   profile ncu's kernel times of a few decode tokens (smollm2 at DEPTH_PROFILE, default 8192): the nuq3 cache's
+#           decode op and cache writes, our build's q4_0 cache's flash attention and cache writes, when ncu is there
 # Writes TOP/kvattn_speed.md (a decode table and a prefill table, tokens/s and the ratio to upstream's q4_0 cache) and
 # TOP/summary.txt.
 # Usage (device, repository root): bash bench/device/device_kvattn_speed.sh $OUT
@@ -161,11 +162,16 @@ if has bench; then
 fi
 
 if has profile && command -v ncu > /dev/null; then
-    GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1 timeout 600 ncu --target-processes all --launch-skip 2000 --launch-count 400 \
-        --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$M/smollm2.gguf" -p 0 -n 8 -r 1 \
-        -d "${DEPTH_PROFILE:-8192}" -ngl 99 -fa 1 -ctk nuq3 -ctv nuq3 --kv-calib "$M/smollm2.kv" > "$out/ncu.csv" 2> "$out/ncu.err"
-    say "ncu: rc=$? | per kernel (name: launches, mean us):"
-    "$PY" - "$out/ncu.csv" <<'EOF' | tee -a "$out/summary.txt"
+    # the decode tokens' kernels only (a name filter; the depth's fill launches ~1000 cache writes first): the nuq3
+    # cache's (the decode op and the cache write) and our build's q4_0 cache's (upstream's vector flash attention)
+    prof() {  # label regex cache args...
+        local label=$1 re=$2
+        shift 2
+        env "${nuq[@]}" timeout 600 ncu --target-processes all --kernel-name "regex:$re" --launch-skip 1000 \
+            --launch-count 150 --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$M/smollm2.gguf" -p 0 \
+            -n 8 -r 1 -d "${DEPTH_PROFILE:-8192}" -ngl 99 -fa 1 "$@" > "$out/ncu-$label.csv" 2> "$out/ncu-$label.err"
+        say "ncu $label (depth ${DEPTH_PROFILE:-8192}): rc=$? | per kernel (name: launches, mean us):"
+        "$PY" - "$out/ncu-$label.csv" <<'EOF2' | tee -a "$out/summary.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
 if not rows:
@@ -179,5 +185,10 @@ for r in rows[1:]:
         pass
 for k, v in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print(f"  {k}: {len(v)}, {sum(v) / len(v) / 1000:.2f}")
-EOF
+EOF2
+    }
+    nuq=(GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1)
+    prof nuq3 'k_lanes|k_partial|k_combine|k_table|k_quantize' -ctk nuq3 -ctv nuq3 --kv-calib "$M/smollm2.kv"
+    nuq=(X=1)
+    prof q4_0 'flash_attn|set_rows' -ctk q4_0 -ctv q4_0
 fi

@@ -1,8 +1,8 @@
 // CUDA kernels of the any-precision (APQ) op (GGML_OP_APQ_MUL_MAT, apq_mul_mat.cu; docs/formats/anyprec.md):
 // y = W_b x reading only the first b bitplanes of the weight and precision b's fp16 tables. The op calls
-//   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel; at b <= 4 its
-//     sums on tensor cores, anyprec_decode.cuh), which also takes 2 tokens at b <= 4 (rows up to 16384 long);
-//     otherwise 2..8 tokens, the split-K GEMV (apq_gemv_batch_kernel);
+//   * ggml_ext_anyprec_gemv_rl_cuda: one token, the persistent GEMV below (apq_gemv_token_kernel); 2..8 tokens,
+//     the split-K GEMV (apq_gemv_batch_kernel): v14 and v8 in the measurements of docs/RESULTS.md, the
+//     fastest at one and at 2..8 tokens of the variants measured there;
 //   * above 8 tokens, ggml_ext_anyprec_dequantize_rl_cuda to fp16 and ggml_ext_anyprec_f32_to_f16_cuda for x, then
 //     cuBLAS (in apq_mul_mat.cu).
 // tests/c/test_ext_ops.cpp checks all three against the CPU backend (make test-cuda); tests/cuda/
@@ -13,13 +13,11 @@
 //   * every lane loads 16 bytes per plane per 128 weights and the warp's load is 512 contiguous bytes;
 //   * every lane reads its own row's table, stored lane-transposed in shared memory (entry e of lane l at
 //     word e * 32 + l) or in its registers: the table lookups of a warp never conflict, at any table size;
-//   * the activations are the same for the whole warp (broadcast loads from shared memory: float4, or at one
-//     token and b <= 4 the MMA's A fragments);
+//   * the activations are the same for the whole warp (broadcast float4 loads from shared memory);
 //   * the bit-transpose is 4-bit-lane: word bits are permuted so that ((plane_k >> m) & 0x11111111) <<
 //     (b-1-k), OR-ed over the b planes, holds 8 codes of b <= 4 bits (two per byte: weights 4m+i and
 //     16+4m+i), and with mask 0x01010101 4 codes of up to 8 bits.
 #include "anyprec_cuda.h"
-#include "anyprec_decode.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -54,6 +52,17 @@ template <int B> static __device__ __forceinline__ void rl_load(uint4 (&v)[B], c
 
 static __device__ __forceinline__ uint32_t rl_word(const uint4 & v, int t) {
     return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
+}
+
+// codes of the b planes' words w: mask 0x11111111 gives 8 codes of <= 4 bits (byte i: weight 4m+i in the low
+// nibble, 16+4m+i in the high one), mask 0x01010101 4 codes (byte i: weight 4m+i)
+template <int B> static __device__ __forceinline__ uint32_t rl_codes(const uint32_t (&w)[B], int m, uint32_t mask) {
+    uint32_t o = 0;
+#pragma unroll
+    for (int kk = 0; kk < B; kk++) {
+        o |= ((w[kk] >> m) & mask) << (B - 1 - kk);
+    }
+    return o;
 }
 
 // The 32 rows' tables of row group r0 as float in shared memory, lane-transposed: ts[e * 32 + l] =
@@ -302,11 +311,9 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 // by loads in flight (docs/RESULTS.md, "Any-precision GEMV, L2-cold and back to back"), so:
 //   * b <= 3: the row's 8 fp16 centroids live in 4 REGISTERS of its lane (low bytes of entries 0-3 / 4-7,
 //     high bytes of entries 0-3 / 4-7); the 4-bit-lane codes are byte-permute selectors, so one PRMT looks
-//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2, which are the
-//     B fragment of one tensor-core MMA (anyprec_decode.cuh): the MMA, fed x split into two fp16 parts staged
-//     once per block in the A fragment's order, does the 4 weights' products and sums in f32, so a weight
-//     costs ~2.4 instructions (code bits, one PRMT, a quarter of an MMA and of an x load) instead of ~4 with
-//     half -> float conversions and FFMAs; nothing to stage or merge per row group (one 16-byte load per lane);
+//     up 4 weights' low bytes, one their high bytes, two more interleave them into two half2: no shared
+//     memory per lookup at all (x only), ~4 instructions per weight (2 of them the fp16->fp32 conversion
+//     and the FFMA), nothing to stage or merge per row group (one 16-byte load per lane);
 //   * b >= 4: singles, float, lane-transposed in shared memory, the lookup address made by ONE PRMT from
 //     the byte code (entry e of lane l at byte e * 256 + l * 4: the code byte is the address's second byte,
 //     the lane's offset its first); the other 128 bytes of each 256 hold a second buffer, so the next row
@@ -320,16 +327,8 @@ static cudaError_t batch_bits(int b, const uint8_t * rl, const uint16_t * t, int
 //     is loaded at the start of a group and converted at its end, so its latency hides behind the group;
 //   * 16 warps per block where the row groups are fewer than the SMs (4096-row matrices) or the table is
 //     large (b >= 7), 8 otherwise; MB blocks per SM in the launch bounds (token_bits says which).
-// d += A b for one m16n8k16 MMA (f16 inputs, f32 accumulation): a the A fragment (4 registers of fp16 pairs),
-// b0, b1 the B fragment (anyprec_decode.cuh says what they hold here)
-static __device__ __forceinline__ void apq_mma(float (&d)[4], const uint4 & a, uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-#error "the APQ one-token GEMV needs mma.sync.m16n8k16 (sm_80 or later; GGML_EXT_CUDA_ARCHITECTURES)"
-#endif
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
+static __device__ __forceinline__ float2 apq_h2f2(uint32_t u) {
+    return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
 
 // the matrix: its row-lane planes, precision b's tables (offset applied), y, rows, plane stride (uint4), row groups
@@ -342,28 +341,17 @@ struct apq_token_set {
     int64_t        G;
 };
 
-// shared memory of the tables: none (b <= 3), two interleaved pair tables (b = 4), two interleaved float tables
-static constexpr __host__ __device__ int apq_token_table_bytes(int b) {
-    return b <= 3 ? 0 : b == 4 ? 256 * 256 : (1 << b) * 256;
-}
-
-// NT tokens (1, or 2 at b <= 4: the second token in the MMA's spare rows, anyprec_decode.cuh)
-template <int B, int W, int D, int MB, int NT>
+template <int B, int W, int D, int MB>
 static __global__ void __launch_bounds__(32 * W, MB)
     apq_gemv_token_kernel(const apq_token_set ms, int64_t k, const float * __restrict__ x) {
     constexpr bool REG    = B <= 3;                  // tables in registers, byte-permute lookups
-    constexpr bool PAIR   = B == 4;                  // pair tables in shared memory
-    constexpr bool MMA    = B <= 4;                  // tensor-core sums (anyprec_decode.cuh)
     constexpr int  TB     = 1 << B;
-    constexpr int  TBYTES = apq_token_table_bytes(B);
-    constexpr int  NR     = MMA ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
-    constexpr int  HPT    = 16 / W;                  // b = 4: pair-table high entries built per thread
-    static_assert(!PAIR || 16 % W == 0, "b = 4 builds the pairs of 16 / W high entries per thread");
-    static_assert(NT == 1 || (NT == 2 && MMA), "two tokens only on the tensor-core path");
+    constexpr int  TBYTES = REG ? 0 : TB * 256;      // two interleaved float tables (b >= 4)
+    constexpr int  NR     = REG ? 1 : (4 * TB + 32 * W - 1) / (32 * W);  // raw 16-byte table pieces per thread
     extern __shared__ float4 smem4[];
     char *         smc   = (char *) smem4;
-    float *        red   = (float *) (smc + TBYTES);  // 2 x NT x W x 32 partial row sums
-    float *        xs    = red + 2 * NT * W * 32;     // x, NT k floats (b <= 4: NT k / 4 A fragments, apq_x_frag)
+    float *        red   = (float *) (smc + TBYTES);  // 2 x W x 32 partial row sums
+    float *        xs    = red + 2 * W * 32;          // x, k floats
     const int      lane  = threadIdx.x & 31;
     const int      warp  = threadIdx.x >> 5;
     const int64_t  G     = ms.G;
@@ -450,117 +438,32 @@ static __global__ void __launch_bounds__(32 * W, MB)
             }
         }
     };
-    // b = 4: thread (row l = tid % 32, part = tid / 32) loads row l's 16 entries and writes the pairs whose high
-    // entry is part + W j (j < HPT) into buffer u
-    auto raw_pair = [&](int64_t gg, uint4 (&v)[2]) {
-        const int64_t r = 32 * gg + lane;
-        v[0] = v[1] = make_uint4(0, 0, 0, 0);
-        if (gg < G && r < ms.n) {
-            const __half * row = ms.tab + r * 16;
-            if (((uintptr_t) row & 15) == 0) {
-                v[0] = __ldg((const uint4 *) row);
-                v[1] = __ldg((const uint4 *) row + 1);
-            } else {
-                uint32_t h[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    h[e] = __half_as_ushort(row[2 * e]) | (uint32_t) __half_as_ushort(row[2 * e + 1]) << 16;
-                }
-                v[0] = make_uint4(h[0], h[1], h[2], h[3]);
-                v[1] = make_uint4(h[4], h[5], h[6], h[7]);
-            }
-        }
+    // b <= 3: low bytes of entries 0-3 / 4-7, high bytes of entries 0-3 / 4-7
+    uint32_t tl0 = 0, tl1 = 0, th0 = 0, th1 = 0;
+    auto     set_regs = [&](const uint4 v) {
+        tl0 = __byte_perm(v.x, v.y, 0x6420);
+        th0 = __byte_perm(v.x, v.y, 0x7531);
+        tl1 = __byte_perm(v.z, v.w, 0x6420);
+        th1 = __byte_perm(v.z, v.w, 0x7531);
     };
-    auto store_pair = [&](const uint4 (&v)[2], int u) {
-#pragma unroll
-        for (int j = 0; j < HPT; j++) {
-            const int      h  = warp + W * j;  // warp-uniform
-            const uint4    vh = (h >> 3) ? v[1] : v[0];
-            const int      c  = (h >> 1) & 3;
-            const uint32_t hw = c == 0 ? vh.x : c == 1 ? vh.y : c == 2 ? vh.z : vh.w;
-            const uint32_t th = (h & 1) ? hw >> 16 : hw & 0xffff;
-#pragma unroll
-            for (int lo = 0; lo < 16; lo++) {
-                const uint32_t lw = rl_word(v[lo >> 3], (lo >> 1) & 3);
-                const uint32_t tl = (lo & 1) ? lw >> 16 : lw;
-                *(uint32_t *) (smc + apq_pair_offset(lo | h << 4, u, lane)) = apq_pair(tl, th);
-            }
-        }
-    };
-    // b <= 3: the lane's row table as byte planes for the permutes
-    apq_reg_table tb       = { 0, 0, 0, 0 };
-    auto          set_regs = [&](const uint4 v) { tb = apq_reg_table_of(v.x, v.y, v.z, v.w); };
-    uint4         raw[NR];
-    uint4         praw[2];
+    uint4 raw[NR];
     if constexpr (REG) {
         set_regs(raw_row(g));
-    } else if constexpr (PAIR) {
-        raw_pair(g, praw);
-        store_pair(praw, 0);
     } else {
         raw_block(g, raw);
         store_block(raw, 0);
     }
-    float xscale = 1.0f, xinv = 1.0f;  // b <= 4: x's power-of-two scale (apq_x_scale)
-    // b <= 4: fragment u of chunk q of token tt holds weights 128 q + apq_x_frag_j0(u) + 0, 1, 16, 17 of x
-    auto stage_frags = [&](float s) {
-        float mx = 0.0f;  // max |x| of the tokens' x (fmaxf drops NaN: apq_x_scale's rule for it)
-        for (int64_t i = threadIdx.x; i < NT * k / 4; i += 32 * W) {
-            const int64_t tt = NT == 2 && i >= k / 4, ii = i - tt * (k / 4);  // NT <= 2
-            const int64_t j  = tt * k + 128 * (ii >> 5) + apq_x_frag_j0((int) (ii & 31));
-            const float2  lo = __ldg((const float2 *) (x + j));
-            const float2  hi = __ldg((const float2 *) (x + j + 16));
-            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(lo.x), fabsf(lo.y)), fmaxf(fabsf(hi.x), fabsf(hi.y))));
-            ((uint4 *) xs)[i] = apq_x_frag(lo.x * s, lo.y * s, hi.x * s, hi.y * s);
-        }
-        return mx;
-    };
-    if constexpr (MMA) {
-        // converted once at scale 1, which apq_x_scale keeps for max |x| in [2^-6, 2^15); the max is known after
-        // the barrier, and a block whose x is outside converts it again (block-uniform). Its per-warp maxima go
-        // to red's second half, which the first row group does not write.
-        float mx = stage_frags(1.0f);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        }
-        red[NT * W * 32 + warp] = mx;
-        __syncthreads();
-        for (int ww = 0; ww < W; ww++) {
-            mx = fmaxf(mx, red[NT * W * 32 + ww]);
-        }
-        apq_x_scale(mx, xscale, xinv);
-        if (xscale != 1.0f) {
-            stage_frags(xscale);
-            __syncthreads();
-        }
-    } else {
-        for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
-            ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
-        }
-        __syncthreads();
+    for (int64_t i = threadIdx.x; i < k / 4; i += 32 * W) {
+        ((float4 *) xs)[i] = __ldg((const float4 *) x + i);
     }
+    __syncthreads();
 
     float a0 = 0.0f, a1 = 0.0f;
-    // b <= 4: NACC accumulators (chains of 32 / NACC dependent MMAs per super-chunk), and the A fragments, zero
-    // on the lanes that carry no x (only the diagonal lanes load them)
-    constexpr int NACC = 4, NXA = 2;  // NXA A fragments in registers (more spill at 80 registers)
-    float      acc[NACC][4] = {};
-    uint4      xa[NXA];
-#pragma unroll
-    for (int i = 0; i < NXA; i++) {
-        xa[i] = make_uint4(0, 0, 0, 0);
-    }
-    const bool    diag1 = NT == 2 && apq_diag_lane(lane, 1);
-    const bool    diag  = apq_diag_lane(lane, 0) || diag1;
-    const uint4 * xlane = (const uint4 *) xs + (diag1 ? k / 4 : 0);  // the A fragments of this lane's token
     for (int it = 0; g < G; g += gstep, it++) {
         const int64_t gn = g + gstep;
         uint4         rraw;  // b <= 3: the next group's row table, loaded now, used after the barrier
         if constexpr (REG) {
             rraw = raw_row(gn);
-        } else if constexpr (PAIR) {
-            raw_pair(gn, praw);
         } else {
             raw_block(gn, raw);
         }
@@ -585,27 +488,24 @@ static __global__ void __launch_bounds__(32 * W, MB)
                     }
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        if constexpr (MMA) {
-                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (b <= 3, codes < 8: no sign mode)
+                        const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
+                        const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
+                        if constexpr (REG) {
+                            // nibble 2i: weight 4m+i, nibble 2i+1: weight 16+4m+i (codes < 8: no sign mode)
                             const uint32_t o = rl_codes<B>(w, m, 0x11111111u);
 #pragma unroll
                             for (int hh = 0; hh < 2; hh++) {
-                                uint32_t b0, b1;
-                                if constexpr (PAIR) {
-                                    b0 = *(const uint32_t *) (smc + apq_pair_addr(o, lreg, 2 * hh));
-                                    b1 = *(const uint32_t *) (smc + apq_pair_addr(o, lreg, 2 * hh + 1));
-                                } else {
-                                    apq_b_frag(hh ? o >> 16 : o, tb, b0, b1);
-                                }
-                                const int u = 8 * t + 2 * m + hh;
-                                if (diag) {
-                                    xa[u % NXA] = xlane[32 * q + u];
-                                }
-                                apq_mma(acc[u % NACC], xa[u % NXA], b0, b1);
+                                const uint32_t s  = hh ? o >> 16 : o;
+                                const uint32_t L  = __byte_perm(tl0, tl1, s);
+                                const uint32_t H  = __byte_perm(th0, th1, s);
+                                const float2   f0 = apq_h2f2(__byte_perm(L, H, 0x5140));  // 4m+2hh, 16+4m+2hh
+                                const float2   f1 = apq_h2f2(__byte_perm(L, H, 0x7362));  // 4m+2hh+1, 16+..
+                                a0 = fmaf(f0.x, hh ? xl.z : xl.x, a0);
+                                a1 = fmaf(f0.y, hh ? xh.z : xh.x, a1);
+                                a0 = fmaf(f1.x, hh ? xl.w : xl.y, a0);
+                                a1 = fmaf(f1.y, hh ? xh.w : xh.y, a1);
                             }
                         } else {
-                            const float4 xl = *(const float4 *) (xq + 32 * t + 4 * m);
-                            const float4 xh = *(const float4 *) (xq + 32 * t + 4 * m + 16);
                             uint32_t lo, hi;  // byte i: code of weight 4m+i / 16+4m+i
                             rl_codes_nib<B>(w, m, lo, hi);
 #define APQ_TOKEN_LK(c, i) (*(const float *) (smc + __byte_perm((c), lreg, 0x5504 | ((i) << 4))))
@@ -630,50 +530,23 @@ static __global__ void __launch_bounds__(32 * W, MB)
                 }
             }
         }
-        if constexpr (REG) {
-            set_regs(rraw);  // this warp is done with the current group's tables
-        } else if constexpr (PAIR) {
-            store_pair(praw, (it + 1) & 1);  // the next group's pairs into the other buffer
-        } else {
+        if constexpr (!REG) {
             store_block(raw, (it + 1) & 1);  // the next group's table into the other buffer
-        }
-        float * redp = red + (it & 1) * NT * W * 32;  // [token][warp][lane]
-        if constexpr (MMA) {  // lane l's row sum of token tt sits in lane apq_acc_source(l, tt)'s accumulators
-            float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-            for (int i = 0; i < NACC; i++) {
-                s0 += acc[i][0] + acc[i][2];
-                s1 += acc[i][1] + acc[i][3];
-            }
-#pragma unroll
-            for (int tt = 0; tt < NT; tt++) {
-                int         half;
-                const int   src = apq_acc_source(lane, tt, half);
-                const float v0  = __shfl_sync(0xffffffffu, s0, src);
-                const float v1  = __shfl_sync(0xffffffffu, s1, src);
-                redp[(tt * W + warp) * 32 + lane] = (half ? v1 : v0) * xinv;
-            }
-#pragma unroll
-            for (int i = 0; i < NACC; i++) {
-                acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-            }
         } else {
-            redp[warp * 32 + lane] = a0 + a1;
+            set_regs(rraw);  // this warp is done with the current group's tables
         }
+        red[(it & 1) * W * 32 + warp * 32 + lane] = a0 + a1;
         a0 = a1 = 0.0f;
         __syncthreads();
         if (warp == 0) {
             const int64_t r = 32 * g + lane;
+            float         s = 0.0f;
 #pragma unroll
-            for (int tt = 0; tt < NT; tt++) {
-                float s = 0.0f;
-#pragma unroll
-                for (int ww = 0; ww < W; ww++) {
-                    s += redp[(tt * W + ww) * 32 + lane];
-                }
-                if (r < ms.n) {
-                    ms.y[tt * ms.n + r] = s;
-                }
+            for (int ww = 0; ww < W; ww++) {
+                s += red[(it & 1) * W * 32 + ww * 32 + lane];
+            }
+            if (r < ms.n) {
+                ms.y[r] = s;
             }
         }
     }
@@ -687,12 +560,12 @@ static int apq_sm_count(int dev) {
     return sms[dev];
 }
 
-template <int B, int W, int D, int MB, int NT>
+template <int B, int W, int D, int MB>
 static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float * x, cudaStream_t stream, int dev,
                                 int sms) {
-    constexpr int TBYTES = apq_token_table_bytes(B);
-    const size_t  smem   = (size_t) TBYTES + 4u * 2 * NT * W * 32 + 4u * NT * (size_t) k;
-    auto          kern   = apq_gemv_token_kernel<B, W, D, MB, NT>;
+    constexpr int TBYTES = B <= 3 ? 0 : (1 << B) * 256;
+    const size_t  smem   = (size_t) TBYTES + 4u * 2 * W * 32 + 4u * (size_t) k;
+    auto          kern   = apq_gemv_token_kernel<B, W, D, MB>;
     static size_t attr[64];                     // dynamic shared memory allowed so far, per device
     static size_t occ_smem[64][4];              // blocks per SM for the last 4 shared memory sizes (row lengths)
     static int    occ[64][4];
@@ -731,13 +604,10 @@ static cudaError_t token_launch(const apq_token_set & ms, int64_t k, const float
 }
 
 // D = 2 super-chunks in the ring (one in flight during a compute) and launch bounds of 3 blocks of 8 warps
-// (b <= 5 but 4), i.e. at most 80 registers: more warps per SM rather than more loads in flight per warp. Above
-// that b ptxas (sm_90) would spill, so there 2 blocks of 8 warps; at b = 4 the 64 KiB of pair tables leave room
-// for 2 blocks anyway, and the 128 registers afford D = 3 (16 warps with one super-chunk ahead would have 32 KiB
-// in flight per SM). 16 warps run where the row groups are at most the SMs (one block per SM whatever the
-// bound) and at b >= 7: one block of 16 per SM (at most 128 registers), which at b <= 5 affords D = 3: with 16
-// warps per SM, one super-chunk ahead is 24-40 KiB in flight per SM, below what the HBM's latency needs.
-template <int B, int NT>
+// (b <= 5) / 2 of 16 (b <= 3), i.e. at most 80 / 64 registers: more warps per SM rather than more loads in
+// flight per warp. Above those b ptxas (sm_90) would spill, so there 2 blocks of 8 warps / 1 of 16 (at most
+// 128 registers).
+template <int B>
 static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S, const float * x,
                                float * y, cudaStream_t st) {
     int dev = 0;
@@ -748,10 +618,9 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
     if (sms <= 0) {
         return cudaErrorInvalidDevice;
     }
-    constexpr int D    = B == 4 ? 3 : 2;  // b = 4: 2 blocks of 8 warps (64 KiB of pairs each), 128 registers: 3
-    constexpr int D16  = B <= 5 ? 3 : 2;  // 16 warps, one block per SM: two super-chunks ahead where registers allow
-    constexpr int MB16 = 1;  // 16 warps: G <= SMs (one block per SM) or b >= 7 (large tables)
-    constexpr int MB8  = B <= 5 && B != 4 ? 3 : 2;  // b = 4: 64 KiB of pair tables, 2 blocks fit anyway
+    constexpr int D    = 2;
+    constexpr int MB16 = B <= 3 ? 2 : 1;
+    constexpr int MB8  = B <= 5 ? 3 : 2;
     apq_token_set ms;
     ms.rl             = (const uint4 *) rl;
     ms.tab            = (const __half *) t + n * ((1 << B) - (1 << S));
@@ -764,25 +633,14 @@ static cudaError_t token_width(const uint8_t * rl, const uint16_t * t, int64_t n
         return cudaSuccess;
     }
     if (B >= 7 || G <= sms) {
-        return token_launch<B, 16, D16, MB16, NT>(ms, k, x, st, dev, sms);
+        return token_launch<B, 16, D, MB16>(ms, k, x, st, dev, sms);
     }
-    return token_launch<B, 8, D, MB8, NT>(ms, k, x, st, dev, sms);
+    return token_launch<B, 8, D, MB8>(ms, k, x, st, dev, sms);
 }
 
 static cudaError_t token_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
                               const float * x, float * y, cudaStream_t st) {
-    return apq_by_bits(b, [&](auto B) { return token_width<decltype(B)::value, 1>(rl, t, n, k, S, x, y, st); });
-}
-
-// two tokens at b <= 4: the one-token kernel with the second token in the MMAs' spare rows
-static cudaError_t token2_bits(int b, const uint8_t * rl, const uint16_t * t, int64_t n, int64_t k, int S,
-                               const float * x, float * y, cudaStream_t st) {
-    switch (b) {
-        case 1: return token_width<1, 2>(rl, t, n, k, S, x, y, st);
-        case 2: return token_width<2, 2>(rl, t, n, k, S, x, y, st);
-        case 3: return token_width<3, 2>(rl, t, n, k, S, x, y, st);
-        default: return token_width<4, 2>(rl, t, n, k, S, x, y, st);
-    }
+    return apq_by_bits(b, [&](auto B) { return token_width<decltype(B)::value>(rl, t, n, k, S, x, y, st); });
 }
 
 extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
@@ -798,8 +656,6 @@ extern "C" cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const u
     const int nt = (int) n_tokens;
     if (nt == 1) {
         return token_bits(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
-    } else if (nt == 2 && bits <= 4 && n_per_row <= 16384) {  // both tokens' x in shared memory (<= 128 KiB)
-        return token2_bits(bits, rl, tables, n_rows, n_per_row, seed_bits, x, y, stream);
     } else if (nt == 2) {
         return batch_bits<2>(bits, rl, tables, n_rows, n_per_row, seed_bits, nt, x, y, stream);
     } else if (nt <= 4) {

@@ -21,11 +21,10 @@ extern "C" {
 size_t ggml_ext_anyprec_rl_plane_size(int64_t n_rows, int64_t n_per_row);
 
 // GEMV / small-batch GEMM on the row-lane layout: y[t * n_rows + r] = sum_j W_b[r][j] x[t * n_per_row + j]
-// for tokens t < n_tokens (1..8). One token, and two at b <= 4 with n_per_row <= 16384: a persistent GEMV, x
-// staged in shared memory (one token: n_per_row up to about 40000, cudaErrorInvalidConfiguration above).
-// Otherwise 2..8 tokens: split-K over slices of the row, the partial sums added with atomics into y (which it
-// zeroes first), so the order of the final additions varies from run to run. tables and x must be 16-byte
-// aligned (as cudaMalloc and ggml buffers give).
+// for tokens t < n_tokens (1..8). One token: a persistent GEMV, x staged in shared memory (n_per_row up to
+// about 50000: cudaErrorInvalidConfiguration above). 2..8 tokens: split-K over slices of the row, the
+// partial sums added with atomics into y (which it zeroes first), so the order of the final additions varies
+// from run to run. tables and x must be 16-byte aligned (as cudaMalloc and ggml buffers give).
 cudaError_t ggml_ext_anyprec_gemv_rl_cuda(const uint8_t * rl, const uint16_t * tables, int64_t n_rows,
                                       int64_t n_per_row, int seed_bits, int bits, const float * x,
                                       int64_t n_tokens, float * y, cudaStream_t stream);

@@ -17,9 +17,8 @@
 // (patch 0420 asks ggml_ext_cuda_anyprec_alloc_size for the room), the padding's codes zero (written with the
 // last row / last word they pad), and the forward pads x with zeros to Kp, so padded weights add nothing.
 //
-// Dispatch (as the kernels' measurements in docs/RESULTS.md chose): 1 token the persistent GEMV (2 tokens too
-// at b <= 4), 2..8 tokens the split-K GEMV (atomics: its last bits vary from run to run; both
-// ggml_ext_anyprec_gemv_rl_cuda),
+// Dispatch (as the kernels' measurements in docs/RESULTS.md chose): 1 token the persistent GEMV, 2..8
+// tokens the split-K GEMV (atomics: its last bits vary from run to run; both ggml_ext_anyprec_gemv_rl_cuda),
 // more tokens the weight dequantized to fp16 at precision b and multiplied by cuBLAS (cublasGemmEx through ggml-cuda's handle, fp32 accumulation), the
 // activations rounded to fp16 as ggml-cuda's own cuBLAS path does for quantized weights.
 #include "ggml-cuda/common.cuh"
