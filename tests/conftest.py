@@ -54,7 +54,6 @@ def wiki_test(request) -> Path:
     return assets.path("wiki-test")
 
 
-
 @pytest.fixture(scope="session")
 def tool_env() -> dict[str, str]:
     from ggml_ext import tools
