@@ -130,7 +130,8 @@ def _file_type_offset(header: bytes) -> int | None:
 
 def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "auto", *,  # noqa: A002
            force: bool = False, target: str | None = None) -> RepackResult:
-    """Rewrite ``input``'s Q4_0 matrices as ``layout`` (or, for ``layout="q4_0"``, interleaved ones as Q4_0).
+    """Rewrite ``input``'s Q4_0 / IQ4_NL matrices as ``layout``, those interleaved in another layout included (or, for
+    ``layout="q4_0"`` / ``"iq4_nl"``, interleaved ones as the plain type).
     ``target`` (a ggml_ext.targets name, with ``layout="auto"``) picks the layout for that CPU."""
     if target is not None:
         if layout != "auto":
@@ -166,13 +167,20 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
             if t.type_name in (quants.INTERLEAVED if layout == "q4_0" else quants.INTERLEAVED_IQ4_NL):
                 jobs.append((t, t.type_name, to_type))
             continue
-        if t.type_name not in ("Q4_0", "IQ4_NL"):
+        # plain Q4_0 / IQ4_NL, or already interleaved in another layout (unpacked, then interleaved again)
+        plain = ("Q4_0" if t.type_name in quants.INTERLEAVED else
+                 "IQ4_NL" if t.type_name in quants.INTERLEAVED_IQ4_NL else t.type_name)
+        if plain not in ("Q4_0", "IQ4_NL"):
+            continue
+        want = to_type if plain == "Q4_0" else IQ4_LAYOUTS[layout]
+        if t.type_name == want:
+            result.kept.append(f"{t.name}: already {want}")
             continue
         n = _ROWS[layout]
         if t.shape[1] % n:
             result.kept.append(f"{t.name}: {t.shape[1]} rows, not a multiple of {n}")
             continue
-        jobs.append((t, t.type_name, to_type if t.type_name == "Q4_0" else IQ4_LAYOUTS[layout]))
+        jobs.append((t, t.type_name, want))
     if jobs and layout not in ("q4_0", "iq4_nl"):
         result.type_name = "/".join(sorted({to for _, _, to in jobs}))
 
@@ -185,7 +193,7 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
             mm = mmap.mmap(fin.fileno(), 0, access=mmap.ACCESS_READ) if info.file_size else None
             try:
                 ft_at = _file_type_offset(mm[:info.data_offset]) if mm is not None else None
-                q4_jobs = [j for j in jobs if "Q4_0" in (j[1], j[2])]
+                q4_jobs = [j for j in jobs if {"Q4_0", *quants.INTERLEAVED} & {j[1], j[2]}]
                 if q4_jobs and ft_at is not None:
                     old = struct.unpack("<I", mm[ft_at:ft_at + 4])[0]
                     if old in FILE_TYPES.values() and old != FILE_TYPES[to_type]:
@@ -193,6 +201,12 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
                         fout.write(struct.pack("<I", FILE_TYPES[to_type]))
                 for t, from_type, to_type in jobs:
                     data = mm[t.file_offset:t.file_offset + t.nbytes]
+                    if from_type in quants.INTERLEAVED and to_type in quants.INTERLEAVED:  # layout to layout
+                        data = quants.unpack_q4_0(from_type, data, t.shape[1], t.shape[0]).tobytes()
+                        from_type = "Q4_0"
+                    elif from_type in quants.INTERLEAVED_IQ4_NL and to_type in quants.INTERLEAVED_IQ4_NL:
+                        data = quants.unpack_iq4_nl(from_type, data, t.shape[1], t.shape[0]).tobytes()
+                        from_type = "IQ4_NL"
                     if to_type == "Q4_0":
                         new = quants.unpack_q4_0(from_type, data, t.shape[1], t.shape[0])
                     elif to_type == "IQ4_NL":
@@ -222,7 +236,7 @@ def repack(input: str | os.PathLike, output: str | os.PathLike, layout: str = "a
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("input", metavar="IN.gguf",
-                   help="GGUF file with Q4_0 or IQ4_NL (or, for --layout q4_0/iq4_nl, interleaved) matrices")
+                   help="GGUF file with Q4_0 or IQ4_NL matrices, plain or interleaved in another layout")
     p.add_argument("output", metavar="OUT.gguf", help="file to write")
     p.add_argument("--layout", default="auto", choices=["auto", *LAYOUTS], type=str.lower,
                    help=", ".join(f"{lay} ({q} / {IQ4_LAYOUTS[lay]})" for lay, q in Q4_0_LAYOUTS.items())

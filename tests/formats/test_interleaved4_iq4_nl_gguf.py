@@ -130,6 +130,17 @@ def test_repack_round_trips_to_the_same_bytes(files, name, tmp_path):
     assert not repack.repack(files[name], other, "q4_0").converted
 
 
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_repack_from_one_interleaved_layout_to_another(files, name, tmp_path):
+    """An interleaved IQ4_NL file repacked into another layout is the plain file repacked into it, byte for byte."""
+    src = "IQ4_NL_8_8" if name != "IQ4_NL_8_8" else "IQ4_NL_4_4"
+    layout = {v: k for k, v in LAYOUTS.items()}[name]
+    out = tmp_path / "relaid.gguf"
+    r = repack.repack(files[src], out, layout)
+    assert r.converted and not r.kept
+    assert out.read_bytes() == files[name].read_bytes()
+
+
 def test_convert_type_iq4_nl_8_8_writes_the_repacked_bytes(files, tmp_path):
     import ggml_ext
     from ggml_ext import assets

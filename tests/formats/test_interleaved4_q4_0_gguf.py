@@ -151,6 +151,22 @@ def test_repack_round_trips_to_the_same_bytes(files, name, tmp_path):
     assert back.read_bytes() == files["q4_0"].read_bytes()
 
 
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_repack_from_one_interleaved_layout_to_another(files, name, tmp_path):
+    """An interleaved file repacked into another layout is the plain file repacked into it, byte for byte (it is
+    unpacked, then interleaved again); into its own layout nothing changes and each matrix says so."""
+    src = "Q4_0_8_8" if name != "Q4_0_8_8" else "Q4_0_4_4"
+    layout = {v: k for k, v in LAYOUTS.items()}[name]
+    out = tmp_path / "relaid.gguf"
+    r = repack.repack(files[src], out, layout)
+    assert r.converted == files["converted", name] and not r.kept
+    assert out.read_bytes() == files[name].read_bytes()
+    same = tmp_path / "same.gguf"
+    r = repack.repack(files[name], same, layout)
+    assert not r.converted and r.kept and all(k.endswith(f"already {name}") for k in r.kept)
+    assert same.read_bytes() == files[name].read_bytes()
+
+
 def test_repack_cli_and_auto_layout(files, tmp_path):
     from ggml_ext import cli
     out = tmp_path / "auto.gguf"

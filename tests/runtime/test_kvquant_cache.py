@@ -213,18 +213,20 @@ def test_refusals_are_clear(default_gguf, wiki_test, threads, calib, tmp_path):
     assert "nuq5" in msg
 
 
-def test_a_nuq_cache_on_an_rpc_device_or_split_by_tensor_is_refused(default_gguf, wiki_test, threads, calib, two_rpc_servers):
+@pytest.mark.parametrize("mode, want", [
+    ("layer", ("RPC device", "--no-kv-offload")),
+    ("tensor", ("cut across devices", "--split-mode layer")),
+])
+def test_a_nuq_cache_on_an_rpc_device_or_split_by_tensor_is_refused(default_gguf, wiki_test, threads, calib,
+                                                                     two_rpc_servers, mode, want):
     """The cache's binding lives in this process; an rpc-server computes with its own, where the cache is bound to
     nothing (uniform levels: +5.8 % perplexity over two RPC devices before the refusal); split mode "tensor" cuts the
-    cache over several devices. Both refused, with the ways out."""
+    cache over several devices' buffers, and a binding holds one address. Both refused, with the ways out. Each
+    mode on servers of its own (a server that served a client before can answer the next one wrongly)."""
     rpc = ",".join(f"127.0.0.1:{p}" for p in two_rpc_servers)
     msg = _refused(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib), "--rpc", rpc,
-                   "-ngl", "99", "-sm", "layer")
-    assert "RPC device" in msg and "--no-kv-offload" in msg, msg
-    # split mode "tensor" cuts the cache across the devices' buffers: a binding holds one address
-    msg = _refused(default_gguf, wiki_test, threads, "-ctv", "nuq4", "--kv-calib", str(calib), "--rpc", rpc,
-                   "-ngl", "99", "-sm", "tensor")
-    assert "cut across devices" in msg and "--split-mode layer" in msg, msg
+                   "-ngl", "99", "-sm", mode)
+    assert all(w in msg for w in want), msg
 
 
 def test_llama_cpp_python_type_k_type_v(default_gguf, threads, calib, monkeypatch):
