@@ -206,11 +206,10 @@ static void check(const cfg & c) {
                 float         dw[4], df[4], sw = 0, sf = 0;
                 lane_dots(c.mode == GGML_ROPE_TYPE_NEOX, bits, hd, a, krow, half_c.data(), mid_c.data(), nw, row.data(),
                           qv.data(), dw, &sw);
-                const bool    neox = c.mode == GGML_ROPE_TYPE_NEOX;
-                const float * nwf  = c.norm ? nw : nullptr;
-                hd == 64  ? kva::float_key_dots<64, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf) :
-                hd == 128 ? kva::float_key_dots<128, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf) :
-                            kva::float_key_dots<256, 4>(kraw.data(), nwf, neox, row.data(), qv.data(), df, &sf);
+                const bool neox = c.mode == GGML_ROPE_TYPE_NEOX;
+                hd == 64  ? kva::float_key_dots<64, 4>(kraw.data(), nw, neox, row.data(), qv.data(), df, &sf) :
+                hd == 128 ? kva::float_key_dots<128, 4>(kraw.data(), nw, neox, row.data(), qv.data(), df, &sf) :
+                            kva::float_key_dots<256, 4>(kraw.data(), nw, neox, row.data(), qv.data(), df, &sf);
                 const float scw = c.norm ? kva::norm_scale((double) sw, hd, eps) : 1.0f;
                 const float scf = c.norm ? kva::norm_scale((double) sf, hd, eps) : 1.0f;
                 for (int qi = 0; qi < 4; qi++) {

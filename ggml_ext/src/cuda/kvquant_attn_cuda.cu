@@ -376,19 +376,6 @@ __device__ __forceinline__ const float * warp_sink(const kvq::kvq_args & a, cons
     return hit ? a.sink_data + (k0 + __ffs(hit) - 1) * a.row_values + g.off : nullptr;
 }
 
-// the sink floats of the head row of cell i, stream s, found by one lane for its own cell (marks: the first 32 slots'
-// marks in shared memory), or NULL; kvq::row_sink's first slot
-__device__ __forceinline__ const float * lane_sink(const kvq::kvq_args & a, const kvq::row_geo & g, int64_t hw,
-                                                   const int64_t * marks, int64_t i, int64_t s) {
-    const int64_t row = g.row0 + i * g.d_cell + s * g.d_stream;
-    for (int64_t k = 0; k < hw; k++) {
-        if ((k < 32 ? marks[k] : a.sink[1 + k]) == row) {
-            return a.sink_data + k * a.row_values + g.off;
-        }
-    }
-    return nullptr;
-}
-
 // lane's HD / 32 values of a head row from its loaded blocks (kvq::lane_values per block: out[2 j + hh] is channel
 // lane + 32 hh of block j, dimension lane + 32 (2 j + hh); mid / half zeros: values)
 template <int HD>
@@ -401,7 +388,7 @@ __device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float
     }
 }
 
-// A block per (cell range, KV head, stream, slice of at most QM queries): NUQ K (BITS) and V rows that kvq::row_geo_of
+// A block per (cell range, KV head, stream, slice of at most KVL_QM queries): NUQ K (BITS) and V rows that kvq::row_geo_of
 // takes, hd == hd_v == n_dims == HD. Warp w takes the range's cells 32 at a time (cells w 32 .. w 32 + 31, then
 // KVL_WARPS 32 further), as upstream's flash-attention vector kernel takes its keys:
 //   keys    lane l scores cell l of the tile alone (kva::lane_key_dots: its K head row loaded into registers with
@@ -413,14 +400,13 @@ __device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float
 //           (kvq::lane_load), each decoded (kvq::lane_values; a sink row's floats) and accumulated with its weights.
 // No block barrier in the cell loop. At the end the warps' (m, l, acc) are merged per query in shared memory and
 // written as k_partial writes them.
-template <int HD, int BITS, int QM>
+template <int HD, int BITS>
 __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, int n_slices) {
-    constexpr int NB = HD / kvq::QK, BW = kva::key_words<BITS>(), KS = HD / 32, VU = v_in_flight<HD>();
+    constexpr int QM = KVL_QM, NB = HD / kvq::QK, BW = kva::key_words<BITS>(), KS = HD / 32, VU = v_in_flight<HD>();
     __shared__ __align__(16) float qs[QM * HD];
     __shared__ __align__(16) float pw[KVL_WARPS][32][QM];
     __shared__ float   sm[KVL_WARPS][QM], sl[KVL_WARPS][QM], sacc[KVL_WARPS][QM][HD], fac[KVL_WARPS][QM];
-    __shared__ float   ktab[16], vtab[16], nws[HD], khs[HD], kms[HD], zs[HD];
-    __shared__ int64_t marks[32];
+    __shared__ float ktab[16], vtab[16], nws[HD], khs[HD], kms[HD], zs[HD];
     const int c = blockIdx.x, h = blockIdx.y, s = blockIdx.z / n_slices, slice = blockIdx.z % n_slices;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int n_group = p.n_q * p.n_ts;
@@ -430,15 +416,11 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
     kvq::row_geo kg = {}, vg = {};
     kvq::row_geo_of(ka, p.k + h * p.k_nb1, p.k_nb2, p.k_nb3, NB, &kg);  // the launch checked both
     kvq::row_geo_of(va, p.v + h * p.v_nb1, p.v_nb2, p.v_nb3, NB, &vg);
-    const int64_t k_hw = kg.row0 >= 0 ? ka.sink[0] : 0, v_hw = vg.row0 >= 0 ? va.sink[0] : 0;
-    const int64_t v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
+    const int64_t v_hw = vg.row0 >= 0 ? va.sink[0] : 0, v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
 
     if (tid < 16) {
         ktab[tid] = ka.values[tid];
         vtab[tid] = va.values[tid];
-    }
-    if (tid < 32) {
-        marks[tid] = tid < k_hw ? ka.sink[1 + tid] : -2;
     }
     if (tid < KVL_WARPS * QM) {  // each warp's running max m and sum l per query
         sm[tid / QM][tid % QM] = -INFINITY;
@@ -499,9 +481,9 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
         if (live) {
             const char *   kr = k_h + (int64_t) cell * p.k_nb2;
             const float4 * cs = tab_s + (int64_t) cell * (HD / 4);
-            const float *  sk = k_hw ? lane_sink(ka, kg, k_hw, marks, cell, s) : nullptr;
+            const float *  sk = kvq::row_sink(ka, kg, cell, s);  // a sink row: its floats
             if (sk) {
-                kva::float_key_dots<HD, QM>(sk, norm ? nws : nullptr, neox, (const float *) cs, qs, dot, &ss);
+                kva::float_key_dots<HD, QM>(sk, nws, neox, (const float *) cs, qs, dot, &ss);
             } else {
                 uint32_t        w[NB][BW];
                 kva::key_block kb[NB];
@@ -643,26 +625,26 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
     }
 }
 
-template <int HD, int BITS, int QM>
+template <int HD, int BITS>
 static void launch_lanes_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
                            cudaStream_t stream) {
-    const int  n_slices = (p.n_q * p.n_ts + QM - 1) / QM;
+    const int  n_slices = (p.n_q * p.n_ts + KVL_QM - 1) / KVL_QM;
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
-    k_lanes<HD, BITS, QM><<<grid, KVL_THREADS, 0, stream>>>(p, ka, va, n_slices);
+    k_lanes<HD, BITS><<<grid, KVL_THREADS, 0, stream>>>(p, ka, va, n_slices);
 }
 
-template <int HD, int QM = KVL_QM>
+template <int HD>
 static void launch_lanes_bits(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va,
                               int n_streams, cudaStream_t stream) {
     switch (ka.bits) {
         case 2:
-            launch_lanes_q<HD, 2, QM>(p, ka, va, n_streams, stream);
+            launch_lanes_q<HD, 2>(p, ka, va, n_streams, stream);
             break;
         case 3:
-            launch_lanes_q<HD, 3, QM>(p, ka, va, n_streams, stream);
+            launch_lanes_q<HD, 3>(p, ka, va, n_streams, stream);
             break;
         default:
-            launch_lanes_q<HD, 4, QM>(p, ka, va, n_streams, stream);
+            launch_lanes_q<HD, 4>(p, ka, va, n_streams, stream);
             break;
     }
 }

@@ -161,6 +161,20 @@ KVQ_HD key_block key_block_of(const kvq::kvq_args & a, uint32_t t0, uint32_t t1)
     return r;
 }
 
+// One RoPE pair (d1, d2) of a key into its dots with the queries q[i * HD ..] and the sum of its squares s2: the K
+// norm's weights nw (ones without a norm), the rotation by (co, si) as rope_at rotates a pair, then each query
+template <int HD, int QM>
+KVQ_HD void key_pair(float x1, float x2, int d1, int d2, float co, float si, const float * nw, const float * q,
+                     float * dot, float & s2) {
+    s2 += x1 * x1 + x2 * x2;
+    const float u1 = x1 * nw[d1], u2 = x2 * nw[d2];
+    const float y1 = u1 * co - u2 * si, y2 = u1 * si + u2 * co;
+#pragma unroll
+    for (int i = 0; i < QM; i++) {
+        dot[i] += q[i * HD + d1] * y1 + q[i * HD + d2] * y2;
+    }
+}
+
 // The lane's dots of its cell's key with the queries q[i * HD ..] (i < QM; q rows past the block's queries are zeros)
 // and the sum of the key's squares: w the row's words, kb their key_block_of, vals the 2^B table, half / mid the
 // head's channel scales (1 / 0 without), nw the K norm's weights (ones without: one code path, the fewest registers),
@@ -183,23 +197,14 @@ KVQ_HD void lane_key_dots(const uint32_t (&w)[HD / kvq::QK][key_words<BITS>()], 
     }
 #pragma unroll
     for (int j = 0; j < HD / 2; j++) {
-        const int   d1 = NEOX ? j : 2 * j, d2 = NEOX ? j + HD / 2 : 2 * j + 1;
-        const float x1 = value(d1), x2 = value(d2);
-        const float u1 = x1 * nw[d1], u2 = x2 * nw[d2];
-        s2 += x1 * x1 + x2 * x2;
+        const int    d1 = NEOX ? j : 2 * j, d2 = NEOX ? j + HD / 2 : 2 * j + 1;
         const float4 c4 = cs[j / 2];
-        const float  co = j % 2 ? c4.z : c4.x, si = j % 2 ? c4.w : c4.y;
-        const float  y1 = u1 * co - u2 * si, y2 = u1 * si + u2 * co;  // rope_at's pair
-#pragma unroll
-        for (int i = 0; i < QM; i++) {
-            dot[i] += q[i * HD + d1] * y1 + q[i * HD + d2] * y2;
-        }
+        key_pair<HD, QM>(value(d1), value(d2), d1, d2, j % 2 ? c4.z : c4.x, j % 2 ? c4.w : c4.y, nw, q, dot, s2);
     }
     *ss = s2;
 }
 
-// lane_key_dots from a key held as floats x (a sink row): the same sums, a loop (nw: NULL without a K norm; cs the
-// cell's table row)
+// lane_key_dots from a key held as floats x (a sink row): the same pairs, a loop (cs the cell's table row)
 template <int HD, int QM>
 KVQ_HD void float_key_dots(const float * x, const float * nw, bool neox, const float * cs, const float * q, float * dot,
                            float * ss) {
@@ -208,14 +213,8 @@ KVQ_HD void float_key_dots(const float * x, const float * nw, bool neox, const f
         dot[i] = 0.0f;
     }
     for (int j = 0; j < HD / 2; j++) {
-        const int   d1 = neox ? j : 2 * j, d2 = neox ? j + HD / 2 : 2 * j + 1;
-        const float x1 = x[d1], x2 = x[d2];
-        s2 += x1 * x1 + x2 * x2;
-        const float u1 = nw ? x1 * nw[d1] : x1, u2 = nw ? x2 * nw[d2] : x2, co = cs[2 * j], si = cs[2 * j + 1];
-        const float y1 = u1 * co - u2 * si, y2 = u1 * si + u2 * co;
-        for (int i = 0; i < QM; i++) {
-            dot[i] += q[i * HD + d1] * y1 + q[i * HD + d2] * y2;
-        }
+        const int d1 = neox ? j : 2 * j, d2 = neox ? j + HD / 2 : 2 * j + 1;
+        key_pair<HD, QM>(x[d1], x[d2], d1, d2, cs[2 * j], cs[2 * j + 1], nw, q, dot, s2);
     }
     *ss = s2;
 }
