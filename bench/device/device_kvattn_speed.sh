@@ -162,16 +162,18 @@ if has bench; then
 fi
 
 if has profile && command -v ncu > /dev/null; then
-    # the decode tokens' kernels only (a name filter, then the depth fill's launches skipped: at 8192 cells 16
-    # batches x 30 layers of two cache writes, and for q4_0 also flash attention and its fixup): the nuq3 cache's
-    # (the decode op and the cache write) and our build's q4_0 cache's (upstream's vector flash attention)
-    prof() {  # label regex skip cache args... (skip: the depth fill's launches of the named kernels)
-        local label=$1 re=$2 skip=$3
+    # the decode tokens' kernels only: a name filter, then the depth fill's launches of those kernels skipped
+    # (batches of 512 cells x SmolLM2's 30 layers x PER_LAYER: the cache writes, for q4_0 also flash attention and
+    # its fixup); the nuq3 cache's (the decode op and the cache write) and our build's q4_0 cache's (upstream's
+    # vector flash attention). The caller's environment assignments reach llama-bench.
+    depth=${DEPTH_PROFILE:-8192}
+    prof() {  # label regex per_layer cache args...
+        local label=$1 re=$2 skip=$(( depth / 512 * 30 * $3 + 40 ))
         shift 3
-        env "${nuq[@]}" timeout 600 ncu --target-processes all --kernel-name "regex:$re" --launch-skip "$skip" \
+        timeout 600 ncu --target-processes all --kernel-name "regex:$re" --launch-skip "$skip" \
             --launch-count 150 --metrics gpu__time_duration.sum --csv "$BIN/llama-bench" -m "$M/smollm2.gguf" -p 0 \
-            -n 8 -r 1 -d "${DEPTH_PROFILE:-8192}" -ngl 99 -fa 1 "$@" > "$out/ncu-$label.csv" 2> "$out/ncu-$label.err"
-        say "ncu $label (depth ${DEPTH_PROFILE:-8192}): rc=$? | per kernel (name: launches, mean us):"
+            -n 8 -r 1 -d "$depth" -ngl 99 -fa 1 "$@" > "$out/ncu-$label.csv" 2> "$out/ncu-$label.err"
+        say "ncu $label (depth $depth): rc=$? | per kernel (name: launches, mean us):"
         "$PY" - "$out/ncu-$label.csv" <<'EOF2' | tee -a "$out/summary.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
@@ -188,8 +190,7 @@ for k, v in sorted(t.items(), key=lambda kv: -sum(kv[1])):
     print(f"  {k}: {len(v)}, {sum(v) / len(v) / 1000:.2f}")
 EOF2
     }
-    nuq=(GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1)
-    prof nuq3 'k_lanes|k_partial|k_combine|k_table|k_quantize' $((16 * 30 * 2 * ${DEPTH_PROFILE:-8192} / 8192 + 40)) -ctk nuq3 -ctv nuq3 --kv-calib "$M/smollm2.kv"
-    nuq=(X=1)
-    prof q4_0 'flash_attn|set_rows' $((16 * 30 * 4 * ${DEPTH_PROFILE:-8192} / 8192 + 40)) -ctk q4_0 -ctv q4_0
+    GGML_EXT_KV_OUTLIERS=0.01 GGML_EXT_KV_SINK=1 prof nuq3 'k_lanes|k_partial|k_combine|k_table|k_quantize' 2 \
+        -ctk nuq3 -ctv nuq3 --kv-calib "$M/smollm2.kv"
+    prof q4_0 'flash_attn|set_rows' 4 -ctk q4_0 -ctv q4_0
 fi
