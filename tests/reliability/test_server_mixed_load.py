@@ -6,7 +6,8 @@ calibration; the server runs 16 slots with ``-ctv nuq4 --kv-calib`` and a slot s
 
 * 16 streams at once, four prompts at each of four precisions (3, 4, 5, 8; requests of different precisions
   never share a batch), while two more streaming requests are cancelled after their first tokens: every
-  answer equals its reference, text and log-probabilities, and the server serves on;
+  answer has its reference's text, and log-probabilities nearer its own reference than any other
+  precision's; the server serves on;
 * a slot is saved (``/slots/0?action=save``), used by another request, restored, and continues the saved
   conversation exactly as it did before it was overwritten, from the restored cache (its prompt is not
   evaluated again).
@@ -80,9 +81,22 @@ def _answer(r: dict) -> tuple[str, list[float]]:
     return r["content"], [p["logprob"] for s in r["completion_probabilities"] for p in [s, *s["top_logprobs"]]]
 
 
+def _gap(got, want) -> float:
+    """The largest log-probability difference of two answers; infinite when their texts differ."""
+    if got[0] != want[0] or len(got[1]) != len(want[1]):
+        return float("inf")
+    return max((abs(a - b) for a, b in zip(got[1], want[1])), default=0.0)
+
+
 def _same(got, want) -> bool:
-    return got[0] == want[0] and len(got[1]) == len(want[1]) and max(
-        (abs(a - b) for a, b in zip(got[1], want[1])), default=0.0) <= 1e-4
+    """A request served alone is a batch of one: served alone again, it answers alike."""
+    return _gap(got, want) <= 1e-4
+
+
+# Requests at one precision share a batch when they arrive together, and a batch of several sequences
+# takes other matrix-multiply paths than a batch of one (upstream's too): their log-probabilities then
+# agree to ~1e-3, not bit for bit. A leaked precision moves them by far more (checked on the references).
+BATCHED = 1e-2
 
 
 def _cancel_after_first_tokens(url: str, prompt: str, bits: int, events: int = 2) -> int:
@@ -108,7 +122,10 @@ def test_concurrent_precisions_and_a_cancelled_stream(server):
     proc, url, log = server
     want = {(p, b): _answer(_complete(url, p, b)) for p, b in STREAMS}
     want_other = {b: _answer(_complete(url, PROMPTS[0], b)) for b in (3, 8)}
-    assert not _same(want_other[3], want_other[8]), "3 and 8 bits should not agree"
+    for p in PROMPTS:  # a leak must be visible: any two precisions' answers lie far apart
+        for i, b in enumerate(BITS):
+            for c in BITS[i + 1:]:
+                assert _gap(want[(p, b)], want[(p, c)]) > 4 * BATCHED, (p, b, c, want[(p, b)], want[(p, c)])
 
     got, errors = {}, []
 
@@ -125,8 +142,8 @@ def test_concurrent_precisions_and_a_cancelled_stream(server):
     for w in [*workers, *cancellers]:
         w.join()
     assert not errors, errors
-    for key, ans in want.items():
-        assert _same(got[key], ans), (key, got[key], ans)
+    for (p, b), ans in want.items():
+        assert _gap(got[(p, b)], ans) <= BATCHED, ((p, b), got[(p, b)], ans)
     # served on: the same answers again, one after another
     assert proc.poll() is None
     for b in (3, 8):
