@@ -125,12 +125,15 @@ wheels: venv ## Python wheels dist/ggml_ext-<version>-py3-none-manylinux_2_N_{x8
 
 # The bundles end to end (tests/runtime/test_dist.py): aarch64 under qemu-aarch64-static for one CPU model per
 # variant level, x86_64 natively, greedy text against our native build; with proot and debootstrap installed, also
-# on a Debian arm64 userland (scripts/arm64_userland.sh). Then the wheels made from them (tests/runtime/test_wheels.py):
+# on a Debian arm64 userland (scripts/arm64_userland.sh). The CPU models include Neoverse N2 and V1 (Graviton3's
+# variant is reached only on V1): from a qemu that has them, Debian 13's where the system's lacks them
+# (scripts/qemu_neoverse.sh; without it, `max` stands in). Then the wheels made from them (tests/runtime/test_wheels.py):
 # installed offline into clean venvs, x86_64 natively, aarch64 in that userland. Apart from `make test`: `make dist`
 # is slow.
 test-arm: install dist wheels ## build the release bundles and wheels and run them (aarch64 under qemu per CPU model, x86_64 natively)
 	$(CLI) assets fetch
-	GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py tests/runtime/test_wheels.py $(PYTEST_ARGS)
+	q=$$(bash scripts/qemu_neoverse.sh) || q=""; \
+	PATH="$${q:+$$q:}$$PATH" GGML_EXT_ARM_USERLAND=make $(PY) -m pytest tests/runtime/test_dist.py tests/runtime/test_wheels.py $(PYTEST_ARGS)
 
 clean: ## remove the build folders
 	rm -rf build dist *.egg-info

@@ -100,8 +100,15 @@ def _qemu_missing() -> str | None:
 
 
 @functools.cache
+def _qemu() -> str:
+    """qemu-aarch64-static by its path on the tests' PATH (make test-arm puts one with the Neoverse models first: the
+    programs run with a bare environment, whose PATH would find the system's)."""
+    return shutil.which("qemu-aarch64-static") or "qemu-aarch64-static"
+
+
+@functools.cache
 def _qemu_cpus() -> set[str]:
-    out = subprocess.run(["qemu-aarch64-static", "-cpu", "help"], capture_output=True, text=True).stdout
+    out = subprocess.run([_qemu(), "-cpu", "help"], capture_output=True, text=True).stdout
     return set(out.split())
 
 
@@ -171,7 +178,7 @@ def qemu_runs(arm_bundle, model, tmp_path_factory) -> dict:
     def run(level: str):
         cpu, expected = _qemu_model(level)
         out = tmp / f"{level}.txt"
-        qemu = ["qemu-aarch64-static", "-cpu", cpu, "-L", str(SYSROOT)]
+        qemu = [_qemu(), "-cpu", cpu, "-L", str(SYSROOT)]
         proc = subprocess.run([*qemu, str(arm_bundle / "bin" / "llama-cli"), *_cli_args(model, out)], env=_bare_env(),
                               cwd=tmp, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
         return cpu, expected, _answer(proc, out)[0], _load_log([*qemu, str(arm_bundle / "bin" / "llama-bench")])
@@ -301,7 +308,7 @@ def test_aarch64_bundle_server_answers_chat_completions_under_qemu(arm_bundle, m
         pytest.skip(why)
     from ggml_ext import serve
     port = serve.free_port()
-    cmd = ["qemu-aarch64-static", "-cpu", "cortex-a76", "-L", str(SYSROOT), str(arm_bundle / "bin" / "llama-server"),
+    cmd = [_qemu(), "-cpu", "cortex-a76", "-L", str(SYSROOT), str(arm_bundle / "bin" / "llama-server"),
            *_server_args(model, port)]
     content = _serve(cmd, port, tmp_path, 900)
     print(f"\naarch64 bundle llama-server under qemu -cpu cortex-a76: {content!r}")
@@ -327,7 +334,7 @@ def userland() -> Path:
 
 
 def _proot(root: Path, cpu: str, binds: dict[Path, str], *argv: str) -> list[str]:
-    cmd = ["proot", "-q", f"qemu-aarch64-static -cpu {cpu}", "-r", str(root), "-w", "/"]
+    cmd = ["proot", "-q", f"{_qemu()} -cpu {cpu}", "-r", str(root), "-w", "/"]
     for host, guest in binds.items():
         cmd += ["-b", f"{host}:{guest}"]
     return [*cmd, *argv]
