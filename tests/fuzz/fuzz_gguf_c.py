@@ -93,6 +93,19 @@ def build_key(cc: str) -> tuple[str, Path]:
     return h.hexdigest()[:16], pristine
 
 
+def _tools_exist(bdir: Path) -> bool:
+    """Whether the programs the folder was configured with are still there: a checkout that configured it (its
+    .venv's ninja, its Python) may be gone since, and cmake --build would then fail."""
+    cache = bdir / "CMakeCache.txt"
+    if not cache.is_file():
+        return False
+    for line in cache.read_text(errors="replace").splitlines():
+        name, _, value = line.partition("=")
+        if name.split(":")[0] in ("CMAKE_MAKE_PROGRAM", "Python3_EXECUTABLE") and value and not Path(value).exists():
+            return False
+    return True
+
+
 def build(*targets: str) -> Path:
     """The sanitizer build of the current sources, with ``targets`` (default: all) built.
 
@@ -113,7 +126,7 @@ def build(*targets: str) -> Path:
     with open(root / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         stamp = bdir / ".key"
-        if not (stamp.is_file() and stamp.read_text().strip() == key):
+        if not (stamp.is_file() and stamp.read_text().strip() == key and _tools_exist(bdir)):
             import apply_patches
             _log(f"configuring {root} with {cc} (the first build takes a while; ccache makes later ones quick)")
             tree = apply_patches.patched_tree(pristine, root / "llama.cpp", REPO / "ggml_ext" / "patches")
