@@ -19,7 +19,7 @@ b bits counts its first b bitplanes and precision b's tables (what the kernels r
 its best CPU path (runtime repack on, its default).
 
     bench/runtime/bench_roofline.py --ours OURS_BIN --upstream UP_BIN --template VOCAB.gguf --work DIR \\
-        [--layers 4] [--threads 1,2] [--pairs q4_0_8_8:q4_0,...] [--reps 2] [--passes 2]
+        [--layers 4] [--threads 1,2] [--pairs q4_0_8_8:q4_0,...] [--reps 2] [--passes 2] [--ubatch U]
 
 OURS_BIN / UP_BIN: folders holding llama-bench (ours: an installed ggml_ext's bin/); VOCAB.gguf: any GGUF of a
 llama-architecture tokenizer (llama.cpp's models/ggml-vocab-llama-spm.gguf).
@@ -100,7 +100,12 @@ def read_bandwidth(a: argparse.Namespace) -> dict[int, float]:
 def bench(binary: Path, model: Path, env: dict, a: argparse.Namespace) -> list[dict]:
     argv = [str(binary / "llama-bench"), "-m", str(model), "-p", str(a.prompt), "-n", str(a.gen),
             "-t", ",".join(map(str, a.threads)), "-r", str(a.reps), "-o", "json"]
-    return json.loads(sh(argv, env))
+    out = json.loads(sh(argv, env))
+    if a.ubatch:  # U tokens a step, as a server decoding U streams at once: "pp<n>@ub<U>"
+        argv = [str(binary / "llama-bench"), "-m", str(model), "-p", str(a.ub_prompt), "-n", "0", "-ub", str(a.ubatch),
+                "-b", str(a.ubatch), "-t", ",".join(map(str, a.threads)), "-r", str(a.reps), "-o", "json"]
+        out += [{**r, "ubatch": a.ubatch} for r in json.loads(sh(argv, env))]
+    return out
 
 
 def main() -> int:
@@ -117,6 +122,10 @@ def main() -> int:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--bw-mib", type=int, default=2048, help="read-bandwidth buffer (MiB; far above the caches)")
+    ap.add_argument("--ubatch", type=int, default=0,
+                    help="also time --ub-prompt tokens evaluated U at a time (-ub U -b U): the matrix products of a "
+                         "server decoding U streams at once (default 0: not run)")
+    ap.add_argument("--ub-prompt", type=int, default=64)
     ap.add_argument("--json", type=Path, default=None, help="also write every sample here")
     a = ap.parse_args()
     a.threads = [int(t) for t in a.threads.split(",")]
@@ -140,6 +149,7 @@ def main() -> int:
             print(f"[roofline] pass {rnd + 1}/{a.passes} {build} {label}", file=sys.stderr, flush=True)
             for r in bench(a.ours if build == "ours" else a.upstream, f, env, a):
                 test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+                test += f"@ub{r['ubatch']}" if r.get("ubatch") else ""
                 samples.setdefault((label, build, test, r["n_threads"]), []).extend(r["samples_ts"])
     bw_after = read_bandwidth(a)
     bw = {t: max(bw_before[t], bw_after[t]) for t in a.threads}
@@ -152,9 +162,10 @@ def main() -> int:
           f"Llama-2-7B shape, {a.layers} layers; read bandwidth (GB/s, before / after the passes): "
           + ", ".join(f"{t} thread{'s' if t > 1 else ''} {bw_before[t]:.1f} / {bw_after[t]:.1f}" for t in a.threads)
           + f"; {a.passes} passes x llama-bench -r {a.reps}, samples pooled\n")
+    ub = f"pp{a.ub_prompt}@ub{a.ubatch}"
     print("| ours | upstream | MB / token (ours, up) | threads | tg t/s ours | tg t/s up | % of bandwidth ours | "
-          f"% up | tg ours / up | pp{a.prompt} ours / up |")
-    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          f"% up | tg ours / up | pp{a.prompt} ours / up |" + (f" {a.ubatch} tokens a step, t/s: ours / up |" if a.ubatch else ""))
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if a.ubatch else ""))
     for o, u in pairs:
         for t in a.threads:
             def m(label, build, test):
@@ -164,7 +175,9 @@ def main() -> int:
             po, pu = m(o, "ours", f"pp{a.prompt}"), m(u, "upstream", f"pp{a.prompt}")
             print(f"| {o} | {u} | {mb[o]:.0f}, {mb[u]:.0f} | {t} | {to:.2f} | {tu:.2f} | "
                   f"{100 * mb[o] * to / 1e3 / bw[t]:.0f} % | {100 * mb[u] * tu / 1e3 / bw[t]:.0f} % | "
-                  f"{to / tu:.2f} | {po / pu:.2f} ({po:.1f} / {pu:.1f}) |")
+                  f"{to / tu:.2f} | {po / pu:.2f} ({po:.1f} / {pu:.1f}) |"
+                  + (f" {m(o, 'ours', ub) / m(u, 'upstream', ub):.2f} ({m(o, 'ours', ub):.1f} / {m(u, 'upstream', ub):.1f}) |"
+                     if a.ubatch else ""))
     if a.json:
         a.json.write_text(json.dumps({"bandwidth_GBps": {"before": bw_before, "after": bw_after}, "mb_per_token": mb,
                                       "samples": [[*k, v] for k, v in samples.items()]}, indent=1))

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -49,6 +50,32 @@ static int check(const char * name, ggml_ext_anyprec_gemv_fn fn, const uint8_t *
     return bad;
 }
 
+// ggml_ext_anyprec_gemv_tokens over n_tok rows against the one-row dispatched GEMV per row: equal bit for bit
+static int check_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
+                        int64_t k, int seed, int bits, const float * xall, int n_tok) {
+    const float * xs[8];
+    float *       ys[8];
+    float *       want = malloc(sizeof(float) * (size_t) (nr * n_tok));
+    float *       got  = malloc(sizeof(float) * (size_t) (nr * n_tok));
+    int           bad  = 0;
+    for (int t = 0; t < n_tok; t++) {
+        xs[t] = xall + (int64_t) t * k;
+        ys[t] = got + (int64_t) t * nr;
+        bad   = bad || ggml_ext_anyprec_gemv(planes, tables, r0, nr, n_rows, k, seed, bits, xs[t], want + t * nr) != 0;
+    }
+    bad = bad || ggml_ext_anyprec_gemv_tokens(planes, tables, r0, nr, n_rows, k, seed, bits, n_tok, xs, ys) != 0;
+    for (int64_t i = 0; i < nr * n_tok && !bad; i++) {
+        if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
+            fprintf(stderr, "tokens: row %lld of token %lld, k=%lld seed=%d bits=%d n_tok=%d: %.9g, one row at a time %.9g\n",
+                    (long long) (r0 + i % nr), (long long) (i / nr), (long long) k, seed, bits, n_tok, got[i], want[i]);
+            bad = 1;
+        }
+    }
+    free(want);
+    free(got);
+    return bad;
+}
+
 int main(void) {
     struct {
         const char *         name;
@@ -80,20 +107,27 @@ int main(void) {
             const int64_t     ntab   = n_rows * ggml_ext_anyprec_row_table_len(seed, 8);
             uint8_t *         planes = malloc(np);
             ggml_ext_fp16_t * tables = malloc(sizeof(ggml_ext_fp16_t) * (size_t) ntab);
-            float *           x      = malloc(sizeof(float) * (size_t) k);
+            float *           x      = malloc(sizeof(float) * (size_t) k * 8);  // 8 activation rows
             for (size_t j = 0; j < np; j++) {
                 planes[j] = (uint8_t) rnd();
             }
             for (int64_t j = 0; j < ntab; j++) {
                 tables[j] = ggml_ext_fp32_to_fp16(rndf() * 0.1f);
             }
-            for (int64_t j = 0; j < k; j++) {
+            for (int64_t j = 0; j < k * 8; j++) {
                 x[j] = rndf() * 4.0f;
             }
             for (int bits = seed; bits <= 8; bits++) {
                 for (int i = 0; i < nk; i++) {
                     if (check(kernels[i].name, kernels[i].fn, planes, tables, 0, n_rows, n_rows, k, seed, bits, x) ||
                         check(kernels[i].name, kernels[i].fn, planes, tables, 3, 4, n_rows, k, seed, bits, x)) {
+                        return 1;
+                    }
+                    cases += 2;
+                }
+                for (int n_tok = 1; n_tok <= 8; n_tok++) {
+                    if (check_tokens(planes, tables, 0, n_rows, n_rows, k, seed, bits, x, n_tok) ||
+                        check_tokens(planes, tables, 3, 4, n_rows, k, seed, bits, x, n_tok)) {
                         return 1;
                     }
                     cases += 2;
@@ -106,8 +140,12 @@ int main(void) {
     }
     // refused arguments
     float y;
+    float *       yp = &y;
+    const float * xp = NULL;
     if (ggml_ext_anyprec_gemv(NULL, NULL, 0, 1, 1, 40, 3, 3, NULL, &y) != -1 ||
-        ggml_ext_anyprec_gemv(NULL, NULL, 0, 1, 1, 32, 4, 3, NULL, &y) != -1) {
+        ggml_ext_anyprec_gemv(NULL, NULL, 0, 1, 1, 32, 4, 3, NULL, &y) != -1 ||
+        ggml_ext_anyprec_gemv_tokens(NULL, NULL, 0, 1, 1, 40, 3, 3, 1, &xp, &yp) != -1 ||
+        ggml_ext_anyprec_gemv_tokens(NULL, NULL, 0, 1, 1, 32, 4, 3, 1, &xp, &yp) != -1) {
         fprintf(stderr, "bad arguments were not refused\n");
         return 1;
     }

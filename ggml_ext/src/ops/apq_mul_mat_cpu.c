@@ -3,9 +3,10 @@
 // Threads split W's rows into equal contiguous ranges, so one token (decode) still spreads over every
 // thread, and each output element is computed by one thread in one fixed order: the result does not
 // depend on the thread count.
-//   - up to GEMV_MAX_TOKENS activation rows (decode, small batches): the family's GEMV (AVX2 / NEON /
-//     scalar, formats/anyprec/dispatch.c) once per activation row: it reads the first b planes of the
-//     thread's rows and precision b's tables, nothing else;
+//   - up to GEMV_MAX_TOKENS activation rows (decode, small batches): the family's GEMV of several rows
+//     (ggml_ext_anyprec_gemv_tokens, formats/anyprec/dispatch.c: AVX-512 decodes each weight block once for up
+//     to four rows, AVX2 / NEON / scalar run their GEMV per row; each row's result is the one-row GEMV's bit
+//     for bit): it reads the first b planes of the thread's rows and precision b's tables, nothing else;
 //   - more (prompt processing, perplexity): blocks of ROW_BLOCK rows are dequantized once to F32 in the
 //     thread's part of the work buffer (ggml_ext_anyprec_dequantize: the same b planes and table entries)
 //     and dotted with every activation row (ggml's own ggml_vec_dot_f32), so the bit-transpose is paid
@@ -54,13 +55,15 @@ static void forward(const struct ggml_compute_params * params, struct ggml_tenso
     const int64_t ne1 = x->ne[1], ne2 = x->ne[2], T = n_tokens(dst);
 
     if (T <= GEMV_MAX_TOKENS) {
+        const float * xs[GEMV_MAX_TOKENS];
+        float *       ys[GEMV_MAX_TOKENS];
         for (int64_t t = 0; t < T; t++) {
             const int64_t i1 = t % ne1, i2 = (t / ne1) % ne2, i3 = t / (ne1 * ne2);
-            const float * xr = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
-            float * dr = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]);
-            if (ggml_ext_anyprec_gemv(planes, tab, r0, r1 - r0, N, K, S, b, xr, dr + r0) != 0) {
-                GGML_ABORT("apq_mul_mat: the GEMV refused %s (K %lld, S %d, b %d)", w->name, (long long) K, S, b);
-            }
+            xs[t] = (const float *) ((const char *) x->data + i1 * x->nb[1] + i2 * x->nb[2] + i3 * x->nb[3]);
+            ys[t] = (float *) ((char *) dst->data + i1 * dst->nb[1] + i2 * dst->nb[2] + i3 * dst->nb[3]) + r0;
+        }
+        if (ggml_ext_anyprec_gemv_tokens(planes, tab, r0, r1 - r0, N, K, S, b, (int) T, xs, ys) != 0) {
+            GGML_ABORT("apq_mul_mat: the GEMV refused %s (K %lld, S %d, b %d)", w->name, (long long) K, S, b);
         }
         return;
     }

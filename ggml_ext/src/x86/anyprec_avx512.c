@@ -8,7 +8,10 @@
 //     permutes instead of memory: one vpermps for b <= 4, one vpermt2ps for b = 5, and above that one
 //     vpermt2ps per 32 entries merged by the code's upper bits (3 / 7 / 15 instructions at b = 6 / 7 / 8; at
 //     b = 8 the 32-entry quarters are read from L1: kept in registers they leave too few for the rest);
-//   * four accumulators (one per 16-weight group), so the FMAs' latency does not serialise the row.
+//   * four accumulators (one per 16-weight group), so the FMAs' latency does not serialise the row;
+//   * several tokens (a batch of decode streams, up to 8): the codes and table entries of each 64 weights are
+//     built once for up to four activation rows (ggml_ext_anyprec_gemv_tokens), each row's sums in the order of
+//     the one-token call: the results are the one-token call's, bit for bit.
 #include "formats/anyprec/anyprec_impl.h"
 
 #if defined(GGML_EXT_HAVE_AVX512)
@@ -49,9 +52,13 @@ GGML_EXT_INLINE __m512 apq_lookup(__m512i idx, const __m512 * T, const float * m
     return _mm512_mask_blend_ps(k7, lo, hi);
 }
 
-// rows r0 .. r0 + nr of precision B (a constant once inlined into the switch below)
+// rows r0 .. r0 + nr of precision B for G activation rows x[0..G) into y[0..G) (B and G constants once inlined into
+// the switches below): each 64 weights' codes and table entries are built once and multiplied into every row's
+// four accumulators, in the same order for each row as for G = 1, so a token's result does not depend on how
+// many tokens share the call (a batch of decode streams answers as each stream alone).
 GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * tab, int64_t r0, int64_t nr,
-                              int64_t row_bytes, size_t plane_bytes, const float * x, float * y, const int B) {
+                              int64_t row_bytes, size_t plane_bytes, const float * const * x, float * const * y,
+                              const int B, const int G) {
     const int E  = 1 << B;
     const int NT = E < 16 ? 1 : E / 16;  // table registers (b <= 7)
     const __m512i one = _mm512_set1_epi8(1);
@@ -75,7 +82,12 @@ GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * ta
             T[0] = _mm512_loadu_ps(lut);
         }
         const uint8_t * row = planes + (size_t) (r0 + r) * (size_t) row_bytes;
-        __m512          acc[4] = { _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps() };
+        __m512          acc[4][4];
+        for (int g = 0; g < G; g++) {
+            for (int q = 0; q < 4; q++) {
+                acc[g][q] = _mm512_setzero_ps();
+            }
+        }
         for (int64_t i = 0; i < row_bytes; i += 8) {
             // 64 weights, or the row's last 32 (rows are multiples of 32 weights)
             const int bytes = row_bytes - i >= 8 ? 8 : 4;
@@ -87,41 +99,77 @@ GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * ta
                 codes = _mm512_add_epi8(codes, codes);
                 codes = _mm512_mask_add_epi8(codes, _cvtu64_mask64(w), codes, one);
             }
-            const float * xi = x + 8 * i;
             // the 16-weight groups (the extract takes a constant lane)
-            const __m512i c0 = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(codes));
-            const __m512i c1 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 1));
-            acc[0] = _mm512_fmadd_ps(apq_lookup(c0, T, mem, B), _mm512_loadu_ps(xi), acc[0]);
-            acc[1] = _mm512_fmadd_ps(apq_lookup(c1, T, mem, B), _mm512_loadu_ps(xi + 16), acc[1]);
+            const __m512 w0 = apq_lookup(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(codes)), T, mem, B);
+            const __m512 w1 = apq_lookup(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 1)), T, mem, B);
+            for (int g = 0; g < G; g++) {
+                const float * xi = x[g] + 8 * i;
+                acc[g][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xi), acc[g][0]);
+                acc[g][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), acc[g][1]);
+            }
             if (bytes == 8) {
-                const __m512i c2 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 2));
-                const __m512i c3 = _mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 3));
-                acc[2] = _mm512_fmadd_ps(apq_lookup(c2, T, mem, B), _mm512_loadu_ps(xi + 32), acc[2]);
-                acc[3] = _mm512_fmadd_ps(apq_lookup(c3, T, mem, B), _mm512_loadu_ps(xi + 48), acc[3]);
+                const __m512 w2 = apq_lookup(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 2)), T, mem, B);
+                const __m512 w3 = apq_lookup(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(codes, 3)), T, mem, B);
+                for (int g = 0; g < G; g++) {
+                    const float * xi = x[g] + 8 * i;
+                    acc[g][2] = _mm512_fmadd_ps(w2, _mm512_loadu_ps(xi + 32), acc[g][2]);
+                    acc[g][3] = _mm512_fmadd_ps(w3, _mm512_loadu_ps(xi + 48), acc[g][3]);
+                }
             }
         }
-        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+        for (int g = 0; g < G; g++) {
+            y[g][r] = _mm512_reduce_add_ps(
+                _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3])));
+        }
     }
 }
 
-int ggml_ext_anyprec_gemv_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                                 int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+// precision B, G rows at a time (G constant per call: the accumulators stay in registers)
+GGML_EXT_INLINE void apq_rows_g(const uint8_t * planes, const ggml_ext_fp16_t * tab, int64_t r0, int64_t nr,
+                                int64_t row_bytes, size_t plane_bytes, const float * const * x, float * const * y,
+                                const int B, int G) {
+    switch (G) {
+        case 1: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, B, 1); break;
+        case 2: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, B, 2); break;
+        case 3: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, B, 3); break;
+        default: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, B, 4); break;
+    }
+}
+
+static int apq_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                           const float * const * x, float * const * y) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
         return -1;
     }
     const int64_t           row_bytes   = n_per_row / 8;
     const size_t            plane_bytes = (size_t) n_rows * (size_t) row_bytes;
     const ggml_ext_fp16_t * tab         = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits);
-    switch (bits) {
-        case 1: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 1); break;
-        case 2: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 2); break;
-        case 3: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 3); break;
-        case 4: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 4); break;
-        case 5: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 5); break;
-        case 6: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 6); break;
-        case 7: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 7); break;
-        default: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, x, y, 8); break;
+    for (int t0 = 0; t0 < n_tok; t0 += 4) {  // four rows a pass (at 7 bits their 16 accumulators and the table fill
+                                             // the 32 registers)
+        const int G = n_tok - t0 < 4 ? n_tok - t0 : 4;
+        switch (bits) {
+            case 1: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 1, G); break;
+            case 2: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 2, G); break;
+            case 3: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 3, G); break;
+            case 4: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 4, G); break;
+            case 5: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 5, G); break;
+            case 6: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 6, G); break;
+            case 7: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 7, G); break;
+            default: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 8, G); break;
+        }
     }
     return 0;
+}
+
+int ggml_ext_anyprec_gemv_tokens_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                        int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                        const float * const * x, float * const * y) {
+    return apq_gemv_tokens(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
+}
+
+int ggml_ext_anyprec_gemv_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                 int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+    return apq_gemv_tokens(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, 1, &x, &y);
 }
 #endif

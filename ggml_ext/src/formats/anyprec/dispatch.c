@@ -18,6 +18,22 @@ int ggml_ext_anyprec_gemv(const uint8_t * planes, const ggml_ext_fp16_t * tables
 #endif
 }
 
+int ggml_ext_anyprec_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                 int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                 const float * const * x, float * const * y) {
+#if defined(GGML_EXT_HAVE_AVX512)
+    return ggml_ext_anyprec_gemv_tokens_avx512(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
+#else
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
+        return -1;
+    }
+    for (int t = 0; t < n_tok; t++) {
+        ggml_ext_anyprec_gemv(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, x[t], y[t]);
+    }
+    return 0;
+#endif
+}
+
 // ggml_ext_dispatched_kernel for the APQ type (formats/dispatch.c): the GEMV above, for any batch size
 // (batches over 8 tokens dequantize blocks of rows instead: src/ops/apq_mul_mat_cpu.c).
 const char * ggml_ext_anyprec_dispatched_kernel(int type, int gemm) {
