@@ -50,8 +50,9 @@ static int check(const char * name, ggml_ext_anyprec_gemv_fn fn, const uint8_t *
     return bad;
 }
 
-// ggml_ext_anyprec_gemv_tokens over n_tok rows against the one-row dispatched GEMV per row: equal bit for bit
-static int check_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
+// a kernel's several-token GEMV over n_tok rows against its one-row GEMV per row: equal bit for bit
+static int check_tokens(const char * name, ggml_ext_anyprec_gemv_fn one, ggml_ext_anyprec_gemv_tokens_fn many,
+                        const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
                         int64_t k, int seed, int bits, const float * xall, int n_tok) {
     const float * xs[8];
     float *       ys[8];
@@ -61,13 +62,13 @@ static int check_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, 
     for (int t = 0; t < n_tok; t++) {
         xs[t] = xall + (int64_t) t * k;
         ys[t] = got + (int64_t) t * nr;
-        bad   = bad || ggml_ext_anyprec_gemv(planes, tables, r0, nr, n_rows, k, seed, bits, xs[t], want + t * nr) != 0;
+        bad   = bad || one(planes, tables, r0, nr, n_rows, k, seed, bits, xs[t], want + t * nr) != 0;
     }
-    bad = bad || ggml_ext_anyprec_gemv_tokens(planes, tables, r0, nr, n_rows, k, seed, bits, n_tok, xs, ys) != 0;
+    bad = bad || many(planes, tables, r0, nr, n_rows, k, seed, bits, n_tok, xs, ys) != 0;
     for (int64_t i = 0; i < nr * n_tok && !bad; i++) {
         if (memcmp(&want[i], &got[i], sizeof(float)) != 0) {
-            fprintf(stderr, "tokens: row %lld of token %lld, k=%lld seed=%d bits=%d n_tok=%d: %.9g, one row at a time %.9g\n",
-                    (long long) (r0 + i % nr), (long long) (i / nr), (long long) k, seed, bits, n_tok, got[i], want[i]);
+            fprintf(stderr, "%s tokens: row %lld of token %lld, k=%lld seed=%d bits=%d n_tok=%d: %.9g, one row at a time %.9g\n",
+                    name, (long long) (r0 + i % nr), (long long) (i / nr), (long long) k, seed, bits, n_tok, got[i], want[i]);
             bad = 1;
         }
     }
@@ -93,6 +94,20 @@ int main(void) {
 #endif
     };
     const int nk = (int) (sizeof(kernels) / sizeof(kernels[0]));
+    struct {
+        const char *                    name;
+        ggml_ext_anyprec_gemv_fn        one;
+        ggml_ext_anyprec_gemv_tokens_fn many;
+    } tokens[] = {
+        { "dispatch", ggml_ext_anyprec_gemv, ggml_ext_anyprec_gemv_tokens },
+#if defined(GGML_EXT_HAVE_AVX2)
+        { "avx2", ggml_ext_anyprec_gemv_avx2, ggml_ext_anyprec_gemv_tokens_avx2 },
+#endif
+#if defined(GGML_EXT_HAVE_AVX512)
+        { "avx512", ggml_ext_anyprec_gemv_avx512, ggml_ext_anyprec_gemv_tokens_avx512 },
+#endif
+    };
+    const int nt = (int) (sizeof(tokens) / sizeof(tokens[0]));
     for (int i = 0; i < nk; i++) {
         printf("kernel %s\n", kernels[i].name);
     }
@@ -125,12 +140,16 @@ int main(void) {
                     }
                     cases += 2;
                 }
-                for (int n_tok = 1; n_tok <= 8; n_tok++) {
-                    if (check_tokens(planes, tables, 0, n_rows, n_rows, k, seed, bits, x, n_tok) ||
-                        check_tokens(planes, tables, 3, 4, n_rows, k, seed, bits, x, n_tok)) {
-                        return 1;
+                for (int i = 0; i < nt; i++) {
+                    for (int n_tok = 1; n_tok <= 8; n_tok++) {
+                        if (check_tokens(tokens[i].name, tokens[i].one, tokens[i].many, planes, tables, 0, n_rows,
+                                         n_rows, k, seed, bits, x, n_tok) ||
+                            check_tokens(tokens[i].name, tokens[i].one, tokens[i].many, planes, tables, 3, 4, n_rows,
+                                         k, seed, bits, x, n_tok)) {
+                            return 1;
+                        }
+                        cases += 2;
                     }
-                    cases += 2;
                 }
             }
             free(planes);
