@@ -106,6 +106,9 @@ int main(void) {
 #if defined(GGML_EXT_HAVE_AVX512)
         { "avx512", ggml_ext_anyprec_gemv_avx512, ggml_ext_anyprec_gemv_tokens_avx512 },
 #endif
+#if defined(GGML_EXT_HAVE_NEON)
+        { "neon", ggml_ext_anyprec_gemv_neon, ggml_ext_anyprec_gemv_tokens_neon },
+#endif
     };
     const int nt = (int) (sizeof(tokens) / sizeof(tokens[0]));
     for (int i = 0; i < nk; i++) {

@@ -3,7 +3,8 @@
 // lane's bit (vtst: the bit-transpose as 16 byte lanes, twice), the results AND-ed with the plane's weight
 // 2^(b-1-k) and OR-ed into the codes; the codes index the row's float table (NEON has no gather: 32 loads)
 // and multiply-accumulate with x in two 4-lane accumulators (weights j mod 8 in 0..3 and 4..7, the
-// scalar twin's lanes).
+// scalar twin's lanes). Several tokens (ggml_ext_anyprec_gemv_tokens): the codes and loads of each 32 weights
+// serve up to four activation rows, each row summed in the one-row order.
 #include "formats/anyprec/anyprec_impl.h"
 
 #if defined(GGML_EXT_HAVE_NEON)
@@ -11,23 +12,26 @@
 
 #    include <arm_neon.h>
 
-int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
-        return -1;
-    }
-    const int64_t    row_bytes   = n_per_row / 8;
-    const size_t     plane_bytes = (size_t) n_rows * (size_t) row_bytes;
+// rows r0 .. r0 + nr for G activation rows x[0..G) into y[0..G) (G constant once inlined): each 32 weights' codes
+// and table loads done once and multiplied into every row's two accumulators, in the one-row order (each row's
+// result is the one-row call's, bit for bit)
+GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * tab, int64_t r0, int64_t nr,
+                              int64_t row_bytes, size_t plane_bytes, int bits, const float * const * x,
+                              float * const * y, const int G) {
     static const uint8_t bitsel_b[16] = { 1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128 };
     const uint8x16_t bitsel          = vld1q_u8(bitsel_b);
     float            lut[256];
     for (int64_t r = 0; r < nr; r++) {
-        const ggml_ext_fp16_t * t = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits) + (r0 + r) * (1 << bits);
+        const ggml_ext_fp16_t * t = tab + (r0 + r) * (1 << bits);
         for (int c = 0; c < (1 << bits); c++) {
             lut[c] = ggml_ext_fp16_to_fp32(t[c]);
         }
         const uint8_t * row = planes + (size_t) (r0 + r) * (size_t) row_bytes;
-        float32x4_t     a0 = vdupq_n_f32(0.0f), a1 = vdupq_n_f32(0.0f);
+        float32x4_t     a0[4], a1[4];
+        for (int q = 0; q < G; q++) {
+            a0[q] = vdupq_n_f32(0.0f);
+            a1[q] = vdupq_n_f32(0.0f);
+        }
         for (int64_t i = 0; i < row_bytes; i += 4) {
             uint8x16_t c0 = vdupq_n_u8(0), c1 = vdupq_n_u8(0);
             for (int k = 0; k < bits; k++) {
@@ -41,19 +45,55 @@ int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * t
             uint8_t codes[32];
             vst1q_u8(codes, c0);
             vst1q_u8(codes + 16, c1);
-            const float * xi = x + 8 * i;
             for (int g = 0; g < 4; g++) {
-                const uint8_t * cg = codes + 8 * g;
-                const float     lo[4] = { lut[cg[0]], lut[cg[1]], lut[cg[2]], lut[cg[3]] };
-                const float     hi[4] = { lut[cg[4]], lut[cg[5]], lut[cg[6]], lut[cg[7]] };
-                a0 = vfmaq_f32(a0, vld1q_f32(lo), vld1q_f32(xi + 8 * g));
-                a1 = vfmaq_f32(a1, vld1q_f32(hi), vld1q_f32(xi + 8 * g + 4));
+                const uint8_t *   cg    = codes + 8 * g;
+                const float       lo[4] = { lut[cg[0]], lut[cg[1]], lut[cg[2]], lut[cg[3]] };
+                const float       hi[4] = { lut[cg[4]], lut[cg[5]], lut[cg[6]], lut[cg[7]] };
+                const float32x4_t vlo = vld1q_f32(lo), vhi = vld1q_f32(hi);
+                for (int q = 0; q < G; q++) {
+                    const float * xi = x[q] + 8 * i;
+                    a0[q]            = vfmaq_f32(a0[q], vlo, vld1q_f32(xi + 8 * g));
+                    a1[q]            = vfmaq_f32(a1[q], vhi, vld1q_f32(xi + 8 * g + 4));
+                }
             }
         }
-        const float32x4_t s  = vaddq_f32(a0, a1);                           // a0+a4, a1+a5, a2+a6, a3+a7
-        const float32x2_t s2 = vadd_f32(vget_low_f32(s), vget_high_f32(s));  // (a0+a4)+(a2+a6), (a1+a5)+(a3+a7)
-        y[r]                 = vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+        for (int q = 0; q < G; q++) {
+            const float32x4_t s  = vaddq_f32(a0[q], a1[q]);                       // a0+a4, a1+a5, a2+a6, a3+a7
+            const float32x2_t s2 = vadd_f32(vget_low_f32(s), vget_high_f32(s));  // (a0+a4)+(a2+a6), (a1+a5)+(a3+a7)
+            y[q][r]              = vget_lane_f32(s2, 0) + vget_lane_f32(s2, 1);
+        }
     }
+}
+
+int ggml_ext_anyprec_gemv_tokens_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                      int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                      const float * const * x, float * const * y) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
+        return -1;
+    }
+    const int64_t           row_bytes   = n_per_row / 8;
+    const size_t            plane_bytes = (size_t) n_rows * (size_t) row_bytes;
+    const ggml_ext_fp16_t * tab         = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits);
+    for (int t0 = 0; t0 < n_tok; t0 += 4) {  // four rows a pass: 8 accumulators of the 32 registers
+        switch (n_tok - t0 < 4 ? n_tok - t0 : 4) {
+            case 1: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 1); break;
+            case 2: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 2); break;
+            case 3: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 3); break;
+            default: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 4); break;
+        }
+    }
+    return 0;
+}
+
+// (the one-row loop inlined here, not called through the several-row entry: bench/arm_instruction_counts.py counts
+// this function's loop)
+int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                               int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+        return -1;
+    }
+    apq_rows(planes, tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits), r0, nr, n_per_row / 8,
+             (size_t) n_rows * (size_t) (n_per_row / 8), bits, &x, &y, 1);
     return 0;
 }
 #endif

@@ -5,7 +5,7 @@
 // depend on the thread count.
 //   - up to GEMV_MAX_TOKENS activation rows (decode, small batches): the family's GEMV of several rows
 //     (ggml_ext_anyprec_gemv_tokens, formats/anyprec/dispatch.c: AVX-512 decodes each weight block once for up
-//     to four rows, AVX2 for two, NEON / scalar run their GEMV per row; each row's result is the one-row GEMV's bit
+//     to four rows (NEON too; AVX2 for two), scalar runs its GEMV per row; each row's result is the one-row GEMV's bit
 //     for bit): it reads the first b planes of the thread's rows and precision b's tables, nothing else;
 //   - more (prompt processing, perplexity): blocks of ROW_BLOCK rows are dequantized once to F32 in the
 //     thread's part of the work buffer (ggml_ext_anyprec_dequantize: the same b planes and table entries)

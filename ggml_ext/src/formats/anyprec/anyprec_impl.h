@@ -35,6 +35,9 @@ int ggml_ext_anyprec_gemv_tokens_avx512(const uint8_t * planes, const ggml_ext_f
 #if defined(GGML_EXT_HAVE_NEON)
 int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y);
+int ggml_ext_anyprec_gemv_tokens_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
+                                      int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                      const float * const * x, float * const * y);
 #endif
 
 // The best kernel of this build and its name ("avx512", "avx2", "neon", "scalar").
@@ -44,7 +47,7 @@ GGML_EXT_API int          ggml_ext_anyprec_gemv(const uint8_t * planes, const gg
 GGML_EXT_API const char * ggml_ext_anyprec_gemv_name(void);
 // The GEMV of n_tok activation rows: y[t][0 .. nr) from x[t], t < n_tok, each equal bit for bit to
 // ggml_ext_anyprec_gemv(..., x[t], y[t]). The AVX-512 kernel decodes each block of weights once for up to four
-// rows, the AVX2 one for two; NEON and scalar builds call their GEMV once per row.
+// rows, the AVX2 one for two, the NEON one for four; the scalar build calls its GEMV once per row.
 GGML_EXT_API int ggml_ext_anyprec_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0,
                                               int64_t nr, int64_t n_rows, int64_t n_per_row, int seed_bits, int bits,
                                               int n_tok, const float * const * x, float * const * y);

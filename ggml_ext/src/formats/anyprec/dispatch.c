@@ -25,6 +25,8 @@ int ggml_ext_anyprec_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t *
     return ggml_ext_anyprec_gemv_tokens_avx512(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
 #elif defined(GGML_EXT_HAVE_AVX2)
     return ggml_ext_anyprec_gemv_tokens_avx2(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
+#elif defined(GGML_EXT_HAVE_NEON)
+    return ggml_ext_anyprec_gemv_tokens_neon(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
 #else
     if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
         return -1;
