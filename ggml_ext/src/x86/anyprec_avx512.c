@@ -54,8 +54,8 @@ GGML_EXT_INLINE __m512 apq_lookup(__m512i idx, const __m512 * T, const float * m
 
 // rows r0 .. r0 + nr of precision B for G activation rows x[0..G) into y[0..G) (B and G constants once inlined into
 // the switches below): each 64 weights' codes and table entries are built once and multiplied into every row's
-// four accumulators, in the same order for each row as for G = 1, so a token's result does not depend on how
-// many tokens share the call (a batch of decode streams answers as each stream alone).
+// four accumulators, in the same order for each row as for G = 1, so a token's product does not depend on how
+// many tokens share the call.
 GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * tab, int64_t r0, int64_t nr,
                               int64_t row_bytes, size_t plane_bytes, const float * const * x, float * const * y,
                               const int B, const int G) {
