@@ -8,6 +8,8 @@
 //   keys   kva::row_value (kvq::dequantize_value), norm_scale / norm_apply and rope_at against ggml's CPU ops on the
 //          same bound cache: ggml_cast to F32 (the type's to_float), rms_norm * w, rope_ext at the cells'
 //          positions: within 2e-6 of the largest |k| (YaRN: plus the table's tolerance).
+//   heads  kva::head_geo_of (k_lanes's per-head row geometry, found once at the launch) against kvq::row_geo_of per
+//          head, with and without sink rows, and views both refuse.
 // Host code only: built with nvcc and run without a GPU by tests/cuda/test_kvattn_cuda.py. The kernels on a GPU
 // against the CPU op: tests/c/test_kvattn_cuda.cpp.
 #include "ggml-cpu.h"
@@ -248,7 +250,71 @@ static void check(const cfg & c) {
     ggml_free(ctx);
 }
 
+static bool same(const kvq::row_geo & a, const kvq::row_geo & b) {
+    return a.ch0 == b.ch0 && a.row0 == b.row0 && a.off == b.off && a.d_cell == b.d_cell && a.d_stream == b.d_stream;
+}
+
+// kva::head_geo_of (what k_lanes's launch passes its blocks) against kvq::row_geo_of per head: a bound key cache of
+// n_hkv heads side by side in rows of D = hd * n_hkv values, cells and streams as the cache's views stride them,
+// with and without sink rows: every head it takes has row_geo_of's geometry; it refuses heads past the cache row
+// that break the even step, and a cell stride that is not whole cache rows
+static void check_head_geo(const char * type_name, int hd, int n_hkv) {
+    const int                  type = ggml_ext_kv_cache_type_by_name(type_name);
+    const ggml_ext_type_info * ti   = ggml_ext_type_info_by_id(type);
+    const int                  bits = ti->layout, D = hd * n_hkv, n_cells = 8, n_streams = 3;
+    std::mt19937               gen(7 * hd + n_hkv);
+    float                      levels[16] = {}, values[16] = {};
+    random_table(gen, bits, levels, values);
+    std::vector<float> mid(D), half(D);
+    random_scales(gen, mid, half);
+    ggml_init_params ip  = { 16u << 20, nullptr, false };
+    ggml_context *   ctx = ggml_init(ip);
+    ggml_tensor *    K   = ggml_new_tensor_2d(ctx, (ggml_type) type, D, n_cells * n_streams);
+    char             err[256] = "";
+    CHECK(ggml_ext_kvquant_bind_opts(K->data, ggml_nbytes(K), type, D, levels, values, mid.data(), half.data(), 1, 0, err,
+                                     sizeof(err)) == 0,
+          "bind: %s", err);
+    ggml_ext_kvquant_binding_desc d;
+    CHECK(ggml_ext_kvquant_binding_find(K->data, type, &d) && d.lo, "find");
+    kvq::kvq_args a = {};
+    a.bits = d.bits, a.block_bytes = (int) d.block_bytes, a.lo = d.lo, a.row_blocks = d.row_blocks;
+    const int64_t nb1 = ggml_row_size(K->type, hd), nb2 = K->nb[1], nb3 = K->nb[1] * n_cells;
+    const int     nb  = hd / 64;
+    int64_t       sink_marks[2] = { 0, -1 };
+    for (int with_sink = 0; with_sink < 2; with_sink++) {
+        a.sink      = with_sink ? sink_marks : nullptr;
+        a.row_bytes = with_sink ? K->nb[1] : 0;
+        for (int off = 0; off < 2; off++) {  // the view from the first cache row, and from the second
+            const char * base = (const char *) K->data + off * nb2;
+            // the cache's heads, and one more: that one's rows are the next cache row's first head, whose channels
+            // restart at 0, so g0 + h dh no longer holds from three heads on and head_geo_of must refuse
+            for (int n = n_hkv; n <= n_hkv + 1; n++) {
+                kva::head_geo hg;
+                const bool    ok = kva::head_geo_of(a, base, nb1, nb2, nb3, nb, n, &hg);
+                CHECK(ok == (n == n_hkv || n < 3), "%s hd %d, %d heads of %d: head_geo_of %s", type_name, hd, n, n_hkv,
+                      ok ? "took it" : "refused");
+                for (int h = 0; ok && h < n; h++) {
+                    kvq::row_geo g;
+                    CHECK(kvq::row_geo_of(a, base + h * nb1, nb2, nb3, nb, &g), "row_geo_of refused head %d", h);
+                    CHECK(same(g, hg.at(h)), "%s hd %d head %d (sink %d, row %d): at() ch0 %lld row0 %lld off %lld, "
+                          "row_geo_of ch0 %lld row0 %lld off %lld", type_name, hd, h, with_sink, off,
+                          (long long) hg.at(h).ch0, (long long) hg.at(h).row0, (long long) hg.at(h).off,
+                          (long long) g.ch0, (long long) g.row0, (long long) g.off);
+                }
+            }
+            // a cell stride of half a cache row: row_geo_of refuses it, so must head_geo_of
+            kva::head_geo hg;
+            CHECK(!kva::head_geo_of(a, base, nb1, nb2 / 2, nb3, nb, n_hkv, &hg), "%s: a cell stride of half a row "
+                  "was taken", type_name);
+        }
+    }
+    ggml_free(ctx);
+}
+
 int main() {
+    check_head_geo("nuq3", 64, 3);
+    check_head_geo("nuq4", 128, 8);
+    check_head_geo("nuq2", 256, 1);
     const cfg cases[] = {
         { "nuq3", 128, 2, GGML_ROPE_TYPE_NEOX, 128, 1, 0 },
         { "nuq4", 64, 1, GGML_ROPE_TYPE_NORMAL, 32, 0, 1 },

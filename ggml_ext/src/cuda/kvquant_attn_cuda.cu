@@ -388,44 +388,6 @@ __device__ __forceinline__ void lane_decode(const kvq::kvq_args & a, const float
     }
 }
 
-// Every KV head's row geometry (kvq::row_geo_of) as g0 + h * dh: a cache's head rows lie side by side, so their
-// channels and sink offsets step by one head row per head. The launch finds g0 and dh on the host and checks every
-// head against them (kvq::row_geo_of's 64-bit divisions would otherwise run at the start of every block).
-struct head_geo {
-    kvq::row_geo g0, dh;
-
-    __host__ __device__ kvq::row_geo at(int64_t h) const {
-        return { g0.ch0 + h * dh.ch0, g0.row0 + h * dh.row0, g0.off + h * dh.off, g0.d_cell + h * dh.d_cell,
-                 g0.d_stream + h * dh.d_stream };
-    }
-};
-
-static bool same_geo(const kvq::row_geo & a, const kvq::row_geo & b) {
-    return a.ch0 == b.ch0 && a.row0 == b.row0 && a.off == b.off && a.d_cell == b.d_cell && a.d_stream == b.d_stream;
-}
-
-// false: kvq::row_geo_of refuses a head's rows, or the heads do not step evenly (read by k_partial then)
-static bool head_geo_of(const kvq::kvq_args & a, const char * base, int64_t nb1, int64_t nb2, int64_t nb3, int n_blocks,
-                        int n_hkv, head_geo * hg) {
-    kvq::row_geo g1 = {};
-    if (!kvq::row_geo_of(a, base, nb2, nb3, n_blocks, &hg->g0) ||
-        (n_hkv > 1 && !kvq::row_geo_of(a, base + nb1, nb2, nb3, n_blocks, &g1))) {
-        return false;
-    }
-    hg->dh = {};
-    if (n_hkv > 1) {
-        hg->dh = { g1.ch0 - hg->g0.ch0, g1.row0 - hg->g0.row0, g1.off - hg->g0.off, g1.d_cell - hg->g0.d_cell,
-                   g1.d_stream - hg->g0.d_stream };
-    }
-    for (int h = 2; h < n_hkv; h++) {
-        kvq::row_geo g;
-        if (!kvq::row_geo_of(a, base + h * nb1, nb2, nb3, n_blocks, &g) || !same_geo(g, hg->at(h))) {
-            return false;
-        }
-    }
-    return true;
-}
-
 // A block per (cell range, KV head, stream, slice of at most KVL_QM queries): NUQ K (BITS) and V rows that kvq::row_geo_of
 // takes, hd == hd_v == n_dims == HD. Warp w takes the range's cells 32 at a time (cells w 32 .. w 32 + 31, then
 // KVL_WARPS 32 further), as upstream's flash-attention vector kernel takes its keys:
@@ -439,7 +401,7 @@ static bool head_geo_of(const kvq::kvq_args & a, const char * base, int64_t nb1,
 // No block barrier in the cell loop. At the end the warps' (m, l, acc) are merged per query in shared memory and
 // written as k_partial writes them.
 template <int HD, int BITS>
-__global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, head_geo khg, head_geo vhg, int n_slices) {
+__global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partial_args p, kvq::kvq_args ka, kvq::kvq_args va, kva::head_geo khg, kva::head_geo vhg, int n_slices) {
     constexpr int QM = KVL_QM, NB = HD / kvq::QK, BW = kva::key_words<BITS>(), KS = HD / 32, VU = v_in_flight<HD>();
     __shared__ __align__(16) float qs[QM * HD];
     __shared__ __align__(16) float pw[KVL_WARPS][32][QM];
@@ -451,7 +413,7 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
     const int q0 = slice * QM, nqb = min(QM, n_group - q0);
     const int c0 = c * p.chunk, c1 = min(c0 + p.chunk, p.n_kv);
 
-    const kvq::row_geo kg = khg.at(h), vg = vhg.at(h);  // head_geo_of: the launch found and checked both
+    const kvq::row_geo kg = khg.at(h), vg = vhg.at(h);  // kva::head_geo_of: the launch found and checked both
     const int64_t v_hw = vg.row0 >= 0 ? va.sink[0] : 0, v_mark = lane < v_hw ? va.sink[1 + lane] : -2;
 
     if (tid < 16) {
@@ -663,7 +625,7 @@ __global__ void __launch_bounds__(KVL_THREADS, HD == 256 ? 3 : 4) k_lanes(partia
 
 template <int HD, int BITS>
 static void launch_lanes_q(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va,
-                           const head_geo & kg, const head_geo & vg, int n_streams, cudaStream_t stream) {
+                           const kva::head_geo & kg, const kva::head_geo & vg, int n_streams, cudaStream_t stream) {
     const int  n_slices = (p.n_q * p.n_ts + KVL_QM - 1) / KVL_QM;
     const dim3 grid((unsigned) p.n_chunks, (unsigned) p.n_hkv, (unsigned) (n_streams * n_slices));
     k_lanes<HD, BITS><<<grid, KVL_THREADS, 0, stream>>>(p, ka, va, kg, vg, n_slices);
@@ -671,7 +633,7 @@ static void launch_lanes_q(const partial_args & p, const kvq::kvq_args & ka, con
 
 template <int HD>
 static void launch_lanes_bits(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va,
-                              const head_geo & kg, const head_geo & vg, int n_streams, cudaStream_t stream) {
+                              const kva::head_geo & kg, const kva::head_geo & vg, int n_streams, cudaStream_t stream) {
     switch (ka.bits) {
         case 2:
             launch_lanes_q<HD, 2>(p, ka, va, kg, vg, n_streams, stream);
@@ -693,7 +655,7 @@ static bool nuq_rows_ok(const kvq::kvq_args & a, const char * base, int64_t nb1,
 }
 
 // the fast path if it takes the op (NUQ K and V rows kvq::row_geo_of takes for every KV head, stepping evenly from
-// head to head: head_geo_of; hd == hd_v == n_dims of 64, 128 or 256, normal / NEOX RoPE, V without channel scales)
+// head to head: kva::head_geo_of; hd == hd_v == n_dims of 64, 128 or 256, normal / NEOX RoPE, V without channel scales)
 // and ggml_ext_kvquant_attn_cells allows it
 // (GGML_EXT_KV_ATTN_SPLIT=0, read at every launch, turns it off: tests/c/test_kvattn_cuda.cpp runs both kernels)
 static bool launch_lanes(const partial_args & p, const kvq::kvq_args & ka, const kvq::kvq_args & va, int n_streams,
@@ -703,9 +665,9 @@ static bool launch_lanes(const partial_args & p, const kvq::kvq_args & ka, const
         !nuq_rows_ok(ka, p.k, p.k_nb1, p.k_nb2, p.k_nb3) || !nuq_rows_ok(va, p.v, p.v_nb1, p.v_nb2, p.v_nb3)) {
         return false;
     }
-    head_geo kg, vg;
-    if (!head_geo_of(ka, p.k, p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, p.n_hkv, &kg) ||
-        !head_geo_of(va, p.v, p.v_nb1, p.v_nb2, p.v_nb3, p.hd / kvq::QK, p.n_hkv, &vg)) {
+    kva::head_geo kg, vg;
+    if (!kva::head_geo_of(ka, p.k, p.k_nb1, p.k_nb2, p.k_nb3, p.hd / kvq::QK, p.n_hkv, &kg) ||
+        !kva::head_geo_of(va, p.v, p.v_nb1, p.v_nb2, p.v_nb3, p.hd / kvq::QK, p.n_hkv, &vg)) {
         return false;
     }
     switch (p.hd) {

@@ -219,4 +219,43 @@ KVQ_HD void float_key_dots(const float * x, const float * nw, bool neox, const f
     *ss = s2;
 }
 
+// Every KV head's row geometry (kvq::row_geo_of) as g0 + h * dh: a cache's head rows lie side by side, so their
+// channels and sink offsets step by one head row per head. k_lanes's launch finds g0 and dh on the host and checks
+// every head against them, so its blocks skip row_geo_of's 64-bit divisions (tests/cuda/kvattn_cuda_check.cu
+// checks at(h) against row_geo_of per head).
+struct head_geo {
+    kvq::row_geo g0, dh;
+
+    __host__ __device__ kvq::row_geo at(int64_t h) const {
+        return { g0.ch0 + h * dh.ch0, g0.row0 + h * dh.row0, g0.off + h * dh.off, g0.d_cell + h * dh.d_cell,
+                 g0.d_stream + h * dh.d_stream };
+    }
+};
+
+inline bool same_geo(const kvq::row_geo & a, const kvq::row_geo & b) {
+    return a.ch0 == b.ch0 && a.row0 == b.row0 && a.off == b.off && a.d_cell == b.d_cell && a.d_stream == b.d_stream;
+}
+
+// false: kvq::row_geo_of refuses a head's rows, or the heads do not step evenly (read by k_partial then)
+inline bool head_geo_of(const kvq::kvq_args & a, const char * base, int64_t nb1, int64_t nb2, int64_t nb3, int n_blocks,
+                        int n_hkv, head_geo * hg) {
+    kvq::row_geo g1 = {};
+    if (!kvq::row_geo_of(a, base, nb2, nb3, n_blocks, &hg->g0) ||
+        (n_hkv > 1 && !kvq::row_geo_of(a, base + nb1, nb2, nb3, n_blocks, &g1))) {
+        return false;
+    }
+    hg->dh = {};
+    if (n_hkv > 1) {
+        hg->dh = { g1.ch0 - hg->g0.ch0, g1.row0 - hg->g0.row0, g1.off - hg->g0.off, g1.d_cell - hg->g0.d_cell,
+                   g1.d_stream - hg->g0.d_stream };
+    }
+    for (int h = 2; h < n_hkv; h++) {
+        kvq::row_geo g;
+        if (!kvq::row_geo_of(a, base + h * nb1, nb2, nb3, n_blocks, &g) || !same_geo(g, hg->at(h))) {
+            return false;
+        }
+    }
+    return true;
+}
+
 }  // namespace kva
