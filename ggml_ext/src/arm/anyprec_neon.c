@@ -68,12 +68,13 @@ GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * ta
 int ggml_ext_anyprec_gemv_tokens_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                       int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
                                       const float * const * x, float * const * y) {
-    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
+    struct ggml_ext_anyprec_gemv_geo g;
+    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, &g)) {
         return -1;
     }
-    const int64_t           row_bytes   = n_per_row / 8;
-    const size_t            plane_bytes = (size_t) n_rows * (size_t) row_bytes;
-    const ggml_ext_fp16_t * tab         = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits);
+    const int64_t           row_bytes   = g.row_bytes;
+    const size_t            plane_bytes = g.plane_bytes;
+    const ggml_ext_fp16_t * tab         = g.tab;
     for (int t0 = 0; t0 < n_tok; t0 += 4) {  // four rows a pass: 8 accumulators of the 32 registers
         switch (n_tok - t0 < 4 ? n_tok - t0 : 4) {
             case 1: apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 1); break;
@@ -89,11 +90,11 @@ int ggml_ext_anyprec_gemv_tokens_neon(const uint8_t * planes, const ggml_ext_fp1
 // this function's loop)
 int ggml_ext_anyprec_gemv_neon(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits)) {
+    struct ggml_ext_anyprec_gemv_geo g;
+    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, 1, &g)) {
         return -1;
     }
-    apq_rows(planes, tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits), r0, nr, n_per_row / 8,
-             (size_t) n_rows * (size_t) (n_per_row / 8), bits, &x, &y, 1);
+    apq_rows(planes, g.tab, r0, nr, g.row_bytes, g.plane_bytes, bits, &x, &y, 1);
     return 0;
 }
 #endif

@@ -139,12 +139,13 @@ GGML_EXT_INLINE void apq_rows_g(const uint8_t * planes, const ggml_ext_fp16_t * 
 static int apq_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                            int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
                            const float * const * x, float * const * y) {
-    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
+    struct ggml_ext_anyprec_gemv_geo g;
+    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, &g)) {
         return -1;
     }
-    const int64_t           row_bytes   = n_per_row / 8;
-    const size_t            plane_bytes = (size_t) n_rows * (size_t) row_bytes;
-    const ggml_ext_fp16_t * tab         = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits);
+    const int64_t           row_bytes   = g.row_bytes;
+    const size_t            plane_bytes = g.plane_bytes;
+    const ggml_ext_fp16_t * tab         = g.tab;
     for (int t0 = 0; t0 < n_tok; t0 += 4) {  // four rows a pass (at 7 bits their 16 accumulators and the table fill
                                              // the 32 registers)
         const int G = n_tok - t0 < 4 ? n_tok - t0 : 4;

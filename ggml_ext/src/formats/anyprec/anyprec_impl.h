@@ -58,6 +58,26 @@ static inline int ggml_ext_anyprec_gemv_args_ok(int64_t r0, int64_t nr, int64_t 
            r0 >= 0 && nr >= 0 && r0 + nr <= n_rows;
 }
 
+// What every kernel derives from its arguments: the bytes of a row in one plane, of one plane, and where precision
+// b's tables start. 0 if the arguments are refused (ggml_ext_anyprec_gemv_args_ok, or a negative token count).
+struct ggml_ext_anyprec_gemv_geo {
+    int64_t                 row_bytes;
+    size_t                  plane_bytes;
+    const ggml_ext_fp16_t * tab;
+};
+
+static inline int ggml_ext_anyprec_gemv_geo_of(const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
+                                               int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                               struct ggml_ext_anyprec_gemv_geo * g) {
+    if (!ggml_ext_anyprec_gemv_args_ok(r0, nr, n_rows, n_per_row, seed_bits, bits) || n_tok < 0) {
+        return 0;
+    }
+    g->row_bytes   = n_per_row / 8;
+    g->plane_bytes = (size_t) n_rows * (size_t) g->row_bytes;
+    g->tab         = tables + ggml_ext_anyprec_table_offset(n_rows, seed_bits, bits);
+    return 1;
+}
+
 #ifdef __cplusplus
 }
 #endif
