@@ -86,25 +86,21 @@ GGML_EXT_INLINE void apq_rows(const uint8_t * planes, const ggml_ext_fp16_t * ta
     }
 }
 
+// a pass of up to two rows: their 8 accumulators and the constants fill the 16 registers
+static void rows_avx2(const uint8_t * planes, const struct ggml_ext_anyprec_gemv_geo * g, int64_t r0, int64_t nr,
+                      int bits, const float * const * x, float * const * y, int G) {
+    if (G >= 2) {
+        apq_rows(planes, g->tab, r0, nr, g->row_bytes, g->plane_bytes, bits, x, y, 2);
+    } else {
+        apq_rows(planes, g->tab, r0, nr, g->row_bytes, g->plane_bytes, bits, x, y, 1);
+    }
+}
+
 int ggml_ext_anyprec_gemv_tokens_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                       int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
                                       const float * const * x, float * const * y) {
-    struct ggml_ext_anyprec_gemv_geo g;
-    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, &g)) {
-        return -1;
-    }
-    const int64_t           row_bytes   = g.row_bytes;
-    const size_t            plane_bytes = g.plane_bytes;
-    const ggml_ext_fp16_t * tab         = g.tab;
-    for (int t0 = 0; t0 < n_tok; t0 += 2) {  // two rows a pass: their 8 accumulators and the constants fill the 16
-                                             // registers
-        if (n_tok - t0 >= 2) {
-            apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 2);
-        } else {
-            apq_rows(planes, tab, r0, nr, row_bytes, plane_bytes, bits, x + t0, y + t0, 1);
-        }
-    }
-    return 0;
+    return ggml_ext_anyprec_gemv_tokens_by(rows_avx2, 2, planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits,
+                                           n_tok, x, y);
 }
 
 int ggml_ext_anyprec_gemv_avx2(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,

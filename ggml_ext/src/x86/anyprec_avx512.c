@@ -136,41 +136,31 @@ GGML_EXT_INLINE void apq_rows_g(const uint8_t * planes, const ggml_ext_fp16_t * 
     }
 }
 
-static int apq_gemv_tokens(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
-                           int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
-                           const float * const * x, float * const * y) {
-    struct ggml_ext_anyprec_gemv_geo g;
-    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, &g)) {
-        return -1;
+// a pass of up to four rows (at 7 bits their 16 accumulators and the table fill the 32 registers), B constant
+static void rows_avx512(const uint8_t * planes, const struct ggml_ext_anyprec_gemv_geo * g, int64_t r0, int64_t nr,
+                        int bits, const float * const * x, float * const * y, int G) {
+    const ggml_ext_fp16_t * tab = g->tab;
+    switch (bits) {
+        case 1: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 1, G); break;
+        case 2: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 2, G); break;
+        case 3: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 3, G); break;
+        case 4: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 4, G); break;
+        case 5: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 5, G); break;
+        case 6: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 6, G); break;
+        case 7: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 7, G); break;
+        default: apq_rows_g(planes, tab, r0, nr, g->row_bytes, g->plane_bytes, x, y, 8, G); break;
     }
-    const int64_t           row_bytes   = g.row_bytes;
-    const size_t            plane_bytes = g.plane_bytes;
-    const ggml_ext_fp16_t * tab         = g.tab;
-    for (int t0 = 0; t0 < n_tok; t0 += 4) {  // four rows a pass (at 7 bits their 16 accumulators and the table fill
-                                             // the 32 registers)
-        const int G = n_tok - t0 < 4 ? n_tok - t0 : 4;
-        switch (bits) {
-            case 1: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 1, G); break;
-            case 2: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 2, G); break;
-            case 3: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 3, G); break;
-            case 4: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 4, G); break;
-            case 5: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 5, G); break;
-            case 6: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 6, G); break;
-            case 7: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 7, G); break;
-            default: apq_rows_g(planes, tab, r0, nr, row_bytes, plane_bytes, x + t0, y + t0, 8, G); break;
-        }
-    }
-    return 0;
 }
 
 int ggml_ext_anyprec_gemv_tokens_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                         int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, int n_tok,
                                         const float * const * x, float * const * y) {
-    return apq_gemv_tokens(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, x, y);
+    return ggml_ext_anyprec_gemv_tokens_by(rows_avx512, 4, planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits,
+                                           n_tok, x, y);
 }
 
 int ggml_ext_anyprec_gemv_avx512(const uint8_t * planes, const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr,
                                  int64_t n_rows, int64_t n_per_row, int seed_bits, int bits, const float * x, float * y) {
-    return apq_gemv_tokens(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, 1, &x, &y);
+    return ggml_ext_anyprec_gemv_tokens_avx512(planes, tables, r0, nr, n_rows, n_per_row, seed_bits, bits, 1, &x, &y);
 }
 #endif

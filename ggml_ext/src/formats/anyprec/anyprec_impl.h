@@ -78,6 +78,26 @@ static inline int ggml_ext_anyprec_gemv_geo_of(const ggml_ext_fp16_t * tables, i
     return 1;
 }
 
+// One pass of a kernel over rows r0 .. r0 + nr for G activation rows x[0..G) into y[0..G), G <= its pass width.
+typedef void (*ggml_ext_anyprec_rows_fn)(const uint8_t * planes, const struct ggml_ext_anyprec_gemv_geo * g, int64_t r0,
+                                         int64_t nr, int bits, const float * const * x, float * const * y, int G);
+
+// The several-token GEMV of every kernel: the arguments checked once, then passes of `width` tokens (the last one
+// shorter) through the kernel's `rows`.
+static inline int ggml_ext_anyprec_gemv_tokens_by(ggml_ext_anyprec_rows_fn rows, int width, const uint8_t * planes,
+                                                  const ggml_ext_fp16_t * tables, int64_t r0, int64_t nr, int64_t n_rows,
+                                                  int64_t n_per_row, int seed_bits, int bits, int n_tok,
+                                                  const float * const * x, float * const * y) {
+    struct ggml_ext_anyprec_gemv_geo g;
+    if (!ggml_ext_anyprec_gemv_geo_of(tables, r0, nr, n_rows, n_per_row, seed_bits, bits, n_tok, &g)) {
+        return -1;
+    }
+    for (int t0 = 0; t0 < n_tok; t0 += width) {
+        rows(planes, &g, r0, nr, bits, x + t0, y + t0, n_tok - t0 < width ? n_tok - t0 : width);
+    }
+    return 0;
+}
+
 #ifdef __cplusplus
 }
 #endif
